@@ -1,0 +1,53 @@
+//! The CPU dense-layer kernels on the shapes of the 784→1024→1024→10 MLP, at the batch sizes
+//! serving produces: our small-batch kernel against the `gemm` crate, to place the
+//! crossover `kernels::cpu::SMALL_BATCH_ROWS`.
+//!
+//!     cargo bench --bench gemm
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use kernels::Activation;
+use kernels::cpu::{CpuKernel, Linear};
+
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        })
+        .collect()
+}
+
+fn dense_layers(c: &mut Criterion) {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for (k, n) in [(784usize, 1024usize), (1024, 1024), (1024, 10)] {
+        let layer = Linear::new(values(k * n, 1), values(n, 2), k, n).unwrap();
+        let mut group = c.benchmark_group(format!("dense_{k}x{n}"));
+        group.sample_size(20);
+        group.warm_up_time(std::time::Duration::from_millis(300));
+        group.measurement_time(std::time::Duration::from_millis(1200));
+        for rows in [1usize, 8, 32, 64, 128, 256, 512] {
+            let x = values(rows * k, 3);
+            let mut y = vec![0f32; rows * n];
+            group.throughput(Throughput::Elements((2 * rows * k * n) as u64));
+            for (name, kernel) in [
+                ("small_batch", CpuKernel::SmallBatch),
+                ("gemm", CpuKernel::Gemm),
+            ] {
+                group.bench_with_input(BenchmarkId::new(name, rows), &rows, |b, &rows| {
+                    b.iter(|| {
+                        layer
+                            .forward_using(kernel, &x, rows, &mut y, Activation::Relu, threads)
+                            .unwrap()
+                    })
+                });
+            }
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, dense_layers);
+criterion_main!(benches);

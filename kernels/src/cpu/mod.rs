@@ -1,0 +1,320 @@
+//! Dense layers on the CPU.
+//!
+//! Weights are checked and copied once at load into a contiguous `[out, in]` f32 matrix
+//! (f16 and bf16 are widened with `half`). A forward call picks its kernel by batch size:
+//! up to [`SMALL_BATCH_ROWS`] rows our own register-tiled kernel (`small_batch`), which
+//! streams the weights once; above that the `gemm` crate, which packs its operands into
+//! cache-sized panels and wins once the packing is amortised over many rows. The crossover
+//! was measured with `cargo bench --bench gemm` (see benches/README.md).
+
+mod small_batch;
+
+use gemm::Parallelism;
+
+use crate::{Activation, KernelError};
+use small_batch::Shape;
+
+/// Batches up to this many rows run on our own kernel, larger ones on `gemm`. Measured on
+/// the 784→1024→1024→10 shapes: ours is faster up to 128 rows, even at 256, behind at 512.
+pub const SMALL_BATCH_ROWS: usize = 192;
+
+/// Which kernel a forward call runs on. `Auto` picks by batch size; the others exist for
+/// benchmarks and tests that must exercise one path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuKernel {
+    Auto,
+    SmallBatch,
+    Gemm,
+}
+
+/// Below this many multiply-adds a layer runs on the calling thread: waking a second
+/// thread costs more than it saves.
+const PARALLEL_MIN_MACS: usize = 256 * 1024;
+
+/// A dense layer `y = act(x · Wᵀ + b)` whose weights live in host memory.
+#[derive(Clone, Debug)]
+pub struct Linear {
+    inputs: usize,
+    outputs: usize,
+    /// `[outputs, inputs]`, row-major (PyTorch's `nn.Linear` layout).
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+impl Linear {
+    /// Takes a `[outputs, inputs]` row-major weight matrix and `outputs` biases.
+    pub fn new(
+        weight: Vec<f32>,
+        bias: Vec<f32>,
+        inputs: usize,
+        outputs: usize,
+    ) -> Result<Self, KernelError> {
+        if weight.len() != inputs * outputs || bias.len() != outputs {
+            return Err(KernelError::Shape {
+                op: "cpu::Linear::new",
+                detail: format!(
+                    "weight has {} values and bias {}, expected {}x{} and {}",
+                    weight.len(),
+                    bias.len(),
+                    outputs,
+                    inputs,
+                    outputs
+                ),
+            });
+        }
+        Ok(Linear {
+            inputs,
+            outputs,
+            weight,
+            bias,
+        })
+    }
+
+    pub fn inputs(&self) -> usize {
+        self.inputs
+    }
+
+    pub fn outputs(&self) -> usize {
+        self.outputs
+    }
+
+    pub fn weight(&self) -> &[f32] {
+        &self.weight
+    }
+
+    pub fn bias(&self) -> &[f32] {
+        &self.bias
+    }
+
+    /// Mutable access for training, which updates the weights in place.
+    pub fn params_mut(&mut self) -> (&mut [f32], &mut [f32]) {
+        (&mut self.weight, &mut self.bias)
+    }
+
+    /// `y[rows, outputs] = act(x[rows, inputs] · Wᵀ + b)`, on up to `threads` threads of the
+    /// current rayon pool.
+    pub fn forward(
+        &self,
+        x: &[f32],
+        rows: usize,
+        y: &mut [f32],
+        act: Activation,
+        threads: usize,
+    ) -> Result<(), KernelError> {
+        self.forward_using(CpuKernel::Auto, x, rows, y, act, threads)
+    }
+
+    /// [`Linear::forward`] on a chosen kernel.
+    pub fn forward_using(
+        &self,
+        kernel: CpuKernel,
+        x: &[f32],
+        rows: usize,
+        y: &mut [f32],
+        act: Activation,
+        threads: usize,
+    ) -> Result<(), KernelError> {
+        if x.len() != rows * self.inputs || y.len() != rows * self.outputs {
+            return Err(KernelError::Shape {
+                op: "cpu::Linear::forward",
+                detail: format!(
+                    "{rows} rows need {} inputs and {} outputs, got {} and {}",
+                    rows * self.inputs,
+                    rows * self.outputs,
+                    x.len(),
+                    y.len()
+                ),
+            });
+        }
+        if rows == 0 {
+            return Ok(());
+        }
+        let threads = if rows * self.inputs * self.outputs < PARALLEL_MIN_MACS {
+            1
+        } else {
+            threads.max(1)
+        };
+        let small = match kernel {
+            CpuKernel::Auto => rows <= SMALL_BATCH_ROWS,
+            CpuKernel::SmallBatch => true,
+            CpuKernel::Gemm => false,
+        };
+        if small {
+            self.forward_small(x, rows, y, act, threads);
+        } else {
+            self.forward_gemm(x, rows, y, act, threads);
+        }
+        Ok(())
+    }
+
+    fn forward_small(
+        &self,
+        x: &[f32],
+        rows: usize,
+        y: &mut [f32],
+        act: Activation,
+        threads: usize,
+    ) {
+        let shape = Shape {
+            rows,
+            k: self.inputs,
+            n: self.outputs,
+        };
+        let out = OutPtr(y.as_mut_ptr());
+        // Split the outputs into `threads` ranges, each a multiple of the kernel's 4-wide tile.
+        let chunk = self.outputs.div_ceil(threads).div_ceil(4) * 4;
+        let run = |start: usize| {
+            let end = (start + chunk).min(self.outputs);
+            let out = &out;
+            // SAFETY: x, weight and bias were checked against the shape in `forward`; y holds
+            // rows * outputs values; each closure writes only columns start..end, and the
+            // ranges are disjoint.
+            unsafe {
+                small_batch::dense_rows(x, &self.weight, &self.bias, out.0, shape, start..end, act)
+            }
+        };
+        if threads == 1 {
+            run(0);
+        } else {
+            rayon::scope(|s| {
+                for start in (chunk..self.outputs).step_by(chunk) {
+                    s.spawn(move |_| run(start));
+                }
+                run(0);
+            });
+        }
+    }
+
+    fn forward_gemm(&self, x: &[f32], rows: usize, y: &mut [f32], act: Activation, threads: usize) {
+        for row in y.chunks_exact_mut(self.outputs) {
+            row.copy_from_slice(&self.bias);
+        }
+        let (k, n) = (self.inputs, self.outputs);
+        // SAFETY: dst is rows x n row-major (y), lhs rows x k row-major (x), rhs is k x n
+        // read from the [n, k] weight matrix through strides (row stride 1, column stride k);
+        // all lengths were checked in `forward`.
+        unsafe {
+            gemm::gemm(
+                rows,
+                n,
+                k,
+                y.as_mut_ptr(),
+                1,
+                n as isize,
+                true,
+                x.as_ptr(),
+                1,
+                k as isize,
+                self.weight.as_ptr(),
+                k as isize,
+                1,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                parallelism(threads),
+            );
+        }
+        if act == Activation::Relu {
+            for v in y.iter_mut() {
+                *v = v.max(0.0);
+            }
+        }
+    }
+}
+
+pub(crate) fn parallelism(threads: usize) -> Parallelism {
+    if threads > 1 {
+        Parallelism::Rayon(threads)
+    } else {
+        Parallelism::None
+    }
+}
+
+/// The output pointer shared by the threads of one layer, each writing its own columns.
+struct OutPtr(*mut f32);
+// SAFETY: the threads sharing an OutPtr write disjoint columns (see `forward_small`), and
+// the scope ends before the borrowed buffer does.
+unsafe impl Sync for OutPtr {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference(l: &Linear, x: &[f32], rows: usize, act: Activation) -> Vec<f64> {
+        let mut y = vec![0f64; rows * l.outputs];
+        for b in 0..rows {
+            for o in 0..l.outputs {
+                let mut s = l.bias[o] as f64;
+                for k in 0..l.inputs {
+                    s += x[b * l.inputs + k] as f64 * l.weight[o * l.inputs + k] as f64;
+                }
+                y[b * l.outputs + o] = if act == Activation::Relu {
+                    s.max(0.0)
+                } else {
+                    s
+                };
+            }
+        }
+        y
+    }
+
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+            })
+            .collect()
+    }
+
+    fn cases() -> impl Iterator<Item = (Activation, CpuKernel, usize)> {
+        [Activation::Identity, Activation::Relu]
+            .into_iter()
+            .flat_map(|act| {
+                [CpuKernel::Auto, CpuKernel::SmallBatch, CpuKernel::Gemm]
+                    .into_iter()
+                    .flat_map(move |kernel| [1, 2, 3].map(|threads| (act, kernel, threads)))
+            })
+    }
+
+    #[test]
+    fn both_kernels_match_the_reference_on_odd_shapes() {
+        // k not a multiple of 8, n not a multiple of 4, rows on both sides of the crossover.
+        for (k, n) in [(13, 7), (64, 130), (257, 33)] {
+            let l = Linear::new(values(k * n, 1), values(n, 2), k, n).unwrap();
+            for rows in [1, 2, 3, 17, 130] {
+                for (act, kernel, threads) in cases() {
+                    let x = values(rows * k, rows as u64);
+                    {
+                        let mut y = vec![f32::NAN; rows * n];
+                        l.forward_using(kernel, &x, rows, &mut y, act, threads)
+                            .unwrap();
+                        let want = reference(&l, &x, rows, act);
+                        for (i, (a, b)) in y.iter().zip(&want).enumerate() {
+                            assert!(
+                                (*a as f64 - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                                "{kernel:?} k={k} n={n} rows={rows} threads={threads} at {i}: {a} vs {b}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn mismatched_buffers_are_an_error() {
+        let l = Linear::new(vec![0.0; 6], vec![0.0; 2], 3, 2).unwrap();
+        let mut y = vec![0.0; 4];
+        let err = l
+            .forward(&[0.0; 5], 2, &mut y, Activation::Relu, 1)
+            .unwrap_err();
+        assert!(err.to_string().contains("2 rows need 6 inputs"), "{err}");
+        assert!(Linear::new(vec![0.0; 5], vec![0.0; 2], 3, 2).is_err());
+    }
+}

@@ -1,0 +1,71 @@
+//! Errors of loading and running models. Each names the tensor and the shapes involved, so
+//! an operator can fix a checkpoint from the message alone.
+
+use std::path::PathBuf;
+
+use kernels::KernelError;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum LoadError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Truncated, not safetensors at all, or a header that lies about its offsets.
+    #[error("{path} is not a valid safetensors file: {reason}")]
+    Format { path: PathBuf, reason: String },
+
+    #[error("checkpoint has no tensors named layers.{{i}}.weight / layers.{{i}}.bias")]
+    NoLayers,
+
+    #[error(
+        "tensor {name} is missing (layers must be numbered 0, 1, 2, ... with a weight and a bias each)"
+    )]
+    MissingTensor { name: String },
+
+    #[error(
+        "unexpected tensor {name}: an MLP checkpoint holds only layers.{{i}}.weight and layers.{{i}}.bias"
+    )]
+    UnexpectedTensor { name: String },
+
+    #[error("tensor {name} has shape {given:?}, expected {expected}")]
+    Shape {
+        name: String,
+        expected: String,
+        given: Vec<usize>,
+    },
+
+    #[error("tensor {name} has dtype {dtype}, expected F32, F16 or BF16")]
+    UnsupportedDtype { name: String, dtype: String },
+
+    #[error("tensor {name} holds a non-finite value ({value}) at flat index {index}")]
+    NonFinite {
+        name: String,
+        index: usize,
+        value: f32,
+    },
+
+    #[error("cannot place the model on the device: {0}")]
+    Device(#[from] KernelError),
+}
+
+#[derive(Debug, Error)]
+pub enum ModelError {
+    #[error("input has {given} values, expected {rows} rows x {width} = {expected}")]
+    InputSize {
+        rows: usize,
+        width: usize,
+        expected: usize,
+        given: usize,
+    },
+
+    #[error("output buffer has {given} values, expected {expected}")]
+    OutputSize { expected: usize, given: usize },
+
+    #[error("compute failed: {0}")]
+    Kernel(#[from] KernelError),
+}

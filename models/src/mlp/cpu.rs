@@ -1,0 +1,56 @@
+//! The MLP on the CPU: f32 layers (16-bit weights widened once at load), two scratch
+//! buffers reused across calls.
+
+use kernels::cpu::Linear;
+
+use super::activation;
+use crate::{Checkpoint, LoadError, ModelError};
+
+pub(super) struct CpuMlp {
+    layers: Vec<Linear>,
+    /// Ping-pong buffers for the hidden activations, grown to the largest batch seen.
+    scratch: [Vec<f32>; 2],
+    pub(super) threads: usize,
+}
+
+impl CpuMlp {
+    pub(super) fn new(checkpoint: &Checkpoint) -> Result<CpuMlp, LoadError> {
+        let layers = checkpoint
+            .layers
+            .iter()
+            .map(|l| Linear::new(l.weight.to_f32(), l.bias.clone(), l.inputs, l.outputs))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(CpuMlp {
+            layers,
+            scratch: [Vec::new(), Vec::new()],
+            threads: rayon::current_num_threads(),
+        })
+    }
+
+    pub(super) fn forward(
+        &mut self,
+        input: &[f32],
+        rows: usize,
+        output: &mut [f32],
+    ) -> Result<(), ModelError> {
+        let n = self.layers.len();
+        let [b0, b1] = &mut self.scratch;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let act = activation(i, n);
+            // Layer i reads what layer i - 1 wrote and writes the other buffer.
+            let (read, write) = if i % 2 == 0 {
+                (&*b1, &mut *b0)
+            } else {
+                (&*b0, &mut *b1)
+            };
+            let src: &[f32] = if i == 0 { input } else { read };
+            if i + 1 == n {
+                layer.forward(src, rows, output, act, self.threads)?;
+            } else {
+                write.resize(rows * layer.outputs(), 0.0);
+                layer.forward(src, rows, write, act, self.threads)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,127 @@
+//! The multilayer perceptron: ReLU between layers, none after the last.
+
+mod cpu;
+mod cuda;
+
+use std::path::Path;
+
+use kernels::Device;
+
+use crate::{
+    Checkpoint, INPUT_NAME, LoadError, Model, ModelError, ModelMetadata, OUTPUT_NAME, TensorSpec,
+};
+
+/// An MLP placed on one device, ready to run.
+pub struct Mlp {
+    metadata: ModelMetadata,
+    device: Device,
+    dims: Vec<usize>,
+    backend: Backend,
+}
+
+enum Backend {
+    Cpu(cpu::CpuMlp),
+    Cuda(Box<cuda::CudaMlp>),
+}
+
+impl Mlp {
+    /// Reads, validates and places a safetensors checkpoint.
+    pub fn load(path: &Path, device: &Device) -> Result<Mlp, LoadError> {
+        Mlp::new(&Checkpoint::read(path)?, device)
+    }
+
+    pub fn new(checkpoint: &Checkpoint, device: &Device) -> Result<Mlp, LoadError> {
+        let dims = checkpoint.dims();
+        let backend = match device {
+            Device::Cpu => Backend::Cpu(cpu::CpuMlp::new(checkpoint)?),
+            Device::Cuda(d) => Backend::Cuda(Box::new(cuda::CudaMlp::new(checkpoint, d.clone())?)),
+        };
+        let spec = |name: &str, width: usize| TensorSpec {
+            name: name.to_string(),
+            datatype: "FP32",
+            shape: vec![-1, width as i64],
+        };
+        Ok(Mlp {
+            metadata: ModelMetadata {
+                inputs: vec![spec(INPUT_NAME, dims[0])],
+                outputs: vec![spec(OUTPUT_NAME, dims[dims.len() - 1])],
+            },
+            device: device.clone(),
+            dims,
+            backend,
+        })
+    }
+
+    /// `[in, hidden..., out]`.
+    pub fn dims(&self) -> &[usize] {
+        &self.dims
+    }
+
+    /// On the CPU, how many threads of the current rayon pool a forward pass may use.
+    pub fn set_threads(&mut self, threads: usize) {
+        if let Backend::Cpu(m) = &mut self.backend {
+            m.threads = threads.max(1);
+        }
+    }
+}
+
+impl Model for Mlp {
+    fn metadata(&self) -> &ModelMetadata {
+        &self.metadata
+    }
+
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn input_width(&self) -> usize {
+        self.dims[0]
+    }
+
+    fn output_width(&self) -> usize {
+        self.dims[self.dims.len() - 1]
+    }
+
+    fn macs_per_row(&self) -> u64 {
+        self.dims.windows(2).map(|w| (w[0] * w[1]) as u64).sum()
+    }
+
+    fn forward(
+        &mut self,
+        input: &[f32],
+        rows: usize,
+        output: &mut [f32],
+    ) -> Result<(), ModelError> {
+        let (inw, outw) = (self.input_width(), self.output_width());
+        if input.len() != rows * inw {
+            return Err(ModelError::InputSize {
+                rows,
+                width: inw,
+                expected: rows * inw,
+                given: input.len(),
+            });
+        }
+        if output.len() != rows * outw {
+            return Err(ModelError::OutputSize {
+                expected: rows * outw,
+                given: output.len(),
+            });
+        }
+        if rows == 0 {
+            return Ok(());
+        }
+        match &mut self.backend {
+            Backend::Cpu(m) => m.forward(input, rows, output),
+            Backend::Cuda(m) => m.forward(input, rows, output),
+        }
+    }
+}
+
+/// The activation after layer `i` of `n`: ReLU between layers, none after the last.
+pub(crate) fn activation(i: usize, n: usize) -> kernels::Activation {
+    if i + 1 < n {
+        kernels::Activation::Relu
+    } else {
+        kernels::Activation::Identity
+    }
+}

@@ -1,0 +1,110 @@
+//! `Mlp::forward` against a float64 reference computed here, on fresh random weights and
+//! inputs, with the output poisoned first. The same bodies run on the CPU and, where a
+//! device exists, on CUDA; the CUDA variants say why they skip when none does.
+
+use kernels::{DType, Device};
+use models::rng::SplitMix64;
+use models::{Checkpoint, Mlp, Model};
+
+const BATCHES: [usize; 5] = [1, 2, 7, 64, 513];
+const DIMS: [usize; 4] = [784, 256, 96, 10];
+
+/// The float64 forward pass on the stored (possibly 16-bit) weights.
+fn reference(ckpt: &Checkpoint, input: &[f32], rows: usize) -> Vec<f64> {
+    let mut x: Vec<f64> = input.iter().map(|v| *v as f64).collect();
+    let n = ckpt.layers.len();
+    for (i, layer) in ckpt.layers.iter().enumerate() {
+        let w = layer.weight.to_f32();
+        let mut y = vec![0f64; rows * layer.outputs];
+        for r in 0..rows {
+            for o in 0..layer.outputs {
+                let mut s = layer.bias[o] as f64;
+                for k in 0..layer.inputs {
+                    s += x[r * layer.inputs + k] * w[o * layer.inputs + k] as f64;
+                }
+                y[r * layer.outputs + o] = if i + 1 < n { s.max(0.0) } else { s };
+            }
+        }
+        x = y;
+    }
+    x
+}
+
+/// max |got - want| / max |want|: the error relative to the output's scale.
+fn relative_error(got: &[f32], want: &[f64]) -> f64 {
+    let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+    let err = got
+        .iter()
+        .zip(want)
+        .fold(0f64, |m, (g, w)| m.max((*g as f64 - w).abs()));
+    assert!(
+        got.iter().all(|v| v.is_finite()),
+        "output holds non-finite values"
+    );
+    err / scale
+}
+
+fn check(device: &Device, dtype: DType, tolerance: f64, seed: u64) {
+    let ckpt = Checkpoint::random(&DIMS, dtype, seed);
+    let mut mlp = Mlp::new(&ckpt, device).unwrap();
+    let mut rng = SplitMix64::new(seed ^ 0xfeed);
+    for rows in BATCHES {
+        let input: Vec<f32> = (0..rows * DIMS[0]).map(|_| rng.normal()).collect();
+        let mut output = vec![f32::NAN; rows * DIMS[3]];
+        mlp.forward(&input, rows, &mut output).unwrap();
+        let err = relative_error(&output, &reference(&ckpt, &input, rows));
+        assert!(
+            err <= tolerance,
+            "{device:?} {dtype} rows={rows}: relative error {err:e} > {tolerance:e}"
+        );
+    }
+}
+
+macro_rules! on_every_device {
+    ($name:ident, $dtype:expr, $tol:expr) => {
+        mod $name {
+            use super::*;
+
+            #[test]
+            fn cpu() {
+                check(&Device::Cpu, $dtype, $tol, 11);
+            }
+
+            #[test]
+            fn cuda() {
+                let test = concat!(stringify!($name), "::cuda");
+                if let Some(device) = kernels::cuda::device_for_test(test) {
+                    check(&Device::Cuda(device), $dtype, $tol, 11);
+                }
+            }
+        }
+    };
+}
+
+on_every_device!(f32_weights, DType::F32, 1e-5);
+on_every_device!(f16_weights, DType::F16, 1e-2);
+on_every_device!(bf16_weights, DType::BF16, 1e-2);
+
+#[test]
+fn wrong_buffer_sizes_are_errors_not_panics() {
+    let ckpt = Checkpoint::random(&[4, 3, 2], DType::F32, 1);
+    let mut mlp = Mlp::new(&ckpt, &Device::Cpu).unwrap();
+    let mut out = vec![0.0; 4];
+    let err = mlp.forward(&[0.0; 7], 2, &mut out).unwrap_err();
+    assert!(err.to_string().contains("expected 2 rows x 4 = 8"), "{err}");
+    let err = mlp.forward(&[0.0; 8], 2, &mut out[..3]).unwrap_err();
+    assert!(err.to_string().contains("expected 4"), "{err}");
+}
+
+#[test]
+fn metadata_follows_the_design() {
+    let ckpt = Checkpoint::random(&[64, 32, 10], DType::F16, 1);
+    let mlp = Mlp::new(&ckpt, &Device::Cpu).unwrap();
+    let meta = mlp.metadata();
+    assert_eq!(meta.inputs[0].name, "input-0");
+    assert_eq!(meta.inputs[0].datatype, "FP32");
+    assert_eq!(meta.inputs[0].shape, vec![-1, 64]);
+    assert_eq!(meta.outputs[0].name, "output-0");
+    assert_eq!(meta.outputs[0].shape, vec![-1, 10]);
+    assert_eq!(mlp.macs_per_row(), 64 * 32 + 32 * 10);
+}

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The project's tests, on a fresh machine: makes the Python venv they use (NVRTC to compile
+# every CUDA kernel without a GPU, numpy for reference clients), then runs every crate's
+# tests. CUDA tests report themselves SKIPPED where there is no device.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup-python.sh
+nvrtc_lib=$(echo "$PWD"/.venv/lib/python3*/site-packages/nvidia/cu13/lib)
+export LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# A kernel that does not compile must fail the run, not skip it.
+export TANDEM_REQUIRE_NVRTC=1
+export TANDEM_PYTHON="$PWD/.venv/bin/python"
+cargo test --release --workspace "$@"
