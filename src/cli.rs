@@ -17,6 +17,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serves models over the Open Inference Protocol v2 (HTTP/REST).
+    Serve(ServeArgs),
     /// Benchmarks: in-process forward passes, or load against a running server.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -53,4 +55,54 @@ pub struct ForwardArgs {
     /// Also write the results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// A TOML config file (default: the built-in config/tandem.toml, which serves the
+    /// bundled example model when no model is given on the command line).
+    #[arg(long, env = "TANDEM_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Address to listen on; port 0 picks a free port (the bound address is logged).
+    #[arg(long, env = "TANDEM_LISTEN")]
+    pub listen: Option<std::net::SocketAddr>,
+
+    /// Serve one safetensors MLP as NAME (repeatable).
+    #[arg(long = "model", value_name = "NAME=PATH", value_parser = parse_model)]
+    pub models: Vec<(String, PathBuf)>,
+
+    /// A model repository: DIR/<model>/<version>/model.safetensors.
+    #[arg(long, env = "TANDEM_MODEL_REPOSITORY")]
+    pub model_repository: Option<PathBuf>,
+
+    /// auto, cpu, cuda or cuda:N.
+    #[arg(long, env = "TANDEM_DEVICE")]
+    pub device: Option<String>,
+
+    /// Serve /metrics on this address too.
+    #[arg(long, env = "TANDEM_METRICS_LISTEN")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+
+    /// Default max batch size (rows) for every model.
+    #[arg(long)]
+    pub max_batch_size: Option<usize>,
+
+    /// Default max queue delay of the static batching policy, in microseconds.
+    #[arg(long)]
+    pub max_queue_delay_us: Option<u64>,
+
+    /// Tokio worker threads for HTTP (default: one per core).
+    #[arg(long, env = "TANDEM_HTTP_THREADS")]
+    pub http_threads: Option<usize>,
+}
+
+fn parse_model(s: &str) -> Result<(String, PathBuf), String> {
+    let (name, path) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected NAME=PATH, got {s:?}"))?;
+    if name.is_empty() || name.contains('/') {
+        return Err(format!("invalid model name {name:?}"));
+    }
+    Ok((name.to_string(), PathBuf::from(path)))
 }

@@ -2,6 +2,7 @@
 
 mod bench;
 mod cli;
+mod serve;
 
 use clap::Parser;
 
@@ -9,6 +10,7 @@ fn main() -> anyhow::Result<()> {
     let cli = cli::Cli::parse();
     init_tracing();
     match cli.command {
+        cli::Command::Serve(args) => serve::run(args),
         cli::Command::Bench(args) => bench::run(args),
     }
 }

@@ -1,0 +1,79 @@
+//! Per-model queueing and batching.
+//!
+//! - [`state::QueueState`] is the queue: a pure structure ordered by priority, then
+//!   deadline, then arrival, with expiry — tested directly.
+//! - [`policy`] decides when a batch leaves and how big it is; the static policy (Triton's
+//!   "max batch size + max queue delay") is the baseline behind the [`policy::BatchPolicy`]
+//!   seam.
+//! - [`task`] is the thin async loop that feeds the state from the request channel, asks
+//!   the policy, and hands batches to the model's worker threads.
+
+pub mod policy;
+pub mod state;
+pub mod task;
+
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::error::ApiError;
+
+/// A validated request waiting for its batch.
+#[derive(Debug)]
+pub struct Pending {
+    /// Row-major `[rows, input width]`, already in the model's f32.
+    pub input: Vec<f32>,
+    pub rows: usize,
+    /// 1 is the highest.
+    pub priority: u32,
+    pub enqueued: Instant,
+    /// When the client stops waiting; the request is answered 504 then.
+    pub deadline: Option<Instant>,
+    pub reply: oneshot::Sender<Reply>,
+}
+
+pub type Reply = Result<Completed, ApiError>;
+
+/// What the worker sends back for one request.
+#[derive(Debug)]
+pub struct Completed {
+    /// Row-major `[rows, output width]`.
+    pub output: Vec<f32>,
+    pub queue_time: Duration,
+    pub compute_time: Duration,
+    pub batch_rows: usize,
+}
+
+/// Why the batcher let a batch go: the `reason` label of `tandem_batches_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReleaseReason {
+    /// It reached the largest batch allowed.
+    Full,
+    /// Waiting longer would make a request miss its deadline or budget.
+    Deadline,
+    /// The oldest request waited the configured delay.
+    Timer,
+    /// The device was idle and the policy saw no gain in waiting.
+    Idle,
+}
+
+impl ReleaseReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReleaseReason::Full => "full",
+            ReleaseReason::Deadline => "deadline",
+            ReleaseReason::Timer => "timer",
+            ReleaseReason::Idle => "idle",
+        }
+    }
+}
+
+/// Requests released together, in the order the queue ranked them.
+#[derive(Debug)]
+pub struct Batch {
+    pub requests: Vec<Pending>,
+    pub rows: usize,
+    pub reason: ReleaseReason,
+    pub released: Instant,
+}

@@ -1,0 +1,172 @@
+//! When a batch leaves the queue, and how big it is: the seam between the queue and the
+//! batching policy. A policy is consulted only while a worker is free; it may release a
+//! batch now or name the time it wants to be asked again.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::ReleaseReason;
+use super::state::QueueView;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Release the best-ranked requests that fit in `max_rows`.
+    Release {
+        max_rows: usize,
+        reason: ReleaseReason,
+    },
+    /// Ask again at `until`, or when the queue changes if `None`.
+    Wait { until: Option<Instant> },
+}
+
+/// Why a request is refused at the door, and when to come back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Shed {
+    pub reason: &'static str,
+    pub message: String,
+    pub retry_after: Duration,
+}
+
+pub trait BatchPolicy: Send {
+    fn name(&self) -> &'static str;
+
+    /// The largest batch, in rows.
+    fn max_batch_rows(&self) -> usize;
+
+    /// With a worker free and requests waiting: release now, or wait.
+    fn decide(&mut self, queue: &QueueView, now: Instant) -> Decision;
+
+    /// Whether to accept a request of `rows` rows with `deadline` into a queue in state
+    /// `queue`. The static policy accepts everything the queue has room for.
+    fn admit(
+        &mut self,
+        _queue: &QueueView,
+        _rows: usize,
+        _deadline: Option<Instant>,
+        _now: Instant,
+    ) -> Result<(), Shed> {
+        Ok(())
+    }
+
+    /// A batch of `rows` rows took `compute` on the device.
+    fn observe_batch(&mut self, _rows: usize, _compute: Duration, _now: Instant) {}
+
+    /// A request finished `latency` after it arrived (queue + compute).
+    fn observe_latency(&mut self, _latency: Duration, _now: Instant) {}
+}
+
+/// Triton's dynamic batcher and its peers: release at `max_batch_size` rows, or when the
+/// oldest request has waited `max_queue_delay`. The baseline the adaptive policy must beat.
+#[derive(Clone, Debug)]
+pub struct StaticPolicy {
+    pub max_batch_rows: usize,
+    pub max_queue_delay: Duration,
+}
+
+impl BatchPolicy for StaticPolicy {
+    fn name(&self) -> &'static str {
+        "static"
+    }
+
+    fn max_batch_rows(&self) -> usize {
+        self.max_batch_rows
+    }
+
+    fn decide(&mut self, queue: &QueueView, now: Instant) -> Decision {
+        let Some(oldest) = queue.oldest else {
+            return Decision::Wait { until: None };
+        };
+        // `head_rows` is what fits: if the next request does not, the batch is as full as
+        // it can get.
+        if queue.rows >= self.max_batch_rows || queue.head_rows < queue.rows {
+            return Decision::Release {
+                max_rows: self.max_batch_rows,
+                reason: ReleaseReason::Full,
+            };
+        }
+        let due = oldest + self.max_queue_delay;
+        if now >= due {
+            let reason = if self.max_queue_delay.is_zero() {
+                ReleaseReason::Idle
+            } else {
+                ReleaseReason::Timer
+            };
+            Decision::Release {
+                max_rows: self.max_batch_rows,
+                reason,
+            }
+        } else {
+            Decision::Wait { until: Some(due) }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(rows: usize, head_rows: usize, oldest: Instant) -> QueueView {
+        QueueView {
+            requests: rows,
+            rows,
+            oldest: Some(oldest),
+            earliest_deadline: None,
+            head_rows,
+        }
+    }
+
+    #[test]
+    fn static_releases_when_full_or_when_the_oldest_waited_long_enough() {
+        let t = Instant::now();
+        let mut p = StaticPolicy {
+            max_batch_rows: 8,
+            max_queue_delay: Duration::from_millis(2),
+        };
+        assert_eq!(p.decide(&QueueView::default(), t), Decision::Wait { until: None });
+        assert_eq!(
+            p.decide(&view(3, 3, t), t + Duration::from_millis(1)),
+            Decision::Wait {
+                until: Some(t + Duration::from_millis(2))
+            }
+        );
+        assert_eq!(
+            p.decide(&view(3, 3, t), t + Duration::from_millis(2)),
+            Decision::Release {
+                max_rows: 8,
+                reason: ReleaseReason::Timer
+            }
+        );
+        assert_eq!(
+            p.decide(&view(8, 8, t), t),
+            Decision::Release {
+                max_rows: 8,
+                reason: ReleaseReason::Full
+            }
+        );
+        // 6 rows fit, the next request does not: nothing more can join this batch.
+        assert_eq!(
+            p.decide(&view(9, 6, t), t),
+            Decision::Release {
+                max_rows: 8,
+                reason: ReleaseReason::Full
+            }
+        );
+    }
+
+    #[test]
+    fn zero_delay_releases_at_once_as_idle() {
+        let t = Instant::now();
+        let mut p = StaticPolicy {
+            max_batch_rows: 8,
+            max_queue_delay: Duration::ZERO,
+        };
+        assert_eq!(
+            p.decide(&view(1, 1, t), t),
+            Decision::Release {
+                max_rows: 8,
+                reason: ReleaseReason::Idle
+            }
+        );
+    }
+}

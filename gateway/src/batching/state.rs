@@ -1,0 +1,321 @@
+//! The queue of one model version, as a pure data structure: no time source, no channels.
+//!
+//! Requests are ranked by priority (1 first), then deadline (earliest first, none last),
+//! then arrival. Expired requests come out through [`QueueState::expire`] so that a timer
+//! can answer them before they take a batch slot.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tokio::time::Instant;
+
+use super::Pending;
+
+/// Rank in the queue: smaller leaves first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Rank {
+    priority: u32,
+    /// `false` sorts first: requests with a deadline go before those without.
+    no_deadline: bool,
+    deadline: Option<Instant>,
+    seq: u64,
+}
+
+/// A summary of the queue for the batching policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueView {
+    pub requests: usize,
+    pub rows: usize,
+    /// Arrival of the request that has waited longest.
+    pub oldest: Option<Instant>,
+    /// The earliest deadline of any waiting request.
+    pub earliest_deadline: Option<Instant>,
+    /// Rows of the batch that [`QueueState::take_batch`] would form at the policy's largest
+    /// size right now (requests are never split).
+    pub head_rows: usize,
+}
+
+#[derive(Debug)]
+pub struct QueueState {
+    ranked: BTreeMap<Rank, Pending>,
+    /// Arrival order (seq → rank), for the oldest request.
+    arrivals: BTreeMap<u64, Rank>,
+    /// Deadline order, for expiry.
+    deadlines: BTreeSet<(Instant, Rank)>,
+    rows: usize,
+    capacity: usize,
+    max_batch_rows: usize,
+    next_seq: u64,
+}
+
+impl QueueState {
+    /// A queue of at most `capacity` requests whose batches hold at most `max_batch_rows`.
+    pub fn new(capacity: usize, max_batch_rows: usize) -> QueueState {
+        QueueState {
+            ranked: BTreeMap::new(),
+            arrivals: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
+            rows: 0,
+            capacity,
+            max_batch_rows,
+            next_seq: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.ranked.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ranked.is_empty()
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn set_limits(&mut self, capacity: usize, max_batch_rows: usize) {
+        self.capacity = capacity;
+        self.max_batch_rows = max_batch_rows;
+    }
+
+    /// Adds a request, or gives it back when the queue is full.
+    pub fn push(&mut self, p: Pending) -> Result<(), Pending> {
+        if self.ranked.len() >= self.capacity {
+            return Err(p);
+        }
+        let rank = Rank {
+            priority: p.priority,
+            no_deadline: p.deadline.is_none(),
+            deadline: p.deadline,
+            seq: self.next_seq,
+        };
+        self.next_seq += 1;
+        self.rows += p.rows;
+        self.arrivals.insert(rank.seq, rank);
+        if let Some(d) = p.deadline {
+            self.deadlines.insert((d, rank));
+        }
+        self.ranked.insert(rank, p);
+        Ok(())
+    }
+
+    fn remove(&mut self, rank: Rank) -> Option<Pending> {
+        let p = self.ranked.remove(&rank)?;
+        self.arrivals.remove(&rank.seq);
+        if let Some(d) = rank.deadline {
+            self.deadlines.remove(&(d, rank));
+        }
+        self.rows -= p.rows;
+        Some(p)
+    }
+
+    pub fn view(&self) -> QueueView {
+        QueueView {
+            requests: self.ranked.len(),
+            rows: self.rows,
+            oldest: self
+                .arrivals
+                .first_key_value()
+                .and_then(|(_, r)| self.ranked.get(r))
+                .map(|p| p.enqueued),
+            earliest_deadline: self.deadlines.first().map(|(d, _)| *d),
+            head_rows: self.head_rows(self.max_batch_rows),
+        }
+    }
+
+    /// Rows of the batch `take_batch(max_rows)` would form.
+    pub fn head_rows(&self, max_rows: usize) -> usize {
+        let mut rows = 0;
+        for p in self.ranked.values() {
+            if rows + p.rows > max_rows {
+                break;
+            }
+            rows += p.rows;
+        }
+        rows
+    }
+
+    /// Removes the best-ranked requests that fit in `max_rows` together. A request larger
+    /// than the room left ends the batch rather than being skipped, so it cannot starve.
+    pub fn take_batch(&mut self, max_rows: usize) -> Vec<Pending> {
+        let mut take = Vec::new();
+        let mut rows = 0;
+        for (rank, p) in &self.ranked {
+            if rows + p.rows > max_rows {
+                break;
+            }
+            rows += p.rows;
+            take.push(*rank);
+        }
+        take.into_iter().filter_map(|r| self.remove(r)).collect()
+    }
+
+    /// Removes every request whose deadline is at or before `now`.
+    pub fn expire(&mut self, now: Instant) -> Vec<Pending> {
+        let mut expired = Vec::new();
+        while let Some(&(d, rank)) = self.deadlines.first() {
+            if d > now {
+                break;
+            }
+            if let Some(p) = self.remove(rank) {
+                expired.push(p);
+            }
+        }
+        expired
+    }
+
+    /// The next time [`QueueState::expire`] has work.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.deadlines.first().map(|(d, _)| *d)
+    }
+
+    /// Removes requests whose client has gone; they would cost compute for nobody.
+    pub fn drop_abandoned(&mut self) -> usize {
+        let gone: Vec<Rank> = self
+            .ranked
+            .iter()
+            .filter(|(_, p)| p.reply.is_closed())
+            .map(|(r, _)| *r)
+            .collect();
+        let n = gone.len();
+        for r in gone {
+            self.remove(r);
+        }
+        n
+    }
+
+    /// Removes everything (shutdown of a version with nothing left to serve it).
+    pub fn drain(&mut self) -> Vec<Pending> {
+        let ranks: Vec<Rank> = self.ranked.keys().copied().collect();
+        ranks.into_iter().filter_map(|r| self.remove(r)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::sync::oneshot;
+
+    use super::*;
+    use crate::batching::Reply;
+
+    fn pending(
+        rows: usize,
+        priority: u32,
+        enqueued: Instant,
+        deadline: Option<Instant>,
+    ) -> (Pending, oneshot::Receiver<Reply>) {
+        let (tx, rx) = oneshot::channel();
+        let p = Pending {
+            input: vec![rows as f32; rows],
+            rows,
+            priority,
+            enqueued,
+            deadline,
+            reply: tx,
+        };
+        (p, rx)
+    }
+
+    #[test]
+    fn ranks_by_priority_then_deadline_then_arrival() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        let mut q = QueueState::new(10, 100);
+        let mut keep = Vec::new();
+        for (rows, prio, dl) in [
+            (1, 2, None),
+            (2, 1, None),
+            (3, 1, Some(t + ms(50))),
+            (4, 1, Some(t + ms(10))),
+            (5, 2, Some(t + ms(1))),
+        ] {
+            let (p, rx) = pending(rows, prio, t, dl);
+            keep.push(rx);
+            q.push(p).unwrap();
+        }
+        let order: Vec<usize> = q.take_batch(100).iter().map(|p| p.rows).collect();
+        assert_eq!(order, vec![4, 3, 2, 5, 1]);
+        assert!(q.is_empty() && q.rows() == 0);
+    }
+
+    #[test]
+    fn batches_never_split_requests_and_do_not_skip_ahead() {
+        let t = Instant::now();
+        let mut q = QueueState::new(10, 8);
+        let mut keep = Vec::new();
+        for rows in [3, 4, 2, 1] {
+            let (p, rx) = pending(rows, 1, t, None);
+            keep.push(rx);
+            q.push(p).unwrap();
+        }
+        assert_eq!(q.view().head_rows, 7);
+        let b: Vec<usize> = q.take_batch(8).iter().map(|p| p.rows).collect();
+        assert_eq!(b, vec![3, 4]);
+        assert_eq!(q.rows(), 3);
+    }
+
+    #[test]
+    fn capacity_bounds_the_queue() {
+        let t = Instant::now();
+        let mut q = QueueState::new(2, 8);
+        let (a, _ra) = pending(1, 1, t, None);
+        let (b, _rb) = pending(1, 1, t, None);
+        let (c, _rc) = pending(1, 1, t, None);
+        q.push(a).unwrap();
+        q.push(b).unwrap();
+        assert!(q.push(c).is_err());
+        assert_eq!(q.len(), 2);
+    }
+
+    #[test]
+    fn expiry_removes_exactly_the_overdue() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        let mut q = QueueState::new(10, 8);
+        let mut keep = Vec::new();
+        for dl in [Some(t + ms(5)), None, Some(t + ms(1)), Some(t + ms(9))] {
+            let (p, rx) = pending(1, 1, t, dl);
+            keep.push(rx);
+            q.push(p).unwrap();
+        }
+        assert_eq!(q.next_expiry(), Some(t + ms(1)));
+        assert_eq!(q.expire(t + ms(5)).len(), 2);
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.next_expiry(), Some(t + ms(9)));
+        assert_eq!(q.view().earliest_deadline, Some(t + ms(9)));
+    }
+
+    #[test]
+    fn abandoned_requests_are_dropped() {
+        let t = Instant::now();
+        let mut q = QueueState::new(10, 8);
+        let (a, ra) = pending(1, 1, t, None);
+        let (b, _rb) = pending(2, 1, t, None);
+        q.push(a).unwrap();
+        q.push(b).unwrap();
+        drop(ra);
+        assert_eq!(q.drop_abandoned(), 1);
+        assert_eq!(q.rows(), 2);
+    }
+
+    #[test]
+    fn the_oldest_is_tracked_across_priorities() {
+        let t = Instant::now();
+        let mut q = QueueState::new(10, 8);
+        let (a, _ra) = pending(1, 3, t, None);
+        let (b, _rb) = pending(1, 1, t + Duration::from_millis(4), None);
+        q.push(a).unwrap();
+        q.push(b).unwrap();
+        assert_eq!(q.view().oldest, Some(t));
+        q.take_batch(1);
+        assert_eq!(q.view().oldest, Some(t));
+        q.take_batch(1);
+        assert_eq!(q.view().oldest, None);
+    }
+}

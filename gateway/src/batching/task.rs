@@ -1,0 +1,236 @@
+//! The batcher: one task per model version that owns its [`QueueState`] and policy, admits
+//! requests from a bounded channel, expires overdue ones on a timer (even while a long batch
+//! runs), and hands batches to the version's worker threads when one is free.
+
+use std::sync::mpsc::SyncSender;
+use std::time::Duration;
+
+use metrics::{Counter, Gauge, Histogram};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::policy::{BatchPolicy, Decision};
+use super::state::QueueState;
+use super::{Batch, Pending, ReleaseReason};
+use crate::error::ApiError;
+use crate::metrics as names;
+
+/// A worker's report that it finished a batch and is free again.
+#[derive(Debug)]
+pub struct WorkerDone {
+    pub rows: usize,
+    pub compute: Duration,
+    /// Arrival-to-completion time of each request in the batch.
+    pub latencies: Vec<Duration>,
+}
+
+/// A new policy for a running batcher (the admin API's live budget changes).
+pub struct PolicyUpdate {
+    pub policy: Box<dyn BatchPolicy>,
+    pub queue_capacity: usize,
+}
+
+/// Handles to this model's metrics, made once.
+struct BatcherMetrics {
+    batches: [Counter; 4],
+    batch_rows: Histogram,
+    queue_depth: Gauge,
+    queue_full: Counter,
+    shed: Counter,
+    expired: Counter,
+    abandoned: Counter,
+}
+
+impl BatcherMetrics {
+    fn new(model: &str) -> BatcherMetrics {
+        let m = model.to_string();
+        let reasons = [
+            ReleaseReason::Full,
+            ReleaseReason::Deadline,
+            ReleaseReason::Timer,
+            ReleaseReason::Idle,
+        ];
+        let rejected = |reason: &'static str| {
+            metrics::counter!(names::REQUESTS_REJECTED, "model" => m.clone(), "reason" => reason)
+        };
+        BatcherMetrics {
+            batches: reasons.map(|r| {
+                metrics::counter!(names::BATCHES, "model" => m.clone(), "reason" => r.as_str())
+            }),
+            batch_rows: metrics::histogram!(names::BATCH_ROWS, "model" => m.clone()),
+            queue_depth: metrics::gauge!(names::QUEUE_DEPTH, "model" => m.clone()),
+            queue_full: rejected("queue_full"),
+            shed: rejected("shed"),
+            expired: rejected("expired"),
+            abandoned: rejected("abandoned"),
+        }
+    }
+
+    fn batch(&self, reason: ReleaseReason, rows: usize) {
+        let i = match reason {
+            ReleaseReason::Full => 0,
+            ReleaseReason::Deadline => 1,
+            ReleaseReason::Timer => 2,
+            ReleaseReason::Idle => 3,
+        };
+        self.batches[i].increment(1);
+        self.batch_rows.record(rows as f64);
+    }
+}
+
+pub struct Batcher {
+    pub model: String,
+    pub requests: mpsc::Receiver<Pending>,
+    pub done: mpsc::Receiver<WorkerDone>,
+    pub batches: SyncSender<Batch>,
+    pub workers: usize,
+    pub policy: Box<dyn BatchPolicy>,
+    /// Live changes from the admin API; the sender lives in the version's handle.
+    pub updates: mpsc::Receiver<PolicyUpdate>,
+    pub state: QueueState,
+    /// Retry-After for requests refused because the queue is full.
+    pub full_retry_after: Duration,
+}
+
+impl Batcher {
+    /// Runs until every request sender is gone and the queue is empty.
+    pub async fn run(mut self) {
+        let metrics = BatcherMetrics::new(&self.model);
+        let mut idle = self.workers;
+        let mut closed = false;
+        let mut updates_closed = false;
+        loop {
+            let now = Instant::now();
+            for p in self.state.expire(now) {
+                metrics.expired.increment(1);
+                let waited_ms = now.saturating_duration_since(p.enqueued).as_millis() as u64;
+                let _ = p.reply.send(Err(ApiError::DeadlineExceeded { waited_ms }));
+            }
+            let mut wake = self.state.next_expiry();
+            while idle > 0 && !self.state.is_empty() {
+                let gone = self.state.drop_abandoned();
+                metrics.abandoned.increment(gone as u64);
+                if self.state.is_empty() {
+                    break;
+                }
+                match self.policy.decide(&self.state.view(), now) {
+                    Decision::Release { max_rows, reason } => {
+                        let requests = self.state.take_batch(max_rows);
+                        if requests.is_empty() {
+                            break;
+                        }
+                        let rows = requests.iter().map(|p| p.rows).sum();
+                        metrics.batch(reason, rows);
+                        let batch = Batch {
+                            requests,
+                            rows,
+                            reason,
+                            released: now,
+                        };
+                        // Capacity equals the worker count and we send only while one is
+                        // idle, so this never blocks; a closed channel means every worker
+                        // thread has died.
+                        if let Err(e) = self.batches.try_send(batch) {
+                            let batch = match e {
+                                std::sync::mpsc::TrySendError::Full(b)
+                                | std::sync::mpsc::TrySendError::Disconnected(b) => b,
+                            };
+                            for p in batch.requests {
+                                let _ = p.reply.send(Err(ApiError::ModelFailure(
+                                    "the model's workers are gone".into(),
+                                )));
+                            }
+                            closed = true;
+                            break;
+                        }
+                        idle -= 1;
+                    }
+                    Decision::Wait { until } => {
+                        wake = earliest(wake, until);
+                        break;
+                    }
+                }
+            }
+            metrics.queue_depth.set(self.state.len() as f64);
+            if closed && self.state.is_empty() && idle == self.workers {
+                break;
+            }
+            tokio::select! {
+                done = self.done.recv() => match done {
+                    Some(d) => {
+                        idle += 1;
+                        let now = Instant::now();
+                        self.policy.observe_batch(d.rows, d.compute, now);
+                        for l in d.latencies {
+                            self.policy.observe_latency(l, now);
+                        }
+                    }
+                    None => {
+                        for p in self.state.drain() {
+                            let _ = p.reply.send(Err(ApiError::ModelFailure("the model's workers are gone".into())));
+                        }
+                        break;
+                    }
+                },
+                request = self.requests.recv(), if !closed => match request {
+                    Some(p) => {
+                        self.admit(p, &metrics);
+                        // Take whatever else is already waiting before deciding, so a burst
+                        // is seen whole.
+                        while let Ok(p) = self.requests.try_recv() {
+                            self.admit(p, &metrics);
+                        }
+                    }
+                    None => closed = true,
+                },
+                update = self.updates.recv(), if !updates_closed => match update {
+                    Some(u) => {
+                        self.state.set_limits(u.queue_capacity, u.policy.max_batch_rows());
+                        self.policy = u.policy;
+                    }
+                    None => updates_closed = true,
+                },
+                _ = sleep_until(wake), if wake.is_some() => {}
+            }
+        }
+        metrics.queue_depth.set(0.0);
+    }
+
+    fn admit(&mut self, p: Pending, metrics: &BatcherMetrics) {
+        let now = Instant::now();
+        if let Err(shed) = self.policy.admit(&self.state.view(), p.rows, p.deadline, now) {
+            metrics.shed.increment(1);
+            let _ = p.reply.send(Err(ApiError::Overloaded {
+                message: shed.message,
+                retry_after: shed.retry_after,
+                reason: shed.reason,
+            }));
+            return;
+        }
+        if let Err(p) = self.state.push(p) {
+            metrics.queue_full.increment(1);
+            let _ = p.reply.send(Err(ApiError::Overloaded {
+                message: format!(
+                    "the queue is full ({} requests waiting)",
+                    self.state.capacity()
+                ),
+                retry_after: self.full_retry_after,
+                reason: "queue_full",
+            }));
+        }
+    }
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

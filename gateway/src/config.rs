@@ -1,0 +1,285 @@
+//! The gateway's one typed configuration. It comes from a TOML file (the embedded
+//! `config/tandem.toml` by default), then command-line flags and `TANDEM_*` variables
+//! override it; defaults live on the types. `run` takes it whole.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The configuration `tandem serve` runs with when given no arguments.
+pub const DEFAULT_CONFIG: &str = include_str!("../../config/tandem.toml");
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address of the HTTP API (and of `/metrics`).
+    pub listen: SocketAddr,
+    /// A second address that serves only `/metrics`, if set.
+    pub metrics_listen: Option<SocketAddr>,
+    /// `auto`, `cpu`, `cuda` or `cuda:N`.
+    pub device: String,
+    /// A Triton-style repository: `DIR/<model>/<version>/model.safetensors`.
+    pub model_repository: Option<PathBuf>,
+    /// How often the repository is scanned for new versions.
+    pub repository_poll_ms: u64,
+    /// How many of a model's newest versions stay loaded.
+    pub keep_versions: usize,
+    /// Settings every model starts from.
+    pub defaults: ModelSettings,
+    /// Per-model entries: a single-file model (`path`) and/or overrides of `defaults`.
+    pub models: BTreeMap<String, ModelOverrides>,
+    pub limits: Limits,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8000)),
+            metrics_listen: None,
+            device: "auto".into(),
+            model_repository: None,
+            repository_poll_ms: 1000,
+            keep_versions: 2,
+            defaults: ModelSettings::default(),
+            models: BTreeMap::new(),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// How a model's requests are queued and batched.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelSettings {
+    /// Rows per batch at most; also the most rows one request may carry.
+    pub max_batch_size: usize,
+    /// The static policy releases a batch when its oldest request has waited this long.
+    pub max_queue_delay_us: u64,
+    /// Requests waiting at most; beyond it requests are answered 429 at once.
+    pub queue_capacity: usize,
+    /// Worker threads (each with its own copy of the model).
+    pub replicas: usize,
+    /// The priority of requests that do not set one (1 is the highest).
+    pub default_priority: u32,
+    /// Lowest priority accepted (highest number).
+    pub priority_levels: u32,
+    /// The timeout of requests that do not set one, in microseconds (0: none).
+    pub default_timeout_us: u64,
+}
+
+impl Default for ModelSettings {
+    fn default() -> Self {
+        ModelSettings {
+            max_batch_size: 64,
+            max_queue_delay_us: 1000,
+            queue_capacity: 1024,
+            replicas: 1,
+            default_priority: 1,
+            priority_levels: 4,
+            default_timeout_us: 0,
+        }
+    }
+}
+
+/// Per-model entries of the config file, and `DIR/<model>/config.toml` in a repository.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelOverrides {
+    /// A single safetensors file served as version 1 (instead of a repository entry).
+    pub path: Option<PathBuf>,
+    pub max_batch_size: Option<usize>,
+    pub max_queue_delay_us: Option<u64>,
+    pub queue_capacity: Option<usize>,
+    pub replicas: Option<usize>,
+    pub default_priority: Option<u32>,
+    pub priority_levels: Option<u32>,
+    pub default_timeout_us: Option<u64>,
+}
+
+impl ModelOverrides {
+    pub fn apply(&self, base: &ModelSettings) -> ModelSettings {
+        ModelSettings {
+            max_batch_size: self.max_batch_size.unwrap_or(base.max_batch_size),
+            max_queue_delay_us: self.max_queue_delay_us.unwrap_or(base.max_queue_delay_us),
+            queue_capacity: self.queue_capacity.unwrap_or(base.queue_capacity),
+            replicas: self.replicas.unwrap_or(base.replicas),
+            default_priority: self.default_priority.unwrap_or(base.default_priority),
+            priority_levels: self.priority_levels.unwrap_or(base.priority_levels),
+            default_timeout_us: self.default_timeout_us.unwrap_or(base.default_timeout_us),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Larger request bodies are answered 413.
+    pub max_body_bytes: usize,
+    /// Open connections at most; further ones wait in the listen backlog.
+    pub max_connections: usize,
+    /// A client must send its request headers within this time.
+    pub header_read_timeout_ms: u64,
+    /// A request must be answered within this time (504 otherwise).
+    pub request_timeout_ms: u64,
+    /// After SIGTERM, in-flight requests get this long to finish.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 16 << 20,
+            max_connections: 1024,
+            header_read_timeout_ms: 10_000,
+            request_timeout_ms: 60_000,
+            shutdown_grace_ms: 30_000,
+        }
+    }
+}
+
+impl Limits {
+    pub fn header_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_read_timeout_ms)
+    }
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_millis(self.shutdown_grace_ms)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid config {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("invalid setting: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Parses TOML; relative paths in it are taken relative to `base_dir`.
+    pub fn from_toml(text: &str, origin: &str, base_dir: &Path) -> Result<Config, ConfigError> {
+        let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_string(),
+            message: e.to_string(),
+        })?;
+        config.resolve_paths(base_dir);
+        Ok(config)
+    }
+
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Config::from_toml(&text, &path.display().to_string(), base)
+    }
+
+    fn resolve_paths(&mut self, base: &Path) {
+        let resolve = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        if let Some(p) = &mut self.model_repository {
+            resolve(p);
+        }
+        for m in self.models.values_mut() {
+            if let Some(p) = &mut m.path {
+                resolve(p);
+            }
+        }
+    }
+
+    /// The settings a model runs with: defaults, then its entry in this file, then the
+    /// repository's `config.toml` for it (if any).
+    pub fn settings_for(&self, model: &str, repo_overrides: Option<&ModelOverrides>) -> ModelSettings {
+        let mut s = self.defaults.clone();
+        if let Some(o) = self.models.get(model) {
+            s = o.apply(&s);
+        }
+        if let Some(o) = repo_overrides {
+            s = o.apply(&s);
+        }
+        s
+    }
+
+    /// Checks what serde cannot: positive sizes, something to serve.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let check = |ok: bool, what: &str| {
+            if ok { Ok(()) } else { Err(ConfigError::Invalid(what.to_string())) }
+        };
+        check(
+            self.model_repository.is_some() || self.models.values().any(|m| m.path.is_some()),
+            "nothing to serve: set model_repository or a [models.NAME] path (or --model NAME=PATH)",
+        )?;
+        for (name, o) in &self.models {
+            let s = o.apply(&self.defaults);
+            check(s.max_batch_size >= 1, &format!("models.{name}.max_batch_size must be >= 1"))?;
+            check(s.queue_capacity >= 1, &format!("models.{name}.queue_capacity must be >= 1"))?;
+            check(s.replicas >= 1, &format!("models.{name}.replicas must be >= 1"))?;
+        }
+        check(self.defaults.max_batch_size >= 1, "defaults.max_batch_size must be >= 1")?;
+        check(self.defaults.queue_capacity >= 1, "defaults.queue_capacity must be >= 1")?;
+        check(self.defaults.replicas >= 1, "defaults.replicas must be >= 1")?;
+        check(self.defaults.priority_levels >= 1, "defaults.priority_levels must be >= 1")?;
+        check(self.keep_versions >= 1, "keep_versions must be >= 1")?;
+        check(self.limits.max_connections >= 1, "limits.max_connections must be >= 1")?;
+        check(self.limits.max_body_bytes >= 1024, "limits.max_body_bytes must be >= 1024")?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_default_parses_and_serves_the_example() {
+        let c = Config::from_toml(DEFAULT_CONFIG, "default", Path::new(".")).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.listen, SocketAddr::from(([127, 0, 0, 1], 8000)));
+        assert!(c.model_repository.unwrap().ends_with("config/models"));
+    }
+
+    #[test]
+    fn overrides_layer_on_defaults() {
+        let text = r#"
+            model_repository = "repo"
+            [defaults]
+            max_batch_size = 32
+            [models.a]
+            max_queue_delay_us = 5
+        "#;
+        let c = Config::from_toml(text, "t", Path::new("/etc/tandem")).unwrap();
+        assert_eq!(c.model_repository.as_deref(), Some(Path::new("/etc/tandem/repo")));
+        let s = c.settings_for("a", None);
+        assert_eq!((s.max_batch_size, s.max_queue_delay_us), (32, 5));
+        let repo = ModelOverrides {
+            max_batch_size: Some(8),
+            ..Default::default()
+        };
+        assert_eq!(c.settings_for("a", Some(&repo)).max_batch_size, 8);
+        assert_eq!(c.settings_for("b", None).max_queue_delay_us, 1000);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_errors() {
+        let err = Config::from_toml("lisen = \"x\"", "t", Path::new(".")).unwrap_err();
+        assert!(err.to_string().contains("lisen"), "{err}");
+        let c = Config::from_toml("model_repository = \"r\"\n[defaults]\nmax_batch_size = 0", "t", Path::new(".")).unwrap();
+        assert!(c.validate().unwrap_err().to_string().contains("max_batch_size"));
+        assert!(Config::default().validate().is_err());
+    }
+}

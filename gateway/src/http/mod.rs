@@ -1,0 +1,157 @@
+//! The HTTP server: hyper accepts, tower layers bound the body and catch panics, and the
+//! routes answer. A semaphore bounds open connections (further clients wait in the listen
+//! backlog); a slow client must send its headers within the configured time; on shutdown
+//! the listener closes and every connection finishes its in-flight request first.
+
+mod limit;
+mod routes;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use http::{Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tower::ServiceBuilder;
+
+use crate::config::Config;
+use crate::error::ApiError;
+use crate::metrics as names;
+use crate::registry::Registry;
+
+pub use limit::BodyLimitLayer;
+
+/// What every request handler can reach.
+pub struct AppState {
+    pub registry: Arc<Registry>,
+    pub config: Arc<Config>,
+    pub metrics: PrometheusHandle,
+    /// Every configured model is loaded and warmed up.
+    pub ready: AtomicBool,
+    /// Shutdown has begun: readiness answers 503.
+    pub draining: AtomicBool,
+}
+
+impl AppState {
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire) && !self.draining.load(Ordering::Acquire)
+    }
+}
+
+/// `{"error": ...}` with the status (and `Retry-After`) the error maps to.
+pub fn error_response(e: &ApiError) -> Response<Full<Bytes>> {
+    let mut resp = json_response(e.status(), e.body());
+    if let Some(secs) = e.retry_after_secs() {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, secs.into());
+    }
+    resp
+}
+
+pub fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// Serves `listener` until `shutdown` turns true, then lets open connections finish their
+/// in-flight requests and returns. With `metrics_only`, answers only `GET /metrics`.
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    mut shutdown: watch::Receiver<bool>,
+    metrics_only: bool,
+) {
+    let limits = state.config.limits.clone();
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let connections = metrics::gauge!(names::CONNECTIONS);
+    let mut tasks = tokio::task::JoinSet::new();
+    loop {
+        // Wait for room before accepting: beyond the limit, clients queue in the backlog.
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+            _ = signalled(&mut shutdown) => break,
+        };
+        let (stream, _peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(s) => s,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = signalled(&mut shutdown) => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = ServiceBuilder::new()
+            .layer(tower_http::catch_panic::CatchPanicLayer::custom(panic_response))
+            .layer(BodyLimitLayer {
+                limit: limits.max_body_bytes,
+            })
+            .service_fn({
+                let state = state.clone();
+                move |req| {
+                    let state = state.clone();
+                    async move { Ok::<_, Infallible>(routes::handle(state, req, metrics_only).await) }
+                }
+            });
+        let mut shutdown = shutdown.clone();
+        let header_timeout = limits.header_read_timeout();
+        let connections = connections.clone();
+        tasks.spawn(async move {
+            connections.increment(1.0);
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = signalled(&mut shutdown) => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.as_mut().await;
+                }
+            }
+            connections.decrement(1.0);
+            drop(permit);
+        });
+        // Reap finished connection tasks so the set stays small.
+        while tasks.try_join_next().is_some() {}
+    }
+    drop(listener);
+    let grace = limits.shutdown_grace();
+    if tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} })
+        .await
+        .is_err()
+    {
+        tracing::warn!(remaining = tasks.len(), "connections still open after the shutdown grace period; closing them");
+        tasks.abort_all();
+    }
+}
+
+/// Resolves once the shutdown flag is true (at once if it already is).
+pub async fn signalled(rx: &mut watch::Receiver<bool>) {
+    // A dropped sender also means shutdown.
+    let _ = rx.wait_for(|s| *s).await.map(|_| ());
+}
+
+/// A handler that panicked answers 500 like any other failure; the connection lives on.
+fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response<Full<Bytes>> {
+    error_response(&ApiError::ModelFailure(
+        "internal error while handling the request".into(),
+    ))
+}

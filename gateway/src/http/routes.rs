@@ -1,0 +1,275 @@
+//! Routing and handlers for the v2 protocol, `/metrics`, and health.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use serde_json::json;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::{AppState, error_response, json_response};
+use crate::batching::Pending;
+use crate::error::ApiError;
+use crate::metrics as names;
+use crate::protocol::response::{self, ResponseFields};
+use crate::protocol::{InferRequest, binary};
+use crate::registry::ModelVersion;
+use crate::validate::validate;
+
+pub const BINARY_HEADER: &str = "inference-header-content-length";
+
+pub async fn handle(
+    state: Arc<AppState>,
+    req: Request<Limited<Incoming>>,
+    metrics_only: bool,
+) -> Response<Full<Bytes>> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let result = match (metrics_only, &method, segments.as_slice()) {
+        (_, &Method::GET, ["metrics"]) => Ok(metrics(&state)),
+        (true, _, _) => Err(not_found(&method, &path)),
+        (_, &Method::GET, ["v2"]) => Ok(server_metadata()),
+        (_, &Method::GET, ["v2", "health", "live"]) => Ok(empty(StatusCode::OK)),
+        (_, &Method::GET, ["v2", "health", "ready"]) => health_ready(&state),
+        (_, &Method::GET, ["v2", "models", m]) => model_metadata(&state, m, None),
+        (_, &Method::GET, ["v2", "models", m, "versions", v]) => model_metadata(&state, m, Some(v)),
+        (_, &Method::GET, ["v2", "models", m, "ready"]) => model_ready(&state, m, None),
+        (_, &Method::GET, ["v2", "models", m, "versions", v, "ready"]) => model_ready(&state, m, Some(v)),
+        (_, &Method::POST, ["v2", "models", m, "infer"]) => {
+            let (m, v) = (m.to_string(), None);
+            return infer(&state, &m, v, req).await;
+        }
+        (_, &Method::POST, ["v2", "models", m, "versions", v, "infer"]) => {
+            let (m, v) = (m.to_string(), Some(v.to_string()));
+            return infer(&state, &m, v, req).await;
+        }
+        _ if route_exists(&segments) => Err(ApiError::MethodNotAllowed {
+            method: method.to_string(),
+            path: path.clone(),
+        }),
+        _ => Err(not_found(&method, &path)),
+    };
+    result.unwrap_or_else(|e| error_response(&e))
+}
+
+/// Whether some method is routed at this path (so the answer is 405, not 404).
+fn route_exists(segments: &[&str]) -> bool {
+    matches!(
+        segments,
+        ["metrics"]
+            | ["v2"]
+            | ["v2", "health", "live" | "ready"]
+            | ["v2", "models", _]
+            | ["v2", "models", _, "ready" | "infer"]
+            | ["v2", "models", _, "versions", _]
+            | ["v2", "models", _, "versions", _, "ready" | "infer"]
+    )
+}
+
+fn not_found(method: &Method, path: &str) -> ApiError {
+    ApiError::NotFound {
+        method: method.to_string(),
+        path: path.to_string(),
+    }
+}
+
+fn empty(status: StatusCode) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::new()));
+    *r.status_mut() = status;
+    r
+}
+
+fn metrics(state: &AppState) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(state.metrics.render())));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    r
+}
+
+fn server_metadata() -> Response<Full<Bytes>> {
+    let body = json!({
+        "name": "tandem",
+        "version": env!("CARGO_PKG_VERSION"),
+        "extensions": ["binary_tensor_data"],
+    });
+    json_response(StatusCode::OK, body.to_string().into_bytes())
+}
+
+fn health_ready(state: &AppState) -> Result<Response<Full<Bytes>>, ApiError> {
+    if state.draining.load(std::sync::atomic::Ordering::Acquire) {
+        return Err(ApiError::Unavailable("shutting down".into()));
+    }
+    if !state.is_ready() {
+        return Err(ApiError::Unavailable(
+            "models are still loading and warming up".into(),
+        ));
+    }
+    Ok(empty(StatusCode::OK))
+}
+
+fn model_metadata(
+    state: &AppState,
+    model: &str,
+    version: Option<&str>,
+) -> Result<Response<Full<Bytes>>, ApiError> {
+    let v = state.registry.resolve(model, version)?;
+    let versions: Vec<String> = match version {
+        Some(_) => vec![v.version.to_string()],
+        None => state
+            .registry
+            .versions(model)
+            .iter()
+            .map(|v| v.to_string())
+            .collect(),
+    };
+    let meta = &v.info.metadata;
+    let body = json!({
+        "name": v.name,
+        "versions": versions,
+        "platform": "tandem_mlp",
+        "inputs": meta.inputs,
+        "outputs": meta.outputs,
+    });
+    Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
+}
+
+fn model_ready(
+    state: &AppState,
+    model: &str,
+    version: Option<&str>,
+) -> Result<Response<Full<Bytes>>, ApiError> {
+    state.registry.resolve(model, version)?;
+    Ok(empty(StatusCode::OK))
+}
+
+/// `POST /v2/models/{m}[/versions/{v}]/infer`.
+async fn infer(
+    state: &AppState,
+    model: &str,
+    version: Option<String>,
+    req: Request<Limited<Incoming>>,
+) -> Response<Full<Bytes>> {
+    let arrived = Instant::now();
+    let resolved = state.registry.resolve(model, version.as_deref());
+    // Only models that exist become metric labels: the label set stays bounded.
+    let label = if resolved.is_ok() { model } else { "_unknown" };
+    let result = match resolved {
+        Ok(v) => infer_on(state, &v, req, arrived).await,
+        Err(e) => Err(e),
+    };
+    let response = result.unwrap_or_else(|e| error_response(&e));
+    let code = response.status().as_u16().to_string();
+    metrics::counter!(names::REQUESTS, "model" => label.to_string(), "code" => code).increment(1);
+    metrics::histogram!(names::REQUEST_DURATION, "model" => label.to_string())
+        .record(arrived.elapsed().as_secs_f64());
+    response
+}
+
+async fn infer_on(
+    state: &AppState,
+    version: &Arc<ModelVersion>,
+    req: Request<Limited<Incoming>>,
+    arrived: Instant,
+) -> Result<Response<Full<Bytes>>, ApiError> {
+    if state.draining.load(std::sync::atomic::Ordering::Acquire) {
+        return Err(ApiError::Unavailable("shutting down".into()));
+    }
+    let header_len = match req.headers().get(BINARY_HEADER) {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|s| s.trim().parse::<usize>().ok())
+                .ok_or_else(|| {
+                    ApiError::Malformed(format!(
+                        "Inference-Header-Content-Length must be a byte count, got {v:?}"
+                    ))
+                })?,
+        ),
+    };
+    let limit = state.config.limits.max_body_bytes;
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                ApiError::BodyTooLarge { limit }
+            } else {
+                ApiError::Malformed(format!("cannot read the request body: {e}"))
+            }
+        })?
+        .to_bytes();
+    let (json_part, binary_part) = match header_len {
+        Some(n) => binary::split(&body, n)?,
+        None => (&body[..], &[][..]),
+    };
+    let request: InferRequest = serde_json::from_slice(json_part)
+        .map_err(|e| ApiError::Malformed(format!("invalid inference request JSON: {e}")))?;
+    let settings = version.settings();
+    let valid = validate(request, binary_part, version.info.input_width, &settings)?;
+    drop(body);
+
+    let (tx, rx) = oneshot::channel();
+    let rows = valid.rows;
+    let pending = Pending {
+        input: valid.input,
+        rows,
+        priority: valid.priority,
+        enqueued: arrived,
+        deadline: valid.timeout.map(|t| arrived + t),
+        reply: tx,
+    };
+    version.requests.try_send(pending).map_err(|e| match e {
+        tokio::sync::mpsc::error::TrySendError::Full(_) => ApiError::Overloaded {
+            message: format!(
+                "model {:?} has {} requests waiting to be queued",
+                version.name, settings.queue_capacity
+            ),
+            retry_after: std::time::Duration::from_secs(1),
+            reason: "queue_full",
+        },
+        tokio::sync::mpsc::error::TrySendError::Closed(_) => {
+            ApiError::Unavailable(format!("model {:?} is unloading", version.name))
+        }
+    })?;
+    let timeout = state.config.limits.request_timeout();
+    let completed = match tokio::time::timeout(timeout, rx).await {
+        Err(_) => return Err(ApiError::Timeout(timeout)),
+        Ok(Err(_)) => return Err(ApiError::ModelFailure("the request was dropped by its worker".into())),
+        Ok(Ok(reply)) => reply?,
+    };
+    let version_label = version.version.to_string();
+    let fields = ResponseFields {
+        model_name: &version.name,
+        model_version: &version_label,
+        id: valid.id.as_deref(),
+        rows,
+        width: version.info.output_width,
+    };
+    let encoded = response::encode(&fields, &valid.outputs, &completed.output);
+    let mut resp = Response::new(Full::new(Bytes::from(encoded.body)));
+    let headers = resp.headers_mut();
+    match encoded.header_len {
+        Some(n) => {
+            headers.insert(BINARY_HEADER, n.into());
+            headers.insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/octet-stream"),
+            );
+        }
+        None => {
+            headers.insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/json"),
+            );
+        }
+    }
+    Ok(resp)
+}

@@ -1,0 +1,173 @@
+//! tandem's gateway: the Open Inference Protocol v2 over HTTP (JSON and Triton's binary
+//! extension), per-model queues with a batching policy, model workers on OS threads, a
+//! model repository that hot-loads new versions, and Prometheus metrics.
+//!
+//! [`run`] takes the whole [`Config`], a bound listener and a shutdown signal; the binary's
+//! `serve` command is a thin wrapper around it.
+
+pub mod batching;
+pub mod config;
+pub mod error;
+pub mod http;
+mod loader;
+pub mod metrics;
+pub mod protocol;
+pub mod registry;
+pub mod repository;
+pub mod validate;
+pub mod worker;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use kernels::{DeviceSpec, Selection};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use config::Config;
+use http::AppState;
+use loader::LoadSpec;
+use registry::Registry;
+use repository::Watcher;
+use worker::BusyMeter;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error("device: {0}")]
+    Device(#[from] kernels::KernelError),
+    #[error("model {model:?} failed to load from {path}: {reason}")]
+    Model {
+        model: String,
+        path: String,
+        reason: String,
+    },
+    #[error("cannot bind the metrics listener {addr}: {source}")]
+    MetricsListen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Serves until `shutdown` turns true, then drains: readiness answers 503 at once, the
+/// listener closes, in-flight requests finish (within `limits.shutdown_grace_ms`).
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), StartError> {
+    config.validate()?;
+    let config = Arc::new(config);
+    let spec: DeviceSpec = config.device.parse()?;
+    let selection = Selection::select(spec)?;
+    tracing::info!(device = %selection.device.label(), reason = %selection.reason, "device selected");
+    let device = selection.device;
+
+    let state = Arc::new(AppState {
+        registry: Arc::new(Registry::default()),
+        config: config.clone(),
+        metrics: metrics::install(),
+        ready: false.into(),
+        draining: false.into(),
+    });
+    let busy = Arc::new(BusyMeter::default());
+
+    // The HTTP API answers from the start (liveness yes, readiness no) while models load.
+    let (stop_http, http_shutdown) = watch::channel(false);
+    let server = tokio::spawn(http::serve(listener, state.clone(), http_shutdown.clone(), false));
+    let metrics_server = match config.metrics_listen {
+        Some(addr) => {
+            let l = TcpListener::bind(addr)
+                .await
+                .map_err(|source| StartError::MetricsListen { addr, source })?;
+            tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "metrics listening");
+            Some(tokio::spawn(http::serve(l, state.clone(), http_shutdown, true)))
+        }
+        None => None,
+    };
+    let sampler = tokio::spawn(sample_busy(busy.clone(), device.label()));
+
+    // Single-file models: version 1 each; failing to load one is fatal at start-up.
+    for (name, entry) in &config.models {
+        let Some(path) = &entry.path else { continue };
+        let spec = LoadSpec {
+            name: name.clone(),
+            version: 1,
+            path: path.clone(),
+            settings: config.settings_for(name, None),
+            device: device.clone(),
+            busy: busy.clone(),
+        };
+        let v = loader::load(spec).await.map_err(|reason| StartError::Model {
+            model: name.clone(),
+            path: path.display().to_string(),
+            reason,
+        })?;
+        state.registry.insert(v);
+    }
+
+    let mut watcher = config.model_repository.as_ref().map(|root| {
+        Watcher::new(root.clone(), config.clone(), state.registry.clone(), device.clone(), busy.clone())
+    });
+    let mut missing = Vec::new();
+    if let Some(w) = &mut watcher {
+        let (serving, m) = w.sync().await;
+        tracing::info!(?serving, "model repository loaded");
+        missing = m;
+    }
+    set_readiness(&state, &missing);
+    tracing::info!(ready = state.is_ready(), "serving");
+
+    let poll = Duration::from_millis(config.repository_poll_ms.max(10));
+    loop {
+        tokio::select! {
+            _ = http::signalled(&mut shutdown) => break,
+            _ = tokio::time::sleep(poll), if watcher.is_some() => {
+                if let Some(w) = &mut watcher {
+                    let (_, missing) = w.sync().await;
+                    set_readiness(&state, &missing);
+                }
+            }
+        }
+    }
+
+    tracing::info!("shutting down: readiness is now 503; finishing in-flight requests");
+    state.draining.store(true, Ordering::Release);
+    let _ = stop_http.send(true);
+    let _ = server.await;
+    if let Some(m) = metrics_server {
+        let _ = m.await;
+    }
+    sampler.abort();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Ready once every model has a loaded, warmed-up version (and there is at least one).
+fn set_readiness(state: &AppState, missing: &[String]) {
+    let ready = missing.is_empty() && !state.registry.all().is_empty();
+    if !missing.is_empty() {
+        tracing::warn!(?missing, "models without a loadable version: not ready");
+    }
+    state.ready.store(ready, Ordering::Release);
+}
+
+/// Samples the device's busy time into `tandem_device_busy_ratio` every second.
+async fn sample_busy(busy: Arc<BusyMeter>, device: String) {
+    let gauge = ::metrics::gauge!(metrics::DEVICE_BUSY_RATIO, "device" => device);
+    let mut last = (tokio::time::Instant::now(), busy.total());
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let now = (tokio::time::Instant::now(), busy.total());
+        let wall = now.0.duration_since(last.0).as_secs_f64();
+        if wall > 0.0 {
+            let ratio = (now.1.saturating_sub(last.1).as_secs_f64() / wall).min(1.0);
+            gauge.set(ratio);
+        }
+        last = now;
+    }
+}

@@ -1,0 +1,124 @@
+//! Bringing a model version up: worker threads that load and warm the model, the batcher
+//! in front of them, and the handle the registry keeps. A version that fails to load or
+//! warm up leaves nothing running.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kernels::Device;
+use models::{Mlp, Model};
+use tokio::sync::mpsc;
+
+use crate::batching::policy::{BatchPolicy, StaticPolicy};
+use crate::batching::state::QueueState;
+use crate::batching::task::Batcher;
+use crate::config::ModelSettings;
+use crate::metrics as names;
+use crate::registry::ModelVersion;
+use crate::worker::{self, BusyMeter, WorkerSpec};
+
+pub struct LoadSpec {
+    pub name: String,
+    pub version: u64,
+    pub path: PathBuf,
+    pub settings: ModelSettings,
+    pub device: Device,
+    pub busy: Arc<BusyMeter>,
+}
+
+/// The batching policy a model's settings ask for.
+pub fn policy_for(settings: &ModelSettings) -> Box<dyn BatchPolicy> {
+    Box::new(StaticPolicy {
+        max_batch_rows: settings.max_batch_size,
+        max_queue_delay: Duration::from_micros(settings.max_queue_delay_us),
+    })
+}
+
+/// Loads, warms up and starts serving a version; returns its handle once every replica is
+/// ready.
+pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
+    let started = std::time::Instant::now();
+    let s = &spec.settings;
+    let replicas = s.replicas.max(1);
+    let (batch_tx, batch_rx) = std::sync::mpsc::sync_channel(replicas);
+    let batch_rx = Arc::new(Mutex::new(batch_rx));
+    let (done_tx, done_rx) = mpsc::channel(replicas * 2);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    for replica in 0..replicas {
+        let path = spec.path.clone();
+        let device = spec.device.clone();
+        let worker_spec = WorkerSpec {
+            model_label: spec.name.clone(),
+            replica,
+            batches: batch_rx.clone(),
+            done: done_tx.clone(),
+            busy: spec.busy.clone(),
+            max_batch_rows: s.max_batch_size,
+        };
+        let load = move || -> Result<Box<dyn Model>, String> {
+            Mlp::load(&path, &device)
+                .map(|m| Box::new(m) as Box<dyn Model>)
+                .map_err(|e| e.to_string())
+        };
+        worker::spawn(worker_spec, load, ready_tx.clone())
+            .map_err(|e| format!("cannot start a worker thread: {e}"))?;
+    }
+    drop((ready_tx, done_tx));
+    // Readiness arrives on a std channel from the worker threads: wait off the runtime.
+    let reports = tokio::task::spawn_blocking(move || {
+        (0..replicas)
+            .map(|_| ready_rx.recv().unwrap_or_else(|_| Err("a worker thread died while loading".into())))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .map_err(|e| format!("load task failed: {e}"))?;
+    let mut infos = Vec::with_capacity(replicas);
+    for r in reports {
+        match r {
+            Ok(info) => infos.push(info),
+            Err(e) => {
+                metrics::counter!(names::MODEL_LOADS, "model" => spec.name.clone(), "outcome" => "error").increment(1);
+                // Dropping batch_tx ends the replicas that did load.
+                return Err(e);
+            }
+        }
+    }
+    let info = infos.swap_remove(0);
+    if info.input_width == 0 || info.output_width == 0 {
+        return Err("model has an empty input or output".into());
+    }
+
+    let (req_tx, req_rx) = mpsc::channel(s.queue_capacity);
+    let (upd_tx, upd_rx) = mpsc::channel(4);
+    let batcher = Batcher {
+        model: spec.name.clone(),
+        requests: req_rx,
+        done: done_rx,
+        batches: batch_tx,
+        workers: replicas,
+        policy: policy_for(s),
+        updates: upd_rx,
+        state: QueueState::new(s.queue_capacity, s.max_batch_size),
+        full_retry_after: Duration::from_secs(1),
+    };
+    tokio::spawn(batcher.run());
+    metrics::counter!(names::MODEL_LOADS, "model" => spec.name.clone(), "outcome" => "ok").increment(1);
+    tracing::info!(
+        model = %spec.name,
+        version = spec.version,
+        device = %info.device,
+        replicas,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "model version loaded and warmed up"
+    );
+    Ok(Arc::new(ModelVersion {
+        name: spec.name,
+        version: spec.version,
+        source: spec.path,
+        info,
+        settings: std::sync::Mutex::new(spec.settings),
+        requests: req_tx,
+        updates: upd_tx,
+    }))
+}

@@ -1,0 +1,119 @@
+//! Triton's binary tensor extension: a JSON header of `Inference-Header-Content-Length`
+//! bytes, then the raw little-endian bytes of every input that declares
+//! `binary_data_size`, in the order the inputs are listed.
+
+use super::datatype::Datatype;
+use crate::error::ApiError;
+
+/// Splits a body into its JSON header and the binary section after it.
+pub fn split(body: &[u8], header_len: usize) -> Result<(&[u8], &[u8]), ApiError> {
+    if header_len > body.len() {
+        return Err(ApiError::Malformed(format!(
+            "Inference-Header-Content-Length is {header_len} but the body has only {} bytes",
+            body.len()
+        )));
+    }
+    Ok(body.split_at(header_len))
+}
+
+/// Decodes one tensor's bytes into the model's f32, checking every value as the JSON path
+/// does; `name` is for the error message.
+pub fn decode(bytes: &[u8], datatype: Datatype, name: &str) -> Result<Vec<f32>, ApiError> {
+    let size = datatype.size();
+    debug_assert_eq!(bytes.len() % size, 0, "caller checks the length");
+    let mut out = Vec::with_capacity(bytes.len() / size);
+    let bad = |i: usize, why: String| {
+        ApiError::Invalid(format!(
+            "input {name:?}: element {i} {why} (datatype {datatype})"
+        ))
+    };
+    // FP32, the common case, skips the general conversion: only finiteness can fail.
+    if datatype == Datatype::Fp32 {
+        for (i, c) in bytes.chunks_exact(4).enumerate() {
+            let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            if !v.is_finite() {
+                return Err(bad(i, "is not a finite number".into()));
+            }
+            out.push(v);
+        }
+        return Ok(out);
+    }
+    for (i, c) in bytes.chunks_exact(size).enumerate() {
+        let v: f64 = match datatype {
+            Datatype::Bool | Datatype::Uint8 => c[0] as f64,
+            Datatype::Int8 => c[0] as i8 as f64,
+            Datatype::Int16 => i16::from_le_bytes([c[0], c[1]]) as f64,
+            Datatype::Uint16 => u16::from_le_bytes([c[0], c[1]]) as f64,
+            Datatype::Int32 => i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
+            Datatype::Uint32 => u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
+            Datatype::Int64 => {
+                let v = i64::from_le_bytes(c.try_into().expect("8-byte chunk"));
+                // Beyond 2^53 the f64 would round; such a value is never exact in f32.
+                if v.unsigned_abs() > 1 << 53 && (v as f32) as i64 != v {
+                    return Err(bad(i, "cannot be represented exactly as FP32".into()));
+                }
+                v as f64
+            }
+            Datatype::Uint64 => {
+                let v = u64::from_le_bytes(c.try_into().expect("8-byte chunk"));
+                if v > 1 << 53 && (v as f32) as u64 != v {
+                    return Err(bad(i, "cannot be represented exactly as FP32".into()));
+                }
+                v as f64
+            }
+            Datatype::Fp16 => half::f16::from_le_bytes([c[0], c[1]]).to_f64(),
+            Datatype::Bf16 => half::bf16::from_le_bytes([c[0], c[1]]).to_f64(),
+            Datatype::Fp64 => f64::from_le_bytes(c.try_into().expect("8-byte chunk")),
+            Datatype::Fp32 => unreachable!("handled above"),
+        };
+        out.push(datatype.to_model_f32(v).map_err(|e| bad(i, e.to_string()))?);
+    }
+    Ok(out)
+}
+
+/// Appends f32 values as little-endian bytes.
+pub fn encode_f32(values: &[f32], out: &mut Vec<u8>) {
+    out.reserve(values.len() * 4);
+    for v in values {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_datatype_decodes() {
+        let f16: Vec<u8> = [0.5f32, -2.0]
+            .iter()
+            .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+            .collect();
+        assert_eq!(decode(&f16, Datatype::Fp16, "x").unwrap(), vec![0.5, -2.0]);
+        let bf16: Vec<u8> = [1.5f32].iter().flat_map(|v| half::bf16::from_f32(*v).to_le_bytes()).collect();
+        assert_eq!(decode(&bf16, Datatype::Bf16, "x").unwrap(), vec![1.5]);
+        assert_eq!(decode(&[0xff], Datatype::Int8, "x").unwrap(), vec![-1.0]);
+        assert_eq!(decode(&[1, 0], Datatype::Bool, "x").unwrap(), vec![1.0, 0.0]);
+        let i64s: Vec<u8> = [-7i64, 1 << 40].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(decode(&i64s, Datatype::Int64, "x").unwrap(), vec![-7.0, (1u64 << 40) as f32]);
+        let f64s: Vec<u8> = 0.25f64.to_le_bytes().to_vec();
+        assert_eq!(decode(&f64s, Datatype::Fp64, "x").unwrap(), vec![0.25]);
+    }
+
+    #[test]
+    fn bad_values_name_the_element() {
+        let nan: Vec<u8> = [1.0f32, f32::NAN].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let err = decode(&nan, Datatype::Fp32, "input-0").unwrap_err().to_string();
+        assert!(err.contains("element 1") && err.contains("input-0"), "{err}");
+        let err = decode(&[2], Datatype::Bool, "b").unwrap_err().to_string();
+        assert!(err.contains("not 0 or 1"), "{err}");
+        let big: Vec<u8> = ((1i64 << 60) + 1).to_le_bytes().to_vec();
+        assert!(decode(&big, Datatype::Int64, "x").is_err());
+    }
+
+    #[test]
+    fn header_length_beyond_the_body_is_malformed() {
+        assert!(split(b"{}", 3).is_err());
+        assert_eq!(split(b"{}abc", 2).unwrap(), (&b"{}"[..], &b"abc"[..]));
+    }
+}

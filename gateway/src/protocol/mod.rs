@@ -1,0 +1,72 @@
+//! The Open Inference Protocol v2 wire format: request DTOs as they arrive (JSON, or JSON
+//! plus Triton's binary tensor extension) and responses as they leave. Nothing here knows
+//! a model: [`crate::validate`] turns a decoded request into a `ValidRequest`.
+
+pub mod binary;
+pub mod datatype;
+pub mod json;
+pub mod response;
+
+use serde::Deserialize;
+
+pub use datatype::Datatype;
+pub use json::JsonData;
+
+/// `POST .../infer`, as decoded from its JSON header.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InferRequest {
+    #[serde(default)]
+    pub id: Option<String>,
+    pub inputs: Vec<InputTensor>,
+    #[serde(default)]
+    pub outputs: Option<Vec<RequestedOutput>>,
+    #[serde(default)]
+    pub parameters: RequestParameters,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputTensor {
+    pub name: String,
+    pub datatype: String,
+    pub shape: Vec<i64>,
+    #[serde(default)]
+    pub parameters: TensorParameters,
+    /// Absent when the tensor travels in the binary extension.
+    #[serde(default)]
+    pub data: Option<JsonData>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct TensorParameters {
+    /// Set on inputs whose bytes follow the JSON header.
+    #[serde(default)]
+    pub binary_data_size: Option<u64>,
+    /// Set on requested outputs that should come back as bytes.
+    #[serde(default)]
+    pub binary_data: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestedOutput {
+    pub name: String,
+    #[serde(default)]
+    pub parameters: TensorParameters,
+}
+
+/// Request-level parameters tandem acts on; others (a client's own keys) are accepted and
+/// ignored, as Triton does.
+#[derive(Debug, Default, Deserialize)]
+pub struct RequestParameters {
+    /// 1 is the highest priority; 0 or absent means the model's default.
+    #[serde(default)]
+    pub priority: Option<u64>,
+    /// Microseconds the client is willing to wait, as Triton names it.
+    #[serde(default)]
+    pub timeout: Option<u64>,
+    /// All outputs as binary when no `outputs` are listed (tritonclient's default).
+    #[serde(default)]
+    pub binary_data_output: Option<bool>,
+}

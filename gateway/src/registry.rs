@@ -1,0 +1,113 @@
+//! The model versions being served right now. Handlers look a version up under a brief read
+//! lock and keep its `Arc`; a version removed from here finishes the requests already
+//! queued for it and then shuts down, so swapping versions fails no request.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use tokio::sync::mpsc;
+
+use crate::batching::Pending;
+use crate::batching::task::PolicyUpdate;
+use crate::config::ModelSettings;
+use crate::error::ApiError;
+use crate::metrics as names;
+use crate::worker::ReplicaInfo;
+
+/// One loaded, warmed-up model version and the way into its queue.
+pub struct ModelVersion {
+    pub name: String,
+    pub version: u64,
+    pub source: PathBuf,
+    pub info: ReplicaInfo,
+    pub settings: std::sync::Mutex<ModelSettings>,
+    pub requests: mpsc::Sender<Pending>,
+    pub updates: mpsc::Sender<PolicyUpdate>,
+}
+
+impl ModelVersion {
+    pub fn settings(&self) -> ModelSettings {
+        self.settings.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+#[derive(Default)]
+pub struct Registry {
+    models: RwLock<BTreeMap<String, BTreeMap<u64, Arc<ModelVersion>>>>,
+}
+
+impl Registry {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, BTreeMap<u64, Arc<ModelVersion>>>> {
+        // A poisoned lock means a writer panicked between two map operations; the map
+        // itself is still consistent.
+        self.models.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, BTreeMap<u64, Arc<ModelVersion>>>> {
+        self.models.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The named version, or the newest when `version` is `None`.
+    pub fn resolve(&self, model: &str, version: Option<&str>) -> Result<Arc<ModelVersion>, ApiError> {
+        let models = self.read();
+        let versions = models.get(model).filter(|v| !v.is_empty()).ok_or_else(|| {
+            ApiError::UnknownModel {
+                model: model.to_string(),
+            }
+        })?;
+        match version {
+            None => Ok(versions.values().next_back().expect("non-empty").clone()),
+            Some(v) => v
+                .parse::<u64>()
+                .ok()
+                .and_then(|n| versions.get(&n))
+                .cloned()
+                .ok_or_else(|| ApiError::UnknownVersion {
+                    model: model.to_string(),
+                    version: v.to_string(),
+                    loaded: versions.keys().map(|k| k.to_string()).collect::<Vec<_>>().join(", "),
+                }),
+        }
+    }
+
+    pub fn insert(&self, v: Arc<ModelVersion>) {
+        metrics::gauge!(names::MODEL_VERSION_LOADED, "model" => v.name.clone(), "version" => v.version.to_string()).set(1.0);
+        self.write()
+            .entry(v.name.clone())
+            .or_default()
+            .insert(v.version, v);
+    }
+
+    pub fn remove(&self, model: &str, version: u64) -> Option<Arc<ModelVersion>> {
+        let mut models = self.write();
+        let versions = models.get_mut(model)?;
+        let removed = versions.remove(&version);
+        if versions.is_empty() {
+            models.remove(model);
+        }
+        if removed.is_some() {
+            metrics::gauge!(names::MODEL_VERSION_LOADED, "model" => model.to_string(), "version" => version.to_string()).set(0.0);
+        }
+        removed
+    }
+
+    pub fn model_names(&self) -> Vec<String> {
+        self.read().keys().cloned().collect()
+    }
+
+    pub fn versions(&self, model: &str) -> Vec<u64> {
+        self.read()
+            .get(model)
+            .map(|v| v.keys().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Every loaded version, for listings and shutdown.
+    pub fn all(&self) -> Vec<Arc<ModelVersion>> {
+        self.read()
+            .values()
+            .flat_map(|v| v.values().cloned())
+            .collect()
+    }
+}

@@ -1,0 +1,203 @@
+//! The model repository, Triton-style: `DIR/<model>/<version>/model.safetensors`, with an
+//! optional `DIR/<model>/config.toml` of settings. A watcher rescans it on an interval:
+//! new versions are loaded and warmed up before they take traffic, versions beyond the
+//! newest `keep_versions` (or gone from disk) are unloaded, and a version that fails to load
+//! is logged and not retried until its file changes — the previous version keeps serving.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::config::{Config, ModelOverrides};
+use crate::loader::{self, LoadSpec};
+use crate::registry::Registry;
+use crate::worker::BusyMeter;
+
+pub const MODEL_FILE: &str = "model.safetensors";
+
+/// What one scan found for a model.
+#[derive(Debug, Default, PartialEq)]
+pub struct RepoModel {
+    pub versions: BTreeMap<u64, PathBuf>,
+    pub overrides: Option<ModelOverrides>,
+}
+
+/// Lists models and versions. Unreadable entries are skipped; a bad `config.toml` is logged
+/// and ignored.
+pub fn scan(root: &Path) -> std::io::Result<BTreeMap<String, RepoModel>> {
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(root)?.flatten() {
+        let path = entry.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_string) else {
+            continue;
+        };
+        if name.starts_with('.') || !path.is_dir() {
+            continue;
+        }
+        let mut model = RepoModel::default();
+        let Ok(versions) = std::fs::read_dir(&path) else {
+            continue;
+        };
+        for v in versions.flatten() {
+            let vpath = v.path();
+            let Some(number) = vpath
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            let file = vpath.join(MODEL_FILE);
+            if number > 0 && file.is_file() {
+                model.versions.insert(number, file);
+            }
+        }
+        let config = path.join("config.toml");
+        if config.is_file() {
+            match std::fs::read_to_string(&config)
+                .map_err(|e| e.to_string())
+                .and_then(|t| toml::from_str::<ModelOverrides>(&t).map_err(|e| e.to_string()))
+            {
+                Ok(o) => model.overrides = Some(o),
+                Err(e) => tracing::warn!(path = %config.display(), error = %e, "ignoring invalid model config"),
+            }
+        }
+        out.insert(name, model);
+    }
+    Ok(out)
+}
+
+/// Keeps the registry in step with the repository.
+pub struct Watcher {
+    pub root: PathBuf,
+    pub config: Arc<Config>,
+    pub registry: Arc<Registry>,
+    pub device: kernels::Device,
+    pub busy: Arc<BusyMeter>,
+    /// Versions that failed, with the file's modification time then: retried only when the
+    /// file changes.
+    failed: HashMap<(String, u64), Option<SystemTime>>,
+}
+
+impl Watcher {
+    pub fn new(
+        root: PathBuf,
+        config: Arc<Config>,
+        registry: Arc<Registry>,
+        device: kernels::Device,
+        busy: Arc<BusyMeter>,
+    ) -> Watcher {
+        Watcher {
+            root,
+            config,
+            registry,
+            device,
+            busy,
+            failed: HashMap::new(),
+        }
+    }
+
+    /// One pass: load what is new, unload what is stale. Returns the models that have at
+    /// least one version serving afterwards, and those that have none.
+    pub async fn sync(&mut self) -> (Vec<String>, Vec<String>) {
+        let found = match scan(&self.root) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(root = %self.root.display(), error = %e, "cannot scan the model repository");
+                return (self.registry.model_names(), Vec::new());
+            }
+        };
+        let keep = self.config.keep_versions.max(1);
+        let (mut serving, mut missing) = (Vec::new(), Vec::new());
+        for (name, model) in &found {
+            let wanted: Vec<(u64, &PathBuf)> = model
+                .versions
+                .iter()
+                .rev()
+                .take(keep)
+                .map(|(v, p)| (*v, p))
+                .collect();
+            let loaded = self.registry.versions(name);
+            // Newest first, so the version that will take traffic is up soonest.
+            for (version, path) in &wanted {
+                if loaded.contains(version) {
+                    continue;
+                }
+                let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+                let key = (name.clone(), *version);
+                if self.failed.get(&key).is_some_and(|t| *t == mtime) {
+                    continue;
+                }
+                let settings = self.config.settings_for(name, model.overrides.as_ref());
+                let spec = LoadSpec {
+                    name: name.clone(),
+                    version: *version,
+                    path: (*path).clone(),
+                    settings,
+                    device: self.device.clone(),
+                    busy: self.busy.clone(),
+                };
+                match loader::load(spec).await {
+                    Ok(v) => {
+                        self.failed.remove(&key);
+                        self.registry.insert(v);
+                    }
+                    Err(e) => {
+                        tracing::error!(model = %name, version, path = %path.display(), error = %e, "model version failed to load; older versions keep serving");
+                        self.failed.insert(key, mtime);
+                    }
+                }
+            }
+            // Unload versions outside the newest `keep` on disk — but never the last one
+            // serving, if none of the wanted versions loaded.
+            let wanted_set: Vec<u64> = wanted.iter().map(|(v, _)| *v).collect();
+            let now_loaded = self.registry.versions(name);
+            let any_wanted = now_loaded.iter().any(|v| wanted_set.contains(v));
+            for v in now_loaded {
+                if !wanted_set.contains(&v) && (any_wanted || !model.versions.contains_key(&v)) {
+                    self.registry.remove(name, v);
+                    tracing::info!(model = %name, version = v, "model version unloaded");
+                }
+            }
+            if self.registry.versions(name).is_empty() {
+                missing.push(name.clone());
+            } else {
+                serving.push(name.clone());
+            }
+        }
+        // Models whose folder disappeared.
+        for name in self.registry.model_names() {
+            if !found.contains_key(&name) && !self.config.models.contains_key(&name) {
+                for v in self.registry.versions(&name) {
+                    self.registry.remove(&name, v);
+                }
+                tracing::info!(model = %name, "model removed from the repository; unloaded");
+            }
+        }
+        (serving, missing)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scan_finds_numbered_versions_with_a_model_file() {
+        let dir = std::env::temp_dir().join(format!("tandem-scan-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for v in ["1", "2", "x", "0"] {
+            std::fs::create_dir_all(dir.join("m").join(v)).unwrap();
+            std::fs::write(dir.join("m").join(v).join(MODEL_FILE), b"").unwrap();
+        }
+        std::fs::create_dir_all(dir.join("m/3")).unwrap(); // no file yet
+        std::fs::write(dir.join("m/config.toml"), "max_batch_size = 7").unwrap();
+        std::fs::create_dir_all(dir.join(".hidden/1")).unwrap();
+        let found = scan(&dir).unwrap();
+        assert_eq!(found.keys().collect::<Vec<_>>(), vec!["m"]);
+        assert_eq!(found["m"].versions.keys().copied().collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(found["m"].overrides.as_ref().unwrap().max_batch_size, Some(7));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
