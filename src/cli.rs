@@ -28,6 +28,68 @@ pub enum Command {
 pub enum BenchCommand {
     /// Times `forward` of a model in this process, per batch size.
     Forward(ForwardArgs),
+    /// Open-loop HTTP load against a running server: send times fixed in advance.
+    Load(LoadArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoadShape {
+    /// Evenly spaced requests.
+    Constant,
+    /// Exponential gaps (a Poisson process) at the same mean rate.
+    Poisson,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct LoadArgs {
+    /// The server, e.g. http://127.0.0.1:8000.
+    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    pub url: String,
+
+    /// The model to call.
+    #[arg(long)]
+    pub model: String,
+
+    /// Requests per second offered.
+    #[arg(long)]
+    pub rate: f64,
+
+    /// Seconds of load.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+
+    #[arg(long, value_enum, default_value_t = LoadShape::Constant)]
+    pub shape: LoadShape,
+
+    /// Rows per request.
+    #[arg(long, default_value_t = 1)]
+    pub rows: usize,
+
+    /// Send tensors in Triton's binary extension instead of JSON.
+    #[arg(long)]
+    pub binary: bool,
+
+    /// A latency budget: goodput counts 200s answered within it.
+    #[arg(long, default_value_t = 50.0)]
+    pub budget_ms: f64,
+
+    /// Requests in flight at most; beyond it a send is counted as `client_overload`
+    /// rather than delayed (the schedule never waits for the server).
+    #[arg(long, default_value_t = 4096)]
+    pub max_in_flight: usize,
+
+    /// Client threads.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+
+    /// Seed for Poisson gaps and the request payload.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// Also write the results as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -36,9 +36,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 fn build_config(args: &ServeArgs) -> anyhow::Result<Config> {
     let mut config = match &args.config {
         Some(path) => Config::from_file(path)?,
-        None if args.models.is_empty() && args.model_repository.is_none() => {
-            Config::from_toml(DEFAULT_CONFIG, "the built-in config/tandem.toml", Path::new("."))?
-        }
+        None if args.models.is_empty() && args.model_repository.is_none() => Config::from_toml(
+            DEFAULT_CONFIG,
+            "the built-in config/tandem.toml",
+            Path::new("."),
+        )?,
         None => Config::default(),
     };
     if let Some(l) = args.listen {
@@ -60,7 +62,11 @@ fn build_config(args: &ServeArgs) -> anyhow::Result<Config> {
         config.defaults.max_queue_delay_us = us;
     }
     for (name, path) in &args.models {
-        config.models.entry(name.clone()).or_insert_with(ModelOverrides::default).path = Some(path.clone());
+        config
+            .models
+            .entry(name.clone())
+            .or_insert_with(ModelOverrides::default)
+            .path = Some(path.clone());
     }
     if let Some(repo) = &config.model_repository
         && !repo.is_dir()

@@ -124,7 +124,10 @@ pub struct Limits {
     pub header_read_timeout_ms: u64,
     /// A request must be answered within this time (504 otherwise).
     pub request_timeout_ms: u64,
-    /// After SIGTERM, in-flight requests get this long to finish.
+    /// After SIGTERM, readiness answers 503 but requests are still accepted for this long,
+    /// so that load balancers can stop sending before the listener closes.
+    pub shutdown_drain_ms: u64,
+    /// Then in-flight requests get this long to finish.
     pub shutdown_grace_ms: u64,
 }
 
@@ -135,6 +138,7 @@ impl Default for Limits {
             max_connections: 1024,
             header_read_timeout_ms: 10_000,
             request_timeout_ms: 60_000,
+            shutdown_drain_ms: 0,
             shutdown_grace_ms: 30_000,
         }
     }
@@ -146,6 +150,9 @@ impl Limits {
     }
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms)
+    }
+    pub fn shutdown_drain(&self) -> Duration {
+        Duration::from_millis(self.shutdown_drain_ms)
     }
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_millis(self.shutdown_grace_ms)
@@ -204,7 +211,11 @@ impl Config {
 
     /// The settings a model runs with: defaults, then its entry in this file, then the
     /// repository's `config.toml` for it (if any).
-    pub fn settings_for(&self, model: &str, repo_overrides: Option<&ModelOverrides>) -> ModelSettings {
+    pub fn settings_for(
+        &self,
+        model: &str,
+        repo_overrides: Option<&ModelOverrides>,
+    ) -> ModelSettings {
         let mut s = self.defaults.clone();
         if let Some(o) = self.models.get(model) {
             s = o.apply(&s);
@@ -218,7 +229,11 @@ impl Config {
     /// Checks what serde cannot: positive sizes, something to serve.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let check = |ok: bool, what: &str| {
-            if ok { Ok(()) } else { Err(ConfigError::Invalid(what.to_string())) }
+            if ok {
+                Ok(())
+            } else {
+                Err(ConfigError::Invalid(what.to_string()))
+            }
         };
         check(
             self.model_repository.is_some() || self.models.values().any(|m| m.path.is_some()),
@@ -226,17 +241,44 @@ impl Config {
         )?;
         for (name, o) in &self.models {
             let s = o.apply(&self.defaults);
-            check(s.max_batch_size >= 1, &format!("models.{name}.max_batch_size must be >= 1"))?;
-            check(s.queue_capacity >= 1, &format!("models.{name}.queue_capacity must be >= 1"))?;
-            check(s.replicas >= 1, &format!("models.{name}.replicas must be >= 1"))?;
+            check(
+                s.max_batch_size >= 1,
+                &format!("models.{name}.max_batch_size must be >= 1"),
+            )?;
+            check(
+                s.queue_capacity >= 1,
+                &format!("models.{name}.queue_capacity must be >= 1"),
+            )?;
+            check(
+                s.replicas >= 1,
+                &format!("models.{name}.replicas must be >= 1"),
+            )?;
         }
-        check(self.defaults.max_batch_size >= 1, "defaults.max_batch_size must be >= 1")?;
-        check(self.defaults.queue_capacity >= 1, "defaults.queue_capacity must be >= 1")?;
-        check(self.defaults.replicas >= 1, "defaults.replicas must be >= 1")?;
-        check(self.defaults.priority_levels >= 1, "defaults.priority_levels must be >= 1")?;
+        check(
+            self.defaults.max_batch_size >= 1,
+            "defaults.max_batch_size must be >= 1",
+        )?;
+        check(
+            self.defaults.queue_capacity >= 1,
+            "defaults.queue_capacity must be >= 1",
+        )?;
+        check(
+            self.defaults.replicas >= 1,
+            "defaults.replicas must be >= 1",
+        )?;
+        check(
+            self.defaults.priority_levels >= 1,
+            "defaults.priority_levels must be >= 1",
+        )?;
         check(self.keep_versions >= 1, "keep_versions must be >= 1")?;
-        check(self.limits.max_connections >= 1, "limits.max_connections must be >= 1")?;
-        check(self.limits.max_body_bytes >= 1024, "limits.max_body_bytes must be >= 1024")?;
+        check(
+            self.limits.max_connections >= 1,
+            "limits.max_connections must be >= 1",
+        )?;
+        check(
+            self.limits.max_body_bytes >= 1024,
+            "limits.max_body_bytes must be >= 1024",
+        )?;
         Ok(())
     }
 }
@@ -263,7 +305,10 @@ mod tests {
             max_queue_delay_us = 5
         "#;
         let c = Config::from_toml(text, "t", Path::new("/etc/tandem")).unwrap();
-        assert_eq!(c.model_repository.as_deref(), Some(Path::new("/etc/tandem/repo")));
+        assert_eq!(
+            c.model_repository.as_deref(),
+            Some(Path::new("/etc/tandem/repo"))
+        );
         let s = c.settings_for("a", None);
         assert_eq!((s.max_batch_size, s.max_queue_delay_us), (32, 5));
         let repo = ModelOverrides {
@@ -278,8 +323,18 @@ mod tests {
     fn unknown_keys_and_bad_values_are_errors() {
         let err = Config::from_toml("lisen = \"x\"", "t", Path::new(".")).unwrap_err();
         assert!(err.to_string().contains("lisen"), "{err}");
-        let c = Config::from_toml("model_repository = \"r\"\n[defaults]\nmax_batch_size = 0", "t", Path::new(".")).unwrap();
-        assert!(c.validate().unwrap_err().to_string().contains("max_batch_size"));
+        let c = Config::from_toml(
+            "model_repository = \"r\"\n[defaults]\nmax_batch_size = 0",
+            "t",
+            Path::new("."),
+        )
+        .unwrap();
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("max_batch_size")
+        );
         assert!(Config::default().validate().is_err());
     }
 }

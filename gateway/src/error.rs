@@ -72,9 +72,7 @@ impl ApiError {
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::DeadlineExceeded { .. } | ApiError::Timeout(_) => {
-                StatusCode::GATEWAY_TIMEOUT
-            }
+            ApiError::DeadlineExceeded { .. } | ApiError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::ModelFailure(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
         }

@@ -77,14 +77,24 @@ pub async fn run(
 
     // The HTTP API answers from the start (liveness yes, readiness no) while models load.
     let (stop_http, http_shutdown) = watch::channel(false);
-    let server = tokio::spawn(http::serve(listener, state.clone(), http_shutdown.clone(), false));
+    let server = tokio::spawn(http::serve(
+        listener,
+        state.clone(),
+        http_shutdown.clone(),
+        false,
+    ));
     let metrics_server = match config.metrics_listen {
         Some(addr) => {
             let l = TcpListener::bind(addr)
                 .await
                 .map_err(|source| StartError::MetricsListen { addr, source })?;
             tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "metrics listening");
-            Some(tokio::spawn(http::serve(l, state.clone(), http_shutdown, true)))
+            Some(tokio::spawn(http::serve(
+                l,
+                state.clone(),
+                http_shutdown,
+                true,
+            )))
         }
         None => None,
     };
@@ -101,16 +111,24 @@ pub async fn run(
             device: device.clone(),
             busy: busy.clone(),
         };
-        let v = loader::load(spec).await.map_err(|reason| StartError::Model {
-            model: name.clone(),
-            path: path.display().to_string(),
-            reason,
-        })?;
+        let v = loader::load(spec)
+            .await
+            .map_err(|reason| StartError::Model {
+                model: name.clone(),
+                path: path.display().to_string(),
+                reason,
+            })?;
         state.registry.insert(v);
     }
 
     let mut watcher = config.model_repository.as_ref().map(|root| {
-        Watcher::new(root.clone(), config.clone(), state.registry.clone(), device.clone(), busy.clone())
+        Watcher::new(
+            root.clone(),
+            config.clone(),
+            state.registry.clone(),
+            device.clone(),
+            busy.clone(),
+        )
     });
     let mut missing = Vec::new();
     if let Some(w) = &mut watcher {
@@ -134,8 +152,14 @@ pub async fn run(
         }
     }
 
-    tracing::info!("shutting down: readiness is now 503; finishing in-flight requests");
     state.draining.store(true, Ordering::Release);
+    let drain = config.limits.shutdown_drain();
+    tracing::info!(
+        drain_ms = drain.as_millis() as u64,
+        "shutting down: readiness is now 503"
+    );
+    tokio::time::sleep(drain).await;
+    tracing::info!("listener closed; finishing in-flight requests");
     let _ = stop_http.send(true);
     let _ = server.await;
     if let Some(m) = metrics_server {

@@ -68,7 +68,11 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
     // Readiness arrives on a std channel from the worker threads: wait off the runtime.
     let reports = tokio::task::spawn_blocking(move || {
         (0..replicas)
-            .map(|_| ready_rx.recv().unwrap_or_else(|_| Err("a worker thread died while loading".into())))
+            .map(|_| {
+                ready_rx
+                    .recv()
+                    .unwrap_or_else(|_| Err("a worker thread died while loading".into()))
+            })
             .collect::<Vec<_>>()
     })
     .await
@@ -103,7 +107,8 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
         full_retry_after: Duration::from_secs(1),
     };
     tokio::spawn(batcher.run());
-    metrics::counter!(names::MODEL_LOADS, "model" => spec.name.clone(), "outcome" => "ok").increment(1);
+    metrics::counter!(names::MODEL_LOADS, "model" => spec.name.clone(), "outcome" => "ok")
+        .increment(1);
     tracing::info!(
         model = %spec.name,
         version = spec.version,

@@ -24,20 +24,49 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05,
     0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
-const ROW_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
+const ROW_BUCKETS: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+];
 
 fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
-    describe_counter!(REQUESTS, "Inference requests answered, by model and HTTP status code.");
-    describe_histogram!(REQUEST_DURATION, Unit::Seconds, "Time from a request's arrival to its response being ready.");
-    describe_histogram!(QUEUE_DURATION, Unit::Seconds, "Time requests waited in the model's queue.");
-    describe_histogram!(COMPUTE_DURATION, Unit::Seconds, "Time a batch's forward pass took on the device.");
+    describe_counter!(
+        REQUESTS,
+        "Inference requests answered, by model and HTTP status code."
+    );
+    describe_histogram!(
+        REQUEST_DURATION,
+        Unit::Seconds,
+        "Time from a request's arrival to its response being ready."
+    );
+    describe_histogram!(
+        QUEUE_DURATION,
+        Unit::Seconds,
+        "Time requests waited in the model's queue."
+    );
+    describe_histogram!(
+        COMPUTE_DURATION,
+        Unit::Seconds,
+        "Time a batch's forward pass took on the device."
+    );
     describe_histogram!(BATCH_ROWS, "Rows in each batch run.");
-    describe_counter!(BATCHES, "Batches run, by the reason the batcher released them (full, deadline, timer, idle).");
+    describe_counter!(
+        BATCHES,
+        "Batches run, by the reason the batcher released them (full, deadline, timer, idle)."
+    );
     describe_gauge!(QUEUE_DEPTH, "Requests waiting in the model's queue.");
-    describe_counter!(REQUESTS_REJECTED, "Requests answered with an error before compute, by reason.");
-    describe_gauge!(DEVICE_BUSY_RATIO, "Share of the last second the device spent running batches.");
-    describe_gauge!(MODEL_VERSION_LOADED, "1 for each model version loaded and serving.");
+    describe_counter!(
+        REQUESTS_REJECTED,
+        "Requests answered with an error before compute, by reason."
+    );
+    describe_gauge!(
+        DEVICE_BUSY_RATIO,
+        "Share of the last second the device spent running batches."
+    );
+    describe_gauge!(
+        MODEL_VERSION_LOADED,
+        "1 for each model version loaded and serving."
+    );
     describe_counter!(MODEL_LOADS, "Model version loads, by outcome (ok, error).");
     describe_gauge!(CONNECTIONS, "Open HTTP connections.");
 }
@@ -50,7 +79,9 @@ pub fn install() -> PrometheusHandle {
         .get_or_init(|| {
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
-                .and_then(|b| b.set_buckets_for_metric(Matcher::Full(BATCH_ROWS.into()), ROW_BUCKETS))
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(BATCH_ROWS.into()), ROW_BUCKETS)
+                })
                 .expect("bucket lists are non-empty");
             let handle = match builder.install_recorder() {
                 Ok(h) => h,

@@ -28,7 +28,10 @@ pub struct ModelVersion {
 
 impl ModelVersion {
     pub fn settings(&self) -> ModelSettings {
-        self.settings.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.settings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -38,24 +41,34 @@ pub struct Registry {
 }
 
 impl Registry {
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, BTreeMap<u64, Arc<ModelVersion>>>> {
+    fn read(
+        &self,
+    ) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, BTreeMap<u64, Arc<ModelVersion>>>> {
         // A poisoned lock means a writer panicked between two map operations; the map
         // itself is still consistent.
         self.models.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, BTreeMap<u64, Arc<ModelVersion>>>> {
+    fn write(
+        &self,
+    ) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, BTreeMap<u64, Arc<ModelVersion>>>> {
         self.models.write().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The named version, or the newest when `version` is `None`.
-    pub fn resolve(&self, model: &str, version: Option<&str>) -> Result<Arc<ModelVersion>, ApiError> {
+    pub fn resolve(
+        &self,
+        model: &str,
+        version: Option<&str>,
+    ) -> Result<Arc<ModelVersion>, ApiError> {
         let models = self.read();
-        let versions = models.get(model).filter(|v| !v.is_empty()).ok_or_else(|| {
-            ApiError::UnknownModel {
-                model: model.to_string(),
-            }
-        })?;
+        let versions =
+            models
+                .get(model)
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| ApiError::UnknownModel {
+                    model: model.to_string(),
+                })?;
         match version {
             None => Ok(versions.values().next_back().expect("non-empty").clone()),
             Some(v) => v
@@ -66,7 +79,11 @@ impl Registry {
                 .ok_or_else(|| ApiError::UnknownVersion {
                     model: model.to_string(),
                     version: v.to_string(),
-                    loaded: versions.keys().map(|k| k.to_string()).collect::<Vec<_>>().join(", "),
+                    loaded: versions
+                        .keys()
+                        .map(|k| k.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
                 }),
         }
     }

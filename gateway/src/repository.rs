@@ -29,7 +29,11 @@ pub fn scan(root: &Path) -> std::io::Result<BTreeMap<String, RepoModel>> {
     let mut out = BTreeMap::new();
     for entry in std::fs::read_dir(root)?.flatten() {
         let path = entry.path();
-        let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_string) else {
+        let Some(name) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(str::to_string)
+        else {
             continue;
         };
         if name.starts_with('.') || !path.is_dir() {
@@ -60,7 +64,9 @@ pub fn scan(root: &Path) -> std::io::Result<BTreeMap<String, RepoModel>> {
                 .and_then(|t| toml::from_str::<ModelOverrides>(&t).map_err(|e| e.to_string()))
             {
                 Ok(o) => model.overrides = Some(o),
-                Err(e) => tracing::warn!(path = %config.display(), error = %e, "ignoring invalid model config"),
+                Err(e) => {
+                    tracing::warn!(path = %config.display(), error = %e, "ignoring invalid model config")
+                }
             }
         }
         out.insert(name, model);
@@ -111,17 +117,16 @@ impl Watcher {
         let keep = self.config.keep_versions.max(1);
         let (mut serving, mut missing) = (Vec::new(), Vec::new());
         for (name, model) in &found {
-            let wanted: Vec<(u64, &PathBuf)> = model
-                .versions
-                .iter()
-                .rev()
-                .take(keep)
-                .map(|(v, p)| (*v, p))
-                .collect();
+            // Walk versions newest first until `keep` of them serve: a version that failed
+            // (and has not changed since) is skipped, so an older good one stays.
+            let mut serving_versions = Vec::new();
             let loaded = self.registry.versions(name);
-            // Newest first, so the version that will take traffic is up soonest.
-            for (version, path) in &wanted {
+            for (version, path) in model.versions.iter().rev() {
+                if serving_versions.len() == keep {
+                    break;
+                }
                 if loaded.contains(version) {
+                    serving_versions.push(*version);
                     continue;
                 }
                 let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
@@ -129,12 +134,11 @@ impl Watcher {
                 if self.failed.get(&key).is_some_and(|t| *t == mtime) {
                     continue;
                 }
-                let settings = self.config.settings_for(name, model.overrides.as_ref());
                 let spec = LoadSpec {
                     name: name.clone(),
                     version: *version,
-                    path: (*path).clone(),
-                    settings,
+                    path: path.clone(),
+                    settings: self.config.settings_for(name, model.overrides.as_ref()),
                     device: self.device.clone(),
                     busy: self.busy.clone(),
                 };
@@ -142,6 +146,7 @@ impl Watcher {
                     Ok(v) => {
                         self.failed.remove(&key);
                         self.registry.insert(v);
+                        serving_versions.push(*version);
                     }
                     Err(e) => {
                         tracing::error!(model = %name, version, path = %path.display(), error = %e, "model version failed to load; older versions keep serving");
@@ -149,15 +154,14 @@ impl Watcher {
                     }
                 }
             }
-            // Unload versions outside the newest `keep` on disk — but never the last one
-            // serving, if none of the wanted versions loaded.
-            let wanted_set: Vec<u64> = wanted.iter().map(|(v, _)| *v).collect();
-            let now_loaded = self.registry.versions(name);
-            let any_wanted = now_loaded.iter().any(|v| wanted_set.contains(v));
-            for v in now_loaded {
-                if !wanted_set.contains(&v) && (any_wanted || !model.versions.contains_key(&v)) {
-                    self.registry.remove(name, v);
-                    tracing::info!(model = %name, version = v, "model version unloaded");
+            // Unload what is no longer among them (new versions took over, or the files are
+            // gone) — only once something else serves.
+            if !serving_versions.is_empty() {
+                for v in self.registry.versions(name) {
+                    if !serving_versions.contains(&v) {
+                        self.registry.remove(name, v);
+                        tracing::info!(model = %name, version = v, "model version unloaded");
+                    }
                 }
             }
             if self.registry.versions(name).is_empty() {
@@ -196,8 +200,14 @@ mod tests {
         std::fs::create_dir_all(dir.join(".hidden/1")).unwrap();
         let found = scan(&dir).unwrap();
         assert_eq!(found.keys().collect::<Vec<_>>(), vec!["m"]);
-        assert_eq!(found["m"].versions.keys().copied().collect::<Vec<_>>(), vec![1, 2]);
-        assert_eq!(found["m"].overrides.as_ref().unwrap().max_batch_size, Some(7));
+        assert_eq!(
+            found["m"].versions.keys().copied().collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        assert_eq!(
+            found["m"].overrides.as_ref().unwrap().max_batch_size,
+            Some(7)
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -23,7 +23,8 @@ pub struct ValidRequest {
     pub timeout: Option<Duration>,
 }
 
-const DATATYPES: &str = "BOOL, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64, FP16, BF16, FP32, FP64";
+const DATATYPES: &str =
+    "BOOL, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64, FP16, BF16, FP32, FP64";
 
 fn invalid(msg: String) -> ApiError {
     ApiError::Invalid(msg)

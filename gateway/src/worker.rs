@@ -28,7 +28,8 @@ pub struct BusyMeter {
 
 impl BusyMeter {
     pub fn add(&self, d: Duration) {
-        self.busy_ns.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+        self.busy_ns
+            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
     }
 
     pub fn total(&self) -> Duration {
@@ -112,9 +113,13 @@ fn warm_up(model: &mut dyn Model, max_rows: usize) -> Result<Vec<(usize, Duratio
         let input = vec![0f32; rows * model.input_width()];
         let mut output = vec![0f32; rows * model.output_width()];
         // Twice: the first call grows buffers and compiles kernels; the second is timed.
-        model.forward(&input, rows, &mut output).map_err(|e| e.to_string())?;
+        model
+            .forward(&input, rows, &mut output)
+            .map_err(|e| e.to_string())?;
         let t = std::time::Instant::now();
-        model.forward(&input, rows, &mut output).map_err(|e| e.to_string())?;
+        model
+            .forward(&input, rows, &mut output)
+            .map_err(|e| e.to_string())?;
         out.push((rows, t.elapsed()));
     }
     Ok(out)
@@ -154,7 +159,8 @@ fn serve(spec: WorkerSpec, model: &mut dyn Model) {
                 let _ = p.reply.send(Err(ApiError::DeadlineExceeded { waited_ms }));
                 continue;
             }
-            m.queue.record(now.saturating_duration_since(p.enqueued).as_secs_f64());
+            m.queue
+                .record(now.saturating_duration_since(p.enqueued).as_secs_f64());
             live.push(p);
         }
         let rows: usize = live.iter().map(|p| p.rows).sum();
@@ -216,7 +222,12 @@ fn serve(spec: WorkerSpec, model: &mut dyn Model) {
 }
 
 /// `forward`, with a panic inside the model turned into an error for this batch only.
-fn run(model: &mut dyn Model, input: &[f32], rows: usize, output: &mut [f32]) -> Result<(), String> {
+fn run(
+    model: &mut dyn Model,
+    input: &[f32],
+    rows: usize,
+    output: &mut [f32],
+) -> Result<(), String> {
     match std::panic::catch_unwind(AssertUnwindSafe(|| model.forward(input, rows, output))) {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),

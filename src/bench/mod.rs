@@ -1,6 +1,7 @@
 //! `tandem bench`: scenarios that print a table and write JSON.
 
 mod forward;
+pub mod load;
 pub mod stats;
 
 use crate::cli::BenchCommand;
@@ -8,5 +9,6 @@ use crate::cli::BenchCommand;
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Forward(args) => forward::run(args),
+        BenchCommand::Load(args) => load::run(args),
     }
 }

@@ -123,7 +123,10 @@ mod tests {
             max_batch_rows: 8,
             max_queue_delay: Duration::from_millis(2),
         };
-        assert_eq!(p.decide(&QueueView::default(), t), Decision::Wait { until: None });
+        assert_eq!(
+            p.decide(&QueueView::default(), t),
+            Decision::Wait { until: None }
+        );
         assert_eq!(
             p.decide(&view(3, 3, t), t + Duration::from_millis(1)),
             Decision::Wait {

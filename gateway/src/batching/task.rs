@@ -50,13 +50,11 @@ impl BatcherMetrics {
             ReleaseReason::Timer,
             ReleaseReason::Idle,
         ];
-        let rejected = |reason: &'static str| {
-            metrics::counter!(names::REQUESTS_REJECTED, "model" => m.clone(), "reason" => reason)
-        };
+        let rejected = |reason: &'static str| metrics::counter!(names::REQUESTS_REJECTED, "model" => m.clone(), "reason" => reason);
         BatcherMetrics {
-            batches: reasons.map(|r| {
-                metrics::counter!(names::BATCHES, "model" => m.clone(), "reason" => r.as_str())
-            }),
+            batches: reasons.map(
+                |r| metrics::counter!(names::BATCHES, "model" => m.clone(), "reason" => r.as_str()),
+            ),
             batch_rows: metrics::histogram!(names::BATCH_ROWS, "model" => m.clone()),
             queue_depth: metrics::gauge!(names::QUEUE_DEPTH, "model" => m.clone()),
             queue_full: rejected("queue_full"),
@@ -198,7 +196,10 @@ impl Batcher {
 
     fn admit(&mut self, p: Pending, metrics: &BatcherMetrics) {
         let now = Instant::now();
-        if let Err(shed) = self.policy.admit(&self.state.view(), p.rows, p.deadline, now) {
+        if let Err(shed) = self
+            .policy
+            .admit(&self.state.view(), p.rows, p.deadline, now)
+        {
             metrics.shed.increment(1);
             let _ = p.reply.send(Err(ApiError::Overloaded {
                 message: shed.message,

@@ -75,7 +75,9 @@ mod tests {
 
     use super::*;
 
-    async fn echo_len(req: Request<Limited<Full<Bytes>>>) -> Result<Response<Full<Bytes>>, Infallible> {
+    async fn echo_len(
+        req: Request<Limited<Full<Bytes>>>,
+    ) -> Result<Response<Full<Bytes>>, Infallible> {
         let status = match req.into_body().collect().await {
             Ok(b) => b.to_bytes().len().to_string(),
             Err(_) => "too large".into(),
@@ -87,7 +89,8 @@ mod tests {
         let svc = BodyLimitLayer { limit: 8 }.layer(tower::service_fn(echo_len));
         let mut req = Request::new(Full::new(Bytes::from_static(body)));
         if let Some(n) = declared {
-            req.headers_mut().insert(http::header::CONTENT_LENGTH, n.into());
+            req.headers_mut()
+                .insert(http::header::CONTENT_LENGTH, n.into());
         }
         let resp = svc.oneshot(req).await.unwrap();
         let status = resp.status().as_u16();
@@ -99,7 +102,10 @@ mod tests {
     async fn declared_lengths_over_the_limit_are_refused_unread() {
         let (status, body) = call(Some(9), b"123456789").await;
         assert_eq!(status, 413);
-        assert!(body.contains("\"error\"") && body.contains("8-byte limit"), "{body}");
+        assert!(
+            body.contains("\"error\"") && body.contains("8-byte limit"),
+            "{body}"
+        );
     }
 
     #[tokio::test]

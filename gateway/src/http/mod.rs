@@ -49,8 +49,7 @@ impl AppState {
 pub fn error_response(e: &ApiError) -> Response<Full<Bytes>> {
     let mut resp = json_response(e.status(), e.body());
     if let Some(secs) = e.retry_after_secs() {
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, secs.into());
+        resp.headers_mut().insert(header::RETRY_AFTER, secs.into());
     }
     resp
 }
@@ -96,18 +95,23 @@ pub async fn serve(
             _ = signalled(&mut shutdown) => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = ServiceBuilder::new()
-            .layer(tower_http::catch_panic::CatchPanicLayer::custom(panic_response))
-            .layer(BodyLimitLayer {
-                limit: limits.max_body_bytes,
-            })
-            .service_fn({
-                let state = state.clone();
-                move |req| {
+        let service =
+            ServiceBuilder::new()
+                .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+                    panic_response,
+                ))
+                .layer(BodyLimitLayer {
+                    limit: limits.max_body_bytes,
+                })
+                .service_fn({
                     let state = state.clone();
-                    async move { Ok::<_, Infallible>(routes::handle(state, req, metrics_only).await) }
-                }
-            });
+                    move |req| {
+                        let state = state.clone();
+                        async move {
+                            Ok::<_, Infallible>(routes::handle(state, req, metrics_only).await)
+                        }
+                    }
+                });
         let mut shutdown = shutdown.clone();
         let header_timeout = limits.header_read_timeout();
         let connections = connections.clone();
@@ -138,7 +142,10 @@ pub async fn serve(
         .await
         .is_err()
     {
-        tracing::warn!(remaining = tasks.len(), "connections still open after the shutdown grace period; closing them");
+        tracing::warn!(
+            remaining = tasks.len(),
+            "connections still open after the shutdown grace period; closing them"
+        );
         tasks.abort_all();
     }
 }

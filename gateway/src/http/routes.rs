@@ -38,7 +38,9 @@ pub async fn handle(
         (_, &Method::GET, ["v2", "models", m]) => model_metadata(&state, m, None),
         (_, &Method::GET, ["v2", "models", m, "versions", v]) => model_metadata(&state, m, Some(v)),
         (_, &Method::GET, ["v2", "models", m, "ready"]) => model_ready(&state, m, None),
-        (_, &Method::GET, ["v2", "models", m, "versions", v, "ready"]) => model_ready(&state, m, Some(v)),
+        (_, &Method::GET, ["v2", "models", m, "versions", v, "ready"]) => {
+            model_ready(&state, m, Some(v))
+        }
         (_, &Method::POST, ["v2", "models", m, "infer"]) => {
             let (m, v) = (m.to_string(), None);
             return infer(&state, &m, v, req).await;
@@ -177,9 +179,6 @@ async fn infer_on(
     req: Request<Limited<Incoming>>,
     arrived: Instant,
 ) -> Result<Response<Full<Bytes>>, ApiError> {
-    if state.draining.load(std::sync::atomic::Ordering::Acquire) {
-        return Err(ApiError::Unavailable("shutting down".into()));
-    }
     let header_len = match req.headers().get(BINARY_HEADER) {
         None => None,
         Some(v) => Some(
@@ -199,7 +198,9 @@ async fn infer_on(
         .collect()
         .await
         .map_err(|e| {
-            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
                 ApiError::BodyTooLarge { limit }
             } else {
                 ApiError::Malformed(format!("cannot read the request body: {e}"))
@@ -242,7 +243,11 @@ async fn infer_on(
     let timeout = state.config.limits.request_timeout();
     let completed = match tokio::time::timeout(timeout, rx).await {
         Err(_) => return Err(ApiError::Timeout(timeout)),
-        Ok(Err(_)) => return Err(ApiError::ModelFailure("the request was dropped by its worker".into())),
+        Ok(Err(_)) => {
+            return Err(ApiError::ModelFailure(
+                "the request was dropped by its worker".into(),
+            ));
+        }
         Ok(Ok(reply)) => reply?,
     };
     let version_label = version.version.to_string();

@@ -66,7 +66,11 @@ pub fn decode(bytes: &[u8], datatype: Datatype, name: &str) -> Result<Vec<f32>, 
             Datatype::Fp64 => f64::from_le_bytes(c.try_into().expect("8-byte chunk")),
             Datatype::Fp32 => unreachable!("handled above"),
         };
-        out.push(datatype.to_model_f32(v).map_err(|e| bad(i, e.to_string()))?);
+        out.push(
+            datatype
+                .to_model_f32(v)
+                .map_err(|e| bad(i, e.to_string()))?,
+        );
     }
     Ok(out)
 }
@@ -90,21 +94,41 @@ mod tests {
             .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
             .collect();
         assert_eq!(decode(&f16, Datatype::Fp16, "x").unwrap(), vec![0.5, -2.0]);
-        let bf16: Vec<u8> = [1.5f32].iter().flat_map(|v| half::bf16::from_f32(*v).to_le_bytes()).collect();
+        let bf16: Vec<u8> = [1.5f32]
+            .iter()
+            .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+            .collect();
         assert_eq!(decode(&bf16, Datatype::Bf16, "x").unwrap(), vec![1.5]);
         assert_eq!(decode(&[0xff], Datatype::Int8, "x").unwrap(), vec![-1.0]);
-        assert_eq!(decode(&[1, 0], Datatype::Bool, "x").unwrap(), vec![1.0, 0.0]);
-        let i64s: Vec<u8> = [-7i64, 1 << 40].iter().flat_map(|v| v.to_le_bytes()).collect();
-        assert_eq!(decode(&i64s, Datatype::Int64, "x").unwrap(), vec![-7.0, (1u64 << 40) as f32]);
+        assert_eq!(
+            decode(&[1, 0], Datatype::Bool, "x").unwrap(),
+            vec![1.0, 0.0]
+        );
+        let i64s: Vec<u8> = [-7i64, 1 << 40]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(
+            decode(&i64s, Datatype::Int64, "x").unwrap(),
+            vec![-7.0, (1u64 << 40) as f32]
+        );
         let f64s: Vec<u8> = 0.25f64.to_le_bytes().to_vec();
         assert_eq!(decode(&f64s, Datatype::Fp64, "x").unwrap(), vec![0.25]);
     }
 
     #[test]
     fn bad_values_name_the_element() {
-        let nan: Vec<u8> = [1.0f32, f32::NAN].iter().flat_map(|v| v.to_le_bytes()).collect();
-        let err = decode(&nan, Datatype::Fp32, "input-0").unwrap_err().to_string();
-        assert!(err.contains("element 1") && err.contains("input-0"), "{err}");
+        let nan: Vec<u8> = [1.0f32, f32::NAN]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let err = decode(&nan, Datatype::Fp32, "input-0")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("element 1") && err.contains("input-0"),
+            "{err}"
+        );
         let err = decode(&[2], Datatype::Bool, "b").unwrap_err().to_string();
         assert!(err.contains("not 0 or 1"), "{err}");
         let big: Vec<u8> = ((1i64 << 60) + 1).to_le_bytes().to_vec();

@@ -190,16 +190,40 @@ mod tests {
     #[test]
     fn conversions_are_exact_or_refused() {
         assert_eq!(Datatype::Int8.to_model_f32(-128.0), Ok(-128.0));
-        assert_eq!(Datatype::Int8.to_model_f32(128.0), Err(ValueError::OutOfRange));
-        assert_eq!(Datatype::Uint8.to_model_f32(-1.0), Err(ValueError::OutOfRange));
-        assert_eq!(Datatype::Int32.to_model_f32(1.5), Err(ValueError::NotInteger));
-        assert_eq!(Datatype::Int32.to_model_f32(16_777_217.0), Err(ValueError::Inexact));
-        assert_eq!(Datatype::Int64.to_model_f32(2f64.powi(40)), Ok(2f32.powi(40)));
+        assert_eq!(
+            Datatype::Int8.to_model_f32(128.0),
+            Err(ValueError::OutOfRange)
+        );
+        assert_eq!(
+            Datatype::Uint8.to_model_f32(-1.0),
+            Err(ValueError::OutOfRange)
+        );
+        assert_eq!(
+            Datatype::Int32.to_model_f32(1.5),
+            Err(ValueError::NotInteger)
+        );
+        assert_eq!(
+            Datatype::Int32.to_model_f32(16_777_217.0),
+            Err(ValueError::Inexact)
+        );
+        assert_eq!(
+            Datatype::Int64.to_model_f32(2f64.powi(40)),
+            Ok(2f32.powi(40))
+        );
         assert_eq!(Datatype::Bool.to_model_f32(2.0), Err(ValueError::NotBool));
-        assert_eq!(Datatype::Fp32.to_model_f32(1e39), Err(ValueError::OutOfRange));
-        assert_eq!(Datatype::Fp32.to_model_f32(f64::NAN), Err(ValueError::NonFinite));
+        assert_eq!(
+            Datatype::Fp32.to_model_f32(1e39),
+            Err(ValueError::OutOfRange)
+        );
+        assert_eq!(
+            Datatype::Fp32.to_model_f32(f64::NAN),
+            Err(ValueError::NonFinite)
+        );
         assert_eq!(Datatype::Fp64.to_model_f32(0.1), Ok(0.1f32));
-        assert_eq!(Datatype::Fp16.to_model_f32(70000.0), Err(ValueError::OutOfRange));
+        assert_eq!(
+            Datatype::Fp16.to_model_f32(70000.0),
+            Err(ValueError::OutOfRange)
+        );
         assert_eq!(Datatype::Fp16.to_model_f32(0.5), Ok(0.5));
     }
 }

@@ -85,10 +85,8 @@ impl JsonData {
         // Out-of-range and non-integer checks use the extremes the parser kept.
         let check_extremes = |datatype: Datatype| -> Result<(), (usize, String)> {
             for (v, i) in [f.min, f.max].into_iter().flatten() {
-                if let Err(e) = datatype.to_model_f32(v) {
-                    if e == ValueError::OutOfRange {
-                        return Err((i, e.to_string()));
-                    }
+                if let Err(e @ ValueError::OutOfRange) = datatype.to_model_f32(v) {
+                    return Err((i, e.to_string()));
                 }
             }
             Ok(())
@@ -188,25 +186,88 @@ mod tests {
 
     #[test]
     fn nested_and_flat_give_the_same_values() {
-        let nested = parse("[[1, 2.5], [3, 4]]").into_model_f32(Datatype::Fp32).unwrap();
-        let flat = parse("[1, 2.5, 3, 4]").into_model_f32(Datatype::Fp32).unwrap();
+        let nested = parse("[[1, 2.5], [3, 4]]")
+            .into_model_f32(Datatype::Fp32)
+            .unwrap();
+        let flat = parse("[1, 2.5, 3, 4]")
+            .into_model_f32(Datatype::Fp32)
+            .unwrap();
         assert_eq!(nested, vec![1.0, 2.5, 3.0, 4.0]);
         assert_eq!(nested, flat);
     }
 
     #[test]
     fn datatypes_are_enforced_with_the_offending_index() {
-        assert_eq!(parse("[1, 2.5]").into_model_f32(Datatype::Int32).unwrap_err().0, 1);
-        assert_eq!(parse("[1, 300]").into_model_f32(Datatype::Int8).unwrap_err().0, 1);
-        assert_eq!(parse("[-1, 3]").into_model_f32(Datatype::Uint8).unwrap_err().0, 0);
-        assert_eq!(parse("[1, true]").into_model_f32(Datatype::Fp32).unwrap_err().0, 1);
-        assert_eq!(parse("[true, 1]").into_model_f32(Datatype::Bool).unwrap_err().0, 1);
-        assert_eq!(parse("[0, 1e39]").into_model_f32(Datatype::Fp32).unwrap_err().0, 1);
-        assert_eq!(parse("[16777217]").into_model_f32(Datatype::Int32).unwrap_err().0, 0);
-        assert_eq!(parse("[70000]").into_model_f32(Datatype::Fp16).unwrap_err().0, 0);
-        assert_eq!(parse("[true, false]").into_model_f32(Datatype::Bool).unwrap(), vec![1.0, 0.0]);
-        assert_eq!(parse("[255]").into_model_f32(Datatype::Uint8).unwrap(), vec![255.0]);
-        assert_eq!(parse("[0.1]").into_model_f32(Datatype::Fp16).unwrap(), vec![half::f16::from_f64(0.1).to_f32()]);
+        assert_eq!(
+            parse("[1, 2.5]")
+                .into_model_f32(Datatype::Int32)
+                .unwrap_err()
+                .0,
+            1
+        );
+        assert_eq!(
+            parse("[1, 300]")
+                .into_model_f32(Datatype::Int8)
+                .unwrap_err()
+                .0,
+            1
+        );
+        assert_eq!(
+            parse("[-1, 3]")
+                .into_model_f32(Datatype::Uint8)
+                .unwrap_err()
+                .0,
+            0
+        );
+        assert_eq!(
+            parse("[1, true]")
+                .into_model_f32(Datatype::Fp32)
+                .unwrap_err()
+                .0,
+            1
+        );
+        assert_eq!(
+            parse("[true, 1]")
+                .into_model_f32(Datatype::Bool)
+                .unwrap_err()
+                .0,
+            1
+        );
+        assert_eq!(
+            parse("[0, 1e39]")
+                .into_model_f32(Datatype::Fp32)
+                .unwrap_err()
+                .0,
+            1
+        );
+        assert_eq!(
+            parse("[16777217]")
+                .into_model_f32(Datatype::Int32)
+                .unwrap_err()
+                .0,
+            0
+        );
+        assert_eq!(
+            parse("[70000]")
+                .into_model_f32(Datatype::Fp16)
+                .unwrap_err()
+                .0,
+            0
+        );
+        assert_eq!(
+            parse("[true, false]")
+                .into_model_f32(Datatype::Bool)
+                .unwrap(),
+            vec![1.0, 0.0]
+        );
+        assert_eq!(
+            parse("[255]").into_model_f32(Datatype::Uint8).unwrap(),
+            vec![255.0]
+        );
+        assert_eq!(
+            parse("[0.1]").into_model_f32(Datatype::Fp16).unwrap(),
+            vec![half::f16::from_f64(0.1).to_f32()]
+        );
     }
 
     #[test]

@@ -1,0 +1,326 @@
+//! Shared helpers for the end-to-end tests: start the real `tandem` binary on 127.0.0.1:0,
+//! talk HTTP/1.1 to it over plain sockets (so that malformed requests can be sent as
+//! bytes), and compute the float64 reference of a checkpoint.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kernels::DType;
+use models::Checkpoint;
+
+/// A temporary folder removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "tandem-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Writes `DIR/<model>/<version>/model.safetensors` and returns the checkpoint.
+pub fn write_version(
+    repo: &Path,
+    model: &str,
+    version: u64,
+    dims: &[usize],
+    seed: u64,
+) -> Checkpoint {
+    let ckpt = Checkpoint::random(dims, DType::F32, seed);
+    ckpt.write_atomic(
+        &repo
+            .join(model)
+            .join(version.to_string())
+            .join("model.safetensors"),
+    )
+    .unwrap();
+    ckpt
+}
+
+/// The float64 forward pass of a checkpoint.
+pub fn reference(ckpt: &Checkpoint, input: &[f32], rows: usize) -> Vec<f64> {
+    let mut x: Vec<f64> = input.iter().map(|v| *v as f64).collect();
+    let n = ckpt.layers.len();
+    for (i, l) in ckpt.layers.iter().enumerate() {
+        let w = l.weight.to_f32();
+        let mut y = vec![0f64; rows * l.outputs];
+        for r in 0..rows {
+            for o in 0..l.outputs {
+                let mut s = l.bias[o] as f64;
+                for k in 0..l.inputs {
+                    s += x[r * l.inputs + k] * w[o * l.inputs + k] as f64;
+                }
+                y[r * l.outputs + o] = if i + 1 < n { s.max(0.0) } else { s };
+            }
+        }
+        x = y;
+    }
+    x
+}
+
+pub fn assert_close(got: &[f32], want: &[f64]) {
+    assert_eq!(got.len(), want.len(), "output length");
+    let scale = want.iter().fold(1e-6f64, |m, v| m.max(v.abs()));
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            ((*g as f64) - w).abs() / scale <= 1e-5,
+            "element {i}: {g} vs {w}"
+        );
+    }
+}
+
+/// Deterministic inputs.
+pub fn inputs(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = models::rng::SplitMix64::new(seed);
+    (0..n).map(|_| rng.normal()).collect()
+}
+
+#[derive(Debug)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl HttpResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The `output-0` values of a JSON inference response.
+    pub fn output_values(&self) -> Vec<f32> {
+        self.json()["outputs"][0]["data"]
+            .as_array()
+            .expect("data array")
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect()
+    }
+}
+
+/// Sends raw bytes and reads the response (the request should say `Connection: close`).
+pub fn raw(addr: SocketAddr, request: &[u8]) -> std::io::Result<HttpResponse> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    s.write_all(request)?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf)?;
+    parse_response(&buf)
+}
+
+fn parse_response(buf: &[u8]) -> std::io::Result<HttpResponse> {
+    let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_string());
+    let end = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| bad("no end of headers"))?;
+    let head = std::str::from_utf8(&buf[..end]).map_err(|_| bad("headers not UTF-8"))?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().ok_or_else(|| bad("empty response"))?;
+    let status: u16 = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad("bad status line"))?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    Ok(HttpResponse {
+        status,
+        headers,
+        body: buf[end + 4..].to_vec(),
+    })
+}
+
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> HttpResponse {
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    let mut bytes = req.into_bytes();
+    bytes.extend_from_slice(body);
+    raw(addr, &bytes).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+}
+
+pub fn get(addr: SocketAddr, path: &str) -> HttpResponse {
+    request(addr, "GET", path, &[], b"")
+}
+
+pub fn post_json(addr: SocketAddr, path: &str, body: &serde_json::Value) -> HttpResponse {
+    request(
+        addr,
+        "POST",
+        path,
+        &[("Content-Type", "application/json".into())],
+        body.to_string().as_bytes(),
+    )
+}
+
+/// A JSON inference request body for `rows` rows of `input`.
+pub fn infer_body(input: &[f32], rows: usize) -> serde_json::Value {
+    serde_json::json!({
+        "inputs": [{"name": "input-0", "datatype": "FP32", "shape": [rows, input.len() / rows], "data": input}]
+    })
+}
+
+/// The real `tandem serve`, on a free port, with its log collected.
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+    log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// Starts `tandem serve --listen 127.0.0.1:0 --device cpu ARGS...` and waits until it
+    /// is ready.
+    pub fn start(args: &[&str]) -> Server {
+        let server = Server::spawn(args);
+        server.wait_ready(Duration::from_secs(60));
+        server
+    }
+
+    /// Starts it without waiting for readiness.
+    pub fn spawn(args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--device", "cpu"])
+            .args(args)
+            .env("TANDEM_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start tandem");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("listening addr=").nth(1) {
+                    let _ = tx.send(rest.trim().to_string());
+                }
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(a) => a.parse().expect("bound address"),
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "tandem did not report its address:\n{}",
+                    log.lock().unwrap()
+                );
+            }
+        };
+        Server { child, addr, log }
+    }
+
+    pub fn wait_ready(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(r) = raw(
+                self.addr,
+                format!(
+                    "GET /v2/health/ready HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                    self.addr
+                )
+                .as_bytes(),
+            ) && r.status == 200
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("server not ready within {within:?}:\n{}", self.log());
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(self.pid(), sig);
+        }
+    }
+
+    /// Waits for the process to exit; its status, or None if it is still running.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    pub fn get(&self, path: &str) -> HttpResponse {
+        get(self.addr, path)
+    }
+
+    pub fn post_json(&self, path: &str, body: &serde_json::Value) -> HttpResponse {
+        post_json(self.addr, path, body)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,240 @@
+//! Bad input gets a clear error and loses nothing: each malformed request below gets the
+//! right 4xx with a JSON `{"error": ...}` naming the problem, and the server answers the
+//! next valid request correctly.
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+
+const DIMS: [usize; 3] = [12, 16, 4];
+const MAX_BODY: usize = 65536;
+
+enum Body {
+    Json(Value),
+    Text(&'static str),
+    /// A binary-extension body: JSON header, its declared length, and the bytes after it.
+    Binary(Value, Option<String>, Vec<u8>),
+    Raw(Vec<u8>),
+}
+
+struct Case {
+    name: &'static str,
+    method: &'static str,
+    path: &'static str,
+    body: Body,
+    status: u16,
+    /// Words the error message must contain.
+    mentions: &'static [&'static str],
+}
+
+fn row() -> Vec<f32> {
+    (0..DIMS[0]).map(|i| i as f32 * 0.1).collect()
+}
+
+fn input(datatype: &str, shape: Value, data: Value) -> Value {
+    json!({"inputs": [{"name": "input-0", "datatype": datatype, "shape": shape, "data": data}]})
+}
+
+fn binary_header(datatype: &str, shape: Value, size: usize) -> Value {
+    json!({"inputs": [{"name": "input-0", "datatype": datatype, "shape": shape,
+                       "parameters": {"binary_data_size": size}}]})
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn cases() -> Vec<Case> {
+    let ok_row = json!([row()]);
+    let w = DIMS[0];
+    let mut nan_row = row();
+    nan_row[3] = f32::NAN;
+    let infer = "/v2/models/m/infer";
+    let c = |name, body, status, mentions| Case {
+        name,
+        method: "POST",
+        path: infer,
+        body,
+        status,
+        mentions,
+    };
+    vec![
+        c("not json", Body::Text("this is not json"), 400, &["JSON"]),
+        c("empty body", Body::Text(""), 400, &["JSON"]),
+        c("json array", Body::Json(json!([1, 2])), 400, &["JSON"]),
+        c("missing inputs", Body::Json(json!({"id": "x"})), 400, &["inputs"]),
+        c("no inputs", Body::Json(json!({"inputs": []})), 400, &["input-0"]),
+        c("wrong input name", Body::Json(json!({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, w], "data": ok_row}]})), 400, &["input-0", "x"]),
+        c("two inputs", Body::Json(json!({"inputs": [
+            {"name": "input-0", "datatype": "FP32", "shape": [1, w], "data": ok_row},
+            {"name": "input-1", "datatype": "FP32", "shape": [1, w], "data": ok_row}]})), 400, &["exactly one"]),
+        c("unknown datatype", Body::Json(input("FP8", json!([1, w]), ok_row.clone())), 400, &["FP8", "FP32"]),
+        c("bytes datatype", Body::Json(input("BYTES", json!([1, w]), ok_row.clone())), 400, &["BYTES"]),
+        c("1-d shape", Body::Json(input("FP32", json!([w]), ok_row.clone())), 400, &["shape", "[rows, 12]"]),
+        c("wrong width", Body::Json(input("FP32", json!([1, w + 1]), ok_row.clone())), 400, &["12", "13"]),
+        c("zero rows", Body::Json(input("FP32", json!([0, w]), json!([]))), 400, &["rows >= 1"]),
+        c("negative rows", Body::Json(input("FP32", json!([-1, w]), ok_row.clone())), 400, &["shape"]),
+        c("huge shape", Body::Json(input("FP32", json!([i64::MAX, w]), ok_row.clone())), 400, &["max_batch_size"]),
+        c("data shorter than shape", Body::Json(input("FP32", json!([2, w]), ok_row.clone())), 400, &["24 values", "12"]),
+        c("string in data", Body::Json(input("FP32", json!([1, w]), json!(vec!["1"; 12]))), 400, &["JSON"]),
+        c("null in data", Body::Json(input("FP32", json!([1, w]), json!(vec![Value::Null; 12]))), 400, &["JSON"]),
+        c("object in data", Body::Json(input("FP32", json!([1, w]), json!([{"a": 1}]))), 400, &["JSON"]),
+        c("INT8 out of range", Body::Json(input("INT8", json!([1, w]), json!(vec![300; 12]))), 400, &["element 0", "range", "INT8"]),
+        c("INT32 fraction", Body::Json(input("INT32", json!([1, w]), json!([1, 1.5, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]))), 400, &["element 1", "integer"]),
+        c("UINT8 negative", Body::Json(input("UINT8", json!([1, w]), json!(vec![-1; 12]))), 400, &["range"]),
+        c("BOOL given numbers", Body::Json(input("BOOL", json!([1, w]), json!(vec![2; 12]))), 400, &["BOOL"]),
+        c("FP32 given booleans", Body::Json(input("FP32", json!([1, w]), json!(vec![true; 12]))), 400, &["boolean"]),
+        c("FP32 overflow", Body::Json(input("FP32", json!([1, w]), json!(vec![1e39; 12]))), 400, &["range"]),
+        c("INT32 not exact in FP32", Body::Json(input("INT32", json!([1, w]), json!(vec![16777217; 12]))), 400, &["exactly"]),
+        c("rows over max_batch_size", Body::Json(input("FP32", json!([9, w]), json!(vec![row(); 9]))), 400, &["max_batch_size", "8"]),
+        c("NaN in binary FP32", Body::Binary(binary_header("FP32", json!([1, w]), w * 4), None, f32_bytes(&nan_row)), 400, &["element 3", "finite"]),
+        c("binary size beyond the body", Body::Binary(binary_header("FP32", json!([1, w]), w * 4), None, f32_bytes(&row()[..6])), 400, &["binary_data_size"]),
+        c("binary size not matching shape", Body::Binary(binary_header("FP32", json!([1, w]), w * 4 - 4), None, f32_bytes(&row()[..w - 1])), 400, &["takes 48 bytes"]),
+        c("header length beyond the body", Body::Binary(binary_header("FP32", json!([1, w]), w * 4), Some("100000".into()), f32_bytes(&row())), 400, &["Inference-Header-Content-Length"]),
+        c("header length not a number", Body::Binary(binary_header("FP32", json!([1, w]), w * 4), Some("twelve".into()), f32_bytes(&row())), 400, &["byte count"]),
+        c("bytes no input claims", Body::Binary(binary_header("FP32", json!([1, w]), w * 4), None, [f32_bytes(&row()), vec![0; 8]].concat()), 400, &["8 bytes"]),
+        c("binary length cut mid-header", Body::Binary(binary_header("FP32", json!([1, w]), w * 4), Some("20".into()), f32_bytes(&row())), 400, &["JSON"]),
+        c("data and binary size", Body::Json(json!({"inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, w], "data": ok_row, "parameters": {"binary_data_size": 48}}]})), 400, &["both"]),
+        c("neither data nor binary", Body::Json(json!({"inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, w]}]})), 400, &["neither"]),
+        c("unknown output", Body::Json(json!({"inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, w], "data": ok_row}], "outputs": [{"name": "logits"}]})), 400, &["logits", "output-0"]),
+        c("output twice", Body::Json(json!({"inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, w], "data": ok_row}], "outputs": [{"name": "output-0"}, {"name": "output-0"}]})), 400, &["twice"]),
+        c("priority out of range", Body::Json(json!({"inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, w], "data": ok_row}], "parameters": {"priority": 99}})), 400, &["priority", "99"]),
+        c("priority not a number", Body::Json(json!({"inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, w], "data": ok_row}], "parameters": {"priority": "high"}})), 400, &["JSON"]),
+        c("unknown field", Body::Json(json!({"inputs": [], "extra": 1})), 400, &["extra"]),
+        c("trailing garbage", Body::Text("{\"inputs\": []} xyz"), 400, &["JSON"]),
+        c("deep nesting", Body::Raw(format!("{{\"inputs\":[{{\"name\":\"input-0\",\"datatype\":\"FP32\",\"shape\":[1,12],\"data\":{}1{}}}]}}", "[".repeat(500), "]".repeat(500)).into_bytes()), 400, &["JSON"]),
+        Case { name: "unknown model", method: "POST", path: "/v2/models/nope/infer", body: Body::Json(input("FP32", json!([1, w]), ok_row.clone())), status: 404, mentions: &["nope"] },
+        Case { name: "unknown version", method: "POST", path: "/v2/models/m/versions/9/infer", body: Body::Json(input("FP32", json!([1, w]), ok_row.clone())), status: 404, mentions: &["9", "loaded: 1"] },
+        Case { name: "non-numeric version", method: "POST", path: "/v2/models/m/versions/latest/infer", body: Body::Json(input("FP32", json!([1, w]), ok_row.clone())), status: 404, mentions: &["latest"] },
+        Case { name: "GET on infer", method: "GET", path: infer, body: Body::Text(""), status: 405, mentions: &["GET"] },
+        c("oversized body", Body::Raw(vec![b' '; MAX_BODY + 1]), 413, &["65536"]),
+    ]
+}
+
+fn send(addr: std::net::SocketAddr, case: &Case) -> HttpResponse {
+    match &case.body {
+        Body::Json(v) => request(addr, case.method, case.path, &[], v.to_string().as_bytes()),
+        Body::Text(t) => request(addr, case.method, case.path, &[], t.as_bytes()),
+        Body::Raw(b) => request(addr, case.method, case.path, &[], b),
+        Body::Binary(header, declared, bytes) => {
+            let h = header.to_string();
+            let mut body = h.clone().into_bytes();
+            body.extend_from_slice(bytes);
+            let n = declared.clone().unwrap_or(h.len().to_string());
+            request(
+                addr,
+                case.method,
+                case.path,
+                &[("Inference-Header-Content-Length", n)],
+                &body,
+            )
+        }
+    }
+}
+
+#[test]
+fn every_malformed_request_gets_its_4xx_and_the_server_keeps_serving() {
+    let repo = TempDir::new("malformed");
+    let ckpt = write_version(repo.path(), "m", 1, &DIMS, 4);
+    let config = repo.path().join("tandem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "model_repository = \"{}\"\n[defaults]\nmax_batch_size = 8\n[limits]\nmax_body_bytes = {MAX_BODY}\n",
+            repo.path().display()
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&["--config", config.to_str().unwrap()]);
+    let good = infer_body(&row(), 1);
+    let want = reference(&ckpt, &row(), 1);
+    let cases = cases();
+    assert!(cases.len() >= 30, "{} cases", cases.len());
+    for case in &cases {
+        let r = send(server.addr, case);
+        assert_eq!(r.status, case.status, "{}: {}", case.name, r.text());
+        let msg = r.json()["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{}: no error field", case.name))
+            .to_string();
+        for word in case.mentions {
+            assert!(
+                msg.contains(word),
+                "{}: {msg:?} does not mention {word:?}",
+                case.name
+            );
+        }
+        let ok = server.post_json("/v2/models/m/infer", &good);
+        assert_eq!(ok.status, 200, "after {}: {}", case.name, ok.text());
+        assert_close(&ok.output_values(), &want);
+    }
+}
+
+#[test]
+fn oversized_chunked_bodies_are_cut_off_with_413() {
+    let repo = TempDir::new("chunked");
+    write_version(repo.path(), "m", 1, &DIMS, 4);
+    let config = repo.path().join("tandem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "model_repository = \"{}\"\n[limits]\nmax_body_bytes = {MAX_BODY}\n",
+            repo.path().display()
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&["--config", config.to_str().unwrap()]);
+    let chunk = vec![b' '; 40_000];
+    let mut req = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for _ in 0..2 {
+        req.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        req.extend_from_slice(&chunk);
+        req.extend_from_slice(b"\r\n");
+    }
+    req.extend_from_slice(b"0\r\n\r\n");
+    let r = raw(server.addr, &req).unwrap();
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert!(r.json()["error"].as_str().unwrap().contains("limit"));
+    assert_eq!(
+        server
+            .post_json("/v2/models/m/infer", &infer_body(&row(), 1))
+            .status,
+        200
+    );
+}
+
+#[test]
+fn slow_clients_are_cut_off_by_the_header_timeout() {
+    use std::io::{Read, Write};
+    let repo = TempDir::new("slow");
+    write_version(repo.path(), "m", 1, &DIMS, 4);
+    let config = repo.path().join("tandem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "model_repository = \"{}\"\n[limits]\nheader_read_timeout_ms = 300\n",
+            repo.path().display()
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&["--config", config.to_str().unwrap()]);
+    let mut slow = std::net::TcpStream::connect(server.addr).unwrap();
+    slow.write_all(b"GET /v2 HTTP/1.1\r\nHost: x\r\n").unwrap();
+    let started = std::time::Instant::now();
+    slow.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = Vec::new();
+    let _ = slow.read_to_end(&mut buf);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "connection held for {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        server
+            .post_json("/v2/models/m/infer", &infer_body(&row(), 1))
+            .status,
+        200
+    );
+}

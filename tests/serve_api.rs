@@ -1,0 +1,238 @@
+//! End-to-end: the real binary on 127.0.0.1:0, every endpoint of the v2 protocol, and
+//! outputs compared with the float64 reference.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+
+const DIMS: [usize; 3] = [12, 24, 5];
+
+struct Fixture {
+    server: Server,
+    v1: models::Checkpoint,
+    v2: models::Checkpoint,
+    _repo: TempDir,
+}
+
+fn fixture() -> Fixture {
+    let repo = TempDir::new("api");
+    let v1 = write_version(repo.path(), "mlp", 1, &DIMS, 1);
+    let v2 = write_version(repo.path(), "mlp", 2, &DIMS, 2);
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    Fixture {
+        server,
+        v1,
+        v2,
+        _repo: repo,
+    }
+}
+
+#[test]
+fn health_server_and_model_metadata() {
+    let f = fixture();
+    let s = &f.server;
+    assert_eq!(s.get("/v2/health/live").status, 200);
+    assert_eq!(s.get("/v2/health/ready").status, 200);
+    let meta = s.get("/v2").json();
+    assert_eq!(meta["name"], "tandem");
+    assert!(
+        meta["extensions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("binary_tensor_data"))
+    );
+
+    let m = s.get("/v2/models/mlp").json();
+    assert_eq!(m["name"], "mlp");
+    assert_eq!(m["versions"], json!(["1", "2"]));
+    assert_eq!(
+        m["inputs"][0],
+        json!({"name": "input-0", "datatype": "FP32", "shape": [-1, 12]})
+    );
+    assert_eq!(
+        m["outputs"][0],
+        json!({"name": "output-0", "datatype": "FP32", "shape": [-1, 5]})
+    );
+    assert_eq!(
+        s.get("/v2/models/mlp/versions/1").json()["versions"],
+        json!(["1"])
+    );
+    assert_eq!(s.get("/v2/models/mlp/ready").status, 200);
+    assert_eq!(s.get("/v2/models/mlp/versions/2/ready").status, 200);
+
+    let r = s.get("/v2/models/nope");
+    assert_eq!(r.status, 404);
+    assert!(r.json()["error"].as_str().unwrap().contains("nope"));
+    let r = s.get("/v2/models/mlp/versions/7/ready");
+    assert_eq!(r.status, 404);
+    assert!(r.json()["error"].as_str().unwrap().contains("loaded: 1, 2"));
+    assert_eq!(s.get("/v2/nothing/here").status, 404);
+    assert_eq!(
+        request(s.addr, "DELETE", "/v2/models/mlp", &[], b"").status,
+        405
+    );
+    assert!(
+        s.get("/metrics")
+            .text()
+            .contains("tandem_model_version_loaded")
+    );
+}
+
+#[test]
+fn json_nested_and_flat_match_the_reference_on_every_version() {
+    let f = fixture();
+    let s = &f.server;
+    let rows = 3;
+    let x = inputs(rows * DIMS[0], 5);
+    let nested: Vec<Vec<f32>> = x.chunks(DIMS[0]).map(|c| c.to_vec()).collect();
+    let body_nested = json!({
+        "id": "abc-1",
+        "inputs": [{"name": "input-0", "datatype": "FP32", "shape": [rows, DIMS[0]], "data": nested}]
+    });
+    let r = s.post_json("/v2/models/mlp/infer", &body_nested);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["id"], "abc-1");
+    assert_eq!(v["model_name"], "mlp");
+    assert_eq!(
+        v["model_version"], "2",
+        "the newest version serves by default"
+    );
+    assert_eq!(v["outputs"][0]["shape"], json!([rows, DIMS[2]]));
+    assert_close(&r.output_values(), &reference(&f.v2, &x, rows));
+
+    let r = s.post_json("/v2/models/mlp/versions/1/infer", &infer_body(&x, rows));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["model_version"], "1");
+    assert_close(&r.output_values(), &reference(&f.v1, &x, rows));
+}
+
+#[test]
+fn other_datatypes_convert_where_exact() {
+    let f = fixture();
+    let s = &f.server;
+    let ints: Vec<i64> = (0..DIMS[0] as i64).map(|i| i - 6).collect();
+    let as_f32: Vec<f32> = ints.iter().map(|v| *v as f32).collect();
+    let want = reference(&f.v2, &as_f32, 1);
+    for dt in ["INT8", "INT16", "INT32", "INT64", "FP64", "FP16", "FP32"] {
+        let body = json!({"inputs": [{"name": "input-0", "datatype": dt, "shape": [1, DIMS[0]], "data": ints}]});
+        let r = s.post_json("/v2/models/mlp/infer", &body);
+        assert_eq!(r.status, 200, "{dt}: {}", r.text());
+        assert_close(&r.output_values(), &want);
+    }
+    let bools: Vec<bool> = (0..DIMS[0]).map(|i| i % 2 == 0).collect();
+    let body = json!({"inputs": [{"name": "input-0", "datatype": "BOOL", "shape": [1, DIMS[0]], "data": bools}]});
+    let r = s.post_json("/v2/models/mlp/infer", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let as_f32: Vec<f32> = bools.iter().map(|b| *b as u8 as f32).collect();
+    assert_close(&r.output_values(), &reference(&f.v2, &as_f32, 1));
+}
+
+/// Builds a binary-extension request: JSON header, then the tensor's bytes.
+fn binary_request(
+    datatype: &str,
+    bytes: &[u8],
+    rows: usize,
+    binary_output: bool,
+) -> (Vec<u8>, usize) {
+    let header = json!({
+        "inputs": [{"name": "input-0", "datatype": datatype, "shape": [rows, DIMS[0]],
+                    "parameters": {"binary_data_size": bytes.len()}}],
+        "outputs": [{"name": "output-0", "parameters": {"binary_data": binary_output}}]
+    })
+    .to_string();
+    let mut body = header.clone().into_bytes();
+    body.extend_from_slice(bytes);
+    (body, header.len())
+}
+
+#[test]
+fn binary_extension_both_ways() {
+    let f = fixture();
+    let s = &f.server;
+    let rows = 4;
+    let x = inputs(rows * DIMS[0], 9);
+    let want = reference(&f.v2, &x, rows);
+
+    let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let (body, n) = binary_request("FP32", &bytes, rows, true);
+    let r = request(
+        s.addr,
+        "POST",
+        "/v2/models/mlp/infer",
+        &[("Inference-Header-Content-Length", n.to_string())],
+        &body,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let header_len: usize = r
+        .header("inference-header-content-length")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let header: serde_json::Value = serde_json::from_slice(&r.body[..header_len]).unwrap();
+    assert_eq!(
+        header["outputs"][0]["parameters"]["binary_data_size"],
+        rows * DIMS[2] * 4
+    );
+    let out: Vec<f32> = r.body[header_len..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    assert_close(&out, &want);
+
+    // FP16 and BF16 arrive only this way; the reference takes the same rounded values.
+    for (dt, bytes, rounded) in [
+        (
+            "FP16",
+            x.iter()
+                .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+                .collect::<Vec<u8>>(),
+            x.iter()
+                .map(|v| half::f16::from_f32(*v).to_f32())
+                .collect::<Vec<f32>>(),
+        ),
+        (
+            "BF16",
+            x.iter()
+                .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+                .collect(),
+            x.iter()
+                .map(|v| half::bf16::from_f32(*v).to_f32())
+                .collect(),
+        ),
+    ] {
+        let (body, n) = binary_request(dt, &bytes, rows, false);
+        let r = request(
+            s.addr,
+            "POST",
+            "/v2/models/mlp/infer",
+            &[("Inference-Header-Content-Length", n.to_string())],
+            &body,
+        );
+        assert_eq!(r.status, 200, "{dt}: {}", r.text());
+        assert!(
+            r.header("inference-header-content-length").is_none(),
+            "JSON output was asked for"
+        );
+        assert_close(&r.output_values(), &reference(&f.v2, &rounded, rows));
+    }
+}
+
+#[test]
+fn binary_data_output_parameter_makes_every_output_binary() {
+    let f = fixture();
+    let x = inputs(DIMS[0], 3);
+    let body = json!({
+        "inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, DIMS[0]], "data": x}],
+        "parameters": {"binary_data_output": true}
+    });
+    let r = f.server.post_json("/v2/models/mlp/infer", &body);
+    assert_eq!(r.status, 200);
+    let n: usize = r
+        .header("inference-header-content-length")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(r.body.len() - n, DIMS[2] * 4);
+}

@@ -1,0 +1,128 @@
+//! Real peers of the server: `promtool check metrics` on a live scrape, and Triton's own
+//! Python client. Both run in CI, where `.ci/run` installs promtool and scripts/test.sh
+//! makes the Python environment; elsewhere a missing tool skips the test with a reason,
+//! unless TANDEM_REQUIRE_TOOLS is set.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use common::*;
+
+fn skip_or_fail(test: &str, reason: &str) {
+    assert!(
+        std::env::var_os("TANDEM_REQUIRE_TOOLS").is_none(),
+        "{test}: {reason} (TANDEM_REQUIRE_TOOLS is set)"
+    );
+    kernels::cuda::report_skip(test, reason);
+}
+
+#[test]
+fn promtool_finds_nothing_wrong_with_a_live_scrape() {
+    if Command::new("promtool").arg("--version").output().is_err() {
+        return skip_or_fail(
+            "promtool_finds_nothing_wrong_with_a_live_scrape",
+            "promtool not installed",
+        );
+    }
+    let repo = TempDir::new("promtool");
+    write_version(repo.path(), "m", 1, &[8, 8, 3], 1);
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    // Exercise every family: successes, client errors, unknown models.
+    let x = inputs(8, 1);
+    assert_eq!(
+        server
+            .post_json("/v2/models/m/infer", &infer_body(&x, 1))
+            .status,
+        200
+    );
+    assert_eq!(
+        server
+            .post_json("/v2/models/m/infer", &serde_json::json!({"inputs": []}))
+            .status,
+        400
+    );
+    assert_eq!(
+        server
+            .post_json("/v2/models/zz/infer", &infer_body(&x, 1))
+            .status,
+        404
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1100)); // one busy-ratio sample
+    let scrape = server.get("/metrics");
+    assert_eq!(scrape.status, 200);
+    let text = scrape.text();
+    for family in [
+        "tandem_requests_total",
+        "tandem_request_duration_seconds_bucket",
+        "tandem_queue_duration_seconds_bucket",
+        "tandem_compute_duration_seconds_bucket",
+        "tandem_batch_rows_bucket",
+        "tandem_batches_total",
+        "tandem_queue_depth_requests",
+        "tandem_device_busy_ratio",
+        "tandem_model_version_loaded",
+    ] {
+        assert!(text.contains(family), "{family} missing from:\n{text}");
+    }
+    assert!(!text.contains("zz"), "an unknown model became a label");
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && report.trim().is_empty(),
+        "promtool:\n{report}"
+    );
+}
+
+#[test]
+fn tritonclient_default_calls_work_unchanged() {
+    let Some(python) = std::env::var_os("TANDEM_PYTHON") else {
+        return skip_or_fail(
+            "tritonclient_default_calls_work_unchanged",
+            "TANDEM_PYTHON not set (scripts/test.sh sets it)",
+        );
+    };
+    let repo = TempDir::new("triton");
+    write_version(repo.path(), "m", 1, &[10, 20, 4], 7);
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/python/tritonclient_check.py"
+    );
+    let out = Command::new(python)
+        .arg(script)
+        .args(["--url", &server.addr.to_string(), "--model", "m"])
+        .arg("--weights")
+        .arg(repo.path().join("m/1/model.safetensors"))
+        .output()
+        .unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "tritonclient check failed:\n{report}\nserver log:\n{}",
+        server.log()
+    );
+    assert!(report.contains("all checks passed"), "{report}");
+}
