@@ -30,6 +30,31 @@ pub enum BenchCommand {
     Forward(ForwardArgs),
     /// Open-loop HTTP load against a running server: send times fixed in advance.
     Load(LoadArgs),
+    /// The highest offered rate whose p99 stays within the budget (binary search over
+    /// `bench load` runs).
+    Sweep(SweepArgs),
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub load: LoadArgs,
+
+    /// Lowest rate tried (must pass).
+    #[arg(long, default_value_t = 100.0)]
+    pub min_rate: f64,
+
+    /// Highest rate tried.
+    #[arg(long, default_value_t = 50_000.0)]
+    pub max_rate: f64,
+
+    /// Stop when the bracket is this narrow, relative to its lower end.
+    #[arg(long, default_value_t = 0.05)]
+    pub precision: f64,
+
+    /// Seconds of idle between runs, so one run's backlog does not leak into the next.
+    #[arg(long, default_value_t = 2.0)]
+    pub cooldown: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -52,7 +77,7 @@ pub struct LoadArgs {
     pub model: String,
 
     /// Requests per second offered.
-    #[arg(long)]
+    #[arg(long, default_value_t = 100.0)]
     pub rate: f64,
 
     /// Seconds of load.
@@ -74,9 +99,13 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 50.0)]
     pub budget_ms: f64,
 
-    /// Requests in flight at most; beyond it a send is counted as `client_overload`
-    /// rather than delayed (the schedule never waits for the server).
-    #[arg(long, default_value_t = 4096)]
+    /// Keep-alive connections to the server; requests wait for a free one.
+    #[arg(long, default_value_t = 128)]
+    pub connections: usize,
+
+    /// Requests waiting for a connection at most; beyond it a send is counted as
+    /// `client_overload` rather than delayed (the schedule never waits for the server).
+    #[arg(long, default_value_t = 10_000)]
     pub max_in_flight: usize,
 
     /// Client threads.

@@ -1,7 +1,12 @@
 //! `tandem bench load`: an open-loop load generator. Send times are fixed in advance
 //! (constant spacing or Poisson gaps), each request's latency is measured from its
 //! scheduled send time, so time spent queueing anywhere — in the server or in a client
-//! that could not keep up — shows in the percentiles. Latencies go into HDR histograms.
+//! that could not keep up — shows in the percentiles (no coordinated omission). Latencies
+//! go into HDR histograms.
+//!
+//! Like wrk2, it keeps a fixed set of keep-alive connections: a scheduled request goes to
+//! the next free one and waits for one otherwise. Opening a connection per outstanding
+//! request instead would spend the shared CPU on connection churn, not on the server.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -11,16 +16,13 @@ use anyhow::Context;
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
 use models::rng::SplitMix64;
 use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::cli::{LoadArgs, LoadShape};
-
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct LoadReport {
@@ -91,19 +93,41 @@ pub fn schedule(shape: LoadShape, rate: f64, duration: f64, seed: u64) -> Vec<Du
     }
 }
 
+/// A request to send: its scheduled time.
+struct Job {
+    at: Instant,
+}
+
+/// The request every job sends.
+struct Target {
+    authority: String,
+    path: String,
+    body: Bytes,
+    header_len: Option<usize>,
+}
+
 pub async fn measure(args: &LoadArgs) -> anyhow::Result<LoadReport> {
     anyhow::ensure!(
         args.rate > 0.0 && args.duration > 0.0,
         "rate and duration must be positive"
     );
-    let client: HttpClient = Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .pool_max_idle_per_host(args.max_in_flight)
-        .build_http();
-    let base = args.url.trim_end_matches('/').to_string();
-    let width = input_width(&client, &base, &args.model).await?;
+    let uri: http::Uri = args.url.parse().context("--url")?;
+    let authority = uri
+        .authority()
+        .context("--url needs host:port")?
+        .to_string();
+    let addr = tokio::net::lookup_host(&authority)
+        .await?
+        .next()
+        .context("--url does not resolve")?;
+    let width = input_width(addr, &authority, &args.model).await?;
     let (body, header_len) = payload(width, args.rows, args.binary, args.seed);
-    let uri: http::Uri = format!("{base}/v2/models/{}/infer", args.model).parse()?;
+    let target = Arc::new(Target {
+        authority,
+        path: format!("/v2/models/{}/infer", args.model),
+        body,
+        header_len,
+    });
 
     let sends = schedule(args.shape, args.rate, args.duration, args.seed);
     let tally = Arc::new(Mutex::new(Tally {
@@ -111,54 +135,43 @@ pub async fn measure(args: &LoadArgs) -> anyhow::Result<LoadReport> {
         outcomes: BTreeMap::new(),
         good: 0,
     }));
-    let in_flight = Arc::new(tokio::sync::Semaphore::new(args.max_in_flight));
     let budget = Duration::from_secs_f64(args.budget_ms / 1000.0);
-    let start = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for offset in &sends {
-        let at = start + *offset;
-        tokio::time::sleep_until(at).await;
-        let Ok(permit) = in_flight.clone().try_acquire_owned() else {
-            *tally
-                .lock()
-                .expect("tally")
-                .outcomes
-                .entry("client_overload".into())
-                .or_default() += 1;
-            continue;
-        };
-        let (client, uri, body, tally) = (client.clone(), uri.clone(), body.clone(), tally.clone());
-        tasks.spawn(async move {
-            let mut req = http::Request::post(uri).header("content-type", "application/json");
-            if let Some(n) = header_len {
-                req = req.header("inference-header-content-length", n);
-            }
-            let req = req.body(Full::new(body)).expect("valid request");
-            let outcome = match client.request(req).await {
-                Ok(resp) => {
-                    let status = resp.status().as_u16();
-                    // Read the whole body: the latency is to the last byte.
-                    match resp.into_body().collect().await {
-                        Ok(_) => status.to_string(),
-                        Err(_) => "error".to_string(),
-                    }
-                }
-                Err(_) => "error".to_string(),
-            };
-            let latency = at.elapsed();
-            let mut t = tally.lock().expect("tally");
-            if outcome == "200" {
-                let _ = t.ok.record((latency.as_micros() as u64).max(1));
-                if latency <= budget {
-                    t.good += 1;
-                }
-            }
-            *t.outcomes.entry(outcome).or_default() += 1;
-            drop(permit);
-        });
-        while tasks.try_join_next().is_some() {}
+    // Jobs wait here for a free connection; beyond max_in_flight they are dropped and
+    // counted, so a stalled server cannot make the generator's memory grow.
+    let (jobs_tx, jobs_rx) = tokio::sync::mpsc::channel::<Job>(args.max_in_flight.max(1));
+    let jobs_rx = Arc::new(tokio::sync::Mutex::new(jobs_rx));
+    let mut connections = tokio::task::JoinSet::new();
+    for _ in 0..args.connections.max(1) {
+        let (jobs, target, tally) = (jobs_rx.clone(), target.clone(), tally.clone());
+        connections.spawn(connection(addr, jobs, target, tally, budget));
     }
-    while tasks.join_next().await.is_some() {}
+    // The schedule runs on its own OS thread: tokio's timer wheel has millisecond ticks,
+    // which would add up to a millisecond to every latency measured from the schedule.
+    let start = Instant::now();
+    let scheduler = {
+        let (sends, tally) = (sends.clone(), tally.clone());
+        std::thread::spawn(move || {
+            for offset in sends {
+                let at = start + offset;
+                let now = Instant::now();
+                if at > now {
+                    std::thread::sleep(at - now);
+                }
+                if jobs_tx.try_send(Job { at }).is_err() {
+                    *tally
+                        .lock()
+                        .expect("tally")
+                        .outcomes
+                        .entry("client_overload".into())
+                        .or_default() += 1;
+                }
+            }
+        })
+    };
+    while connections.join_next().await.is_some() {}
+    scheduler
+        .join()
+        .map_err(|_| anyhow::anyhow!("the scheduler thread panicked"))?;
     let elapsed = start.elapsed().as_secs_f64().max(args.duration);
     let t = tally.lock().expect("tally");
     let ms = |q: f64| t.ok.value_at_quantile(q) as f64 / 1000.0;
@@ -189,12 +202,80 @@ pub async fn measure(args: &LoadArgs) -> anyhow::Result<LoadReport> {
     })
 }
 
-async fn input_width(client: &HttpClient, base: &str, model: &str) -> anyhow::Result<usize> {
-    let uri: http::Uri = format!("{base}/v2/models/{model}").parse()?;
-    let resp = client
-        .get(uri)
+/// One keep-alive connection: takes jobs until the schedule ends, reconnecting after
+/// failures (a refused or reset connection counts the request as `error`).
+async fn connection(
+    addr: std::net::SocketAddr,
+    jobs: Arc<tokio::sync::Mutex<tokio::sync::mpsc::Receiver<Job>>>,
+    target: Arc<Target>,
+    tally: Arc<Mutex<Tally>>,
+    budget: Duration,
+) {
+    let mut sender: Option<http1::SendRequest<Full<Bytes>>> = None;
+    loop {
+        let Some(job) = jobs.lock().await.recv().await else {
+            return;
+        };
+        if sender.as_ref().is_none_or(|s| s.is_closed()) {
+            sender = connect(addr).await;
+        }
+        let outcome = match &mut sender {
+            None => "error".to_string(),
+            Some(s) => match send(s, &target).await {
+                Ok(status) => status.to_string(),
+                Err(_) => {
+                    sender = None;
+                    "error".to_string()
+                }
+            },
+        };
+        let latency = job.at.elapsed();
+        let mut t = tally.lock().expect("tally");
+        if outcome == "200" {
+            let _ = t.ok.record((latency.as_micros() as u64).max(1));
+            if latency <= budget {
+                t.good += 1;
+            }
+        }
+        *t.outcomes.entry(outcome).or_default() += 1;
+    }
+}
+
+async fn connect(addr: std::net::SocketAddr) -> Option<http1::SendRequest<Full<Bytes>>> {
+    let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let _ = stream.set_nodelay(true);
+    let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.ok()?;
+    tokio::spawn(conn);
+    Some(sender)
+}
+
+async fn send(s: &mut http1::SendRequest<Full<Bytes>>, t: &Target) -> anyhow::Result<u16> {
+    s.ready().await?;
+    let mut req = http::Request::post(t.path.as_str())
+        .header(http::header::HOST, t.authority.as_str())
+        .header(http::header::CONTENT_TYPE, "application/json");
+    if let Some(n) = t.header_len {
+        req = req.header("inference-header-content-length", n);
+    }
+    let resp = s.send_request(req.body(Full::new(t.body.clone()))?).await?;
+    let status = resp.status().as_u16();
+    // Read the whole body: the latency is to the last byte.
+    resp.into_body().collect().await?;
+    Ok(status)
+}
+
+async fn input_width(
+    addr: std::net::SocketAddr,
+    authority: &str,
+    model: &str,
+) -> anyhow::Result<usize> {
+    let mut s = connect(addr)
         .await
-        .with_context(|| format!("cannot reach {base}"))?;
+        .with_context(|| format!("cannot reach {authority}"))?;
+    let req = http::Request::get(format!("/v2/models/{model}"))
+        .header(http::header::HOST, authority)
+        .body(Full::new(Bytes::new()))?;
+    let resp = s.send_request(req).await?;
     let status = resp.status();
     let body = resp.into_body().collect().await?.to_bytes();
     anyhow::ensure!(

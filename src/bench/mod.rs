@@ -3,6 +3,7 @@
 mod forward;
 pub mod load;
 pub mod stats;
+mod sweep;
 
 use crate::cli::BenchCommand;
 
@@ -10,5 +11,6 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Forward(args) => forward::run(args),
         BenchCommand::Load(args) => load::run(args),
+        BenchCommand::Sweep(args) => sweep::run(args),
     }
 }
