@@ -148,7 +148,7 @@ pub struct ForwardArgs {
     pub json: Option<PathBuf>,
 }
 
-#[derive(Debug, Args)]
+#[derive(Clone, Debug, Args)]
 pub struct ServeArgs {
     /// A TOML config file (default: the built-in config/tandem.toml, which serves the
     /// bundled example model when no model is given on the command line).
@@ -175,6 +175,14 @@ pub struct ServeArgs {
     #[arg(long, env = "TANDEM_METRICS_LISTEN")]
     pub metrics_listen: Option<std::net::SocketAddr>,
 
+    /// Default p99 latency budget for every model, in milliseconds (adaptive policy).
+    #[arg(long, env = "TANDEM_P99_MS")]
+    pub p99_ms: Option<f64>,
+
+    /// Default batching policy for every model.
+    #[arg(long, value_enum)]
+    pub policy: Option<PolicyArg>,
+
     /// Default max batch size (rows) for every model.
     #[arg(long)]
     pub max_batch_size: Option<usize>,
@@ -186,6 +194,12 @@ pub struct ServeArgs {
     /// Tokio worker threads for HTTP (default: one per core).
     #[arg(long, env = "TANDEM_HTTP_THREADS")]
     pub http_threads: Option<usize>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PolicyArg {
+    Adaptive,
+    Static,
 }
 
 fn parse_model(s: &str) -> Result<(String, PathBuf), String> {

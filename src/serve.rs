@@ -5,10 +5,33 @@ use std::path::Path;
 
 use anyhow::Context;
 use gateway::Config;
-use gateway::config::{DEFAULT_CONFIG, ModelOverrides};
-use tokio::sync::watch;
+use gateway::config::{DEFAULT_CONFIG, ModelOverrides, PolicyKind};
+use tokio::sync::{mpsc, watch};
 
-use crate::cli::ServeArgs;
+use crate::cli::{PolicyArg, ServeArgs};
+
+/// On SIGHUP, builds the configuration again — file, flags, environment — and hands it to
+/// the gateway.
+async fn reload_on_sighup(args: ServeArgs, reload: mpsc::Sender<Config>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP: config reload disabled");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        tracing::info!(config = ?args.config, "SIGHUP: reloading the configuration");
+        match build_config(&args) {
+            Ok(c) => {
+                if reload.send(c).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "config reload failed; keeping the running configuration")
+            }
+        }
+    }
+}
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = build_config(&args)?;
@@ -17,7 +40,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         runtime.worker_threads(n.max(1));
     }
     let runtime = runtime.enable_all().thread_name("tandem-http").build()?;
+    let args_for_reload = args.clone();
     runtime.block_on(async move {
+        let args = args_for_reload;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -28,7 +53,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             wait_for_signal().await;
             let _ = tx.send(true);
         });
-        gateway::run(config, listener, rx).await?;
+        let (reload_tx, reload_rx) = mpsc::channel(1);
+        tokio::spawn(reload_on_sighup(args, reload_tx));
+        gateway::run_with_reload(config, listener, rx, reload_rx).await?;
         Ok(())
     })
 }
@@ -54,6 +81,15 @@ fn build_config(args: &ServeArgs) -> anyhow::Result<Config> {
     }
     if let Some(m) = args.metrics_listen {
         config.metrics_listen = Some(m);
+    }
+    if let Some(ms) = args.p99_ms {
+        config.defaults.p99_ms = ms;
+    }
+    if let Some(p) = args.policy {
+        config.defaults.policy = match p {
+            PolicyArg::Adaptive => PolicyKind::Adaptive,
+            PolicyArg::Static => PolicyKind::Static,
+        };
     }
     if let Some(n) = args.max_batch_size {
         config.defaults.max_batch_size = n;

@@ -123,7 +123,7 @@ fn sigterm_finishes_in_flight_requests_and_exits() {
         "--config",
         &config(
             &repo,
-            "[defaults]\nmax_queue_delay_us = 400000\nmax_batch_size = 64\n[limits]\nshutdown_drain_ms = 300\nshutdown_grace_ms = 5000\n",
+            "[defaults]\npolicy = \"static\"\nmax_queue_delay_us = 400000\nmax_batch_size = 64\n[limits]\nshutdown_drain_ms = 300\nshutdown_grace_ms = 5000\n",
         ),
     ]);
     let addr = server.addr;

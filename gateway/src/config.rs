@@ -32,6 +32,14 @@ pub struct Config {
     /// Per-model entries: a single-file model (`path`) and/or overrides of `defaults`.
     pub models: BTreeMap<String, ModelOverrides>,
     pub limits: Limits,
+    pub admin: AdminConfig,
+}
+
+/// Who may use `/admin/`: loopback clients always; others only with this bearer token.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    pub token: Option<String>,
 }
 
 impl Default for Config {
@@ -46,14 +54,29 @@ impl Default for Config {
             defaults: ModelSettings::default(),
             models: BTreeMap::new(),
             limits: Limits::default(),
+            admin: AdminConfig::default(),
         }
     }
+}
+
+/// Which batching policy a model runs.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyKind {
+    /// Meets `p99_ms` at the highest throughput the device allows.
+    #[default]
+    Adaptive,
+    /// Triton's: `max_batch_size` rows or `max_queue_delay_us`, whichever first.
+    Static,
 }
 
 /// How a model's requests are queued and batched.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ModelSettings {
+    pub policy: PolicyKind,
+    /// The p99 latency budget the adaptive policy meets, in milliseconds.
+    pub p99_ms: f64,
     /// Rows per batch at most; also the most rows one request may carry.
     pub max_batch_size: usize,
     /// The static policy releases a batch when its oldest request has waited this long.
@@ -73,6 +96,8 @@ pub struct ModelSettings {
 impl Default for ModelSettings {
     fn default() -> Self {
         ModelSettings {
+            policy: PolicyKind::Adaptive,
+            p99_ms: 50.0,
             max_batch_size: 64,
             max_queue_delay_us: 1000,
             queue_capacity: 1024,
@@ -90,6 +115,8 @@ impl Default for ModelSettings {
 pub struct ModelOverrides {
     /// A single safetensors file served as version 1 (instead of a repository entry).
     pub path: Option<PathBuf>,
+    pub policy: Option<PolicyKind>,
+    pub p99_ms: Option<f64>,
     pub max_batch_size: Option<usize>,
     pub max_queue_delay_us: Option<u64>,
     pub queue_capacity: Option<usize>,
@@ -100,8 +127,26 @@ pub struct ModelOverrides {
 }
 
 impl ModelOverrides {
+    /// `self` where set, else `under`.
+    pub fn layered_on(&self, under: &ModelOverrides) -> ModelOverrides {
+        ModelOverrides {
+            path: self.path.clone().or_else(|| under.path.clone()),
+            policy: self.policy.or(under.policy),
+            p99_ms: self.p99_ms.or(under.p99_ms),
+            max_batch_size: self.max_batch_size.or(under.max_batch_size),
+            max_queue_delay_us: self.max_queue_delay_us.or(under.max_queue_delay_us),
+            queue_capacity: self.queue_capacity.or(under.queue_capacity),
+            replicas: self.replicas.or(under.replicas),
+            default_priority: self.default_priority.or(under.default_priority),
+            priority_levels: self.priority_levels.or(under.priority_levels),
+            default_timeout_us: self.default_timeout_us.or(under.default_timeout_us),
+        }
+    }
+
     pub fn apply(&self, base: &ModelSettings) -> ModelSettings {
         ModelSettings {
+            policy: self.policy.unwrap_or(base.policy),
+            p99_ms: self.p99_ms.unwrap_or(base.p99_ms),
             max_batch_size: self.max_batch_size.unwrap_or(base.max_batch_size),
             max_queue_delay_us: self.max_queue_delay_us.unwrap_or(base.max_queue_delay_us),
             queue_capacity: self.queue_capacity.unwrap_or(base.queue_capacity),
@@ -110,6 +155,41 @@ impl ModelOverrides {
             priority_levels: self.priority_levels.unwrap_or(base.priority_levels),
             default_timeout_us: self.default_timeout_us.unwrap_or(base.default_timeout_us),
         }
+    }
+}
+
+impl ModelSettings {
+    /// Checks ranges; `at` names the section for the message.
+    pub fn validate(&self, at: &str) -> Result<(), ConfigError> {
+        let fail = |what: String| Err(ConfigError::Invalid(format!("{at}.{what}")));
+        if self.max_batch_size == 0 || self.max_batch_size > 65536 {
+            return fail(format!(
+                "max_batch_size must be 1..=65536, got {}",
+                self.max_batch_size
+            ));
+        }
+        if !(self.p99_ms.is_finite() && self.p99_ms > 0.0 && self.p99_ms <= 3_600_000.0) {
+            return fail(format!(
+                "p99_ms must be a positive number of milliseconds, got {}",
+                self.p99_ms
+            ));
+        }
+        if self.queue_capacity == 0 {
+            return fail("queue_capacity must be >= 1".into());
+        }
+        if self.replicas == 0 || self.replicas > 64 {
+            return fail(format!("replicas must be 1..=64, got {}", self.replicas));
+        }
+        if self.priority_levels == 0 {
+            return fail("priority_levels must be >= 1".into());
+        }
+        if self.default_priority == 0 || self.default_priority > self.priority_levels {
+            return fail(format!(
+                "default_priority must be 1..={}, got {}",
+                self.priority_levels, self.default_priority
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -210,17 +290,18 @@ impl Config {
     }
 
     /// The settings a model runs with: defaults, then its entry in this file, then the
-    /// repository's `config.toml` for it (if any).
+    /// repository's `config.toml` for it, then changes made through the admin API.
     pub fn settings_for(
         &self,
         model: &str,
         repo_overrides: Option<&ModelOverrides>,
+        runtime: Option<&ModelOverrides>,
     ) -> ModelSettings {
         let mut s = self.defaults.clone();
-        if let Some(o) = self.models.get(model) {
-            s = o.apply(&s);
-        }
-        if let Some(o) = repo_overrides {
+        for o in [self.models.get(model), repo_overrides, runtime]
+            .into_iter()
+            .flatten()
+        {
             s = o.apply(&s);
         }
         s
@@ -228,6 +309,11 @@ impl Config {
 
     /// Checks what serde cannot: positive sizes, something to serve.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.defaults.validate("defaults")?;
+        for (name, o) in &self.models {
+            o.apply(&self.defaults)
+                .validate(&format!("models.{name}"))?;
+        }
         let check = |ok: bool, what: &str| {
             if ok {
                 Ok(())
@@ -309,14 +395,23 @@ mod tests {
             c.model_repository.as_deref(),
             Some(Path::new("/etc/tandem/repo"))
         );
-        let s = c.settings_for("a", None);
+        let s = c.settings_for("a", None, None);
         assert_eq!((s.max_batch_size, s.max_queue_delay_us), (32, 5));
         let repo = ModelOverrides {
             max_batch_size: Some(8),
             ..Default::default()
         };
-        assert_eq!(c.settings_for("a", Some(&repo)).max_batch_size, 8);
-        assert_eq!(c.settings_for("b", None).max_queue_delay_us, 1000);
+        assert_eq!(c.settings_for("a", Some(&repo), None).max_batch_size, 8);
+        let admin = ModelOverrides {
+            max_batch_size: Some(4),
+            ..Default::default()
+        };
+        assert_eq!(
+            c.settings_for("a", Some(&repo), Some(&admin))
+                .max_batch_size,
+            4
+        );
+        assert_eq!(c.settings_for("b", None, None).max_queue_delay_us, 1000);
     }
 
     #[test]

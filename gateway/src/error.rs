@@ -59,6 +59,9 @@ pub enum ApiError {
 
     #[error("admin API: {0}")]
     Forbidden(String),
+
+    #[error("admin API: {0}")]
+    Unauthorized(String),
 }
 
 impl ApiError {
@@ -75,6 +78,7 @@ impl ApiError {
             ApiError::DeadlineExceeded { .. } | ApiError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::ModelFailure(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
         }
     }
 
@@ -94,6 +98,7 @@ impl ApiError {
             ApiError::Timeout(_) => "timeout",
             ApiError::ModelFailure(_) => "model_failure",
             ApiError::Forbidden(_) => "forbidden",
+            ApiError::Unauthorized(_) => "unauthorized",
         }
     }
 

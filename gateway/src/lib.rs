@@ -57,7 +57,19 @@ pub enum StartError {
 pub async fn run(
     config: Config,
     listener: TcpListener,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), StartError> {
+    let (_keep, reload) = tokio::sync::mpsc::channel(1);
+    run_with_reload(config, listener, shutdown, reload).await
+}
+
+/// [`run`], also taking whole new configurations (SIGHUP): model settings and the admin
+/// token change at once, for loaded versions too; listeners and limits stay as they are.
+pub async fn run_with_reload(
+    config: Config,
+    listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
+    mut reload: tokio::sync::mpsc::Receiver<Config>,
 ) -> Result<(), StartError> {
     config.validate()?;
     let config = Arc::new(config);
@@ -68,7 +80,7 @@ pub async fn run(
 
     let state = Arc::new(AppState {
         registry: Arc::new(Registry::default()),
-        config: config.clone(),
+        config: std::sync::RwLock::new(config.clone()),
         metrics: metrics::install(),
         ready: false.into(),
         draining: false.into(),
@@ -107,7 +119,8 @@ pub async fn run(
             name: name.clone(),
             version: 1,
             path: path.clone(),
-            settings: config.settings_for(name, None),
+            settings: config.settings_for(name, None, None),
+            repo_overrides: None,
             device: device.clone(),
             busy: busy.clone(),
         };
@@ -140,9 +153,18 @@ pub async fn run(
     tracing::info!(ready = state.is_ready(), "serving");
 
     let poll = Duration::from_millis(config.repository_poll_ms.max(10));
+    let mut reload_open = true;
     loop {
         tokio::select! {
             _ = http::signalled(&mut shutdown) => break,
+            new = reload.recv(), if reload_open => match new {
+                Some(new) => {
+                    if let (Some(new), Some(w)) = (apply_reload(&state, new), &mut watcher) {
+                        w.config = new;
+                    }
+                }
+                None => reload_open = false,
+            },
             _ = tokio::time::sleep(poll), if watcher.is_some() => {
                 if let Some(w) = &mut watcher {
                     let (_, missing) = w.sync().await;
@@ -194,4 +216,31 @@ async fn sample_busy(busy: Arc<BusyMeter>, device: String) {
         }
         last = now;
     }
+}
+
+/// Validates and installs a reloaded configuration; every loaded version switches to its new
+/// settings. Returns the new configuration, or `None` (logged) if it is invalid.
+fn apply_reload(state: &AppState, new: Config) -> Option<Arc<Config>> {
+    if let Err(e) = new.validate() {
+        tracing::error!(error = %e, "config reload rejected; keeping the running configuration");
+        return None;
+    }
+    let new = Arc::new(new);
+    state.set_config(new.clone());
+    for v in state.registry.all() {
+        let settings = new.settings_for(
+            &v.name,
+            v.repo_overrides.as_ref(),
+            state.registry.runtime_overrides(&v.name).as_ref(),
+        );
+        if let Err(e) = settings
+            .validate(&v.name)
+            .map_err(|e| e.to_string())
+            .and_then(|_| v.apply(settings).map_err(|e| e.to_string()))
+        {
+            tracing::error!(model = %v.name, version = v.version, error = %e, "cannot apply reloaded settings");
+        }
+    }
+    tracing::info!("configuration reloaded");
+    Some(new)
 }

@@ -10,10 +10,12 @@ use kernels::Device;
 use models::{Mlp, Model};
 use tokio::sync::mpsc;
 
+use crate::batching::adaptive::AdaptivePolicy;
+use crate::batching::latency::LatencyModel;
 use crate::batching::policy::{BatchPolicy, StaticPolicy};
 use crate::batching::state::QueueState;
 use crate::batching::task::Batcher;
-use crate::config::ModelSettings;
+use crate::config::{ModelSettings, PolicyKind};
 use crate::metrics as names;
 use crate::registry::ModelVersion;
 use crate::worker::{self, BusyMeter, WorkerSpec};
@@ -23,16 +25,25 @@ pub struct LoadSpec {
     pub version: u64,
     pub path: PathBuf,
     pub settings: ModelSettings,
+    pub repo_overrides: Option<crate::config::ModelOverrides>,
     pub device: Device,
     pub busy: Arc<BusyMeter>,
 }
 
-/// The batching policy a model's settings ask for.
-pub fn policy_for(settings: &ModelSettings) -> Box<dyn BatchPolicy> {
-    Box::new(StaticPolicy {
-        max_batch_rows: settings.max_batch_size,
-        max_queue_delay: Duration::from_micros(settings.max_queue_delay_us),
-    })
+/// The batching policy a model's settings ask for; the adaptive one starts from the
+/// version's warm-up timings.
+pub fn policy_for(settings: &ModelSettings, warmup: &[(usize, Duration)]) -> Box<dyn BatchPolicy> {
+    match settings.policy {
+        PolicyKind::Static => Box::new(StaticPolicy {
+            max_batch_rows: settings.max_batch_size,
+            max_queue_delay: Duration::from_micros(settings.max_queue_delay_us),
+        }),
+        PolicyKind::Adaptive => Box::new(AdaptivePolicy::new(
+            Duration::from_secs_f64(settings.p99_ms / 1000.0),
+            settings.max_batch_size,
+            LatencyModel::from_warmup(warmup),
+        )),
+    }
 }
 
 /// Loads, warms up and starts serving a version; returns its handle once every replica is
@@ -99,9 +110,9 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
         model: spec.name.clone(),
         requests: req_rx,
         done: done_rx,
-        batches: batch_tx,
+        batches: Box::new(batch_tx),
         workers: replicas,
-        policy: policy_for(s),
+        policy: policy_for(s, &info.warmup),
         updates: upd_rx,
         state: QueueState::new(s.queue_capacity, s.max_batch_size),
         full_retry_after: Duration::from_secs(1),
@@ -122,6 +133,7 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
         version: spec.version,
         source: spec.path,
         info,
+        repo_overrides: spec.repo_overrides,
         settings: std::sync::Mutex::new(spec.settings),
         requests: req_tx,
         updates: upd_tx,

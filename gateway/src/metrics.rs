@@ -18,6 +18,11 @@ pub const DEVICE_BUSY_RATIO: &str = "tandem_device_busy_ratio";
 pub const MODEL_VERSION_LOADED: &str = "tandem_model_version_loaded";
 pub const MODEL_LOADS: &str = "tandem_model_loads_total";
 pub const CONNECTIONS: &str = "tandem_http_connections";
+pub const SLO_BUDGET: &str = "tandem_slo_p99_budget_seconds";
+pub const SLO_EFFECTIVE_BUDGET: &str = "tandem_slo_effective_budget_seconds";
+pub const OBSERVED_P99: &str = "tandem_observed_p99_seconds";
+pub const OBSERVED_THROUGHPUT: &str = "tandem_observed_throughput_requests_per_second";
+pub const PREDICTED_BATCH_DURATION: &str = "tandem_predicted_batch_duration_seconds";
 
 /// Latency buckets from 100 µs to 10 s: fine where budgets live (1–100 ms).
 const LATENCY_BUCKETS: &[f64] = &[
@@ -69,6 +74,30 @@ fn describe() {
     );
     describe_counter!(MODEL_LOADS, "Model version loads, by outcome (ok, error).");
     describe_gauge!(CONNECTIONS, "Open HTTP connections.");
+    describe_gauge!(
+        SLO_BUDGET,
+        Unit::Seconds,
+        "The model's p99 latency budget (adaptive policy; 0 for static)."
+    );
+    describe_gauge!(
+        SLO_EFFECTIVE_BUDGET,
+        Unit::Seconds,
+        "The share of the budget the queue and device may use, as the feedback loop set it."
+    );
+    describe_gauge!(
+        OBSERVED_P99,
+        Unit::Seconds,
+        "p99 of arrival-to-completion latency over the last two seconds, as the controller sees it."
+    );
+    describe_gauge!(
+        OBSERVED_THROUGHPUT,
+        "Requests completed per second over the last two seconds."
+    );
+    describe_gauge!(
+        PREDICTED_BATCH_DURATION,
+        Unit::Seconds,
+        "The latency model's prediction for a batch of efficient size."
+    );
 }
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 
 use crate::batching::Pending;
 use crate::batching::task::PolicyUpdate;
-use crate::config::ModelSettings;
+use crate::config::{ModelOverrides, ModelSettings};
 use crate::error::ApiError;
 use crate::metrics as names;
 use crate::worker::ReplicaInfo;
@@ -21,12 +21,32 @@ pub struct ModelVersion {
     pub version: u64,
     pub source: PathBuf,
     pub info: ReplicaInfo,
+    /// The repository's `config.toml` for this model when the version loaded.
+    pub repo_overrides: Option<ModelOverrides>,
     pub settings: std::sync::Mutex<ModelSettings>,
     pub requests: mpsc::Sender<Pending>,
     pub updates: mpsc::Sender<PolicyUpdate>,
 }
 
 impl ModelVersion {
+    /// Switches this version to `settings`: a new policy goes to its batcher, which takes
+    /// it before its next batch.
+    pub fn apply(&self, settings: ModelSettings) -> Result<(), ApiError> {
+        let policy = crate::loader::policy_for(&settings, &self.info.warmup);
+        let update = PolicyUpdate {
+            policy,
+            queue_capacity: settings.queue_capacity,
+        };
+        self.updates.try_send(update).map_err(|_| {
+            ApiError::Unavailable(format!(
+                "model {:?} version {} is busy applying earlier changes; retry",
+                self.name, self.version
+            ))
+        })?;
+        *self.settings.lock().unwrap_or_else(|p| p.into_inner()) = settings;
+        Ok(())
+    }
+
     pub fn settings(&self) -> ModelSettings {
         self.settings
             .lock()
@@ -38,6 +58,9 @@ impl ModelVersion {
 #[derive(Default)]
 pub struct Registry {
     models: RwLock<BTreeMap<String, BTreeMap<u64, Arc<ModelVersion>>>>,
+    /// Settings changed through the admin API, per model: they outlive versions and config
+    /// reloads until changed again.
+    runtime: std::sync::Mutex<BTreeMap<String, ModelOverrides>>,
 }
 
 impl Registry {
@@ -107,6 +130,21 @@ impl Registry {
             metrics::gauge!(names::MODEL_VERSION_LOADED, "model" => model.to_string(), "version" => version.to_string()).set(0.0);
         }
         removed
+    }
+
+    pub fn runtime_overrides(&self, model: &str) -> Option<ModelOverrides> {
+        self.runtime
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(model)
+            .cloned()
+    }
+
+    /// Layers `change` over the model's earlier admin changes.
+    pub fn set_runtime_overrides(&self, model: &str, change: &ModelOverrides) {
+        let mut all = self.runtime.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = all.entry(model.to_string()).or_default();
+        *entry = change.layered_on(entry);
     }
 
     pub fn model_names(&self) -> Vec<String> {

@@ -138,7 +138,12 @@ impl Watcher {
                     name: name.clone(),
                     version: *version,
                     path: path.clone(),
-                    settings: self.config.settings_for(name, model.overrides.as_ref()),
+                    settings: self.config.settings_for(
+                        name,
+                        model.overrides.as_ref(),
+                        self.registry.runtime_overrides(name).as_ref(),
+                    ),
+                    repo_overrides: model.overrides.clone(),
                     device: self.device.clone(),
                     busy: self.busy.clone(),
                 };

@@ -8,6 +8,8 @@
 //! - [`task`] is the thin async loop that feeds the state from the request channel, asks
 //!   the policy, and hands batches to the model's worker threads.
 
+pub mod adaptive;
+pub mod latency;
 pub mod policy;
 pub mod state;
 pub mod task;
@@ -77,3 +79,8 @@ pub struct Batch {
     pub reason: ReleaseReason,
     pub released: Instant,
 }
+
+#[cfg(test)]
+mod sim;
+#[cfg(test)]
+mod tests;

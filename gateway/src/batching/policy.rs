@@ -49,11 +49,32 @@ pub trait BatchPolicy: Send {
         Ok(())
     }
 
+    /// A request of `rows` rows was admitted.
+    fn observe_arrival(&mut self, _rows: usize, _now: Instant) {}
+
+    /// A batch of `rows` rows left for the device.
+    fn on_release(&mut self, _rows: usize, _now: Instant) {}
+
     /// A batch of `rows` rows took `compute` on the device.
     fn observe_batch(&mut self, _rows: usize, _compute: Duration, _now: Instant) {}
 
     /// A request finished `latency` after it arrived (queue + compute).
     fn observe_latency(&mut self, _latency: Duration, _now: Instant) {}
+
+    /// What the policy believes now, for the metrics that explain its decisions.
+    fn gauges(&mut self, _now: Instant) -> PolicyGauges {
+        PolicyGauges::default()
+    }
+}
+
+/// Figures a policy exports as metrics; `None` where it has no such notion.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PolicyGauges {
+    pub budget: Option<Duration>,
+    pub observed_p99: Option<Duration>,
+    pub completions_per_second: Option<f64>,
+    pub predicted_batch: Option<Duration>,
+    pub effective_budget: Option<Duration>,
 }
 
 /// Triton's dynamic batcher and its peers: release at `max_batch_size` rows, or when the

@@ -2,7 +2,6 @@
 //! requests from a bounded channel, expires overdue ones on a timer (even while a long batch
 //! runs), and hands batches to the version's worker threads when one is free.
 
-use std::sync::mpsc::SyncSender;
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
@@ -24,6 +23,29 @@ pub struct WorkerDone {
     pub latencies: Vec<Duration>,
 }
 
+/// Where released batches go: the worker threads' channel, or a simulated device in tests.
+pub trait BatchSink: Send {
+    /// Hands a batch over without blocking, or gives it back if nobody can take it.
+    fn send(&self, batch: Batch) -> Result<(), Batch>;
+}
+
+impl BatchSink for std::sync::mpsc::SyncSender<Batch> {
+    fn send(&self, batch: Batch) -> Result<(), Batch> {
+        self.try_send(batch).map_err(|e| match e {
+            std::sync::mpsc::TrySendError::Full(b)
+            | std::sync::mpsc::TrySendError::Disconnected(b) => b,
+        })
+    }
+}
+
+impl BatchSink for mpsc::Sender<Batch> {
+    fn send(&self, batch: Batch) -> Result<(), Batch> {
+        self.try_send(batch).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(b) | mpsc::error::TrySendError::Closed(b) => b,
+        })
+    }
+}
+
 /// A new policy for a running batcher (the admin API's live budget changes).
 pub struct PolicyUpdate {
     pub policy: Box<dyn BatchPolicy>,
@@ -39,6 +61,11 @@ struct BatcherMetrics {
     shed: Counter,
     expired: Counter,
     abandoned: Counter,
+    budget: Gauge,
+    effective_budget: Gauge,
+    observed_p99: Gauge,
+    completions: Gauge,
+    predicted_batch: Gauge,
 }
 
 impl BatcherMetrics {
@@ -61,7 +88,23 @@ impl BatcherMetrics {
             shed: rejected("shed"),
             expired: rejected("expired"),
             abandoned: rejected("abandoned"),
+            budget: metrics::gauge!(names::SLO_BUDGET, "model" => m.clone()),
+            effective_budget: metrics::gauge!(names::SLO_EFFECTIVE_BUDGET, "model" => m.clone()),
+            observed_p99: metrics::gauge!(names::OBSERVED_P99, "model" => m.clone()),
+            completions: metrics::gauge!(names::OBSERVED_THROUGHPUT, "model" => m.clone()),
+            predicted_batch: metrics::gauge!(names::PREDICTED_BATCH_DURATION, "model" => m.clone()),
         }
+    }
+
+    fn policy(&self, g: super::policy::PolicyGauges) {
+        let set =
+            |gauge: &Gauge, d: Option<Duration>| gauge.set(d.map_or(0.0, |d| d.as_secs_f64()));
+        set(&self.budget, g.budget);
+        set(&self.effective_budget, g.effective_budget);
+        set(&self.observed_p99, g.observed_p99);
+        set(&self.predicted_batch, g.predicted_batch);
+        self.completions
+            .set(g.completions_per_second.unwrap_or(0.0));
     }
 
     fn batch(&self, reason: ReleaseReason, rows: usize) {
@@ -80,7 +123,7 @@ pub struct Batcher {
     pub model: String,
     pub requests: mpsc::Receiver<Pending>,
     pub done: mpsc::Receiver<WorkerDone>,
-    pub batches: SyncSender<Batch>,
+    pub batches: Box<dyn BatchSink>,
     pub workers: usize,
     pub policy: Box<dyn BatchPolicy>,
     /// Live changes from the admin API; the sender lives in the version's handle.
@@ -94,6 +137,7 @@ impl Batcher {
     /// Runs until every request sender is gone and the queue is empty.
     pub async fn run(mut self) {
         let metrics = BatcherMetrics::new(&self.model);
+        metrics.policy(self.policy.gauges(Instant::now()));
         let mut idle = self.workers;
         let mut closed = false;
         let mut updates_closed = false;
@@ -128,11 +172,7 @@ impl Batcher {
                         // Capacity equals the worker count and we send only while one is
                         // idle, so this never blocks; a closed channel means every worker
                         // thread has died.
-                        if let Err(e) = self.batches.try_send(batch) {
-                            let batch = match e {
-                                std::sync::mpsc::TrySendError::Full(b)
-                                | std::sync::mpsc::TrySendError::Disconnected(b) => b,
-                            };
+                        if let Err(batch) = self.batches.send(batch) {
                             for p in batch.requests {
                                 let _ = p.reply.send(Err(ApiError::ModelFailure(
                                     "the model's workers are gone".into(),
@@ -142,6 +182,7 @@ impl Batcher {
                             break;
                         }
                         idle -= 1;
+                        self.policy.on_release(rows, now);
                     }
                     Decision::Wait { until } => {
                         wake = earliest(wake, until);
@@ -162,6 +203,7 @@ impl Batcher {
                         for l in d.latencies {
                             self.policy.observe_latency(l, now);
                         }
+                        metrics.policy(self.policy.gauges(now));
                     }
                     None => {
                         for p in self.state.drain() {
@@ -185,6 +227,7 @@ impl Batcher {
                     Some(u) => {
                         self.state.set_limits(u.queue_capacity, u.policy.max_batch_rows());
                         self.policy = u.policy;
+                        metrics.policy(self.policy.gauges(Instant::now()));
                     }
                     None => updates_closed = true,
                 },
@@ -208,16 +251,20 @@ impl Batcher {
             }));
             return;
         }
-        if let Err(p) = self.state.push(p) {
-            metrics.queue_full.increment(1);
-            let _ = p.reply.send(Err(ApiError::Overloaded {
-                message: format!(
-                    "the queue is full ({} requests waiting)",
-                    self.state.capacity()
-                ),
-                retry_after: self.full_retry_after,
-                reason: "queue_full",
-            }));
+        let rows = p.rows;
+        match self.state.push(p) {
+            Ok(()) => self.policy.observe_arrival(rows, now),
+            Err(p) => {
+                metrics.queue_full.increment(1);
+                let _ = p.reply.send(Err(ApiError::Overloaded {
+                    message: format!(
+                        "the queue is full ({} requests waiting)",
+                        self.state.capacity()
+                    ),
+                    retry_after: self.full_retry_after,
+                    reason: "queue_full",
+                }));
+            }
         }
     }
 }

@@ -3,6 +3,7 @@
 //! backlog); a slow client must send its headers within the configured time; on shutdown
 //! the listener closes and every connection finishes its in-flight request first.
 
+mod admin;
 mod limit;
 mod routes;
 
@@ -31,7 +32,8 @@ pub use limit::BodyLimitLayer;
 /// What every request handler can reach.
 pub struct AppState {
     pub registry: Arc<Registry>,
-    pub config: Arc<Config>,
+    /// Replaced whole on SIGHUP.
+    pub config: std::sync::RwLock<Arc<Config>>,
     pub metrics: PrometheusHandle,
     /// Every configured model is loaded and warmed up.
     pub ready: AtomicBool,
@@ -40,6 +42,17 @@ pub struct AppState {
 }
 
 impl AppState {
+    pub fn config(&self) -> Arc<Config> {
+        self.config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn set_config(&self, config: Arc<Config>) {
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = config;
+    }
+
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire) && !self.draining.load(Ordering::Acquire)
     }
@@ -72,7 +85,8 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
     metrics_only: bool,
 ) {
-    let limits = state.config.limits.clone();
+    // Connection-level limits are read once: a reload does not change a bound socket.
+    let limits = state.config().limits.clone();
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let connections = metrics::gauge!(names::CONNECTIONS);
     let mut tasks = tokio::task::JoinSet::new();
@@ -82,7 +96,7 @@ pub async fn serve(
             p = permits.clone().acquire_owned() => p.expect("the semaphore is never closed"),
             _ = signalled(&mut shutdown) => break,
         };
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(s) => s,
                 Err(e) => {
@@ -95,23 +109,22 @@ pub async fn serve(
             _ = signalled(&mut shutdown) => break,
         };
         let _ = stream.set_nodelay(true);
-        let service =
-            ServiceBuilder::new()
-                .layer(tower_http::catch_panic::CatchPanicLayer::custom(
-                    panic_response,
-                ))
-                .layer(BodyLimitLayer {
-                    limit: limits.max_body_bytes,
-                })
-                .service_fn({
+        let service = ServiceBuilder::new()
+            .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+                panic_response,
+            ))
+            .layer(BodyLimitLayer {
+                limit: limits.max_body_bytes,
+            })
+            .service_fn({
+                let state = state.clone();
+                move |req| {
                     let state = state.clone();
-                    move |req| {
-                        let state = state.clone();
-                        async move {
-                            Ok::<_, Infallible>(routes::handle(state, req, metrics_only).await)
-                        }
+                    async move {
+                        Ok::<_, Infallible>(routes::handle(state, req, metrics_only, peer).await)
                     }
-                });
+                }
+            });
         let mut shutdown = shutdown.clone();
         let header_timeout = limits.header_read_timeout();
         let connections = connections.clone();

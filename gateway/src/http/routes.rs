@@ -25,6 +25,7 @@ pub async fn handle(
     state: Arc<AppState>,
     req: Request<Limited<Incoming>>,
     metrics_only: bool,
+    peer: std::net::SocketAddr,
 ) -> Response<Full<Bytes>> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
@@ -48,6 +49,10 @@ pub async fn handle(
         (_, &Method::POST, ["v2", "models", m, "versions", v, "infer"]) => {
             let (m, v) = (m.to_string(), Some(v.to_string()));
             return infer(&state, &m, v, req).await;
+        }
+        (_, _, ["admin", ..]) => {
+            let segments: Vec<String> = segments.iter().map(|s| s.to_string()).collect();
+            super::admin::handle(&state, req, peer, &segments).await
         }
         _ if route_exists(&segments) => Err(ApiError::MethodNotAllowed {
             method: method.to_string(),
@@ -192,7 +197,8 @@ async fn infer_on(
                 })?,
         ),
     };
-    let limit = state.config.limits.max_body_bytes;
+    let config = state.config();
+    let limit = config.limits.max_body_bytes;
     let body = req
         .into_body()
         .collect()
@@ -240,7 +246,7 @@ async fn infer_on(
             ApiError::Unavailable(format!("model {:?} is unloading", version.name))
         }
     })?;
-    let timeout = state.config.limits.request_timeout();
+    let timeout = config.limits.request_timeout();
     let completed = match tokio::time::timeout(timeout, rx).await {
         Err(_) => return Err(ApiError::Timeout(timeout)),
         Ok(Err(_)) => {

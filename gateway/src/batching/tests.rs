@@ -1,0 +1,231 @@
+//! The controller against scripted latency curves, under tokio's paused clock: the real
+//! batcher task, queue and policies, a simulated device (see `sim`).
+
+use std::time::Duration;
+
+use super::ReleaseReason;
+use super::adaptive::AdaptivePolicy;
+use super::latency::LatencyModel;
+use super::policy::{BatchPolicy, StaticPolicy};
+use super::sim::{Arrival, Outcome, poisson, simulate};
+
+const MS: Duration = Duration::from_millis(1);
+const BUDGET: Duration = Duration::from_millis(100);
+const MAX_ROWS: usize = 16;
+
+/// 2 ms + 1 ms per row: 889 rows/s at 16 rows per batch.
+fn curve(rows: usize) -> Duration {
+    MS * (2 + rows as u32)
+}
+
+fn warmup() -> Vec<(usize, Duration)> {
+    [1, 2, 4, 8, 16].map(|r| (r, curve(r))).to_vec()
+}
+
+fn adaptive() -> Box<dyn BatchPolicy> {
+    Box::new(AdaptivePolicy::new(
+        BUDGET,
+        MAX_ROWS,
+        LatencyModel::from_warmup(&warmup()),
+    ))
+}
+
+fn capacity_rows_per_second() -> f64 {
+    MAX_ROWS as f64 / curve(MAX_ROWS).as_secs_f64()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_budget_holds_under_poisson_load() {
+    let rate = 0.67 * capacity_rows_per_second();
+    let arrivals = poisson(rate, Duration::from_secs(10), 1, 1);
+    let n = arrivals.len();
+    let r = simulate(adaptive(), 4096, arrivals, |rows, _| curve(rows)).await;
+    let done = r.count(|o| matches!(o, Outcome::Done(_)));
+    eprintln!(
+        "poisson: {done} of {n} served, p99 {:?}, p50 {:?}, {} batches",
+        r.p99(None),
+        r.latencies(None)[done / 2],
+        r.batches.len()
+    );
+    assert!(done as f64 >= 0.99 * n as f64, "{done} of {n} served");
+    assert!(r.p99(None) <= BUDGET, "p99 {:?}", r.p99(None));
+    // It batched: far fewer batches than requests.
+    assert!(
+        r.batches.len() * 3 < n,
+        "{} batches for {n} requests",
+        r.batches.len()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_budget_holds_through_a_sudden_2x_slowdown() {
+    // 40% of capacity before, 80% after the device halves its speed at t = 5 s.
+    let rate = 0.4 * capacity_rows_per_second();
+    let arrivals = poisson(rate, Duration::from_secs(10), 2, 1);
+    let n = arrivals.len();
+    let slow_from = Duration::from_secs(5);
+    let r = simulate(adaptive(), 4096, arrivals, move |rows, t| {
+        if t >= slow_from {
+            curve(rows) * 2
+        } else {
+            curve(rows)
+        }
+    })
+    .await;
+    let done = r.count(|o| matches!(o, Outcome::Done(_)));
+    eprintln!(
+        "slowdown: {done} of {n} served, p99 {:?}, {} batches",
+        r.p99(None),
+        r.batches.len()
+    );
+    assert!(done as f64 >= 0.97 * n as f64, "{done} of {n} served");
+    assert!(r.p99(None) <= BUDGET, "p99 {:?}", r.p99(None));
+    // Also the p99 of the requests after the slowdown on their own.
+    let mut after: Vec<Duration> = r
+        .outcomes
+        .iter()
+        .filter(|(at, _, _)| *at >= slow_from)
+        .filter_map(|(_, _, o)| {
+            if let Outcome::Done(d) = o {
+                Some(*d)
+            } else {
+                None
+            }
+        })
+        .collect();
+    after.sort();
+    let p99_after = after[(after.len() as f64 * 0.99) as usize - 1];
+    assert!(p99_after <= BUDGET, "p99 after the slowdown {p99_after:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn overload_is_shed_at_the_door_and_admitted_requests_meet_the_budget() {
+    let capacity = capacity_rows_per_second();
+    let arrivals = poisson(3.0 * capacity, Duration::from_secs(4), 3, 1);
+    let n = arrivals.len();
+    let r = simulate(adaptive(), 100_000, arrivals.clone(), |rows, _| curve(rows)).await;
+    let done = r.count(|o| matches!(o, Outcome::Done(_)));
+    let shed = r.count(|o| *o == Outcome::Shed);
+    eprintln!(
+        "overload: {done} done {shed} shed of {n}, p99 {:?}",
+        r.p99(None)
+    );
+    assert!(shed > n / 2, "{shed} of {n} shed");
+    assert!(r.p99(None) <= BUDGET, "p99 of admitted {:?}", r.p99(None));
+    // Goodput near the device's capacity.
+    assert!(done as f64 >= 0.8 * capacity * 4.0, "{done} served in 4 s");
+    // The static baseline queues everything and misses the budget.
+    let baseline: Box<dyn BatchPolicy> = Box::new(StaticPolicy {
+        max_batch_rows: MAX_ROWS,
+        max_queue_delay: 5 * MS,
+    });
+    let s = simulate(baseline, 100_000, arrivals, |rows, _| curve(rows)).await;
+    eprintln!("static overload p99 {:?}", s.p99(None));
+    assert!(s.p99(None) > BUDGET * 5, "static p99 {:?}", s.p99(None));
+}
+
+#[tokio::test(start_paused = true)]
+async fn low_priority_is_not_starved_under_a_fair_load() {
+    let rate = 0.6 * capacity_rows_per_second();
+    let arrivals = poisson(rate, Duration::from_secs(10), 4, 2);
+    let r = simulate(adaptive(), 4096, arrivals, |rows, _| curve(rows)).await;
+    for p in [1, 2] {
+        let offered = r.outcomes.iter().filter(|(_, q, _)| *q == p).count();
+        let done = r.latencies(Some(p)).len();
+        assert!(
+            done as f64 >= 0.99 * offered as f64,
+            "priority {p}: {done} of {offered}"
+        );
+        assert!(
+            r.p99(Some(p)) <= BUDGET,
+            "priority {p}: p99 {:?}",
+            r.p99(Some(p))
+        );
+    }
+    // Priority 1 goes first: its p99 is no worse than priority 2's.
+    assert!(r.p99(Some(1)) <= r.p99(Some(2)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn expiry_fires_on_time_while_a_long_batch_runs() {
+    let arrivals = vec![
+        Arrival {
+            at: Duration::ZERO,
+            rows: 1,
+            priority: 1,
+            timeout: None,
+        },
+        Arrival {
+            at: MS,
+            rows: 1,
+            priority: 1,
+            timeout: Some(20 * MS),
+        },
+    ];
+    // Every batch takes 300 ms: the second request's deadline passes during the first.
+    let r = simulate(adaptive(), 16, arrivals, |_, _| 300 * MS).await;
+    assert_eq!(r.outcomes[0].2, Outcome::Done(300 * MS));
+    match r.outcomes[1].2 {
+        Outcome::Expired(after) => assert!(
+            after >= 20 * MS && after <= 22 * MS,
+            "answered after {after:?}"
+        ),
+        ref other => panic!("expected 504, got {other:?}"),
+    }
+    assert_eq!(
+        r.batches.len(),
+        1,
+        "the expired request never took a batch slot"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_low_load_nobody_waits_for_a_batch_that_will_not_come() {
+    // One request every 200 ms: the adaptive policy releases each at once.
+    let arrivals: Vec<Arrival> = (0..20)
+        .map(|i| Arrival {
+            at: MS * 200 * i,
+            rows: 1,
+            priority: 1,
+            timeout: None,
+        })
+        .collect();
+    let r = simulate(adaptive(), 16, arrivals, |rows, _| curve(rows)).await;
+    assert!(
+        r.latencies(None).iter().all(|d| *d == curve(1)),
+        "{:?}",
+        r.latencies(None)
+    );
+    assert!(
+        r.batches
+            .iter()
+            .all(|(_, reason, _)| *reason == ReleaseReason::Idle)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn static_policy_waits_its_delay_then_releases() {
+    let policy: Box<dyn BatchPolicy> = Box::new(StaticPolicy {
+        max_batch_rows: MAX_ROWS,
+        max_queue_delay: 10 * MS,
+    });
+    let arrivals: Vec<Arrival> = (0..10)
+        .map(|i| Arrival {
+            at: MS * 50 * i,
+            rows: 1,
+            priority: 1,
+            timeout: None,
+        })
+        .collect();
+    let r = simulate(policy, 16, arrivals, |rows, _| curve(rows)).await;
+    assert!(
+        r.latencies(None).iter().all(|d| *d == 10 * MS + curve(1)),
+        "{:?}",
+        r.latencies(None)
+    );
+    assert!(
+        r.batches
+            .iter()
+            .all(|(_, reason, _)| *reason == ReleaseReason::Timer)
+    );
+}

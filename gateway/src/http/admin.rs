@@ -1,0 +1,182 @@
+//! The admin API: live latency budgets per model.
+//!
+//! `GET /admin/models` and `GET /admin/models/{m}/slo` show the settings each model runs
+//! with; `PUT /admin/models/{m}/slo` with any of `policy`, `p99_ms`, `max_batch_size`,
+//! `max_queue_delay_us`, `queue_capacity` changes them for every loaded version (and for
+//! versions loaded later): the batcher takes the new policy before its next batch. Answers
+//! loopback clients only — or, when `[admin] token` is set, any client that presents it as
+//! `Authorization: Bearer <token>` (and only those).
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{AppState, json_response};
+use crate::config::{ModelOverrides, ModelSettings, PolicyKind};
+use crate::error::ApiError;
+
+/// What a PUT may change.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SloChange {
+    policy: Option<PolicyKind>,
+    p99_ms: Option<f64>,
+    max_batch_size: Option<usize>,
+    max_queue_delay_us: Option<u64>,
+    queue_capacity: Option<usize>,
+}
+
+const MAX_ADMIN_BODY: usize = 64 * 1024;
+
+pub async fn handle(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+    peer: std::net::SocketAddr,
+    segments: &[String],
+) -> Result<Response<Full<Bytes>>, ApiError> {
+    authorize(state, &req, peer)?;
+    let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
+    match (req.method().clone(), segs.as_slice()) {
+        (Method::GET, ["admin", "models"]) => Ok(list(state)),
+        (Method::GET, ["admin", "models", m, "slo"]) => show(state, m),
+        (Method::PUT, ["admin", "models", m, "slo"]) => {
+            let m = m.to_string();
+            let body = read_body(req).await?;
+            change(state, &m, &body)
+        }
+        (method, ["admin", "models"] | ["admin", "models", _, "slo"]) => {
+            Err(ApiError::MethodNotAllowed {
+                method: method.to_string(),
+                path: format!("/{}", segments.join("/")),
+            })
+        }
+        (method, _) => Err(ApiError::NotFound {
+            method: method.to_string(),
+            path: format!("/{}", segments.join("/")),
+        }),
+    }
+}
+
+fn authorize<B>(
+    state: &AppState,
+    req: &Request<B>,
+    peer: std::net::SocketAddr,
+) -> Result<(), ApiError> {
+    match &state.config().admin.token {
+        Some(token) => {
+            let presented = req
+                .headers()
+                .get(http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "));
+            if presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes())) {
+                Ok(())
+            } else {
+                Err(ApiError::Unauthorized(
+                    "a valid `Authorization: Bearer <token>` is required".into(),
+                ))
+            }
+        }
+        None if peer.ip().is_loopback() => Ok(()),
+        None => Err(ApiError::Forbidden(format!(
+            "only loopback clients may use it (you are {}); set [admin] token to allow others",
+            peer.ip()
+        ))),
+    }
+}
+
+/// Compares without an early exit, so response time does not reveal the matching prefix.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn read_body(req: Request<Limited<Incoming>>) -> Result<Bytes, ApiError> {
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| ApiError::Malformed(format!("cannot read the request body: {e}")))?
+        .to_bytes();
+    if body.len() > MAX_ADMIN_BODY {
+        return Err(ApiError::BodyTooLarge {
+            limit: MAX_ADMIN_BODY,
+        });
+    }
+    Ok(body)
+}
+
+fn settings_json(model: &str, versions: &[u64], s: &ModelSettings) -> serde_json::Value {
+    json!({
+        "model": model,
+        "versions": versions.iter().map(|v| v.to_string()).collect::<Vec<_>>(),
+        "policy": s.policy,
+        "p99_ms": s.p99_ms,
+        "max_batch_size": s.max_batch_size,
+        "max_queue_delay_us": s.max_queue_delay_us,
+        "queue_capacity": s.queue_capacity,
+    })
+}
+
+fn list(state: &AppState) -> Response<Full<Bytes>> {
+    let models: Vec<serde_json::Value> = state
+        .registry
+        .model_names()
+        .iter()
+        .filter_map(|m| {
+            let v = state.registry.resolve(m, None).ok()?;
+            Some(settings_json(m, &state.registry.versions(m), &v.settings()))
+        })
+        .collect();
+    json_response(
+        StatusCode::OK,
+        json!({ "models": models }).to_string().into_bytes(),
+    )
+}
+
+fn show(state: &AppState, model: &str) -> Result<Response<Full<Bytes>>, ApiError> {
+    let v = state.registry.resolve(model, None)?;
+    let body = settings_json(model, &state.registry.versions(model), &v.settings());
+    Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
+}
+
+fn change(state: &AppState, model: &str, body: &[u8]) -> Result<Response<Full<Bytes>>, ApiError> {
+    let newest = state.registry.resolve(model, None)?;
+    let change: SloChange = serde_json::from_slice(body)
+        .map_err(|e| ApiError::Malformed(format!("invalid SLO change: {e}")))?;
+    let overrides = ModelOverrides {
+        policy: change.policy,
+        p99_ms: change.p99_ms,
+        max_batch_size: change.max_batch_size,
+        max_queue_delay_us: change.max_queue_delay_us,
+        queue_capacity: change.queue_capacity,
+        ..Default::default()
+    };
+    let versions = state.registry.versions(model);
+    let mut updates = Vec::new();
+    for n in &versions {
+        let v = state.registry.resolve(model, Some(&n.to_string()))?;
+        let new = overrides.apply(&v.settings());
+        new.validate("slo")
+            .map_err(|e| ApiError::Invalid(e.to_string()))?;
+        updates.push((v, new));
+    }
+    state.registry.set_runtime_overrides(model, &overrides);
+    for (v, new) in updates {
+        v.apply(new)?;
+    }
+    let settings = newest.settings();
+    tracing::info!(
+        model,
+        policy = ?settings.policy,
+        p99_ms = settings.p99_ms,
+        max_batch_size = settings.max_batch_size,
+        max_queue_delay_us = settings.max_queue_delay_us,
+        queue_capacity = settings.queue_capacity,
+        "SLO changed through the admin API"
+    );
+    let body = settings_json(model, &versions, &settings);
+    Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
+}

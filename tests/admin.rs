@@ -1,0 +1,232 @@
+//! Live budgets for operators: the admin API changes a model's SLO while it serves, SIGHUP
+//! reloads the config file, and only loopback clients (or token holders) get in.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+
+const DIMS: [usize; 3] = [8, 16, 3];
+
+fn start(extra: &str, listen_any: bool) -> (Server, TempDir, std::path::PathBuf) {
+    let repo = TempDir::new("admin");
+    write_version(&repo.path().join("models"), "m", 1, &DIMS, 1);
+    let config = repo.path().join("tandem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "model_repository = \"{}\"\n{extra}",
+            repo.path().join("models").display()
+        ),
+    )
+    .unwrap();
+    let mut args = vec!["--config".to_string(), config.display().to_string()];
+    if listen_any {
+        args.extend(["--listen".to_string(), "0.0.0.0:0".to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = Server::start(&args);
+    (server, repo, config)
+}
+
+fn metric(server: &Server, name: &str) -> f64 {
+    let text = server.get("/metrics").text();
+    text.lines()
+        .find(|l| l.starts_with(name) && l.contains("model=\"m\""))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in:\n{text}"))
+}
+
+#[test]
+fn slo_changes_take_effect_while_serving() {
+    let (server, _repo, _) = start("", false);
+    let slo = server.get("/admin/models/m/slo").json();
+    assert_eq!(slo["policy"], "adaptive");
+    assert_eq!(slo["p99_ms"], 50.0);
+    assert_eq!(metric(&server, "tandem_slo_p99_budget_seconds"), 0.05);
+
+    let r = request(
+        server.addr,
+        "PUT",
+        "/admin/models/m/slo",
+        &[],
+        json!({"p99_ms": 10, "max_batch_size": 4})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["p99_ms"], 10.0);
+    assert_eq!(r.json()["max_batch_size"], 4);
+    // The batcher took the new policy: its budget gauge says so.
+    let x = inputs(DIMS[0], 1);
+    assert_eq!(
+        server
+            .post_json("/v2/models/m/infer", &infer_body(&x, 1))
+            .status,
+        200
+    );
+    assert_eq!(metric(&server, "tandem_slo_p99_budget_seconds"), 0.01);
+    // And validation uses the new limit.
+    let five = inputs(5 * DIMS[0], 2);
+    let r = server.post_json("/v2/models/m/infer", &infer_body(&five, 5));
+    assert_eq!(r.status, 400);
+    assert!(
+        r.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("max_batch_size of 4")
+    );
+
+    // Back to static, then listed.
+    let r = request(
+        server.addr,
+        "PUT",
+        "/admin/models/m/slo",
+        &[],
+        br#"{"policy": "static", "max_queue_delay_us": 200}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let all = server.get("/admin/models").json();
+    assert_eq!(all["models"][0]["policy"], "static");
+    assert_eq!(
+        all["models"][0]["max_batch_size"], 4,
+        "earlier changes stay"
+    );
+    assert_eq!(
+        server
+            .post_json("/v2/models/m/infer", &infer_body(&x, 1))
+            .status,
+        200
+    );
+    assert!(server.log().contains("SLO changed through the admin API"));
+}
+
+#[test]
+fn bad_slo_changes_are_refused_and_change_nothing() {
+    let (server, _repo, _) = start("", false);
+    for (body, status, words) in [
+        (r#"{"p99_ms": -1}"#, 400, "p99_ms"),
+        (r#"{"p99_ms": 0}"#, 400, "p99_ms"),
+        (r#"{"max_batch_size": 0}"#, 400, "max_batch_size"),
+        (r#"{"policy": "fastest"}"#, 400, "fastest"),
+        (r#"{"budget": 5}"#, 400, "budget"),
+        ("not json", 400, "invalid SLO change"),
+    ] {
+        let r = request(
+            server.addr,
+            "PUT",
+            "/admin/models/m/slo",
+            &[],
+            body.as_bytes(),
+        );
+        assert_eq!(r.status, status, "{body}: {}", r.text());
+        assert!(
+            r.json()["error"].as_str().unwrap().contains(words),
+            "{body}: {}",
+            r.text()
+        );
+    }
+    assert_eq!(
+        request(server.addr, "PUT", "/admin/models/zz/slo", &[], b"{}").status,
+        404
+    );
+    assert_eq!(
+        request(server.addr, "DELETE", "/admin/models/m/slo", &[], b"").status,
+        405
+    );
+    assert_eq!(server.get("/admin/nothing").status, 404);
+    let slo = server.get("/admin/models/m/slo").json();
+    assert_eq!(
+        (slo["p99_ms"].as_f64(), slo["max_batch_size"].as_u64()),
+        (Some(50.0), Some(64))
+    );
+}
+
+#[test]
+fn a_token_guards_the_admin_api_when_set() {
+    let (server, _repo, _) = start("[admin]\ntoken = \"s3cret\"\n", false);
+    assert_eq!(server.get("/admin/models/m/slo").status, 401);
+    let wrong = [("Authorization", "Bearer nope".to_string())];
+    assert_eq!(
+        request(server.addr, "GET", "/admin/models/m/slo", &wrong, b"").status,
+        401
+    );
+    let right = [("Authorization", "Bearer s3cret".to_string())];
+    assert_eq!(
+        request(server.addr, "GET", "/admin/models/m/slo", &right, b"").status,
+        200
+    );
+}
+
+#[test]
+fn only_loopback_clients_get_in_without_a_token() {
+    // Reach the server through a non-loopback address of this machine, if it has one.
+    let Some(ip) = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("192.0.2.255:9").map(|_| s))
+        .ok()
+        .and_then(|s| s.local_addr().ok())
+        .map(|a| a.ip())
+        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+    else {
+        kernels::cuda::report_skip(
+            "only_loopback_clients_get_in_without_a_token",
+            "no non-loopback address",
+        );
+        return;
+    };
+    let (server, _repo, _) = start("", true);
+    let external = std::net::SocketAddr::new(ip, server.addr.port());
+    let r = get(external, "/admin/models/m/slo");
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(r.json()["error"].as_str().unwrap().contains("loopback"));
+    assert_eq!(
+        get(external, "/v2/health/ready").status,
+        200,
+        "the v2 API answers everyone"
+    );
+    let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], server.addr.port()));
+    assert_eq!(get(loopback, "/admin/models/m/slo").status, 200);
+}
+
+#[test]
+fn sighup_reloads_the_config_file() {
+    let (server, repo, config) = start("[defaults]\np99_ms = 50\n", false);
+    assert_eq!(server.get("/admin/models/m/slo").json()["p99_ms"], 50.0);
+    std::fs::write(
+        &config,
+        format!(
+            "model_repository = \"{}\"\n[defaults]\np99_ms = 20\nmax_batch_size = 16\n",
+            repo.path().join("models").display()
+        ),
+    )
+    .unwrap();
+    server.signal(libc::SIGHUP);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let slo = server.get("/admin/models/m/slo").json();
+        if slo["p99_ms"] == 20.0 && slo["max_batch_size"] == 16 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not reloaded: {slo}\n{}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(server.log().contains("configuration reloaded"));
+    // A broken file is refused; the running configuration stays.
+    std::fs::write(&config, "this is [not toml").unwrap();
+    server.signal(libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        server.log().contains("config reload failed"),
+        "{}",
+        server.log()
+    );
+    assert_eq!(server.get("/admin/models/m/slo").json()["p99_ms"], 20.0);
+    assert_eq!(server.get("/v2/health/ready").status, 200);
+}
