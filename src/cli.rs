@@ -64,6 +64,10 @@ pub enum LoadShape {
     Constant,
     /// Exponential gaps (a Poisson process) at the same mean rate.
     Poisson,
+    /// Poisson at half the rate for the first half, 1.5x for the second.
+    Step,
+    /// Poisson with a burst every second: 2.5x the rate for 200 ms, 0.625x otherwise.
+    Burst,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -116,7 +120,7 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
 
-    /// Also write the results as JSON here.
+    /// Also write the results as JSON here, and an SVG plot beside it (same name, .svg).
     #[arg(long)]
     pub json: Option<PathBuf>,
 }
@@ -190,6 +194,10 @@ pub struct ServeArgs {
     /// Default max queue delay of the static batching policy, in microseconds.
     #[arg(long)]
     pub max_queue_delay_us: Option<u64>,
+
+    /// CPU threads one forward pass may use (default: every core).
+    #[arg(long, env = "TANDEM_CPU_THREADS")]
+    pub cpu_threads: Option<usize>,
 
     /// Tokio worker threads for HTTP (default: one per core).
     #[arg(long, env = "TANDEM_HTTP_THREADS")]

@@ -91,6 +91,9 @@ fn build_config(args: &ServeArgs) -> anyhow::Result<Config> {
             PolicyArg::Static => PolicyKind::Static,
         };
     }
+    if let Some(n) = args.cpu_threads {
+        config.cpu_threads = n;
+    }
     if let Some(n) = args.max_batch_size {
         config.defaults.max_batch_size = n;
     }

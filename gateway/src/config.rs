@@ -27,6 +27,9 @@ pub struct Config {
     pub repository_poll_ms: u64,
     /// How many of a model's newest versions stay loaded.
     pub keep_versions: usize,
+    /// CPU threads one forward pass may use (0: every core). On a small machine, leaving
+    /// cores to HTTP can serve more than computing on all of them.
+    pub cpu_threads: usize,
     /// Settings every model starts from.
     pub defaults: ModelSettings,
     /// Per-model entries: a single-file model (`path`) and/or overrides of `defaults`.
@@ -51,6 +54,7 @@ impl Default for Config {
             model_repository: None,
             repository_poll_ms: 1000,
             keep_versions: 2,
+            cpu_threads: 0,
             defaults: ModelSettings::default(),
             models: BTreeMap::new(),
             limits: Limits::default(),

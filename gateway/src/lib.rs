@@ -122,6 +122,7 @@ pub async fn run_with_reload(
             settings: config.settings_for(name, None, None),
             repo_overrides: None,
             device: device.clone(),
+            cpu_threads: config.cpu_threads,
             busy: busy.clone(),
         };
         let v = loader::load(spec)

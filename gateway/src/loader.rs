@@ -27,6 +27,8 @@ pub struct LoadSpec {
     pub settings: ModelSettings,
     pub repo_overrides: Option<crate::config::ModelOverrides>,
     pub device: Device,
+    /// CPU threads per forward pass (0: all).
+    pub cpu_threads: usize,
     pub busy: Arc<BusyMeter>,
 }
 
@@ -59,6 +61,7 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
     for replica in 0..replicas {
         let path = spec.path.clone();
         let device = spec.device.clone();
+        let cpu_threads = spec.cpu_threads;
         let worker_spec = WorkerSpec {
             model_label: spec.name.clone(),
             replica,
@@ -68,9 +71,11 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
             max_batch_rows: s.max_batch_size,
         };
         let load = move || -> Result<Box<dyn Model>, String> {
-            Mlp::load(&path, &device)
-                .map(|m| Box::new(m) as Box<dyn Model>)
-                .map_err(|e| e.to_string())
+            let mut mlp = Mlp::load(&path, &device).map_err(|e| e.to_string())?;
+            if cpu_threads > 0 {
+                mlp.set_threads(cpu_threads);
+            }
+            Ok(Box::new(mlp) as Box<dyn Model>)
         };
         worker::spawn(worker_spec, load, ready_tx.clone())
             .map_err(|e| format!("cannot start a worker thread: {e}"))?;

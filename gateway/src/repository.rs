@@ -145,6 +145,7 @@ impl Watcher {
                     ),
                     repo_overrides: model.overrides.clone(),
                     device: self.device.clone(),
+                    cpu_threads: self.config.cpu_threads,
                     busy: self.busy.clone(),
                 };
                 match loader::load(spec).await {

@@ -108,21 +108,32 @@ where
 }
 
 fn warm_up(model: &mut dyn Model, max_rows: usize) -> Result<Vec<(usize, Duration)>, String> {
-    let mut out = Vec::new();
-    for rows in warmup_buckets(max_rows) {
-        let input = vec![0f32; rows * model.input_width()];
-        let mut output = vec![0f32; rows * model.output_width()];
-        // Twice: the first call grows buffers and compiles kernels; the second is timed.
-        model
-            .forward(&input, rows, &mut output)
-            .map_err(|e| e.to_string())?;
-        let t = std::time::Instant::now();
-        model
-            .forward(&input, rows, &mut output)
-            .map_err(|e| e.to_string())?;
-        out.push((rows, t.elapsed()));
+    // Every bucket once untimed (buffers grow, kernels compile), then timed rounds; the
+    // median of each bucket seeds the latency model, so one preempted run cannot skew it.
+    const ROUNDS: usize = 5;
+    let buckets = warmup_buckets(max_rows);
+    let mut times = vec![Vec::with_capacity(ROUNDS); buckets.len()];
+    for round in 0..=ROUNDS {
+        for (i, &rows) in buckets.iter().enumerate() {
+            let input = vec![0f32; rows * model.input_width()];
+            let mut output = vec![0f32; rows * model.output_width()];
+            let t = std::time::Instant::now();
+            model
+                .forward(&input, rows, &mut output)
+                .map_err(|e| e.to_string())?;
+            if round > 0 {
+                times[i].push(t.elapsed());
+            }
+        }
     }
-    Ok(out)
+    Ok(buckets
+        .into_iter()
+        .zip(times)
+        .map(|(rows, mut t)| {
+            t.sort();
+            (rows, t[t.len() / 2])
+        })
+        .collect())
 }
 
 struct WorkerMetrics {

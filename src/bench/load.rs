@@ -1,12 +1,14 @@
 //! `tandem bench load`: an open-loop load generator. Send times are fixed in advance
-//! (constant spacing or Poisson gaps), each request's latency is measured from its
-//! scheduled send time, so time spent queueing anywhere — in the server or in a client
+//! (constant spacing, Poisson, a step, or bursts), each request's latency is measured from
+//! its scheduled send time, so time spent queueing anywhere — in the server or in a client
 //! that could not keep up — shows in the percentiles (no coordinated omission). Latencies
 //! go into HDR histograms.
 //!
 //! Like wrk2, it keeps a fixed set of keep-alive connections: a scheduled request goes to
 //! the next free one and waits for one otherwise. Opening a connection per outstanding
 //! request instead would spend the shared CPU on connection churn, not on the server.
+//! While it runs it scrapes the server's `/metrics` every second for the batch size, so
+//! the plot shows latency against the budget with the batches that produced it.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -34,11 +36,14 @@ pub struct LoadReport {
     pub rows_per_request: usize,
     pub binary: bool,
     pub sent: u64,
+    /// 200s per second.
     pub achieved_rps: f64,
     /// 200s answered within the budget, per second.
     pub goodput_rps: f64,
     pub budget_ms: f64,
+    /// Share of sent requests answered 200 within the budget.
     pub within_budget: f64,
+    /// Latency percentiles of the 200s.
     pub p50_ms: f64,
     pub p90_ms: f64,
     pub p99_ms: f64,
@@ -47,14 +52,33 @@ pub struct LoadReport {
     /// Responses by status code; transport failures as `error`, skipped sends as
     /// `client_overload`.
     pub outcomes: BTreeMap<String, u64>,
+    /// One entry per second of the schedule.
+    pub timeline: Vec<Second>,
 }
 
-/// What each finished request reports.
-struct Tally {
-    ok: Histogram<u64>,
-    outcomes: BTreeMap<String, u64>,
-    good: u64,
+/// What happened to the requests scheduled in one second.
+#[derive(Clone, Debug, Serialize)]
+pub struct Second {
+    pub t: u64,
+    pub sent: u64,
+    pub ok: u64,
+    pub shed: u64,
+    pub p99_ms: f64,
+    /// Mean rows per batch the server ran in this second (from its /metrics).
+    pub batch_rows: Option<f64>,
 }
+
+/// One finished request: when it was scheduled, how long it took, what came back.
+#[derive(Clone, Copy)]
+struct Sample {
+    at: Duration,
+    latency: Duration,
+    status: u16,
+}
+
+/// Status codes for what never got an HTTP status.
+const TRANSPORT_ERROR: u16 = 0;
+const CLIENT_OVERLOAD: u16 = 1;
 
 pub fn run(args: LoadArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -66,29 +90,53 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_vec_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
+        super::plot::timeline(&report, &path.with_extension("svg"))?;
     }
     Ok(())
 }
 
-/// Send offsets from the start, for `rate` requests/s over `duration` seconds.
-pub fn schedule(shape: LoadShape, rate: f64, duration: f64, seed: u64) -> Vec<Duration> {
+/// The offered rate at time `t` (seconds) for `shape`, mean `rate` over `duration`.
+fn rate_at(shape: LoadShape, rate: f64, duration: f64, t: f64) -> f64 {
     match shape {
-        LoadShape::Constant => (0u64..)
+        LoadShape::Constant | LoadShape::Poisson => rate,
+        LoadShape::Step => {
+            if t < duration / 2.0 {
+                0.5 * rate
+            } else {
+                1.5 * rate
+            }
+        }
+        LoadShape::Burst => {
+            if t.fract() < 0.2 {
+                2.5 * rate
+            } else {
+                0.625 * rate
+            }
+        }
+    }
+}
+
+/// Send offsets from the start, for a mean of `rate` requests/s over `duration` seconds.
+pub fn schedule(shape: LoadShape, rate: f64, duration: f64, seed: u64) -> Vec<Duration> {
+    if shape == LoadShape::Constant {
+        return (0u64..)
             .map(|i| i as f64 / rate)
             .take_while(|t| *t < duration)
             .map(Duration::from_secs_f64)
-            .collect(),
-        LoadShape::Poisson => {
-            let mut rng = SplitMix64::new(seed);
-            let mut t = 0.0;
-            let mut out = Vec::new();
-            loop {
-                t += -(1.0 - rng.next_f64()).ln() / rate;
-                if t >= duration {
-                    return out;
-                }
-                out.push(Duration::from_secs_f64(t));
-            }
+            .collect();
+    }
+    // A Poisson process at the peak rate, thinned to the rate of each moment.
+    let peak = 2.5 * rate;
+    let mut rng = SplitMix64::new(seed);
+    let mut t = 0.0;
+    let mut out = Vec::new();
+    loop {
+        t += -(1.0 - rng.next_f64()).ln() / peak;
+        if t >= duration {
+            return out;
+        }
+        if rng.next_f64() * peak < rate_at(shape, rate, duration, t) {
+            out.push(Duration::from_secs_f64(t));
         }
     }
 }
@@ -123,33 +171,35 @@ pub async fn measure(args: &LoadArgs) -> anyhow::Result<LoadReport> {
     let width = input_width(addr, &authority, &args.model).await?;
     let (body, header_len) = payload(width, args.rows, args.binary, args.seed);
     let target = Arc::new(Target {
-        authority,
+        authority: authority.clone(),
         path: format!("/v2/models/{}/infer", args.model),
         body,
         header_len,
     });
 
     let sends = schedule(args.shape, args.rate, args.duration, args.seed);
-    let tally = Arc::new(Mutex::new(Tally {
-        ok: Histogram::new_with_bounds(1, 120_000_000, 3)?,
-        outcomes: BTreeMap::new(),
-        good: 0,
-    }));
-    let budget = Duration::from_secs_f64(args.budget_ms / 1000.0);
+    let samples = Arc::new(Mutex::new(Vec::with_capacity(sends.len())));
     // Jobs wait here for a free connection; beyond max_in_flight they are dropped and
     // counted, so a stalled server cannot make the generator's memory grow.
     let (jobs_tx, jobs_rx) = tokio::sync::mpsc::channel::<Job>(args.max_in_flight.max(1));
     let jobs_rx = Arc::new(tokio::sync::Mutex::new(jobs_rx));
+    let start = Instant::now();
     let mut connections = tokio::task::JoinSet::new();
     for _ in 0..args.connections.max(1) {
-        let (jobs, target, tally) = (jobs_rx.clone(), target.clone(), tally.clone());
-        connections.spawn(connection(addr, jobs, target, tally, budget));
+        let (jobs, target, samples) = (jobs_rx.clone(), target.clone(), samples.clone());
+        connections.spawn(connection(addr, jobs, target, samples, start));
     }
+    let scraper = tokio::spawn(scrape_batches(
+        addr,
+        authority,
+        args.model.clone(),
+        start,
+        args.duration,
+    ));
     // The schedule runs on its own OS thread: tokio's timer wheel has millisecond ticks,
     // which would add up to a millisecond to every latency measured from the schedule.
-    let start = Instant::now();
     let scheduler = {
-        let (sends, tally) = (sends.clone(), tally.clone());
+        let (sends, samples) = (sends.clone(), samples.clone());
         std::thread::spawn(move || {
             for offset in sends {
                 let at = start + offset;
@@ -158,12 +208,11 @@ pub async fn measure(args: &LoadArgs) -> anyhow::Result<LoadReport> {
                     std::thread::sleep(at - now);
                 }
                 if jobs_tx.try_send(Job { at }).is_err() {
-                    *tally
-                        .lock()
-                        .expect("tally")
-                        .outcomes
-                        .entry("client_overload".into())
-                        .or_default() += 1;
+                    samples.lock().expect("samples").push(Sample {
+                        at: offset,
+                        latency: Duration::ZERO,
+                        status: CLIENT_OVERLOAD,
+                    });
                 }
             }
         })
@@ -172,10 +221,49 @@ pub async fn measure(args: &LoadArgs) -> anyhow::Result<LoadReport> {
     scheduler
         .join()
         .map_err(|_| anyhow::anyhow!("the scheduler thread panicked"))?;
+    let batches = scraper.await.unwrap_or_default();
     let elapsed = start.elapsed().as_secs_f64().max(args.duration);
-    let t = tally.lock().expect("tally");
-    let ms = |q: f64| t.ok.value_at_quantile(q) as f64 / 1000.0;
-    let ok = t.ok.len();
+    let samples = std::mem::take(&mut *samples.lock().expect("samples"));
+    summarize(args, sends.len() as u64, elapsed, &samples, &batches)
+}
+
+fn summarize(
+    args: &LoadArgs,
+    sent: u64,
+    elapsed: f64,
+    samples: &[Sample],
+    batches: &[Option<f64>],
+) -> anyhow::Result<LoadReport> {
+    let budget = Duration::from_secs_f64(args.budget_ms / 1000.0);
+    let mut ok = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3)?;
+    let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
+    let seconds = args.duration.ceil() as usize;
+    let mut per_second: Vec<(u64, u64, u64, Histogram<u64>)> = (0..seconds)
+        .map(|_| Histogram::new_with_bounds(1, 600_000_000, 3).map(|h| (0, 0, 0, h)))
+        .collect::<Result<_, _>>()?;
+    let mut good = 0u64;
+    for s in samples {
+        let label = match s.status {
+            TRANSPORT_ERROR => "error".to_string(),
+            CLIENT_OVERLOAD => "client_overload".to_string(),
+            code => code.to_string(),
+        };
+        *outcomes.entry(label).or_default() += 1;
+        let sec = &mut per_second[(s.at.as_secs() as usize).min(seconds - 1)];
+        sec.0 += 1;
+        if s.status == 200 {
+            let us = (s.latency.as_micros() as u64).max(1);
+            let _ = ok.record(us);
+            let _ = sec.3.record(us);
+            sec.1 += 1;
+            if s.latency <= budget {
+                good += 1;
+            }
+        } else if s.status == 429 {
+            sec.2 += 1;
+        }
+    }
+    let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     Ok(LoadReport {
         url: args.url.clone(),
         model: args.model.clone(),
@@ -184,21 +272,33 @@ pub async fn measure(args: &LoadArgs) -> anyhow::Result<LoadReport> {
         duration_s: args.duration,
         rows_per_request: args.rows,
         binary: args.binary,
-        sent: sends.len() as u64,
-        achieved_rps: ok as f64 / elapsed,
-        goodput_rps: t.good as f64 / args.duration,
+        sent,
+        achieved_rps: ok.len() as f64 / elapsed,
+        goodput_rps: good as f64 / args.duration,
         budget_ms: args.budget_ms,
-        within_budget: if sends.is_empty() {
+        within_budget: if sent == 0 {
             0.0
         } else {
-            t.good as f64 / sends.len() as f64
+            good as f64 / sent as f64
         },
-        p50_ms: ms(0.5),
-        p90_ms: ms(0.9),
-        p99_ms: ms(0.99),
-        p999_ms: ms(0.999),
-        max_ms: t.ok.max() as f64 / 1000.0,
-        outcomes: t.outcomes.clone(),
+        p50_ms: ms(&ok, 0.5),
+        p90_ms: ms(&ok, 0.9),
+        p99_ms: ms(&ok, 0.99),
+        p999_ms: ms(&ok, 0.999),
+        max_ms: ok.max() as f64 / 1000.0,
+        outcomes,
+        timeline: per_second
+            .iter()
+            .enumerate()
+            .map(|(t, (sent, ok, shed, h))| Second {
+                t: t as u64,
+                sent: *sent,
+                ok: *ok,
+                shed: *shed,
+                p99_ms: if h.is_empty() { 0.0 } else { ms(h, 0.99) },
+                batch_rows: batches.get(t).copied().flatten(),
+            })
+            .collect(),
     })
 }
 
@@ -208,8 +308,8 @@ async fn connection(
     addr: std::net::SocketAddr,
     jobs: Arc<tokio::sync::Mutex<tokio::sync::mpsc::Receiver<Job>>>,
     target: Arc<Target>,
-    tally: Arc<Mutex<Tally>>,
-    budget: Duration,
+    samples: Arc<Mutex<Vec<Sample>>>,
+    start: Instant,
 ) {
     let mut sender: Option<http1::SendRequest<Full<Bytes>>> = None;
     loop {
@@ -219,25 +319,22 @@ async fn connection(
         if sender.as_ref().is_none_or(|s| s.is_closed()) {
             sender = connect(addr).await;
         }
-        let outcome = match &mut sender {
-            None => "error".to_string(),
+        let status = match &mut sender {
+            None => TRANSPORT_ERROR,
             Some(s) => match send(s, &target).await {
-                Ok(status) => status.to_string(),
+                Ok(status) => status,
                 Err(_) => {
                     sender = None;
-                    "error".to_string()
+                    TRANSPORT_ERROR
                 }
             },
         };
-        let latency = job.at.elapsed();
-        let mut t = tally.lock().expect("tally");
-        if outcome == "200" {
-            let _ = t.ok.record((latency.as_micros() as u64).max(1));
-            if latency <= budget {
-                t.good += 1;
-            }
-        }
-        *t.outcomes.entry(outcome).or_default() += 1;
+        let sample = Sample {
+            at: job.at.saturating_duration_since(start),
+            latency: job.at.elapsed(),
+            status,
+        };
+        samples.lock().expect("samples").push(sample);
     }
 }
 
@@ -264,20 +361,28 @@ async fn send(s: &mut http1::SendRequest<Full<Bytes>>, t: &Target) -> anyhow::Re
     Ok(status)
 }
 
+async fn get(
+    addr: std::net::SocketAddr,
+    authority: &str,
+    path: &str,
+) -> anyhow::Result<(http::StatusCode, Bytes)> {
+    let mut s = connect(addr)
+        .await
+        .with_context(|| format!("cannot reach {authority}"))?;
+    let req = http::Request::get(path)
+        .header(http::header::HOST, authority)
+        .body(Full::new(Bytes::new()))?;
+    let resp = s.send_request(req).await?;
+    let status = resp.status();
+    Ok((status, resp.into_body().collect().await?.to_bytes()))
+}
+
 async fn input_width(
     addr: std::net::SocketAddr,
     authority: &str,
     model: &str,
 ) -> anyhow::Result<usize> {
-    let mut s = connect(addr)
-        .await
-        .with_context(|| format!("cannot reach {authority}"))?;
-    let req = http::Request::get(format!("/v2/models/{model}"))
-        .header(http::header::HOST, authority)
-        .body(Full::new(Bytes::new()))?;
-    let resp = s.send_request(req).await?;
-    let status = resp.status();
-    let body = resp.into_body().collect().await?.to_bytes();
+    let (status, body) = get(addr, authority, &format!("/v2/models/{model}")).await?;
     anyhow::ensure!(
         status.is_success(),
         "model metadata: {status} {}",
@@ -288,6 +393,43 @@ async fn input_width(
         .as_u64()
         .map(|w| w as usize)
         .context("model metadata has no input width")
+}
+
+/// The server's mean batch size in each second of the run, from `tandem_batch_rows` in
+/// its /metrics (`None` for a second without batches or a server without the metric).
+async fn scrape_batches(
+    addr: std::net::SocketAddr,
+    authority: String,
+    model: String,
+    start: Instant,
+    duration: f64,
+) -> Vec<Option<f64>> {
+    let read = || async {
+        let (_, body) = get(addr, &authority, "/metrics").await.ok()?;
+        let text = String::from_utf8_lossy(&body).into_owned();
+        let value = |name: &str| {
+            text.lines()
+                .find(|l| l.starts_with(name) && l.contains(&format!("model=\"{model}\"")))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        Some((
+            value("tandem_batch_rows_sum{")?,
+            value("tandem_batch_rows_count{")?,
+        ))
+    };
+    let mut out = Vec::new();
+    let mut last = read().await;
+    for second in 1..=duration.ceil() as u32 {
+        tokio::time::sleep_until(start + Duration::from_secs(second as u64)).await;
+        let now = read().await;
+        out.push(match (last, now) {
+            (Some((rows0, n0)), Some((rows1, n1))) if n1 > n0 => Some((rows1 - rows0) / (n1 - n0)),
+            _ => None,
+        });
+        last = now;
+    }
+    out
 }
 
 /// One request body, reused for every send: random rows, as JSON or binary.
@@ -351,17 +493,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn schedules_hold_the_rate() {
+    fn schedules_hold_the_mean_rate() {
         let c = schedule(LoadShape::Constant, 100.0, 2.0, 1);
         assert_eq!(c.len(), 200);
         assert_eq!(c[1], Duration::from_millis(10));
-        let p = schedule(LoadShape::Poisson, 1000.0, 10.0, 1);
-        assert!((9500..10500).contains(&p.len()), "{}", p.len());
-        assert!(p.windows(2).all(|w| w[0] <= w[1]));
-        assert_eq!(
-            p,
-            schedule(LoadShape::Poisson, 1000.0, 10.0, 1),
-            "deterministic in the seed"
-        );
+        for shape in [LoadShape::Poisson, LoadShape::Step, LoadShape::Burst] {
+            let p = schedule(shape, 1000.0, 10.0, 1);
+            assert!((9500..10500).contains(&p.len()), "{shape:?}: {}", p.len());
+            assert!(p.windows(2).all(|w| w[0] <= w[1]));
+            assert_eq!(
+                p,
+                schedule(shape, 1000.0, 10.0, 1),
+                "deterministic in the seed"
+            );
+        }
+    }
+
+    #[test]
+    fn step_and_burst_have_their_shape() {
+        let s = schedule(LoadShape::Step, 1000.0, 10.0, 2);
+        let first = s.iter().filter(|t| t.as_secs_f64() < 5.0).count();
+        assert!((2200..2800).contains(&first), "{first}");
+        let b = schedule(LoadShape::Burst, 1000.0, 10.0, 3);
+        let in_bursts = b.iter().filter(|t| t.as_secs_f64().fract() < 0.2).count();
+        assert!((4600..5400).contains(&in_bursts), "{in_bursts}");
     }
 }

@@ -2,6 +2,7 @@
 
 mod forward;
 pub mod load;
+mod plot;
 pub mod stats;
 mod sweep;
 

@@ -5,10 +5,14 @@
 //! - a batch leaves by the time its most urgent request must start to finish in time
 //!   (`deadline`: its own timeout, or arrival + the effective budget, minus the predicted
 //!   high-quantile batch time);
-//! - up to that point it waits only while a batch of efficient size (the knee of cost per
-//!   row, from the latency model) is expected within a quarter of the budget at the current
-//!   arrival rate (`timer` when that wait ends); otherwise it goes now (`idle`) — at low load
-//!   nobody waits for a batch that will not come;
+//! - while requests arrive at under 10–30% of the device's capacity in full batches (with
+//!   hysteresis) it releases at once (`idle`): capacity is plentiful and waiting would only
+//!   add latency;
+//! - when it is busier, batch efficiency is what leaves capacity for more requests (on a
+//!   CPU, the cores also parse HTTP): a batch waits to grow towards the efficient size (the
+//!   knee of cost per row in the latency model), for at most the time a full batch takes to
+//!   run (never more than a quarter of the budget), and only while the arrival rate promises
+//!   to at least double it (`timer` when that wait ends, `idle` when growth is not coming);
 //! - a full batch goes at once (`full`).
 //!
 //! Admission: a request whose predicted completion — behind the running batch and every
@@ -32,7 +36,13 @@ use super::state::QueueView;
 
 /// The longest a batch waits to grow, as a share of the budget.
 const MAX_WAIT_SHARE: f64 = 0.25;
+/// A wait shorter than the runtime's timer tick cannot be expressed anyway.
+const MIN_PATIENCE: Duration = Duration::from_millis(1);
 const HEADROOM_START: f64 = 0.8;
+/// Load (arrivals over capacity in full batches) above which batches wait to grow, and
+/// below which they stop.
+const LOAD_WAIT_ON: f64 = 0.3;
+const LOAD_WAIT_OFF: f64 = 0.1;
 const HEADROOM_MIN: f64 = 0.3;
 const HEADROOM_MAX: f64 = 0.85;
 /// How often the feedback loop looks at the observed p99.
@@ -48,11 +58,18 @@ pub struct AdaptivePolicy {
     last_feedback: Option<Instant>,
     /// When the running batch is expected to end (none running: in the past).
     busy_until: Option<Instant>,
+    /// Whether batches wait to grow (see the module docs), with hysteresis.
+    waiting: bool,
+    /// The knee of cost per row, from the warm-up shape.
+    efficient: usize,
 }
 
 impl AdaptivePolicy {
     pub fn new(budget: Duration, max_rows: usize, model: LatencyModel) -> AdaptivePolicy {
+        let efficient = model.efficient_batch(max_rows.max(1));
         AdaptivePolicy {
+            waiting: false,
+            efficient,
             budget,
             max_rows: max_rows.max(1),
             model,
@@ -150,36 +167,42 @@ impl BatchPolicy for AdaptivePolicy {
                 reason: ReleaseReason::Deadline,
             };
         }
-        let efficient = self.model.efficient_batch(self.max_rows);
-        if n >= efficient {
+        let capacity = self.max_rows as f64 / self.model.predict_mean(self.max_rows).as_secs_f64();
+        let load = rate / capacity;
+        if self.waiting && load < LOAD_WAIT_OFF {
+            self.waiting = false;
+        } else if !self.waiting && load > LOAD_WAIT_ON {
+            self.waiting = true;
+        }
+        if !self.waiting || n >= self.efficient || rate <= 0.0 {
             return Decision::Release {
                 max_rows: self.max_rows,
                 reason: ReleaseReason::Idle,
             };
         }
-        let cap = start_by.min(oldest + self.budget.mul_f64(MAX_WAIT_SHARE));
+        let patience = self
+            .model
+            .predict_mean(self.max_rows)
+            .max(MIN_PATIENCE)
+            .min(self.effective_budget().mul_f64(MAX_WAIT_SHARE));
+        let cap = start_by.min(oldest + patience);
         if now >= cap {
             return Decision::Release {
                 max_rows: self.max_rows,
                 reason: ReleaseReason::Timer,
             };
         }
-        // Wait only if an efficient batch is expected before the cap.
-        if rate <= 0.0 {
+        // Wait only if the batch would at least double by the cap.
+        let by_cap = n as f64 + rate * cap.saturating_duration_since(now).as_secs_f64();
+        if by_cap < 2.0 * n as f64 {
             return Decision::Release {
                 max_rows: self.max_rows,
                 reason: ReleaseReason::Idle,
             };
         }
-        let fill = Duration::from_secs_f64((efficient - n) as f64 / rate);
-        match now.checked_add(fill) {
-            Some(full_at) if full_at <= cap => Decision::Wait {
-                until: Some(full_at),
-            },
-            _ => Decision::Release {
-                max_rows: self.max_rows,
-                reason: ReleaseReason::Idle,
-            },
+        let fill = Duration::from_secs_f64((self.efficient - n) as f64 / rate);
+        Decision::Wait {
+            until: Some(now.checked_add(fill).map_or(cap, |t| t.min(cap))),
         }
     }
 
@@ -231,7 +254,7 @@ impl BatchPolicy for AdaptivePolicy {
     }
 
     fn gauges(&mut self, now: Instant) -> PolicyGauges {
-        let efficient = self.model.efficient_batch(self.max_rows);
+        let efficient = self.efficient;
         PolicyGauges {
             budget: Some(self.budget),
             observed_p99: self.window.quantile(0.99, now).map(|(d, _)| d),

@@ -94,7 +94,7 @@ impl LatencyModel {
         self.observations += 1;
     }
 
-    /// The smallest batch whose cost per row is within 25% of the best the model knows up
+    /// The smallest batch whose cost per row is within 10% of the best the model knows up
     /// to `max_rows`: beyond it, waiting for more rows buys little throughput.
     pub fn efficient_batch(&self, max_rows: usize) -> usize {
         let max_rows = max_rows.max(1);
@@ -112,7 +112,7 @@ impl LatencyModel {
             .fold(f64::INFINITY, f64::min);
         candidates
             .into_iter()
-            .filter(|r| per_row(*r) <= best * 1.25)
+            .filter(|r| per_row(*r) <= best * 1.1)
             .min()
             .unwrap_or(max_rows)
     }
@@ -263,8 +263,8 @@ mod tests {
 
     #[test]
     fn the_efficient_batch_is_the_knee_of_cost_per_row() {
-        // Per row: 70, 45, 32.5, 26.25, 23.1, 21.6, 20.8 µs: within 25% of 20.8 from 16.
-        assert_eq!(model().efficient_batch(64), 16);
+        // Per row: 70, 45, 32.5, 26.25, 23.1, 21.6, 20.8 µs: within 10% of 20.8 from 32.
+        assert_eq!(model().efficient_batch(64), 32);
         assert_eq!(model().efficient_batch(4), 4);
         // A flat cost per row (no batching gain): every size is efficient.
         let flat = LatencyModel::from_warmup(&[(1, us(100)), (2, us(200)), (4, us(400))]);
