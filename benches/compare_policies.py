@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Adaptive batching against the static policy at three max_queue_delay settings.
 
-For each budget (10 ms, 50 ms) and load shape (constant, poisson, burst), runs
-`tandem bench sweep` for every policy back to back on one server (switching policy through
-the admin API), and reports goodput at p99 <= budget: the most requests per second
-answered 200 within the budget in a run whose 200s keep their p99 within it and where
-nothing failed. Writes target/bench-compare/report.md, JSON and SVG for every sweep.
+For each budget (10 ms, 50 ms) and load shape (constant, poisson, burst), offers a grid of
+rates and, at each rate, runs `tandem bench load` for every policy back to back on one
+server (switching policy through the admin API) — interleaved, so every policy sees the
+same moment of a noisy shared machine. Reports goodput at p99 <= budget: the most requests
+per second answered 200 within the budget in a run whose 200s keep their p99 within it
+and where nothing failed (429s are allowed; they are not goodput). Writes
+target/bench-compare/report.md and the JSON of every run.
 
-    python3 benches/compare_policies.py [--duration 4] [--model-dims 784,1024,1024,10]
+    python3 benches/compare_policies.py [--duration 4] [--rates 4000,6000,...]
 """
 
 import argparse
@@ -49,21 +51,22 @@ def set_policy(url, model, change):
         assert r.status == 200
 
 
-def sweep(url, model, shape, budget, args, out):
-    cmd = [TANDEM, "bench", "sweep", "--url", url, "--model", model, "--shape", shape,
-           "--budget-ms", str(budget), "--duration", str(args.duration),
-           "--min-rate", str(args.min_rate), "--max-rate", str(args.max_rate),
-           "--connections", str(args.connections), "--cooldown", "1", "--json", out]
+def load(url, model, shape, budget, rate, args, out):
+    cmd = [TANDEM, "bench", "load", "--url", url, "--model", model, "--shape", shape,
+           "--budget-ms", str(budget), "--duration", str(args.duration), "--rate", str(rate),
+           "--connections", str(args.connections), "--json", out]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     r = json.load(open(out))
-    return r.get("best_goodput_rps") or 0.0
+    failed = sum(v for k, v in r["outcomes"].items() if k not in ("200", "429"))
+    ok = r["outcomes"].get("200", 0)
+    passed = failed == 0 and ok > 0 and r["p99_ms"] <= budget
+    return passed, r["goodput_rps"], r
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--duration", type=float, default=4)
-    p.add_argument("--min-rate", type=float, default=2000)
-    p.add_argument("--max-rate", type=float, default=32000)
+    p.add_argument("--rates", default="4000,6000,8000,10000,12000,14000,16000")
     p.add_argument("--connections", type=int, default=128)
     p.add_argument("--model-dims", default="784,1024,1024,10")
     p.add_argument("--budgets", default="10,50")
@@ -82,24 +85,36 @@ def main():
     delays = [int(d) for d in args.delays_us.split(",")]
     policies = [("adaptive", None)] + [(f"static {d / 1000:g} ms", d) for d in delays]
     rows = []
+    rates = [float(r) for r in args.rates.split(",")]
+    runs = []
     try:
         for budget in [float(b) for b in args.budgets.split(",")]:
             for shape in args.shapes.split(","):
-                result = {}
-                for name, delay in policies:
-                    change = ({"policy": "adaptive", "p99_ms": budget} if delay is None
-                              else {"policy": "static", "max_queue_delay_us": delay})
-                    set_policy(url, "mlp", change)
-                    tag = name.replace(" ", "-")
-                    g = sweep(url, "mlp", shape, budget, args,
-                              os.path.join(out, f"sweep-{shape}-{budget:g}ms-{tag}.json"))
-                    result[name] = g
-                    print(f"budget {budget:g} ms  {shape:<8}  {name:<14} goodput {g:8.0f} req/s",
+                result = {name: 0.0 for name, _ in policies}
+                for rate in rates:
+                    line = []
+                    for name, delay in policies:
+                        change = ({"policy": "adaptive", "p99_ms": budget} if delay is None
+                                  else {"policy": "static", "max_queue_delay_us": delay})
+                        set_policy(url, "mlp", change)
+                        tag = name.replace(" ", "-")
+                        passed, goodput, r = load(
+                            url, "mlp", shape, budget, rate, args,
+                            os.path.join(out, f"load-{shape}-{budget:g}ms-{rate:g}-{tag}.json"))
+                        runs.append({"budget_ms": budget, "shape": shape, "rate": rate,
+                                     "policy": name, "passed": passed, "goodput": goodput,
+                                     "p99_ms": r["p99_ms"], "outcomes": r["outcomes"]})
+                        if passed:
+                            result[name] = max(result[name], goodput)
+                        line.append(f"{name}: {goodput:6.0f}{'' if passed else ' (fail)'} p99 {r['p99_ms']:.1f}")
+                        time.sleep(1)
+                    print(f"budget {budget:g} ms  {shape:<8} {rate:6.0f}/s  " + "  ".join(line),
                           flush=True)
                 rows.append((budget, shape, result))
     finally:
         server.terminate()
         server.wait()
+    json.dump(runs, open(os.path.join(out, "runs.json"), "w"), indent=1)
 
     names = [n for n, _ in policies]
     lines = ["| budget | shape | " + " | ".join(names) + " | adaptive / best static |",

@@ -19,6 +19,9 @@ pub struct Cli {
 pub enum Command {
     /// Serves models over the Open Inference Protocol v2 (HTTP/REST).
     Serve(ServeArgs),
+    /// Trains an MLP classifier beside the gateway, obeying its directives, and writes
+    /// checkpoints into a model repository as new versions.
+    Train(TrainArgs),
     /// Benchmarks: in-process forward passes, or load against a running server.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -218,4 +221,76 @@ fn parse_model(s: &str) -> Result<(String, PathBuf), String> {
         return Err(format!("invalid model name {name:?}"));
     }
     Ok((name.to_string(), PathBuf::from(path)))
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct TrainArgs {
+    /// `digits` (the bundled UCI hand-written digits) or `synthetic` (see --synthetic-dims).
+    #[arg(long, default_value = "digits")]
+    pub data: String,
+
+    /// Widths of the synthetic task, input to classes.
+    #[arg(long, value_delimiter = ',', default_value = "784,1024,1024,10")]
+    pub synthetic_dims: Vec<usize>,
+
+    /// Hidden layer widths for digits.
+    #[arg(long, value_delimiter = ',', default_value = "128,64")]
+    pub hidden: Vec<usize>,
+
+    /// auto, cpu, cuda or cuda:N.
+    #[arg(long, default_value = "auto", env = "TANDEM_DEVICE")]
+    pub device: String,
+
+    #[arg(long, default_value_t = 64)]
+    pub batch: usize,
+
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f32,
+
+    /// Stop after this many steps.
+    #[arg(long)]
+    pub steps: Option<u64>,
+
+    /// Stop after this many seconds.
+    #[arg(long)]
+    pub seconds: Option<f64>,
+
+    /// Stop once held-out accuracy reaches this (digits).
+    #[arg(long)]
+    pub target_accuracy: Option<f64>,
+
+    /// Threads (streams) when unconstrained (default: every core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// Write checkpoints as new versions of --model-name in this model repository.
+    #[arg(long)]
+    pub repository: Option<PathBuf>,
+
+    #[arg(long, default_value = "digits")]
+    pub model_name: String,
+
+    /// Seconds between checkpoints.
+    #[arg(long, default_value_t = 5.0)]
+    pub checkpoint_every: f64,
+
+    /// The gateway's co-location socket; without it the trainer runs on its own.
+    #[arg(long, env = "TANDEM_COLOC_SOCKET")]
+    pub coloc_socket: Option<PathBuf>,
+
+    /// Connect to no gateway and ignore directives, at normal CPU priority: the
+    /// "unmanaged trainer" of the benchmarks.
+    #[arg(long)]
+    pub unmanaged: bool,
+
+    /// Name shown in the gateway's logs.
+    #[arg(long, default_value = "tandem-train")]
+    pub name: String,
+
+    /// Write a JSON summary here at the end.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }

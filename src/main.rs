@@ -3,6 +3,7 @@
 mod bench;
 mod cli;
 mod serve;
+mod train;
 
 use clap::Parser;
 
@@ -11,6 +12,7 @@ fn main() -> anyhow::Result<()> {
     init_tracing();
     match cli.command {
         cli::Command::Serve(args) => serve::run(args),
+        cli::Command::Train(args) => train::run(args),
         cli::Command::Bench(args) => bench::run(args),
     }
 }

@@ -36,6 +36,45 @@ pub struct Config {
     pub models: BTreeMap<String, ModelOverrides>,
     pub limits: Limits,
     pub admin: AdminConfig,
+    pub coloc: ColocConfig,
+    pub cost: CostConfig,
+}
+
+/// The trainer coordinator (co-located training).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ColocConfig {
+    pub enabled: bool,
+    /// The Unix socket trainers connect to (default: `$XDG_RUNTIME_DIR/tandem/coloc.sock`,
+    /// else `/tmp/tandem-<uid>/coloc.sock`).
+    pub socket: Option<PathBuf>,
+    /// A pause must be acknowledged within this long, or the trainer is stopped (SIGSTOP).
+    pub ack_within_ms: u64,
+    /// Trainers report at least this often.
+    pub heartbeat_ms: u64,
+    /// How often serving's headroom is read and directives revised.
+    pub tick_ms: u64,
+    pub max_trainers: usize,
+}
+
+impl Default for ColocConfig {
+    fn default() -> Self {
+        ColocConfig {
+            enabled: true,
+            socket: None,
+            ack_within_ms: 1000,
+            heartbeat_ms: 500,
+            tick_ms: 100,
+            max_trainers: 4,
+        }
+    }
+}
+
+/// What the device costs, for cost-per-inference figures.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct CostConfig {
+    pub device_hour_usd: f64,
 }
 
 /// Who may use `/admin/`: loopback clients always; others only with this bearer token.
@@ -59,6 +98,8 @@ impl Default for Config {
             models: BTreeMap::new(),
             limits: Limits::default(),
             admin: AdminConfig::default(),
+            coloc: ColocConfig::default(),
+            cost: CostConfig::default(),
         }
     }
 }
@@ -163,6 +204,12 @@ impl ModelOverrides {
 }
 
 impl ModelSettings {
+    /// The p99 budget: the adaptive policy meets it, and the trainer coordinator holds
+    /// serving to it whatever the policy.
+    pub fn budget(&self) -> Duration {
+        Duration::from_secs_f64(self.p99_ms / 1000.0)
+    }
+
     /// Checks ranges; `at` names the section for the message.
     pub fn validate(&self, at: &str) -> Result<(), ConfigError> {
         let fail = |what: String| Err(ConfigError::Invalid(format!("{at}.{what}")));
@@ -284,6 +331,9 @@ impl Config {
             }
         };
         if let Some(p) = &mut self.model_repository {
+            resolve(p);
+        }
+        if let Some(p) = &mut self.coloc.socket {
             resolve(p);
         }
         for m in self.models.values_mut() {

@@ -6,8 +6,10 @@
 //! `serve` command is a thin wrapper around it.
 
 pub mod batching;
+pub mod coloc;
 pub mod config;
 pub mod error;
+pub mod health;
 pub mod http;
 mod loader;
 pub mod metrics;
@@ -43,6 +45,12 @@ pub enum StartError {
         model: String,
         path: String,
         reason: String,
+    },
+    #[error("cannot listen for trainers on {path}: {source}")]
+    Coloc {
+        path: String,
+        #[source]
+        source: std::io::Error,
     },
     #[error("cannot bind the metrics listener {addr}: {source}")]
     MetricsListen {
@@ -111,6 +119,27 @@ pub async fn run_with_reload(
         None => None,
     };
     let sampler = tokio::spawn(sample_busy(busy.clone(), device.label()));
+    let coordinator = if config.coloc.enabled {
+        let path = config
+            .coloc
+            .socket
+            .clone()
+            .unwrap_or_else(coloc::default_socket_path);
+        let listener = coloc::bind(&path).map_err(|source| StartError::Coloc {
+            path: path.display().to_string(),
+            source,
+        })?;
+        tracing::info!(socket = %path.display(), "trainer coordinator listening");
+        Some(tokio::spawn(coloc::run(
+            listener,
+            config.coloc.clone(),
+            config.cost.device_hour_usd,
+            state.registry.clone(),
+            http_shutdown_for_coloc(&stop_http),
+        )))
+    } else {
+        None
+    };
 
     // Single-file models: version 1 each; failing to load one is fatal at start-up.
     for (name, entry) in &config.models {
@@ -189,6 +218,9 @@ pub async fn run_with_reload(
         let _ = m.await;
     }
     sampler.abort();
+    if let Some(c) = coordinator {
+        let _ = c.await;
+    }
     tracing::info!("stopped");
     Ok(())
 }
@@ -244,4 +276,9 @@ fn apply_reload(state: &AppState, new: Config) -> Option<Arc<Config>> {
     }
     tracing::info!("configuration reloaded");
     Some(new)
+}
+
+/// The coordinator stops with the HTTP servers (continuing any trainer it stopped).
+fn http_shutdown_for_coloc(stop: &watch::Sender<bool>) -> watch::Receiver<bool> {
+    stop.subscribe()
 }

@@ -41,7 +41,7 @@ pub fn policy_for(settings: &ModelSettings, warmup: &[(usize, Duration)]) -> Box
             max_queue_delay: Duration::from_micros(settings.max_queue_delay_us),
         }),
         PolicyKind::Adaptive => Box::new(AdaptivePolicy::new(
-            Duration::from_secs_f64(settings.p99_ms / 1000.0),
+            settings.budget(),
             settings.max_batch_size,
             LatencyModel::from_warmup(warmup),
         )),
@@ -109,6 +109,7 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
         return Err("model has an empty input or output".into());
     }
 
+    let health = Arc::new(crate::health::Health::default());
     let (req_tx, req_rx) = mpsc::channel(s.queue_capacity);
     let (upd_tx, upd_rx) = mpsc::channel(4);
     let batcher = Batcher {
@@ -121,6 +122,8 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
         updates: upd_rx,
         state: QueueState::new(s.queue_capacity, s.max_batch_size),
         full_retry_after: Duration::from_secs(1),
+        health: health.clone(),
+        budget: s.budget(),
     };
     tokio::spawn(batcher.run());
     metrics::counter!(names::MODEL_LOADS, "model" => spec.name.clone(), "outcome" => "ok")
@@ -142,5 +145,6 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
         settings: std::sync::Mutex::new(spec.settings),
         requests: req_tx,
         updates: upd_tx,
+        health,
     }))
 }

@@ -23,6 +23,17 @@ pub const SLO_EFFECTIVE_BUDGET: &str = "tandem_slo_effective_budget_seconds";
 pub const OBSERVED_P99: &str = "tandem_observed_p99_seconds";
 pub const OBSERVED_THROUGHPUT: &str = "tandem_observed_throughput_requests_per_second";
 pub const PREDICTED_BATCH_DURATION: &str = "tandem_predicted_batch_duration_seconds";
+pub const DEVICE_ALLOWANCE: &str = "tandem_training_allowance";
+pub const TRAINERS_CONNECTED: &str = "tandem_trainers_connected";
+pub const TRAINER_ALLOWANCE: &str = "tandem_trainer_allowance";
+pub const TRAINER_DIRECTIVES: &str = "tandem_trainer_directives_total";
+pub const TRAINER_ESCALATIONS: &str = "tandem_trainer_escalations_total";
+pub const TRAINER_ACK_DURATION: &str = "tandem_trainer_ack_duration_seconds";
+pub const TRAINER_SAMPLES_PER_SECOND: &str = "tandem_trainer_samples_per_second";
+pub const TRAINER_LOSS: &str = "tandem_trainer_loss";
+pub const COST: &str = "tandem_cost_usd";
+pub const COST_PER_INFERENCE: &str = "tandem_cost_per_inference_usd";
+pub const HARVESTED_DEVICE_SECONDS: &str = "tandem_training_harvested_device_seconds";
 
 /// Latency buckets from 100 µs to 10 s: fine where budgets live (1–100 ms).
 const LATENCY_BUCKETS: &[f64] = &[

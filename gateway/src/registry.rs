@@ -26,6 +26,8 @@ pub struct ModelVersion {
     pub settings: std::sync::Mutex<ModelSettings>,
     pub requests: mpsc::Sender<Pending>,
     pub updates: mpsc::Sender<PolicyUpdate>,
+    /// Written by the batcher, read by the trainer coordinator.
+    pub health: Arc<crate::health::Health>,
 }
 
 impl ModelVersion {
@@ -36,6 +38,7 @@ impl ModelVersion {
         let update = PolicyUpdate {
             policy,
             queue_capacity: settings.queue_capacity,
+            budget: settings.budget(),
         };
         self.updates.try_send(update).map_err(|_| {
             ApiError::Unavailable(format!(

@@ -11,6 +11,7 @@ pub mod checkpoint;
 mod error;
 pub mod mlp;
 pub mod rng;
+pub mod train;
 
 pub use checkpoint::{Checkpoint, LayerWeights, WeightData};
 pub use error::{LoadError, ModelError};

@@ -11,7 +11,7 @@
 //! - when it is busier, batch efficiency is what leaves capacity for more requests (on a
 //!   CPU, the cores also parse HTTP): a batch waits to grow towards the efficient size (the
 //!   knee of cost per row in the latency model), for at most the time a full batch takes to
-//!   run (never more than a quarter of the budget), and only while the arrival rate promises
+//!   run (never more than a tenth of the budget), and only while the arrival rate promises
 //!   to at least double it (`timer` when that wait ends, `idle` when growth is not coming);
 //! - a full batch goes at once (`full`).
 //!
@@ -34,8 +34,8 @@ use super::latency::{LatencyModel, LatencyWindow, RateEstimator};
 use super::policy::{BatchPolicy, Decision, PolicyGauges, Shed};
 use super::state::QueueView;
 
-/// The longest a batch waits to grow, as a share of the budget.
-const MAX_WAIT_SHARE: f64 = 0.25;
+/// The longest a batch waits to grow, as a share of the effective budget.
+const MAX_WAIT_SHARE: f64 = 0.1;
 /// A wait shorter than the runtime's timer tick cannot be expressed anyway.
 const MIN_PATIENCE: Duration = Duration::from_millis(1);
 const HEADROOM_START: f64 = 0.8;
@@ -213,6 +213,12 @@ impl BatchPolicy for AdaptivePolicy {
         deadline: Option<Instant>,
         now: Instant,
     ) -> Result<(), Shed> {
+        // Alone in front of an idle device a request is always admitted: refusing it would
+        // help nobody, and the batches it makes keep the latency model learning (a policy
+        // that shed everything after a slowdown would never see the device recover).
+        if queue.rows == 0 && self.remaining_busy(now).is_zero() {
+            return Ok(());
+        }
         let slo = now + self.effective_budget();
         let deadline = deadline.map_or(slo, |d| d.min(slo));
         // Conservative: every queued row is ahead of this request.

@@ -91,6 +91,8 @@ pub async fn simulate(
         updates: upd_rx,
         state: QueueState::new(capacity, max_rows),
         full_retry_after: Duration::from_secs(1),
+        health: Default::default(),
+        budget: Duration::from_millis(100),
     };
     let batcher = tokio::spawn(batcher.run());
     let result = Arc::new(Mutex::new(SimResult::default()));

@@ -8,10 +8,12 @@ use metrics::{Counter, Gauge, Histogram};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::latency::LatencyWindow;
 use super::policy::{BatchPolicy, Decision};
 use super::state::QueueState;
 use super::{Batch, Pending, ReleaseReason};
 use crate::error::ApiError;
+use crate::health::Health;
 use crate::metrics as names;
 
 /// A worker's report that it finished a batch and is free again.
@@ -50,6 +52,8 @@ impl BatchSink for mpsc::Sender<Batch> {
 pub struct PolicyUpdate {
     pub policy: Box<dyn BatchPolicy>,
     pub queue_capacity: usize,
+    /// The p99 target the coordinator holds serving to.
+    pub budget: Duration,
 }
 
 /// Handles to this model's metrics, made once.
@@ -131,13 +135,22 @@ pub struct Batcher {
     pub state: QueueState,
     /// Retry-After for requests refused because the queue is full.
     pub full_retry_after: Duration,
+    /// Where the coordinator reads this version's latency; `budget` is its p99 target.
+    pub health: std::sync::Arc<Health>,
+    pub budget: Duration,
 }
+
+/// How often gauges and health are refreshed (the windows behind them sort samples).
+const GAUGE_EVERY: Duration = Duration::from_millis(100);
 
 impl Batcher {
     /// Runs until every request sender is gone and the queue is empty.
     pub async fn run(mut self) {
         let metrics = BatcherMetrics::new(&self.model);
         metrics.policy(self.policy.gauges(Instant::now()));
+        self.health.set_budget(self.budget);
+        let mut window = LatencyWindow::new(Duration::from_secs(2), 4096);
+        let mut last_gauges = Instant::now();
         let mut idle = self.workers;
         let mut closed = false;
         let mut updates_closed = false;
@@ -145,6 +158,7 @@ impl Batcher {
             let now = Instant::now();
             for p in self.state.expire(now) {
                 metrics.expired.increment(1);
+                self.health.add_turned_away(1);
                 let waited_ms = now.saturating_duration_since(p.enqueued).as_millis() as u64;
                 let _ = p.reply.send(Err(ApiError::DeadlineExceeded { waited_ms }));
             }
@@ -191,6 +205,14 @@ impl Batcher {
                 }
             }
             metrics.queue_depth.set(self.state.len() as f64);
+            self.health
+                .set_queue(self.state.len(), self.state.capacity());
+            // With nothing completing the window ages out; keep the reading current.
+            if now.saturating_duration_since(last_gauges) >= GAUGE_EVERY * 10 {
+                last_gauges = now;
+                self.health
+                    .set_observed_p99(window.quantile(0.99, now).map(|(d, _)| d));
+            }
             if closed && self.state.is_empty() && idle == self.workers {
                 break;
             }
@@ -200,10 +222,16 @@ impl Batcher {
                         idle += 1;
                         let now = Instant::now();
                         self.policy.observe_batch(d.rows, d.compute, now);
+                        self.health.add_completed(d.latencies.len() as u64);
                         for l in d.latencies {
                             self.policy.observe_latency(l, now);
+                            window.record(l, now);
                         }
-                        metrics.policy(self.policy.gauges(now));
+                        if now.saturating_duration_since(last_gauges) >= GAUGE_EVERY {
+                            last_gauges = now;
+                            metrics.policy(self.policy.gauges(now));
+                            self.health.set_observed_p99(window.quantile(0.99, now).map(|(d, _)| d));
+                        }
                     }
                     None => {
                         for p in self.state.drain() {
@@ -227,6 +255,8 @@ impl Batcher {
                     Some(u) => {
                         self.state.set_limits(u.queue_capacity, u.policy.max_batch_rows());
                         self.policy = u.policy;
+                        self.budget = u.budget;
+                        self.health.set_budget(u.budget);
                         metrics.policy(self.policy.gauges(Instant::now()));
                     }
                     None => updates_closed = true,

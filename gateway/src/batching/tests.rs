@@ -229,3 +229,43 @@ async fn static_policy_waits_its_delay_then_releases() {
             .all(|(_, reason, _)| *reason == ReleaseReason::Timer)
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn after_an_overload_it_admits_again() {
+    // 3x overload for 2 s, then 30% load: the second phase must be served, not shed.
+    let capacity = capacity_rows_per_second();
+    let mut arrivals = poisson(3.0 * capacity, Duration::from_secs(2), 5, 1);
+    arrivals.extend(
+        poisson(0.3 * capacity, Duration::from_secs(3), 6, 1)
+            .into_iter()
+            .map(|mut a| {
+                a.at += Duration::from_secs(3);
+                a
+            }),
+    );
+    let r = simulate(adaptive(), 100_000, arrivals, |rows, t| {
+        // The device is 30x slower during the overload (contention): even one row then
+        // takes longer than the budget, and the model learns that. Normal speed after.
+        if t < Duration::from_secs(2) {
+            curve(rows) * 30
+        } else {
+            curve(rows)
+        }
+    })
+    .await;
+    let late: Vec<&Outcome> = r
+        .outcomes
+        .iter()
+        .filter(|(at, _, _)| *at >= Duration::from_secs(3))
+        .map(|(_, _, o)| o)
+        .collect();
+    let served = late
+        .iter()
+        .filter(|o| matches!(o, Outcome::Done(_)))
+        .count();
+    assert!(
+        served as f64 >= 0.95 * late.len() as f64,
+        "{served} of {} served after the overload",
+        late.len()
+    );
+}

@@ -224,6 +224,89 @@ impl Linear {
     }
 }
 
+/// A row-major matrix, or the transpose of one, borrowed for [`matmul`].
+#[derive(Clone, Copy, Debug)]
+pub struct MatRef<'a> {
+    data: &'a [f32],
+    rows: usize,
+    cols: usize,
+    /// The storage is `[cols, rows]` row-major and this is its transpose.
+    transposed: bool,
+}
+
+impl<'a> MatRef<'a> {
+    /// A row-major `[rows, cols]` matrix.
+    pub fn new(data: &'a [f32], rows: usize, cols: usize) -> MatRef<'a> {
+        MatRef {
+            data,
+            rows,
+            cols,
+            transposed: false,
+        }
+    }
+
+    /// The transpose, as a view: nothing moves.
+    pub fn t(self) -> MatRef<'a> {
+        MatRef {
+            data: self.data,
+            rows: self.cols,
+            cols: self.rows,
+            transposed: !self.transposed,
+        }
+    }
+
+    /// (row stride, column stride) of the logical matrix in `data`.
+    fn strides(&self) -> (isize, isize) {
+        if self.transposed {
+            (1, self.rows as isize)
+        } else {
+            (self.cols as isize, 1)
+        }
+    }
+}
+
+/// `c[m, n] = a[m, k] · b[k, n]` (or `+=` with `accumulate`), row-major `c`, on up to
+/// `threads` threads of the current rayon pool. For training's backward products.
+///
+/// # Panics
+/// If the shapes do not agree or `c` is not `m * n` long: callers pass shapes they built.
+pub fn matmul(c: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool, threads: usize) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    assert_eq!(b.rows, k, "matmul: inner dimensions differ");
+    assert_eq!(c.len(), m * n, "matmul: output size");
+    assert!(
+        a.data.len() >= m * k && b.data.len() >= k * n,
+        "matmul: operand size"
+    );
+    let (ars, acs) = a.strides();
+    let (brs, bcs) = b.strides();
+    // SAFETY: the asserts above bound every index the strides reach: a spans m x k, b spans
+    // k x n, c is m x n row-major.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            a.data.as_ptr(),
+            acs,
+            ars,
+            b.data.as_ptr(),
+            bcs,
+            brs,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism(threads),
+        );
+    }
+}
+
 pub(crate) fn parallelism(threads: usize) -> Parallelism {
     if threads > 1 {
         Parallelism::Rayon(threads)
@@ -305,6 +388,37 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn matmul_handles_transposed_views_and_accumulation() {
+        // a = [[1,2,3],[4,5,6]] (2x3), b = [[1,0],[0,1],[1,1]] (3x2)
+        let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let b = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0];
+        let mut c = vec![0.0; 4];
+        matmul(
+            &mut c,
+            MatRef::new(&a, 2, 3),
+            MatRef::new(&b, 3, 2),
+            false,
+            1,
+        );
+        assert_eq!(c, vec![4.0, 5.0, 10.0, 11.0]);
+        // aᵀ·a = 3x3, accumulated twice.
+        let mut c = vec![0.0; 9];
+        for _ in 0..2 {
+            matmul(
+                &mut c,
+                MatRef::new(&a, 2, 3).t(),
+                MatRef::new(&a, 2, 3),
+                true,
+                2,
+            );
+        }
+        assert_eq!(
+            c,
+            vec![34.0, 44.0, 54.0, 44.0, 58.0, 72.0, 54.0, 72.0, 90.0]
+        );
     }
 
     #[test]

@@ -1,0 +1,194 @@
+//! One trainer's connection: the hello (within a deadline), then its messages in and
+//! directives out. Everything a misbehaving trainer can do here ends in a disconnect:
+//! garbage, lines over the limit, floods, silence.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use trainer::protocol::{
+    self, Ack, Directive, GatewayMessage, Hello, Report, TrainerMessage, VERSION, Welcome,
+};
+
+use crate::config::ColocConfig;
+
+/// What a connection tells the coordinator.
+pub enum Event {
+    Joined {
+        slot: usize,
+        hello: Hello,
+        peer_pid: i32,
+        outbound: mpsc::Sender<Outbound>,
+    },
+    Ack {
+        slot: usize,
+        ack: Ack,
+    },
+    Report {
+        slot: usize,
+        report: Report,
+    },
+    Left {
+        slot: usize,
+        why: String,
+    },
+}
+
+/// What the coordinator sends a trainer.
+pub enum Outbound {
+    Directive(Directive),
+    /// Disconnect, for the reason given.
+    Close(String),
+}
+
+/// Bad lines tolerated before the trainer is disconnected.
+const MAX_STRIKES: u32 = 10;
+/// Lines per second beyond which a trainer is flooding.
+const MAX_LINES_PER_SECOND: u32 = 200;
+
+pub async fn run(
+    stream: UnixStream,
+    slot: usize,
+    peer_pid: i32,
+    config: ColocConfig,
+    events: mpsc::Sender<Event>,
+) {
+    let why = serve(stream, slot, peer_pid, &config, &events).await;
+    let _ = events.send(Event::Left { slot, why }).await;
+}
+
+async fn serve(
+    stream: UnixStream,
+    slot: usize,
+    peer_pid: i32,
+    config: &ColocConfig,
+    events: &mpsc::Sender<Event>,
+) -> String {
+    let (read, mut write) = stream.into_split();
+    let mut reader = BufReader::new(read);
+    let mut buf = Vec::new();
+    let hello = match tokio::time::timeout(Duration::from_secs(5), read_line(&mut reader, &mut buf))
+        .await
+    {
+        Err(_) => return "no hello within 5 s".into(),
+        Ok(Err(e)) => return format!("bad hello: {e}"),
+        Ok(Ok(None)) => return "closed before hello".into(),
+        Ok(Ok(Some(line))) => match serde_json::from_str::<TrainerMessage>(&line) {
+            Ok(TrainerMessage::Hello(h)) if h.version == VERSION => h,
+            Ok(TrainerMessage::Hello(h)) => {
+                return format!("unsupported protocol version {}", h.version);
+            }
+            _ => return "the first message was not a hello".into(),
+        },
+    };
+    let welcome = GatewayMessage::Welcome(Welcome {
+        version: VERSION,
+        trainer_id: format!("t{slot}-{peer_pid}"),
+        heartbeat_ms: config.heartbeat_ms,
+    });
+    if write.write_all(&protocol::encode(&welcome)).await.is_err() {
+        return "cannot write the welcome".into();
+    }
+    let (out_tx, mut out_rx) = mpsc::channel::<Outbound>(16);
+    if events
+        .send(Event::Joined {
+            slot,
+            hello,
+            peer_pid,
+            outbound: out_tx,
+        })
+        .await
+        .is_err()
+    {
+        return "the coordinator stopped".into();
+    }
+    let mut strikes = 0;
+    let mut window = (Instant::now(), 0u32);
+    loop {
+        tokio::select! {
+            out = out_rx.recv() => match out {
+                Some(Outbound::Close(why)) => return why,
+                Some(Outbound::Directive(d)) => {
+                    let line = protocol::encode(&GatewayMessage::Directive(d));
+                    match tokio::time::timeout(Duration::from_secs(1), write.write_all(&line)).await {
+                        Ok(Ok(())) => {}
+                        _ => return "cannot deliver a directive".into(),
+                    }
+                }
+                None => return "the coordinator stopped".into(),
+            },
+            line = read_line(&mut reader, &mut buf) => {
+                let line = match line {
+                    Err(e) => return format!("read error: {e}"),
+                    Ok(None) => return "disconnected".into(),
+                    Ok(Some(line)) => line,
+                };
+                if window.0.elapsed() >= Duration::from_secs(1) {
+                    window = (Instant::now(), 0);
+                }
+                window.1 += 1;
+                if window.1 > MAX_LINES_PER_SECOND {
+                    return format!("flooding: over {MAX_LINES_PER_SECOND} lines in a second");
+                }
+                let event = match serde_json::from_str::<TrainerMessage>(&line) {
+                    Ok(TrainerMessage::Ack(ack)) => Event::Ack { slot, ack },
+                    Ok(TrainerMessage::Report(report)) => Event::Report { slot, report },
+                    Ok(TrainerMessage::Hello(_)) | Err(_) => {
+                        strikes += 1;
+                        if strikes > MAX_STRIKES {
+                            return format!("over {MAX_STRIKES} invalid messages");
+                        }
+                        continue;
+                    }
+                };
+                // The coordinator's queue is bounded: a trainer that outpaces it is flooding.
+                if events.try_send(event).is_err() {
+                    return "flooding: the coordinator cannot keep up".into();
+                }
+            }
+        }
+    }
+}
+
+/// A line of at most `MAX_LINE` bytes; `Ok(None)` at end of stream.
+async fn read_line(
+    reader: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<Option<String>> {
+    buf.clear();
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return if buf.is_empty() {
+                Ok(None)
+            } else {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "stream ended mid-line",
+                ))
+            };
+        }
+        let (chunk, done) = match available.iter().position(|b| *b == b'\n') {
+            Some(i) => (&available[..i], Some(i + 1)),
+            None => (available, None),
+        };
+        if buf.len() + chunk.len() > protocol::MAX_LINE {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("line longer than {} bytes", protocol::MAX_LINE),
+            ));
+        }
+        buf.extend_from_slice(chunk);
+        let used = done.unwrap_or(chunk.len());
+        reader.consume(used);
+        if done.is_some() {
+            return String::from_utf8(std::mem::take(buf))
+                .map(Some)
+                .map_err(|_| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, "line is not UTF-8")
+                });
+        }
+    }
+}

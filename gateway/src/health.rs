@@ -1,0 +1,66 @@
+//! What each model version's batcher reports about its latency, for the trainer
+//! coordinator to read without locks: the budget, the observed p99 of the last two seconds,
+//! the queue, and counts of what was shed or expired.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+#[derive(Debug, Default)]
+pub struct Health {
+    budget_us: AtomicU64,
+    observed_p99_us: AtomicU64,
+    queue_depth: AtomicU64,
+    queue_capacity: AtomicU64,
+    /// Requests refused or expired so far (shed, queue full, deadline).
+    turned_away: AtomicU64,
+    completed: AtomicU64,
+}
+
+/// A consistent-enough reading of [`Health`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HealthReading {
+    pub budget: Duration,
+    pub observed_p99: Option<Duration>,
+    pub queue_depth: u64,
+    pub queue_capacity: u64,
+    pub turned_away: u64,
+    pub completed: u64,
+}
+
+impl Health {
+    pub fn set_budget(&self, budget: Duration) {
+        self.budget_us
+            .store(budget.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    pub fn set_observed_p99(&self, p99: Option<Duration>) {
+        self.observed_p99_us
+            .store(p99.map_or(0, |d| d.as_micros() as u64), Ordering::Relaxed);
+    }
+
+    pub fn set_queue(&self, depth: usize, capacity: usize) {
+        self.queue_depth.store(depth as u64, Ordering::Relaxed);
+        self.queue_capacity
+            .store(capacity as u64, Ordering::Relaxed);
+    }
+
+    pub fn add_turned_away(&self, n: u64) {
+        self.turned_away.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn add_completed(&self, n: u64) {
+        self.completed.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn read(&self) -> HealthReading {
+        let p99 = self.observed_p99_us.load(Ordering::Relaxed);
+        HealthReading {
+            budget: Duration::from_micros(self.budget_us.load(Ordering::Relaxed)),
+            observed_p99: (p99 > 0).then(|| Duration::from_micros(p99)),
+            queue_depth: self.queue_depth.load(Ordering::Relaxed),
+            queue_capacity: self.queue_capacity.load(Ordering::Relaxed),
+            turned_away: self.turned_away.load(Ordering::Relaxed),
+            completed: self.completed.load(Ordering::Relaxed),
+        }
+    }
+}

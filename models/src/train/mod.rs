@@ -1,0 +1,120 @@
+//! Training the MLP: forward with saved activations, softmax cross-entropy, backward, and
+//! Adam — on the CPU (`cpu`) and on CUDA (`cuda`, low-priority streams). The trainer obeys
+//! co-location directives through [`StepOptions`]: how many threads (CPU) it may use, and
+//! how many rows it may hold at once (a memory limit), splitting each step into
+//! micro-batches with gradient accumulation so the effective batch stays the same.
+
+mod cpu;
+mod cuda;
+
+use kernels::Device;
+
+use crate::{Checkpoint, LayerWeights, LoadError, WeightData};
+
+pub use cpu::CpuTrainer;
+pub use cuda::CudaTrainer;
+
+/// Adam's hyper-parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Adam {
+    pub lr: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+}
+
+impl Default for Adam {
+    fn default() -> Self {
+        Adam {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+        }
+    }
+}
+
+/// Limits for one step, from the co-location directive in force.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepOptions {
+    /// CPU threads (or, on a GPU, streams) the step may use.
+    pub threads: usize,
+    /// Rows processed at once: the batch is split into micro-batches of at most this many
+    /// rows and their gradients accumulated.
+    pub micro_batch: usize,
+}
+
+/// What one step saw.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepStats {
+    pub loss: f32,
+    pub correct: usize,
+    pub rows: usize,
+    pub micro_batches: usize,
+}
+
+/// A trainer on some device: one optimiser step on a batch of labelled rows.
+pub trait Train: Send {
+    fn step(
+        &mut self,
+        inputs: &[f32],
+        labels: &[u32],
+        opts: StepOptions,
+    ) -> Result<StepStats, crate::ModelError>;
+
+    /// The current weights, as a checkpoint the gateway can serve.
+    fn checkpoint(&mut self) -> Result<Checkpoint, crate::ModelError>;
+
+    /// Bytes of device memory one row of a micro-batch needs (activations and gradients).
+    fn bytes_per_row(&self) -> usize;
+}
+
+/// A trainer for `init` on `device`.
+pub fn trainer(
+    init: &Checkpoint,
+    device: &Device,
+    adam: Adam,
+) -> Result<Box<dyn Train>, LoadError> {
+    Ok(match device {
+        Device::Cpu => Box::new(CpuTrainer::new(init, adam)),
+        Device::Cuda(d) => Box::new(CudaTrainer::new(init, d.clone(), adam)?),
+    })
+}
+
+/// Per-layer f32 parameters, as both backends hold them on the host side of a checkpoint.
+pub(crate) fn to_checkpoint(layers: Vec<(usize, usize, Vec<f32>, Vec<f32>)>) -> Checkpoint {
+    Checkpoint {
+        layers: layers
+            .into_iter()
+            .map(|(inputs, outputs, w, b)| LayerWeights {
+                inputs,
+                outputs,
+                weight: WeightData::F32(w),
+                bias: b,
+            })
+            .collect(),
+    }
+}
+
+/// Softmax cross-entropy of one row: returns (loss, whether the arg-max is the label) and
+/// writes `(softmax - onehot) * scale` into `grad`.
+pub(crate) fn softmax_xent(
+    logits: &[f32],
+    label: usize,
+    scale: f32,
+    grad: &mut [f32],
+) -> (f32, bool) {
+    let (mut max, mut arg) = (f32::NEG_INFINITY, 0);
+    for (i, &z) in logits.iter().enumerate() {
+        if z > max {
+            max = z;
+            arg = i;
+        }
+    }
+    let sum: f32 = logits.iter().map(|z| (z - max).exp()).sum();
+    for (i, (g, &z)) in grad.iter_mut().zip(logits).enumerate() {
+        let p = (z - max).exp() / sum;
+        *g = (p - if i == label { 1.0 } else { 0.0 }) * scale;
+    }
+    (sum.ln() + max - logits[label], arg == label)
+}

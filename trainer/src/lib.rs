@@ -1,0 +1,8 @@
+//! Co-located training: the protocol a training process speaks with the gateway
+//! ([`protocol`], documented in docs/coloc-protocol.md), a client for Rust training loops
+//! ([`client`]), and tandem's reference trainer ([`run`]) on real data ([`data`]).
+
+pub mod client;
+pub mod data;
+pub mod protocol;
+pub mod run;
