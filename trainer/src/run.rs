@@ -267,9 +267,28 @@ pub fn run(cfg: &TrainConfig, stop: &AtomicBool) -> Result<TrainSummary, String>
                         memory_bytes: 0,
                     });
                 }
+                // Paused: report (zero throughput) every heartbeat until told to resume.
                 let paused = Instant::now();
-                d = c.wait_while_paused();
+                while d.pause && c.connected() && !stop.load(Ordering::Relaxed) {
+                    let _ = c.report(Report {
+                        step: summary.steps,
+                        samples_per_second: 0.0,
+                        loss,
+                        accuracy: None,
+                    });
+                    d = c.wait_for_change(d.seq, c.heartbeat);
+                    if d.pause && d.seq > applied_seq {
+                        applied_seq = d.seq;
+                        summary.directives_applied += 1;
+                        let _ = c.ack(Ack {
+                            seq: d.seq,
+                            streams: 0,
+                            memory_bytes: 0,
+                        });
+                    }
+                }
                 summary.paused_seconds += paused.elapsed().as_secs_f64();
+                window = (Instant::now(), summary.samples);
             }
             if d.seq > applied_seq {
                 applied_seq = d.seq;

@@ -1,0 +1,366 @@
+//! Co-located training with real processes: the reference trainer and misbehaving fake
+//! trainers (tests/python/fake_trainer.py) against the real gateway. Budgets are tightened
+//! and relaxed through the admin API while requests flow, which is the signal the
+//! coordinator acts on.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::json;
+
+const DIMS: [usize; 3] = [64, 32, 10];
+
+struct Setup {
+    server: Server,
+    socket: PathBuf,
+    repo: PathBuf,
+    _dir: TempDir,
+}
+
+fn start() -> Setup {
+    let dir = TempDir::new("coloc");
+    let repo = dir.path().join("models");
+    write_version(&repo, "digits", 1, &DIMS, 1);
+    let socket = dir.path().join("run/coloc.sock");
+    let config = dir.path().join("tandem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "model_repository = \"{}\"\nrepository_poll_ms = 200\n[coloc]\nsocket = \"{}\"\nack_within_ms = 400\nheartbeat_ms = 200\ntick_ms = 50\n[cost]\ndevice_hour_usd = 3.6\n",
+            repo.display(),
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&["--config", config.to_str().unwrap()]);
+    Setup {
+        server,
+        socket,
+        repo,
+        _dir: dir,
+    }
+}
+
+fn metric(server: &Server, name: &str, label: Option<&str>) -> Option<f64> {
+    let text = server.get("/metrics").text();
+    text.lines()
+        .filter(|l| l.starts_with(name) && label.is_none_or(|lab| l.contains(lab)))
+        .find(|l| l[name.len()..].starts_with([' ', '{']))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn set_budget(server: &Server, p99_ms: f64) {
+    let r = request(
+        server.addr,
+        "PUT",
+        "/admin/models/digits/slo",
+        &[],
+        json!({"p99_ms": p99_ms}).to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// Requests flowing, so the controller has latencies to judge; all must succeed.
+fn some_requests(server: &Server, n: usize) {
+    let x = inputs(DIMS[0], 1);
+    for _ in 0..n {
+        let r = server.post_json("/v2/models/digits/infer", &infer_body(&x, 1));
+        assert_eq!(r.status, 200, "serving failed: {}", r.text());
+    }
+}
+
+/// Tightens the budget below any achievable latency and keeps requests coming until the
+/// coordinator has cut training to nothing.
+fn squeeze(server: &Server) {
+    set_budget(server, 0.001);
+    wait_until("allowance 0", Duration::from_secs(10), || {
+        some_requests(server, 20);
+        metric(server, "tandem_training_allowance", None) == Some(0.0)
+    });
+}
+
+fn relax(server: &Server) {
+    set_budget(server, 1000.0);
+}
+
+/// The state letter of a process (R, S, T = stopped, ...), from /proc.
+fn process_state(pid: u32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit(')')
+        .next()
+        .and_then(|s| s.trim().chars().next())
+        .unwrap_or('?')
+}
+
+fn fake_trainer(socket: &Path, mode: &str, claimed_pid: Option<u32>) -> Child {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/fake_trainer.py");
+    let mut cmd = Command::new("python3");
+    cmd.arg(script)
+        .arg(socket)
+        .arg(mode)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    if let Some(pid) = claimed_pid {
+        cmd.args(["--pid", &pid.to_string()]);
+    }
+    cmd.spawn().expect("python3")
+}
+
+fn connected(server: &Server) -> f64 {
+    metric(server, "tandem_trainers_connected", None).unwrap_or(0.0)
+}
+
+#[test]
+fn the_real_trainer_steps_aside_when_budgets_tighten_and_returns_after() {
+    let s = start();
+    let mut trainer = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args([
+            "train",
+            "--device",
+            "cpu",
+            "--seconds",
+            "60",
+            "--checkpoint-every",
+            "0.5",
+            "--threads",
+            "1",
+        ])
+        .arg("--repository")
+        .arg(&s.repo)
+        .arg("--coloc-socket")
+        .arg(&s.socket)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the trainer to join", Duration::from_secs(20), || {
+        connected(&s.server) == 1.0
+    });
+    // Serving is idle: the allowance is given back step by step, and training runs.
+    wait_until("allowance 1", Duration::from_secs(15), || {
+        metric(&s.server, "tandem_training_allowance", None) == Some(1.0)
+    });
+    wait_until("training throughput", Duration::from_secs(10), || {
+        metric(&s.server, "tandem_trainer_samples_per_second", None).unwrap_or(0.0) > 100.0
+    });
+    // Its checkpoints become served versions.
+    wait_until("a trained version serving", Duration::from_secs(20), || {
+        s.server.get("/v2/models/digits").json()["versions"]
+            .as_array()
+            .is_some_and(|v| v.len() >= 2)
+    });
+
+    squeeze(&s.server);
+    // It acknowledged the pause in time (no SIGSTOP) and reports no throughput.
+    wait_until(
+        "the trainer to stop training",
+        Duration::from_secs(5),
+        || metric(&s.server, "tandem_trainer_samples_per_second", None) == Some(0.0),
+    );
+    assert_eq!(
+        metric(&s.server, "tandem_trainer_escalations_total", None).unwrap_or(0.0),
+        0.0
+    );
+    assert!(
+        metric(&s.server, "tandem_trainer_ack_duration_seconds_count", None).unwrap_or(0.0) >= 2.0
+    );
+    assert_ne!(process_state(trainer.id()), 'T');
+
+    relax(&s.server);
+    wait_until("training to resume", Duration::from_secs(15), || {
+        some_requests(&s.server, 2);
+        metric(&s.server, "tandem_trainer_samples_per_second", None).unwrap_or(0.0) > 100.0
+    });
+    // Cost: training was charged for what it was lent.
+    assert!(metric(&s.server, "tandem_cost_usd", Some("kind=\"training\"")).unwrap_or(0.0) > 0.0);
+    assert!(
+        metric(
+            &s.server,
+            "tandem_cost_per_inference_usd",
+            Some("model=\"digits\"")
+        )
+        .unwrap_or(0.0)
+            > 0.0
+    );
+    assert!(
+        metric(&s.server, "tandem_training_harvested_device_seconds", None).unwrap_or(0.0) > 0.0
+    );
+    trainer.kill().unwrap();
+    trainer.wait().unwrap();
+    // The trained classifier serves: the bundled example request is a zero.
+    let body: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/config/example-request.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let r = s.server.post_json("/v2/models/digits/infer", &body);
+    let out = r.output_values();
+    let best = out
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .unwrap()
+        .0;
+    assert_eq!(best, 0, "{out:?}");
+}
+
+#[test]
+fn a_trainer_that_never_acks_is_stopped_then_continued() {
+    let s = start();
+    let mut fake = fake_trainer(&s.socket, "never-ack", None);
+    wait_until("the fake trainer to join", Duration::from_secs(10), || {
+        connected(&s.server) == 1.0
+    });
+    squeeze(&s.server);
+    wait_until("SIGSTOP", Duration::from_secs(5), || {
+        process_state(fake.id()) == 'T'
+    });
+    assert_eq!(
+        metric(&s.server, "tandem_trainer_escalations_total", None),
+        Some(1.0)
+    );
+    some_requests(&s.server, 20);
+    relax(&s.server);
+    wait_until("SIGCONT", Duration::from_secs(10), || {
+        some_requests(&s.server, 2);
+        process_state(fake.id()) != 'T'
+    });
+    fake.kill().unwrap();
+    fake.wait().unwrap();
+    wait_until("cleanup", Duration::from_secs(5), || {
+        connected(&s.server) == 0.0
+    });
+    some_requests(&s.server, 5);
+}
+
+#[test]
+fn garbage_floods_are_disconnected_and_serving_goes_on() {
+    let s = start();
+    let mut fake = fake_trainer(&s.socket, "garbage", None);
+    let out = BufReader::new(fake.stdout.take().unwrap());
+    let lines: Vec<String> = out.lines().map_while(Result::ok).collect();
+    assert!(lines.iter().any(|l| l == "disconnected"), "{lines:?}");
+    fake.wait().unwrap();
+    assert!(
+        s.server.log().contains("trainer left"),
+        "{}",
+        s.server.log()
+    );
+    assert_eq!(connected(&s.server), 0.0);
+    some_requests(&s.server, 20);
+    // A well-behaved trainer can join after it.
+    let mut good = fake_trainer(&s.socket, "well-behaved", None);
+    wait_until("a new trainer", Duration::from_secs(10), || {
+        connected(&s.server) == 1.0
+    });
+    good.kill().unwrap();
+    good.wait().unwrap();
+}
+
+#[test]
+fn a_hello_naming_another_pid_never_gets_that_process_signalled() {
+    let s = start();
+    let mut victim = Command::new("sleep").arg("60").spawn().unwrap();
+    let mut fake = fake_trainer(&s.socket, "never-ack", Some(victim.id()));
+    wait_until("the fake trainer to join", Duration::from_secs(10), || {
+        connected(&s.server) == 1.0
+    });
+    squeeze(&s.server);
+    // The escalation hits the socket's peer — the liar itself — and nobody else.
+    wait_until("SIGSTOP of the peer", Duration::from_secs(5), || {
+        process_state(fake.id()) == 'T'
+    });
+    assert_ne!(
+        process_state(victim.id()),
+        'T',
+        "the named process was signalled"
+    );
+    assert!(s.server.log().contains("hello names another pid"));
+    relax(&s.server);
+    fake.kill().unwrap();
+    fake.wait().unwrap();
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    some_requests(&s.server, 5);
+}
+
+#[test]
+fn kill_9_of_a_trainer_is_cleaned_up() {
+    let s = start();
+    let mut fake = fake_trainer(&s.socket, "well-behaved", None);
+    wait_until("the trainer to join", Duration::from_secs(10), || {
+        connected(&s.server) == 1.0
+    });
+    fake.kill().unwrap(); // SIGKILL
+    fake.wait().unwrap();
+    wait_until("cleanup", Duration::from_secs(5), || {
+        connected(&s.server) == 0.0
+    });
+    some_requests(&s.server, 20);
+    assert_eq!(s.server.get("/v2/health/ready").status, 200);
+}
+
+#[test]
+fn the_python_client_pauses_and_resumes_its_loop() {
+    let s = start();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/python/coloc_client_check.py"
+    );
+    let mut child = Command::new("python3")
+        .arg(script)
+        .arg(&s.socket)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the client to join", Duration::from_secs(10), || {
+        connected(&s.server) == 1.0
+    });
+    wait_until("training allowed", Duration::from_secs(15), || {
+        metric(&s.server, "tandem_training_allowance", None).unwrap_or(0.0) > 0.0
+    });
+    squeeze(&s.server);
+    std::thread::sleep(Duration::from_millis(1000));
+    // Acknowledged in time: nothing to escalate, the process runs (blocked in step()).
+    assert_eq!(
+        metric(&s.server, "tandem_trainer_escalations_total", None).unwrap_or(0.0),
+        0.0
+    );
+    assert_ne!(process_state(child.id()), 'T');
+    relax(&s.server);
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("\"resumed\"") && stdout.contains("\"running\""),
+        "{stdout}"
+    );
+    assert!(
+        metric(&s.server, "tandem_trainer_ack_duration_seconds_count", None).unwrap_or(0.0) >= 2.0
+    );
+}
