@@ -327,7 +327,7 @@ fn the_python_client_pauses_and_resumes_its_loop() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/python/coloc_client_check.py"
     );
-    let mut child = Command::new("python3")
+    let child = Command::new("python3")
         .arg(script)
         .arg(&s.socket)
         .stdout(Stdio::piped())
