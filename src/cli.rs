@@ -36,6 +36,45 @@ pub enum BenchCommand {
     /// The highest offered rate whose p99 stays within the budget (binary search over
     /// `bench load` runs).
     Sweep(SweepArgs),
+    /// Serving alone, beside an unmanaged trainer, and beside a managed one: starts the
+    /// server and the trainers itself and compares latency and training throughput.
+    Coloc(ColocArgs),
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct ColocArgs {
+    /// The model repository to serve (the load goes to --model in it).
+    #[arg(long)]
+    pub model_repository: PathBuf,
+
+    /// Requests per second: half the model's goodput is the usual choice.
+    #[arg(long)]
+    pub rate: f64,
+
+    #[arg(long)]
+    pub model: String,
+
+    #[arg(long, value_enum, default_value_t = LoadShape::Constant)]
+    pub shape: LoadShape,
+
+    /// Seconds of load per scenario.
+    #[arg(long, default_value_t = 20.0)]
+    pub duration: f64,
+
+    /// The p99 budget of the model (ms).
+    #[arg(long, default_value_t = 50.0)]
+    pub budget_ms: f64,
+
+    /// Widths of the trainer's synthetic task.
+    #[arg(long, value_delimiter = ',', default_value = "784,1024,1024,10")]
+    pub train_dims: Vec<usize>,
+
+    #[arg(long, default_value_t = 128)]
+    pub connections: usize,
+
+    /// Write the results as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Args)]

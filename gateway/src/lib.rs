@@ -135,6 +135,7 @@ pub async fn run_with_reload(
             config.coloc.clone(),
             config.cost.device_hour_usd,
             state.registry.clone(),
+            coloc::ServingShare::new(&device, busy.clone()),
             http_shutdown_for_coloc(&stop_http),
         )))
     } else {

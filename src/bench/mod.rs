@@ -1,5 +1,6 @@
 //! `tandem bench`: scenarios that print a table and write JSON.
 
+mod coloc;
 mod forward;
 pub mod load;
 mod plot;
@@ -13,5 +14,6 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Forward(args) => forward::run(args),
         BenchCommand::Load(args) => load::run(args),
         BenchCommand::Sweep(args) => sweep::run(args),
+        BenchCommand::Coloc(args) => coloc::run(args),
     }
 }

@@ -102,12 +102,63 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
+/// How much of the device serving is using right now, so that training is lent only what
+/// is left: on a CPU the gateway process's share of every core (HTTP included), on a GPU the
+/// share of time the workers keep it busy. Smoothed over about a second.
+pub struct ServingShare {
+    cpu: bool,
+    busy: Arc<crate::worker::BusyMeter>,
+    cores: f64,
+    last: Option<(Instant, f64)>,
+    share: f64,
+}
+
+impl ServingShare {
+    pub fn new(device: &kernels::Device, busy: Arc<crate::worker::BusyMeter>) -> ServingShare {
+        ServingShare {
+            cpu: !device.is_cuda(),
+            busy,
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()) as f64,
+            last: None,
+            share: 0.0,
+        }
+    }
+
+    fn used_seconds(&self) -> f64 {
+        if self.cpu {
+            // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is always valid.
+            let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+            unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+            let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
+            (t(u.ru_utime) + t(u.ru_stime)) / self.cores
+        } else {
+            self.busy.total().as_secs_f64()
+        }
+    }
+
+    /// The smoothed share (0..1) as of `now`.
+    pub fn sample(&mut self, now: Instant) -> f64 {
+        let used = self.used_seconds();
+        if let Some((t, u)) = self.last {
+            let dt = now.saturating_duration_since(t).as_secs_f64();
+            if dt > 0.0 {
+                let instant = ((used - u) / dt).clamp(0.0, 1.0);
+                let alpha = (dt / 1.0).min(1.0);
+                self.share += alpha * (instant - self.share);
+            }
+        }
+        self.last = Some((now, used));
+        self.share
+    }
+}
+
 /// Runs until `shutdown`; on the way out every stopped trainer is continued.
 pub async fn run(
     listener: UnixListener,
     config: ColocConfig,
     device_hour_usd: f64,
     registry: Arc<Registry>,
+    mut serving_share: ServingShare,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let (events_tx, mut events) = mpsc::channel::<Event>(1024);
@@ -120,6 +171,8 @@ pub async fn run(
     let mut tick = tokio::time::interval(Duration::from_millis(config.tick_ms.max(10)));
     let mut last_tick = Instant::now();
     let ack_within = Duration::from_millis(config.ack_within_ms);
+    // The allowance in force: the controller's, capped by what serving leaves idle.
+    let mut lent_allowance = 0.0f64;
     loop {
         tokio::select! {
             _ = crate::http::signalled(&mut shutdown) => break,
@@ -140,13 +193,17 @@ pub async fn run(
             }
             event = events.recv() => {
                 let Some(event) = event else { break };
-                handle_event(event, &mut slots, &controller, ack_within, &g);
+                handle_event(event, &mut slots, &controller, lent_allowance, ack_within, &g);
             }
             _ = tick.tick() => {
                 let now = Instant::now();
                 let (pressure, completed, turned_away) = read_pressure(&registry, &last_completed, last_turned_away);
-                let before = controller.allowance();
-                let allowance = controller.update(pressure, now);
+                let before = lent_allowance;
+                // Headroom decides whether to lend; what serving uses caps how much.
+                let headroom = controller.update(pressure, now);
+                let idle = 1.0 - serving_share.sample(now);
+                let allowance = (headroom.min(idle) * 10.0).floor() / 10.0;
+                lent_allowance = allowance;
                 g.allowance.set(allowance);
                 last_turned_away = turned_away;
                 // Cost: the tick's device time, lent in the share training had.
@@ -162,7 +219,7 @@ pub async fn run(
                 g.publish(&ledger);
                 let silence = Duration::from_millis(config.heartbeat_ms.saturating_mul(10).max(1000));
                 for (slot, t) in slots.iter_mut() {
-                    supervise(*slot, t, &controller, before, allowance, ack_within, now);
+                    supervise(*slot, t, &controller, allowance, before, ack_within, now);
                     // A trainer we did not stop and that says nothing has hung.
                     if !t.stopped && now.saturating_duration_since(t.last_seen) > silence {
                         let _ = t.outbound.try_send(Outbound::Close(format!("silent for over {silence:?}")));
@@ -237,9 +294,14 @@ fn read_pressure(
     (p, completed, turned_away)
 }
 
-/// The directive for a trainer under `allowance`.
-fn directive_for(t: &TrainerSlot, c: &AllowanceController, ack_within: Duration) -> Directive {
-    let a = c.allowance();
+/// The directive for a trainer under allowance `a`: that share of its streams and memory,
+/// each stream busy all the time down to half the device, then fewer duty cycles.
+fn directive_for(
+    t: &TrainerSlot,
+    c: &AllowanceController,
+    a: f64,
+    ack_within: Duration,
+) -> Directive {
     Directive {
         seq: t.seq + 1,
         allowance: a,
@@ -247,7 +309,7 @@ fn directive_for(t: &TrainerSlot, c: &AllowanceController, ack_within: Duration)
             .clamp(1, t.hello.max_streams.max(1)),
         memory_limit_bytes: ((t.hello.memory_bytes as f64 * a) as u64)
             .max(t.hello.memory_bytes / 16),
-        duty_cycle: a.max(0.05),
+        duty_cycle: (2.0 * a).clamp(0.05, 1.0),
         pause: a <= 0.0,
         ack_within_ms: ack_within.as_millis() as u64,
         reason: c.reason().to_string(),
@@ -257,10 +319,11 @@ fn directive_for(t: &TrainerSlot, c: &AllowanceController, ack_within: Duration)
 fn send_directive(
     t: &mut TrainerSlot,
     c: &AllowanceController,
+    a: f64,
     ack_within: Duration,
     now: Instant,
 ) {
-    let d = directive_for(t, c, ack_within);
+    let d = directive_for(t, c, a, ack_within);
     t.seq = d.seq;
     t.metrics.allowance.set(d.allowance);
     t.metrics.directives.increment(1);
@@ -275,8 +338,8 @@ fn supervise(
     slot: usize,
     t: &mut TrainerSlot,
     c: &AllowanceController,
-    before: f64,
     allowance: f64,
+    before: f64,
     ack_within: Duration,
     now: Instant,
 ) {
@@ -289,7 +352,7 @@ fn supervise(
         );
     }
     if t.last.is_none() || (allowance - before).abs() > 1e-9 {
-        send_directive(t, c, ack_within, now);
+        send_directive(t, c, allowance, ack_within, now);
         return;
     }
     if let Some((d, sent)) = &t.last
@@ -326,6 +389,7 @@ fn handle_event(
     event: Event,
     slots: &mut BTreeMap<usize, TrainerSlot>,
     controller: &AllowanceController,
+    allowance: f64,
     ack_within: Duration,
     g: &CoordinatorMetrics,
 ) {
@@ -356,7 +420,7 @@ fn handle_event(
                 last_seen: Instant::now(),
                 metrics: SlotMetrics::new(slot),
             };
-            send_directive(&mut t, controller, ack_within, Instant::now());
+            send_directive(&mut t, controller, allowance, ack_within, Instant::now());
             slots.insert(slot, t);
             g.connected.set(slots.len() as f64);
         }

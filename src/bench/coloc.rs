@@ -1,0 +1,283 @@
+//! `tandem bench coloc`: what co-located training costs serving, and what it gets.
+//!
+//! Starts `tandem serve` on the repository, then runs the same load (a) alone, (b) beside
+//! an unmanaged trainer (normal priority, every core, deaf to directives) and (c) beside a
+//! managed one (`tandem train --coloc-socket`: lowest CPU priority, obeying directives),
+//! and measures the trainer alone for reference. Reports p99, the share of requests within
+//! the budget, trainer samples/s, and the checks: p99(c) ≤ 1.07 × p99(a), and trainer(c) ≥
+//! 0.8 × trainer alone × the share of the CPU serving left idle in (a).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::Serialize;
+
+use super::load::{LoadReport, measure};
+use crate::cli::{ColocArgs, LoadArgs};
+
+#[derive(Debug, Serialize)]
+struct Scenario {
+    name: &'static str,
+    p99_ms: f64,
+    p50_ms: f64,
+    within_budget: f64,
+    trainer_samples_per_second: Option<f64>,
+    /// Share of the machine's CPU time the server used during the load.
+    server_cpu_share: f64,
+    load: LoadReport,
+}
+
+#[derive(Debug, Serialize)]
+struct ColocReport {
+    rate: f64,
+    budget_ms: f64,
+    trainer_alone_samples_per_second: f64,
+    idle_share: f64,
+    scenarios: Vec<Scenario>,
+    p99_ratio_managed: f64,
+    trainer_ratio_managed: f64,
+}
+
+fn tandem() -> PathBuf {
+    std::env::current_exe().unwrap_or_else(|_| PathBuf::from("tandem"))
+}
+
+/// CPU seconds (user + system) a process has used, from /proc.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    // Fields after the name: state is [0], utime [11], stime [12] (in clock ticks).
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (ticks(11) + ticks(12)) / hz.max(1.0)
+}
+
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_server(args: &ColocArgs, dir: &Path, socket: &Path) -> anyhow::Result<Server> {
+    let config = dir.join("tandem.toml");
+    let repo = std::fs::canonicalize(&args.model_repository)
+        .with_context(|| format!("{}", args.model_repository.display()))?;
+    std::fs::write(
+        &config,
+        format!(
+            "model_repository = \"{}\"\ndevice = \"cpu\"\n[defaults]\np99_ms = {}\n[coloc]\nsocket = \"{}\"\n",
+            repo.display(),
+            args.budget_ms,
+            socket.display()
+        ),
+    )?;
+    let log = dir.join("server.log");
+    let child = Command::new(tandem())
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .stderr(std::fs::File::create(&log)?)
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting tandem serve")?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(addr) = text
+            .split("listening addr=")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+        {
+            if text.contains("serving ready=true") {
+                return Ok(Server {
+                    child,
+                    url: format!("http://{addr}"),
+                });
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    anyhow::bail!("the server did not become ready; see {}", log.display())
+}
+
+fn start_trainer(
+    args: &ColocArgs,
+    dir: &Path,
+    tag: &str,
+    extra: &[&str],
+    seconds: f64,
+) -> anyhow::Result<(Child, PathBuf)> {
+    let json = dir.join(format!("trainer-{tag}.json"));
+    let dims: Vec<String> = args.train_dims.iter().map(|d| d.to_string()).collect();
+    let child = Command::new(tandem())
+        .args([
+            "train",
+            "--data",
+            "synthetic",
+            "--device",
+            "cpu",
+            "--checkpoint-every",
+            "3600",
+        ])
+        .args(["--synthetic-dims", &dims.join(",")])
+        .args(["--seconds", &seconds.to_string()])
+        .arg("--json")
+        .arg(&json)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting tandem train")?;
+    Ok((child, json))
+}
+
+fn trainer_rate(mut child: Child, json: &Path) -> anyhow::Result<f64> {
+    let status = child.wait()?;
+    anyhow::ensure!(status.success(), "the trainer failed ({status})");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(json)?)?;
+    Ok(v["samples_per_second"].as_f64().unwrap_or(0.0))
+}
+
+pub fn run(args: ColocArgs) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("tandem-bench-coloc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let socket = dir.join("run/coloc.sock");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let server = start_server(&args, &dir, &socket)?;
+    let load_args = LoadArgs {
+        url: server.url.clone(),
+        model: args.model.clone(),
+        rate: args.rate,
+        duration: args.duration,
+        shape: args.shape,
+        rows: 1,
+        binary: false,
+        budget_ms: args.budget_ms,
+        connections: args.connections,
+        max_in_flight: 10_000,
+        threads: 1,
+        seed: 1,
+        json: None,
+    };
+    // Trainers run a little longer than the load so they cover all of it.
+    let trainer_seconds = args.duration + 2.0;
+    let settle = Duration::from_secs_f64(1.0);
+
+    println!("trainer alone ...");
+    let (t, json) = start_trainer(&args, &dir, "alone", &["--unmanaged"], args.duration)?;
+    let alone = trainer_rate(t, &json)?;
+
+    let mut scenarios = Vec::new();
+    for (name, extra) in [
+        ("a) serving alone", None),
+        (
+            "b) unmanaged trainer",
+            Some(vec!["--unmanaged".to_string()]),
+        ),
+        (
+            "c) managed trainer",
+            Some(vec![
+                "--coloc-socket".to_string(),
+                socket.display().to_string(),
+            ]),
+        ),
+    ] {
+        println!("{name} ...");
+        let trainer = match &extra {
+            Some(e) => {
+                let e: Vec<&str> = e.iter().map(String::as_str).collect();
+                let t = start_trainer(&args, &dir, &name[..1], &e, trainer_seconds)?;
+                std::thread::sleep(settle);
+                Some(t)
+            }
+            None => None,
+        };
+        let cpu0 = cpu_seconds(server.child.id());
+        let started = Instant::now();
+        let load = runtime.block_on(measure(&load_args))?;
+        let cpu =
+            (cpu_seconds(server.child.id()) - cpu0) / (started.elapsed().as_secs_f64() * cores);
+        let trainer_sps = match trainer {
+            Some((t, json)) => Some(trainer_rate(t, &json)?),
+            None => None,
+        };
+        scenarios.push(Scenario {
+            name,
+            p99_ms: load.p99_ms,
+            p50_ms: load.p50_ms,
+            within_budget: load.within_budget,
+            trainer_samples_per_second: trainer_sps,
+            server_cpu_share: cpu,
+            load,
+        });
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let idle = (1.0 - scenarios[0].server_cpu_share).clamp(0.0, 1.0);
+    let managed = &scenarios[2];
+    let report = ColocReport {
+        rate: args.rate,
+        budget_ms: args.budget_ms,
+        trainer_alone_samples_per_second: alone,
+        idle_share: idle,
+        p99_ratio_managed: managed.p99_ms / scenarios[0].p99_ms,
+        trainer_ratio_managed: managed.trainer_samples_per_second.unwrap_or(0.0)
+            / (alone * idle).max(1e-9),
+        scenarios,
+    };
+    println!(
+        "\ncolocation  {} at {:.0} req/s ({:?}), budget {} ms; trainer alone {:.0} samples/s; serving left {:.0}% of the CPU idle",
+        args.model,
+        args.rate,
+        args.shape,
+        args.budget_ms,
+        alone,
+        idle * 100.0
+    );
+    println!(
+        "{:<24} {:>9} {:>9} {:>14} {:>18} {:>12}",
+        "scenario", "p50 ms", "p99 ms", "within budget", "trainer samples/s", "server CPU"
+    );
+    for s in &report.scenarios {
+        println!(
+            "{:<24} {:>9.2} {:>9.2} {:>13.2}% {:>18} {:>11.0}%",
+            s.name,
+            s.p50_ms,
+            s.p99_ms,
+            s.within_budget * 100.0,
+            s.trainer_samples_per_second
+                .map_or("-".into(), |v| format!("{v:.0}")),
+            s.server_cpu_share * 100.0
+        );
+    }
+    println!(
+        "managed: p99 {:.3}x of serving alone (goal <= 1.07); trainer {:.2}x of (alone x idle share) (goal >= 0.8)",
+        report.p99_ratio_managed, report.trainer_ratio_managed
+    );
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)?;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
