@@ -101,17 +101,15 @@ fn start_server(args: &ColocArgs, dir: &Path, socket: &Path) -> anyhow::Result<S
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if let Some(addr) = text
+        let addr = text
             .split("listening addr=")
             .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-        {
-            if text.contains("serving ready=true") {
-                return Ok(Server {
-                    child,
-                    url: format!("http://{addr}"),
-                });
-            }
+            .and_then(|r| r.split_whitespace().next());
+        if let (Some(addr), true) = (addr, text.contains("serving ready=true")) {
+            return Ok(Server {
+                child,
+                url: format!("http://{addr}"),
+            });
         }
         std::thread::sleep(Duration::from_millis(100));
     }

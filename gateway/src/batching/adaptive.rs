@@ -209,6 +209,7 @@ impl BatchPolicy for AdaptivePolicy {
     fn admit(
         &mut self,
         queue: &QueueView,
+        ahead: usize,
         rows: usize,
         deadline: Option<Instant>,
         now: Instant,
@@ -221,9 +222,8 @@ impl BatchPolicy for AdaptivePolicy {
         }
         let slo = now + self.effective_budget();
         let deadline = deadline.map_or(slo, |d| d.min(slo));
-        // Conservative: every queued row is ahead of this request.
-        let ahead = queue.rows + rows;
-        let finish = now + self.remaining_busy(now) + self.drain_time(ahead);
+        // It waits behind the rows ranked before it (its own priority or more urgent).
+        let finish = now + self.remaining_busy(now) + self.drain_time(ahead + rows);
         if finish <= deadline {
             return Ok(());
         }
@@ -232,7 +232,7 @@ impl BatchPolicy for AdaptivePolicy {
             reason: "shed",
             message: format!(
                 "over capacity: {} rows are queued ahead, predicted to finish in {:.1} ms, past the {:.1} ms budget; retry after the queue drains (~{:.0} ms)",
-                queue.rows,
+                ahead,
                 finish.saturating_duration_since(now).as_secs_f64() * 1e3,
                 deadline.saturating_duration_since(now).as_secs_f64() * 1e3,
                 drain.as_secs_f64() * 1e3

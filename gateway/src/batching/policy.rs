@@ -38,10 +38,12 @@ pub trait BatchPolicy: Send {
     fn decide(&mut self, queue: &QueueView, now: Instant) -> Decision;
 
     /// Whether to accept a request of `rows` rows with `deadline` into a queue in state
-    /// `queue`. The static policy accepts everything the queue has room for.
+    /// `queue`, where `ahead` rows are ranked before it. The static policy accepts
+    /// everything the queue has room for.
     fn admit(
         &mut self,
         _queue: &QueueView,
+        _ahead: usize,
         _rows: usize,
         _deadline: Option<Instant>,
         _now: Instant,

@@ -42,6 +42,8 @@ pub struct QueueState {
     /// Deadline order, for expiry.
     deadlines: BTreeSet<(Instant, Rank)>,
     rows: usize,
+    /// Rows waiting per priority, for admission (rows ranked ahead of a newcomer).
+    rows_by_priority: BTreeMap<u32, usize>,
     capacity: usize,
     max_batch_rows: usize,
     next_seq: u64,
@@ -55,6 +57,7 @@ impl QueueState {
             arrivals: BTreeMap::new(),
             deadlines: BTreeSet::new(),
             rows: 0,
+            rows_by_priority: BTreeMap::new(),
             capacity,
             max_batch_rows,
             next_seq: 0,
@@ -95,6 +98,7 @@ impl QueueState {
         };
         self.next_seq += 1;
         self.rows += p.rows;
+        *self.rows_by_priority.entry(p.priority).or_default() += p.rows;
         self.arrivals.insert(rank.seq, rank);
         if let Some(d) = p.deadline {
             self.deadlines.insert((d, rank));
@@ -110,6 +114,12 @@ impl QueueState {
             self.deadlines.remove(&(d, rank));
         }
         self.rows -= p.rows;
+        if let Some(n) = self.rows_by_priority.get_mut(&p.priority) {
+            *n -= p.rows;
+            if *n == 0 {
+                self.rows_by_priority.remove(&p.priority);
+            }
+        }
         Some(p)
     }
 
@@ -125,6 +135,15 @@ impl QueueState {
             earliest_deadline: self.deadlines.first().map(|(d, _)| *d),
             head_rows: self.head_rows(self.max_batch_rows),
         }
+    }
+
+    /// Rows waiting at `priority` or a more urgent one: what a newcomer of that priority
+    /// waits behind.
+    pub fn rows_ahead(&self, priority: u32) -> usize {
+        self.rows_by_priority
+            .range(..=priority)
+            .map(|(_, n)| n)
+            .sum()
     }
 
     /// Rows of the batch `take_batch(max_rows)` would form.
@@ -239,6 +258,8 @@ mod tests {
             keep.push(rx);
             q.push(p).unwrap();
         }
+        assert_eq!(q.rows_ahead(1), 2 + 3 + 4);
+        assert_eq!(q.rows_ahead(2), 15);
         let order: Vec<usize> = q.take_batch(100).iter().map(|p| p.rows).collect();
         assert_eq!(order, vec![4, 3, 2, 5, 1]);
         assert!(q.is_empty() && q.rows() == 0);

@@ -269,11 +269,13 @@ impl Batcher {
 
     fn admit(&mut self, p: Pending, metrics: &BatcherMetrics) {
         let now = Instant::now();
+        let ahead = self.state.rows_ahead(p.priority);
         if let Err(shed) = self
             .policy
-            .admit(&self.state.view(), p.rows, p.deadline, now)
+            .admit(&self.state.view(), ahead, p.rows, p.deadline, now)
         {
             metrics.shed.increment(1);
+            self.health.add_turned_away(1);
             let _ = p.reply.send(Err(ApiError::Overloaded {
                 message: shed.message,
                 retry_after: shed.retry_after,
@@ -286,6 +288,7 @@ impl Batcher {
             Ok(()) => self.policy.observe_arrival(rows, now),
             Err(p) => {
                 metrics.queue_full.increment(1);
+                self.health.add_turned_away(1);
                 let _ = p.reply.send(Err(ApiError::Overloaded {
                     message: format!(
                         "the queue is full ({} requests waiting)",

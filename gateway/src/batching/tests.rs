@@ -142,8 +142,28 @@ async fn low_priority_is_not_starved_under_a_fair_load() {
             r.p99(Some(p))
         );
     }
-    // Priority 1 goes first: its p99 is no worse than priority 2's.
-    assert!(r.p99(Some(1)) <= r.p99(Some(2)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_overload_priority_one_is_served_and_priority_two_is_shed() {
+    let arrivals = poisson(
+        1.6 * capacity_rows_per_second(),
+        Duration::from_secs(6),
+        7,
+        2,
+    );
+    let r = simulate(adaptive(), 100_000, arrivals, |rows, _| curve(rows)).await;
+    let served = |p: u32| {
+        let offered = r.outcomes.iter().filter(|(_, q, _)| *q == p).count();
+        r.latencies(Some(p)).len() as f64 / offered as f64
+    };
+    assert!(served(1) >= 0.95, "priority 1 served {:.2}", served(1));
+    assert!(served(2) < 0.5, "priority 2 served {:.2}", served(2));
+    assert!(
+        r.p99(Some(1)) <= BUDGET,
+        "priority 1 p99 {:?}",
+        r.p99(Some(1))
+    );
 }
 
 #[tokio::test(start_paused = true)]
