@@ -217,6 +217,10 @@ pub struct ServeArgs {
     #[arg(long, env = "TANDEM_DEVICE")]
     pub device: Option<String>,
 
+    /// The Unix socket co-located trainers connect to (default: in the user's runtime dir).
+    #[arg(long, env = "TANDEM_COLOC_SOCKET")]
+    pub coloc_socket: Option<PathBuf>,
+
     /// Serve /metrics on this address too.
     #[arg(long, env = "TANDEM_METRICS_LISTEN")]
     pub metrics_listen: Option<std::net::SocketAddr>,

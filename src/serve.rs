@@ -79,6 +79,9 @@ fn build_config(args: &ServeArgs) -> anyhow::Result<Config> {
     if let Some(r) = &args.model_repository {
         config.model_repository = Some(r.clone());
     }
+    if let Some(s) = &args.coloc_socket {
+        config.coloc.socket = Some(s.clone());
+    }
     if let Some(m) = args.metrics_listen {
         config.metrics_listen = Some(m);
     }

@@ -119,27 +119,20 @@ pub async fn run_with_reload(
         None => None,
     };
     let sampler = tokio::spawn(sample_busy(busy.clone(), device.label()));
-    let coordinator = if config.coloc.enabled {
-        let path = config
-            .coloc
-            .socket
-            .clone()
-            .unwrap_or_else(coloc::default_socket_path);
-        let listener = coloc::bind(&path).map_err(|source| StartError::Coloc {
-            path: path.display().to_string(),
-            source,
-        })?;
-        tracing::info!(socket = %path.display(), "trainer coordinator listening");
-        Some(tokio::spawn(coloc::run(
-            listener,
-            config.coloc.clone(),
-            config.cost.device_hour_usd,
-            state.registry.clone(),
-            coloc::ServingShare::new(&device, busy.clone()),
-            http_shutdown_for_coloc(&stop_http),
-        )))
-    } else {
-        None
+    let coordinator = match start_coordinator(&config) {
+        Ok(Some((listener, path))) => {
+            tracing::info!(socket = %path.display(), "trainer coordinator listening");
+            Some(tokio::spawn(coloc::run(
+                listener,
+                config.coloc.clone(),
+                config.cost.device_hour_usd,
+                state.registry.clone(),
+                coloc::ServingShare::new(&device, busy.clone()),
+                http_shutdown_for_coloc(&stop_http),
+            )))
+        }
+        Ok(None) => None,
+        Err(e) => return Err(e),
     };
 
     // Single-file models: version 1 each; failing to load one is fatal at start-up.
@@ -282,4 +275,27 @@ fn apply_reload(state: &AppState, new: Config) -> Option<Arc<Config>> {
 /// The coordinator stops with the HTTP servers (continuing any trainer it stopped).
 fn http_shutdown_for_coloc(stop: &watch::Sender<bool>) -> watch::Receiver<bool> {
     stop.subscribe()
+}
+
+/// Binds the trainer socket. An explicit path that cannot be bound is an error; the default
+/// one taken by another gateway on the same machine only disables co-location here.
+fn start_coordinator(
+    config: &Config,
+) -> Result<Option<(tokio::net::UnixListener, std::path::PathBuf)>, StartError> {
+    if !config.coloc.enabled {
+        return Ok(None);
+    }
+    let explicit = config.coloc.socket.clone();
+    let path = explicit.clone().unwrap_or_else(coloc::default_socket_path);
+    match coloc::bind(&path) {
+        Ok(l) => Ok(Some((l, path))),
+        Err(e) if explicit.is_none() => {
+            tracing::warn!(socket = %path.display(), error = %e, "co-location disabled: cannot listen on the default trainer socket (set [coloc] socket or --coloc-socket)");
+            Ok(None)
+        }
+        Err(source) => Err(StartError::Coloc {
+            path: path.display().to_string(),
+            source,
+        }),
+    }
 }

@@ -215,6 +215,8 @@ pub struct Server {
     child: Child,
     pub addr: SocketAddr,
     log: Arc<Mutex<String>>,
+    /// The folder of this server's own trainer socket, removed on drop.
+    socket_dir: Option<PathBuf>,
 }
 
 impl Server {
@@ -228,8 +230,20 @@ impl Server {
 
     /// Starts it without waiting for readiness.
     pub fn spawn(args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--device", "cpu"])
+        // Each server gets its own trainer socket, unless its config file names one.
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let socket = std::env::temp_dir().join(format!(
+            "tandem-test-{}-{}/coloc.sock",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tandem"));
+        command.args(["serve", "--listen", "127.0.0.1:0", "--device", "cpu"]);
+        let own_socket = !args.contains(&"--config");
+        if own_socket {
+            command.arg("--coloc-socket").arg(&socket);
+        }
+        let mut child = command
             .args(args)
             .env("TANDEM_LOG", "info")
             .stdout(Stdio::null())
@@ -260,7 +274,12 @@ impl Server {
                 );
             }
         };
-        Server { child, addr, log }
+        Server {
+            child,
+            addr,
+            log,
+            socket_dir: own_socket.then(|| socket.parent().unwrap().to_path_buf()),
+        }
     }
 
     pub fn wait_ready(&self, within: Duration) {
@@ -322,5 +341,8 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(d) = &self.socket_dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
     }
 }
