@@ -247,7 +247,7 @@ fn a_trainer_that_never_acks_is_stopped_then_continued() {
     });
     fake.kill().unwrap();
     fake.wait().unwrap();
-    wait_until("cleanup", Duration::from_secs(5), || {
+    wait_until("cleanup", Duration::from_secs(10), || {
         connected(&s.server) == 0.0
     });
     some_requests(&s.server, 5);
@@ -313,7 +313,7 @@ fn kill_9_of_a_trainer_is_cleaned_up() {
     });
     fake.kill().unwrap(); // SIGKILL
     fake.wait().unwrap();
-    wait_until("cleanup", Duration::from_secs(5), || {
+    wait_until("cleanup", Duration::from_secs(10), || {
         connected(&s.server) == 0.0
     });
     some_requests(&s.server, 20);

@@ -202,7 +202,7 @@ pub async fn run(
                 // Headroom decides whether to lend; what serving uses caps how much.
                 let headroom = controller.update(pressure, now);
                 let idle = 1.0 - serving_share.sample(now);
-                let allowance = (headroom.min(idle) * 10.0).floor() / 10.0;
+                let allowance = (headroom.min(idle) * 10.0).round() / 10.0;
                 lent_allowance = allowance;
                 g.allowance.set(allowance);
                 last_turned_away = turned_away;
