@@ -171,7 +171,7 @@ fn the_real_trainer_steps_aside_when_budgets_tighten_and_returns_after() {
     // It acknowledged the pause in time (no SIGSTOP) and reports no throughput.
     wait_until(
         "the trainer to stop training",
-        Duration::from_secs(5),
+        Duration::from_secs(10),
         || metric(&s.server, "tandem_trainer_samples_per_second", None) == Some(0.0),
     );
     assert_eq!(
@@ -232,7 +232,7 @@ fn a_trainer_that_never_acks_is_stopped_then_continued() {
         connected(&s.server) == 1.0
     });
     squeeze(&s.server);
-    wait_until("SIGSTOP", Duration::from_secs(5), || {
+    wait_until("SIGSTOP", Duration::from_secs(10), || {
         process_state(fake.id()) == 'T'
     });
     assert_eq!(
@@ -287,7 +287,7 @@ fn a_hello_naming_another_pid_never_gets_that_process_signalled() {
     });
     squeeze(&s.server);
     // The escalation hits the socket's peer — the liar itself — and nobody else.
-    wait_until("SIGSTOP of the peer", Duration::from_secs(5), || {
+    wait_until("SIGSTOP of the peer", Duration::from_secs(10), || {
         process_state(fake.id()) == 'T'
     });
     assert_ne!(
