@@ -2,8 +2,15 @@
 //! coordinator to read without locks: the budget, the observed p99 of the last two seconds,
 //! the queue, and counts of what was shed or expired.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// The instant shedding windows are measured from (atomics hold nanoseconds after it).
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
 
 #[derive(Debug, Default)]
 pub struct Health {
@@ -14,6 +21,10 @@ pub struct Health {
     /// Requests refused or expired so far (shed, queue full, deadline).
     turned_away: AtomicU64,
     completed: AtomicU64,
+    /// While the batcher sheds, requests are refused before their body is parsed, until
+    /// this time (nanoseconds after `epoch()`), with this Retry-After.
+    shed_until_ns: AtomicU64,
+    shed_retry_ms: AtomicU64,
 }
 
 /// A consistent-enough reading of [`Health`].
@@ -50,6 +61,22 @@ impl Health {
 
     pub fn add_completed(&self, n: u64) {
         self.completed.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The batcher shed a request: refuse new ones at the door for `window`.
+    pub fn shed_for(&self, window: Duration, retry_after: Duration) {
+        let until = (Instant::now() + window).saturating_duration_since(epoch());
+        self.shed_until_ns
+            .store(until.as_nanos() as u64, Ordering::Relaxed);
+        self.shed_retry_ms
+            .store(retry_after.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// If the door is closed now, the Retry-After to give.
+    pub fn shedding(&self) -> Option<Duration> {
+        let now = Instant::now().saturating_duration_since(epoch()).as_nanos() as u64;
+        (now < self.shed_until_ns.load(Ordering::Relaxed))
+            .then(|| Duration::from_millis(self.shed_retry_ms.load(Ordering::Relaxed)))
     }
 
     pub fn read(&self) -> HealthReading {

@@ -140,6 +140,9 @@ pub struct Batcher {
     pub budget: Duration,
 }
 
+/// The longest requests are refused at the door after a shed.
+const EARLY_SHED_MAX: Duration = Duration::from_millis(10);
+
 /// How often gauges and health are refreshed (the windows behind them sort samples).
 const GAUGE_EVERY: Duration = Duration::from_millis(100);
 
@@ -276,6 +279,11 @@ impl Batcher {
         {
             metrics.shed.increment(1);
             self.health.add_turned_away(1);
+            // Turn the next requests away before they are parsed, for as long as the queue
+            // needs to drain (at most a few milliseconds): under overload, parsing requests
+            // only to refuse them would take the CPU the admitted ones need.
+            self.health
+                .shed_for(shed.retry_after.min(EARLY_SHED_MAX), shed.retry_after);
             let _ = p.reply.send(Err(ApiError::Overloaded {
                 message: shed.message,
                 retry_after: shed.retry_after,

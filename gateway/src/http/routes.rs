@@ -213,6 +213,17 @@ async fn infer_on(
             }
         })?
         .to_bytes();
+    // Shedding: refuse before parsing (the body is read, so the connection stays usable).
+    if let Some(retry_after) = version.health.shedding() {
+        return Err(ApiError::Overloaded {
+            message: format!(
+                "over capacity: model {:?} is shedding load; retry after the queue drains",
+                version.name
+            ),
+            retry_after,
+            reason: "shed",
+        });
+    }
     let (json_part, binary_part) = match header_len {
         Some(n) => binary::split(&body, n)?,
         None => (&body[..], &[][..]),

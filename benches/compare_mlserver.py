@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""tandem against Seldon MLServer 1.7.1 (adaptive batching on) on the same MLP and machine.
+
+Starts both servers (MLServer through benches/peers/mlserver.sh, which makes its venv),
+then runs `tandem bench sweep` against each in turn, twice (tandem, MLServer, tandem,
+MLServer), with single-row JSON requests, and reports goodput at p99 <= 50 ms: the most
+requests per second answered 200 within 50 ms in a run whose 200s keep their p99 within it.
+Writes target/bench-mlserver/*.json and report.md.
+
+    python3 benches/compare_mlserver.py [--duration 4]
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TANDEM = os.path.join(ROOT, "target", "release", "tandem")
+
+
+def wait_ready(url, proc, what):
+    for _ in range(600):
+        try:
+            if urllib.request.urlopen(url + "/v2/models/mlp/ready", timeout=1).status == 200:
+                return
+        except Exception:
+            pass
+        if proc.poll() is not None:
+            sys.exit(f"{what} exited")
+        time.sleep(0.2)
+    sys.exit(f"{what} did not become ready")
+
+
+def sweep(url, lo, hi, args, out):
+    subprocess.run([TANDEM, "bench", "sweep", "--url", url, "--model", "mlp",
+                    "--budget-ms", "50", "--duration", str(args.duration),
+                    "--min-rate", str(lo), "--max-rate", str(hi), "--cooldown", "1",
+                    "--json", out], check=True, stdout=subprocess.DEVNULL)
+    return json.load(open(out)).get("best_goodput_rps") or 0.0
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--duration", type=float, default=4)
+    p.add_argument("--rounds", type=int, default=2)
+    args = p.parse_args()
+    out = os.path.join(ROOT, "target", "bench-mlserver")
+    model = os.path.join(out, "repo", "mlp", "1", "model.safetensors")
+    if not os.path.exists(model):
+        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_mlp.py"), "--dims",
+                        "784,1024,1024,10", "--seed", "1", model], check=True)
+    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
+
+    log = open(os.path.join(out, "tandem.log"), "w")
+    tandem = subprocess.Popen([TANDEM, "serve", "--listen", "127.0.0.1:18080", "--device", "cpu",
+                               "--model-repository", os.path.join(out, "repo"),
+                               "--coloc-socket", os.path.join(out, "coloc.sock")], stderr=log)
+    mls = subprocess.Popen([os.path.join(ROOT, "benches", "peers", "mlserver.sh"), model, "18090",
+                            "64", "0.002"], stdout=subprocess.PIPE,
+                           stderr=open(os.path.join(out, "mlserver.log"), "w"))
+    try:
+        wait_ready("http://127.0.0.1:18080", tandem, "tandem")
+        wait_ready("http://127.0.0.1:18090", mls, "MLServer")
+        best = {"tandem": 0.0, "mlserver": 0.0}
+        for r in range(args.rounds):
+            for name, url, lo, hi in [("tandem", "http://127.0.0.1:18080", 2000, 32000),
+                                      ("mlserver", "http://127.0.0.1:18090", 100, 3200)]:
+                g = sweep(url, lo, hi, args, os.path.join(out, f"sweep-{name}-{r + 1}.json"))
+                best[name] = max(best[name], g)
+                print(f"round {r + 1}  {name:<9} goodput at p99 <= 50 ms: {g:8.0f} req/s", flush=True)
+    finally:
+        tandem.terminate()
+        mls.terminate()
+        tandem.wait()
+        mls.wait()
+    ratio = best["tandem"] / best["mlserver"] if best["mlserver"] else float("inf")
+    report = ("| server | goodput at p99 <= 50 ms (req/s) |\n| --- | ---: |\n"
+              f"| tandem (adaptive) | {best['tandem']:,.0f} |\n"
+              f"| MLServer 1.7.1 (adaptive batching: 64 rows, 2 ms) | {best['mlserver']:,.0f} |\n"
+              f"| ratio | {ratio:.1f}x |\n")
+    open(os.path.join(out, "report.md"), "w").write(report)
+    print("\n" + report)
+
+
+if __name__ == "__main__":
+    main()
