@@ -41,10 +41,10 @@ fn three_times_overload_for_a_minute_is_shed_and_recovered_from() {
     let server = Server::start(&["--config", config.to_str().unwrap()]);
     let x = inputs(DIMS[0], 2);
 
-    // Capacity, measured closed-loop: 4 clients back to back for 3 s.
+    // Capacity, measured closed-loop: 16 clients back to back for 3 s keep every batch full.
     let started = Instant::now();
     let done: usize = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..4)
+        let workers: Vec<_> = (0..16)
             .map(|_| {
                 s.spawn(|| {
                     let mut n = 0;
@@ -165,7 +165,9 @@ fn three_times_overload_for_a_minute_is_shed_and_recovered_from() {
     let p99 = r["p99_ms"].as_f64().unwrap();
     assert!(p99 <= BUDGET_MS, "p99 of admitted requests {p99} ms");
     assert!(
-        retry_after.is_some_and(|s| s.parse::<u64>().is_ok_and(|v| v >= 1)),
+        retry_after
+            .as_deref()
+            .is_some_and(|s| s.parse::<u64>().is_ok_and(|v| v >= 1)),
         "Retry-After {retry_after:?}"
     );
     // Memory: flat once the first ten seconds have passed (bounded queues, nothing leaks).
