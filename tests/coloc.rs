@@ -364,3 +364,76 @@ fn the_python_client_pauses_and_resumes_its_loop() {
         metric(&s.server, "tandem_trainer_ack_duration_seconds_count", None).unwrap_or(0.0) >= 2.0
     );
 }
+
+#[test]
+fn rising_load_pauses_the_trainer_and_falling_load_lets_it_run_again() {
+    // A second, heavy model with a tight budget: real load, not a budget change, is what
+    // pushes it past its budget.
+    let s = start();
+    write_version(&s.repo, "heavy", 1, &[512, 2048, 2048, 10], 2);
+    std::fs::write(
+        s.repo.join("heavy/config.toml"),
+        "p99_ms = 20\nmax_batch_size = 2\n",
+    )
+    .unwrap();
+    wait_until("the heavy model to load", Duration::from_secs(30), || {
+        s.server.get("/v2/models/heavy/ready").status == 200
+    });
+    let mut fake = fake_trainer(&s.socket, "well-behaved", None);
+    let out = BufReader::new(fake.stdout.take().unwrap());
+    let directives = std::sync::Arc::new(std::sync::Mutex::new(Vec::<serde_json::Value>::new()));
+    let sink = directives.clone();
+    std::thread::spawn(move || {
+        for line in out.lines().map_while(Result::ok) {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
+                sink.lock().unwrap().push(v);
+            }
+        }
+    });
+    wait_until(
+        "training allowed while idle",
+        Duration::from_secs(15),
+        || metric(&s.server, "tandem_training_allowance", None).unwrap_or(0.0) >= 0.5,
+    );
+    // Rising load: far more than the heavy model can serve.
+    let mut load = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args([
+            "bench",
+            "load",
+            "--url",
+            &format!("http://{}", s.server.addr),
+            "--model",
+            "heavy",
+        ])
+        .args(["--rate", "3000", "--duration", "6", "--connections", "64"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(
+        "a pause directive under load",
+        Duration::from_secs(6),
+        || {
+            directives
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|d| d["pause"] == true)
+        },
+    );
+    assert!(load.wait().unwrap().success());
+    // Falling load: the allowance comes back, and with it directives that lift the pause.
+    wait_until("training allowed again", Duration::from_secs(15), || {
+        metric(&s.server, "tandem_training_allowance", None).unwrap_or(0.0) > 0.0
+    });
+    let last = directives.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(last["pause"], false, "{last}");
+    assert!(last["max_streams"].as_u64().unwrap() >= 1);
+    // Every directive was acknowledged in time: nothing escalated.
+    assert_eq!(
+        metric(&s.server, "tandem_trainer_escalations_total", None).unwrap_or(0.0),
+        0.0
+    );
+    fake.kill().unwrap();
+    fake.wait().unwrap();
+    some_requests(&s.server, 5);
+}

@@ -12,10 +12,17 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
+/// The observed p99 covers two seconds; a value not refreshed for longer describes no
+/// recent request.
+const STALE_AFTER: Duration = Duration::from_millis(2500);
+
 #[derive(Debug, Default)]
 pub struct Health {
     budget_us: AtomicU64,
     observed_p99_us: AtomicU64,
+    /// When the p99 was last set (nanoseconds after `epoch()`): an idle batcher stops
+    /// refreshing it, and a reading older than the window means nothing was served.
+    observed_at_ns: AtomicU64,
     queue_depth: AtomicU64,
     queue_capacity: AtomicU64,
     /// Requests refused or expired so far (shed, queue full, deadline).
@@ -47,6 +54,8 @@ impl Health {
     pub fn set_observed_p99(&self, p99: Option<Duration>) {
         self.observed_p99_us
             .store(p99.map_or(0, |d| d.as_micros() as u64), Ordering::Relaxed);
+        let now = Instant::now().saturating_duration_since(epoch()).as_nanos() as u64;
+        self.observed_at_ns.store(now, Ordering::Relaxed);
     }
 
     pub fn set_queue(&self, depth: usize, capacity: usize) {
@@ -80,7 +89,13 @@ impl Health {
     }
 
     pub fn read(&self) -> HealthReading {
-        let p99 = self.observed_p99_us.load(Ordering::Relaxed);
+        let now = Instant::now().saturating_duration_since(epoch()).as_nanos() as u64;
+        let age = now.saturating_sub(self.observed_at_ns.load(Ordering::Relaxed));
+        let p99 = if age > STALE_AFTER.as_nanos() as u64 {
+            0
+        } else {
+            self.observed_p99_us.load(Ordering::Relaxed)
+        };
         HealthReading {
             budget: Duration::from_micros(self.budget_us.load(Ordering::Relaxed)),
             observed_p99: (p99 > 0).then(|| Duration::from_micros(p99)),
@@ -89,5 +104,23 @@ impl Health {
             turned_away: self.turned_away.load(Ordering::Relaxed),
             completed: self.completed.load(Ordering::Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_p99_not_refreshed_for_a_window_reads_as_none() {
+        let h = Health::default();
+        h.set_observed_p99(Some(Duration::from_millis(30)));
+        assert_eq!(h.read().observed_p99, Some(Duration::from_millis(30)));
+        h.observed_at_ns.store(0, Ordering::Relaxed);
+        let _ = epoch();
+        std::thread::sleep(STALE_AFTER + Duration::from_millis(10));
+        assert_eq!(h.read().observed_p99, None);
+        h.shed_for(Duration::from_millis(50), Duration::from_secs(2));
+        assert_eq!(h.shedding(), Some(Duration::from_secs(2)));
     }
 }
