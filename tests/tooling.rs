@@ -28,7 +28,32 @@ fn promtool_finds_nothing_wrong_with_a_live_scrape() {
     }
     let repo = TempDir::new("promtool");
     write_version(repo.path(), "m", 1, &[8, 8, 3], 1);
-    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let socket = repo.path().join("coloc.sock");
+    let server = Server::start(&[
+        "--model-repository",
+        repo.path().to_str().unwrap(),
+        "--coloc-socket",
+        socket.to_str().unwrap(),
+    ]);
+    // A trainer connected, so the co-location families are in the scrape too.
+    let mut trainer = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args([
+            "train",
+            "--device",
+            "cpu",
+            "--seconds",
+            "30",
+            "--threads",
+            "1",
+            "--checkpoint-every",
+            "100",
+        ])
+        .arg("--coloc-socket")
+        .arg(&socket)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     // Exercise every family: successes, client errors, unknown models.
     let x = inputs(8, 1);
     assert_eq!(
@@ -49,7 +74,8 @@ fn promtool_finds_nothing_wrong_with_a_live_scrape() {
             .status,
         404
     );
-    std::thread::sleep(std::time::Duration::from_millis(1100)); // one busy-ratio sample
+    // One busy-ratio sample, and a report and an ack from the trainer.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
     let scrape = server.get("/metrics");
     assert_eq!(scrape.status, 200);
     let text = scrape.text();
@@ -63,6 +89,13 @@ fn promtool_finds_nothing_wrong_with_a_live_scrape() {
         "tandem_queue_depth_requests",
         "tandem_device_busy_ratio",
         "tandem_model_version_loaded",
+        "tandem_training_allowance",
+        "tandem_trainers_connected",
+        "tandem_trainer_directives_total",
+        "tandem_trainer_samples_per_second",
+        "tandem_trainer_ack_duration_seconds_bucket",
+        "tandem_cost_usd",
+        "tandem_training_harvested_device_seconds",
     ] {
         assert!(text.contains(family), "{family} missing from:\n{text}");
     }
@@ -86,6 +119,8 @@ fn promtool_finds_nothing_wrong_with_a_live_scrape() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    let _ = trainer.kill();
+    let _ = trainer.wait();
     assert!(
         out.status.success() && report.trim().is_empty(),
         "promtool:\n{report}"

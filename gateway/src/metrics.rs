@@ -109,6 +109,49 @@ fn describe() {
         Unit::Seconds,
         "The latency model's prediction for a batch of efficient size."
     );
+    describe_gauge!(
+        DEVICE_ALLOWANCE,
+        "Share of the device lent to training (0..1), from serving's latency headroom."
+    );
+    describe_gauge!(
+        TRAINERS_CONNECTED,
+        "Training processes connected to the coordinator."
+    );
+    describe_gauge!(
+        TRAINER_ALLOWANCE,
+        "Allowance in the last directive sent to this trainer (by slot)."
+    );
+    describe_counter!(
+        TRAINER_DIRECTIVES,
+        "Directives sent to this trainer (by slot)."
+    );
+    describe_counter!(
+        TRAINER_ESCALATIONS,
+        "Pauses not acknowledged in time and enforced with SIGSTOP (by slot)."
+    );
+    describe_histogram!(
+        TRAINER_ACK_DURATION,
+        Unit::Seconds,
+        "Time from a directive to the trainer's ack."
+    );
+    describe_gauge!(
+        TRAINER_SAMPLES_PER_SECOND,
+        "Training samples per second the trainer last reported."
+    );
+    describe_gauge!(TRAINER_LOSS, "Training loss the trainer last reported.");
+    describe_gauge!(
+        COST,
+        "Device cost so far in US dollars, charged to inference or training by the share lent."
+    );
+    describe_gauge!(
+        COST_PER_INFERENCE,
+        "Inference cost charged to the model divided by its requests, in US dollars."
+    );
+    describe_gauge!(
+        HARVESTED_DEVICE_SECONDS,
+        Unit::Seconds,
+        "Device-seconds lent to training so far."
+    );
 }
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();

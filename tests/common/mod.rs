@@ -239,7 +239,7 @@ impl Server {
         ));
         let mut command = Command::new(env!("CARGO_BIN_EXE_tandem"));
         command.args(["serve", "--listen", "127.0.0.1:0", "--device", "cpu"]);
-        let own_socket = !args.contains(&"--config");
+        let own_socket = !args.contains(&"--config") && !args.contains(&"--coloc-socket");
         if own_socket {
             command.arg("--coloc-socket").arg(&socket);
         }
