@@ -57,9 +57,13 @@ pub struct ColocArgs {
     #[arg(long, value_enum, default_value_t = LoadShape::Constant)]
     pub shape: LoadShape,
 
-    /// Seconds of load per scenario.
-    #[arg(long, default_value_t = 20.0)]
+    /// Seconds of load per scenario and round.
+    #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
+
+    /// Rounds of the three scenarios; the report gives medians.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
 
     /// The p99 budget of the model (ms).
     #[arg(long, default_value_t = 50.0)]
