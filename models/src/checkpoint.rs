@@ -189,6 +189,28 @@ impl Checkpoint {
         Checkpoint { layers }
     }
 
+    /// The forward pass in float64 on the stored weights (16-bit ones widened): the
+    /// reference every backend and the gateway are tested against.
+    pub fn forward_f64(&self, input: &[f32], rows: usize) -> Vec<f64> {
+        let mut x: Vec<f64> = input.iter().map(|v| *v as f64).collect();
+        let n = self.layers.len();
+        for (i, l) in self.layers.iter().enumerate() {
+            let w = l.weight.to_f32();
+            let mut y = vec![0f64; rows * l.outputs];
+            for r in 0..rows {
+                let xr = &x[r * l.inputs..(r + 1) * l.inputs];
+                for o in 0..l.outputs {
+                    let wr = &w[o * l.inputs..(o + 1) * l.inputs];
+                    let s = l.bias[o] as f64
+                        + xr.iter().zip(wr).map(|(a, b)| a * *b as f64).sum::<f64>();
+                    y[r * l.outputs + o] = if i + 1 < n { s.max(0.0) } else { s };
+                }
+            }
+            x = y;
+        }
+        x
+    }
+
     /// `[in, hidden..., out]`.
     pub fn dims(&self) -> Vec<usize> {
         let mut dims = vec![self.layers[0].inputs];

@@ -11,23 +11,7 @@ const DIMS: [usize; 4] = [784, 256, 96, 10];
 
 /// The float64 forward pass on the stored (possibly 16-bit) weights.
 fn reference(ckpt: &Checkpoint, input: &[f32], rows: usize) -> Vec<f64> {
-    let mut x: Vec<f64> = input.iter().map(|v| *v as f64).collect();
-    let n = ckpt.layers.len();
-    for (i, layer) in ckpt.layers.iter().enumerate() {
-        let w = layer.weight.to_f32();
-        let mut y = vec![0f64; rows * layer.outputs];
-        for r in 0..rows {
-            for o in 0..layer.outputs {
-                let mut s = layer.bias[o] as f64;
-                for k in 0..layer.inputs {
-                    s += x[r * layer.inputs + k] * w[o * layer.inputs + k] as f64;
-                }
-                y[r * layer.outputs + o] = if i + 1 < n { s.max(0.0) } else { s };
-            }
-        }
-        x = y;
-    }
-    x
+    ckpt.forward_f64(input, rows)
 }
 
 /// max |got - want| / max |want|: the error relative to the output's scale.

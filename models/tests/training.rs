@@ -11,26 +11,11 @@ const DIMS: [usize; 4] = [5, 7, 4, 3];
 /// Mean softmax cross-entropy in f64.
 fn loss(ckpt: &Checkpoint, x: &[f32], labels: &[u32]) -> f64 {
     let rows = labels.len();
-    let mut a: Vec<f64> = x.iter().map(|v| *v as f64).collect();
-    let n = ckpt.layers.len();
-    for (i, l) in ckpt.layers.iter().enumerate() {
-        let w = l.weight.to_f32();
-        let mut z = vec![0f64; rows * l.outputs];
-        for r in 0..rows {
-            for o in 0..l.outputs {
-                let mut s = l.bias[o] as f64;
-                for k in 0..l.inputs {
-                    s += a[r * l.inputs + k] * w[o * l.inputs + k] as f64;
-                }
-                z[r * l.outputs + o] = if i + 1 < n { s.max(0.0) } else { s };
-            }
-        }
-        a = z;
-    }
-    let c = ckpt.layers[n - 1].outputs;
+    let logits = ckpt.forward_f64(x, rows);
+    let c = ckpt.layers[ckpt.layers.len() - 1].outputs;
     (0..rows)
         .map(|r| {
-            let z = &a[r * c..(r + 1) * c];
+            let z = &logits[r * c..(r + 1) * c];
             let m = z.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let s: f64 = z.iter().map(|v| (v - m).exp()).sum();
             s.ln() + m - z[labels[r] as usize]

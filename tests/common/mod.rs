@@ -61,25 +61,9 @@ pub fn write_version(
     ckpt
 }
 
-/// The float64 forward pass of a checkpoint.
+/// The float64 forward pass on the stored (possibly 16-bit) weights.
 pub fn reference(ckpt: &Checkpoint, input: &[f32], rows: usize) -> Vec<f64> {
-    let mut x: Vec<f64> = input.iter().map(|v| *v as f64).collect();
-    let n = ckpt.layers.len();
-    for (i, l) in ckpt.layers.iter().enumerate() {
-        let w = l.weight.to_f32();
-        let mut y = vec![0f64; rows * l.outputs];
-        for r in 0..rows {
-            for o in 0..l.outputs {
-                let mut s = l.bias[o] as f64;
-                for k in 0..l.inputs {
-                    s += x[r * l.inputs + k] * w[o * l.inputs + k] as f64;
-                }
-                y[r * l.outputs + o] = if i + 1 < n { s.max(0.0) } else { s };
-            }
-        }
-        x = y;
-    }
-    x
+    ckpt.forward_f64(input, rows)
 }
 
 pub fn assert_close(got: &[f32], want: &[f64]) {

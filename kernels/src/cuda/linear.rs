@@ -141,7 +141,8 @@ pub struct Executor {
 const BLOCK: u32 = 256;
 const MAX_BLOCKS: u32 = 4096;
 
-fn elementwise(n: usize) -> LaunchConfig {
+/// The launch shape of our grid-stride elementwise kernels over `n` elements.
+pub fn elementwise(n: usize) -> LaunchConfig {
     let blocks = (n as u32).div_ceil(BLOCK).clamp(1, MAX_BLOCKS);
     LaunchConfig {
         grid_dim: (blocks, 1, 1),

@@ -89,14 +89,6 @@ impl CpuTrainer {
         let (mut loss, mut correct) = (0f32, 0usize);
         for r in 0..rows {
             let label = labels[r] as usize;
-            if label >= classes {
-                return Err(ModelError::InputSize {
-                    rows,
-                    width: classes,
-                    expected: classes,
-                    given: label + 1,
-                });
-            }
             let (l, ok) = softmax_xent(
                 &logits[r * classes..(r + 1) * classes],
                 label,
@@ -180,34 +172,14 @@ impl Train for CpuTrainer {
         labels: &[u32],
         opts: StepOptions,
     ) -> Result<StepStats, ModelError> {
+        let shape = (
+            self.layers[0].inputs(),
+            self.layers[self.layers.len() - 1].outputs(),
+        );
         let rows = labels.len();
-        let width = self.layers[0].inputs();
-        if inputs.len() != rows * width || rows == 0 {
-            return Err(ModelError::InputSize {
-                rows,
-                width,
-                expected: rows * width,
-                given: inputs.len(),
-            });
-        }
-        let micro = opts.micro_batch.clamp(1, rows);
-        let mut stats = StepStats {
-            rows,
-            ..Default::default()
-        };
-        for start in (0..rows).step_by(micro) {
-            let end = (start + micro).min(rows);
-            let (loss, correct) = self.accumulate(
-                &inputs[start * width..end * width],
-                &labels[start..end],
-                rows,
-                opts.threads.max(1),
-            )?;
-            stats.loss += loss;
-            stats.correct += correct;
-            stats.micro_batches += 1;
-        }
-        stats.loss /= rows as f32;
+        let stats = super::micro_batches(inputs, labels, shape, opts, |x, y| {
+            self.accumulate(x, y, rows, opts.threads.max(1))
+        })?;
         self.apply_adam();
         Ok(stats)
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use cudarc::cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, PushKernelArg};
 use kernels::KernelError;
 use kernels::cuda::{CudaDevice, StreamPriority, sources};
 
@@ -59,15 +59,7 @@ pub struct CudaTrainer {
     t: i32,
 }
 
-const BLOCK: u32 = 256;
-
-fn grid(n: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: ((n as u32).div_ceil(BLOCK).clamp(1, 4096), 1, 1),
-        block_dim: (BLOCK, 1, 1),
-        shared_mem_bytes: 0,
-    }
-}
+use kernels::cuda::linear::elementwise as grid;
 
 fn drv(context: &'static str) -> impl Fn(cudarc::driver::DriverError) -> ModelError + Copy {
     move |e| ModelError::Kernel(KernelError::driver(context)(e))
@@ -343,42 +335,14 @@ impl Train for CudaTrainer {
         labels: &[u32],
         opts: StepOptions,
     ) -> Result<StepStats, ModelError> {
+        let shape = (
+            self.layers[0].inputs,
+            self.layers[self.layers.len() - 1].outputs,
+        );
         let rows = labels.len();
-        let width = self.layers[0].inputs;
-        let classes = self.layers[self.layers.len() - 1].outputs;
-        if inputs.len() != rows * width || rows == 0 {
-            return Err(ModelError::InputSize {
-                rows,
-                width,
-                expected: rows * width,
-                given: inputs.len(),
-            });
-        }
-        if let Some(bad) = labels.iter().find(|l| **l as usize >= classes) {
-            return Err(ModelError::InputSize {
-                rows,
-                width: classes,
-                expected: classes,
-                given: *bad as usize + 1,
-            });
-        }
-        let micro = opts.micro_batch.clamp(1, rows);
-        let mut stats = StepStats {
-            rows,
-            ..Default::default()
-        };
-        for start in (0..rows).step_by(micro) {
-            let end = (start + micro).min(rows);
-            let (loss, correct) = self.micro_batch(
-                &inputs[start * width..end * width],
-                &labels[start..end],
-                rows,
-            )?;
-            stats.loss += loss;
-            stats.correct += correct;
-            stats.micro_batches += 1;
-        }
-        stats.loss /= rows as f32;
+        let stats = super::micro_batches(inputs, labels, shape, opts, |x, y| {
+            self.micro_batch(x, y, rows)
+        })?;
         self.adam_step()?;
         Ok(stats)
     }

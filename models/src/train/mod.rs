@@ -96,6 +96,50 @@ pub(crate) fn to_checkpoint(layers: Vec<(usize, usize, Vec<f32>, Vec<f32>)>) -> 
     }
 }
 
+/// Checks a step's batch, then runs it in micro-batches of at most `opts.micro_batch` rows:
+/// `micro(inputs, labels)` returns the micro-batch's summed loss and correct count (its
+/// gradients scaled by 1 / all rows, accumulated by the backend), and the step's stats add
+/// them up. Shared by every backend so that they split and check batches the same way.
+pub(crate) fn micro_batches(
+    inputs: &[f32],
+    labels: &[u32],
+    (width, classes): (usize, usize),
+    opts: StepOptions,
+    mut micro: impl FnMut(&[f32], &[u32]) -> Result<(f32, usize), crate::ModelError>,
+) -> Result<StepStats, crate::ModelError> {
+    let rows = labels.len();
+    if inputs.len() != rows * width || rows == 0 {
+        return Err(crate::ModelError::InputSize {
+            rows,
+            width,
+            expected: rows * width,
+            given: inputs.len(),
+        });
+    }
+    if let Some(bad) = labels.iter().find(|l| **l as usize >= classes) {
+        return Err(crate::ModelError::InputSize {
+            rows,
+            width: classes,
+            expected: classes,
+            given: *bad as usize + 1,
+        });
+    }
+    let size = opts.micro_batch.clamp(1, rows);
+    let mut stats = StepStats {
+        rows,
+        ..Default::default()
+    };
+    for start in (0..rows).step_by(size) {
+        let end = (start + size).min(rows);
+        let (loss, correct) = micro(&inputs[start * width..end * width], &labels[start..end])?;
+        stats.loss += loss;
+        stats.correct += correct;
+        stats.micro_batches += 1;
+    }
+    stats.loss /= rows as f32;
+    Ok(stats)
+}
+
 /// Softmax cross-entropy of one row: returns (loss, whether the arg-max is the label) and
 /// writes `(softmax - onehot) * scale` into `grad`.
 pub(crate) fn softmax_xent(
