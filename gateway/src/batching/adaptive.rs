@@ -211,6 +211,7 @@ impl BatchPolicy for AdaptivePolicy {
         queue: &QueueView,
         ahead: usize,
         rows: usize,
+        arrived: Instant,
         deadline: Option<Instant>,
         now: Instant,
     ) -> Result<(), Shed> {
@@ -220,7 +221,8 @@ impl BatchPolicy for AdaptivePolicy {
         if queue.rows == 0 && self.remaining_busy(now).is_zero() {
             return Ok(());
         }
-        let slo = now + self.effective_budget();
+        // The budget counts from when the request reached the server, not from now.
+        let slo = arrived + self.effective_budget();
         let deadline = deadline.map_or(slo, |d| d.min(slo));
         // It waits behind the rows ranked before it (its own priority or more urgent).
         let finish = now + self.remaining_busy(now) + self.drain_time(ahead + rows);

@@ -37,14 +37,15 @@ pub trait BatchPolicy: Send {
     /// With a worker free and requests waiting: release now, or wait.
     fn decide(&mut self, queue: &QueueView, now: Instant) -> Decision;
 
-    /// Whether to accept a request of `rows` rows with `deadline` into a queue in state
-    /// `queue`, where `ahead` rows are ranked before it. The static policy accepts
-    /// everything the queue has room for.
+    /// Whether to accept a request of `rows` rows that reached the server at `arrived`,
+    /// with `deadline`, into a queue in state `queue`, where `ahead` rows are ranked before
+    /// it. The static policy accepts everything the queue has room for.
     fn admit(
         &mut self,
         _queue: &QueueView,
         _ahead: usize,
         _rows: usize,
+        _arrived: Instant,
         _deadline: Option<Instant>,
         _now: Instant,
     ) -> Result<(), Shed> {

@@ -273,10 +273,14 @@ impl Batcher {
     fn admit(&mut self, p: Pending, metrics: &BatcherMetrics) {
         let now = Instant::now();
         let ahead = self.state.rows_ahead(p.priority);
-        if let Err(shed) = self
-            .policy
-            .admit(&self.state.view(), ahead, p.rows, p.deadline, now)
-        {
+        if let Err(shed) = self.policy.admit(
+            &self.state.view(),
+            ahead,
+            p.rows,
+            p.enqueued,
+            p.deadline,
+            now,
+        ) {
             metrics.shed.increment(1);
             self.health.add_turned_away(1);
             // Turn the next requests away before they are parsed, for as long as the queue

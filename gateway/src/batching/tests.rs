@@ -289,3 +289,24 @@ async fn after_an_overload_it_admits_again() {
         late.len()
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_budget_counts_from_arrival_not_from_admission() {
+    use super::state::QueueView;
+    let mut policy = adaptive();
+    let now = tokio::time::Instant::now() + BUDGET;
+    // A queue that drains in about 20 ms: a fresh request fits in the budget, one that
+    // already spent 90 ms reaching the batcher does not.
+    let queue = QueueView {
+        requests: 16,
+        rows: 16,
+        oldest: Some(now),
+        earliest_deadline: None,
+        head_rows: 16,
+    };
+    assert!(policy.admit(&queue, 16, 1, now, None, now).is_ok());
+    let shed = policy
+        .admit(&queue, 16, 1, now - MS * 90, None, now)
+        .expect_err("a request that spent its budget before admission is shed");
+    assert!(shed.message.contains("past the"), "{}", shed.message);
+}
