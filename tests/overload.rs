@@ -41,21 +41,22 @@ fn three_times_overload_for_a_minute_is_shed_and_recovered_from() {
     let server = Server::start(&["--config", config.to_str().unwrap()]);
     let x = inputs(DIMS[0], 2);
 
-    // Capacity, measured closed-loop: 16 clients back to back for 3 s keep every batch full.
+    // Capacity, measured closed-loop: 8 clients back to back for 3 s keep every batch full
+    // (one batch of 4 running, the next one waiting). Capacity is what is served: when a
+    // slow batch makes the controller shed one, that client backs off briefly.
     let started = Instant::now();
     let done: usize = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..16)
+        let workers: Vec<_> = (0..8)
             .map(|_| {
                 s.spawn(|| {
                     let mut n = 0;
                     while started.elapsed() < Duration::from_secs(3) {
-                        assert_eq!(
-                            server
-                                .post_json("/v2/models/big/infer", &infer_body(&x, 1))
-                                .status,
-                            200
-                        );
-                        n += 1;
+                        let r = server.post_json("/v2/models/big/infer", &infer_body(&x, 1));
+                        match r.status {
+                            200 => n += 1,
+                            429 => std::thread::sleep(Duration::from_millis(10)),
+                            other => panic!("{other}: {}", r.text()),
+                        }
                     }
                     n
                 })
