@@ -1,0 +1,44 @@
+//! Decoding an inference request's JSON: the per-request cost that, with HTTP, bounds how
+//! many single-row requests two cores serve (the profile of a load test puts number parsing
+//! at about a quarter of the server's CPU). `skip` is serde_json only scanning the same
+//! bytes, the floor for anything built on it.
+//!
+//!     cargo bench -p gateway --bench json
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use gateway::protocol::InferRequest;
+use std::hint::black_box;
+
+/// A single-row request as clients send it: 784 normally distributed f32 values, printed
+/// in full (shortest round-trip form).
+fn body(width: usize) -> Vec<u8> {
+    let mut rng = models::rng::SplitMix64::new(7);
+    let values: Vec<f32> = (0..width).map(|_| rng.normal()).collect();
+    serde_json::json!({
+        "inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, width], "data": values}]
+    })
+    .to_string()
+    .into_bytes()
+}
+
+fn decode(c: &mut Criterion) {
+    let body = body(784);
+    let mut g = c.benchmark_group("infer_request_784_fp32");
+    g.throughput(Throughput::Elements(784));
+    g.bench_function("decode", |b| {
+        b.iter(|| {
+            let r: InferRequest = serde_json::from_slice(black_box(&body)).unwrap();
+            r
+        })
+    });
+    g.bench_function("skip", |b| {
+        b.iter(|| {
+            let r: serde::de::IgnoredAny = serde_json::from_slice(black_box(&body)).unwrap();
+            r
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, decode);
+criterion_main!(benches);
