@@ -231,6 +231,15 @@ impl BatchPolicy for AdaptivePolicy {
         }
         let drain = self.remaining_busy(now) + self.drain_time(queue.rows);
         Err(Shed {
+            // Close the door only if a request arriving fresh now, with a whole budget,
+            // would miss too. One refused for the time it spent before admission, or for
+            // its own short timeout, says nothing about the next: closing the door after
+            // such refusals turned away requests that would have made it.
+            door_closed_for: if finish > now + self.effective_budget() {
+                drain
+            } else {
+                Duration::ZERO
+            },
             reason: "shed",
             message: format!(
                 "over capacity: {} rows are queued ahead, predicted to finish in {:.1} ms, past the {:.1} ms budget; retry after the queue drains (~{:.0} ms)",

@@ -26,6 +26,9 @@ pub struct Shed {
     pub reason: &'static str,
     pub message: String,
     pub retry_after: Duration,
+    /// For how long to refuse requests arriving next before they are parsed (the batcher
+    /// caps it at a few milliseconds); zero when the next request would fit.
+    pub door_closed_for: Duration,
 }
 
 pub trait BatchPolicy: Send {

@@ -283,11 +283,11 @@ impl Batcher {
         ) {
             metrics.shed.increment(1);
             self.health.add_turned_away(1);
-            // Turn the next requests away before they are parsed, for as long as the queue
-            // needs to drain (at most a few milliseconds): under overload, parsing requests
-            // only to refuse them would take the CPU the admitted ones need.
+            // Under overload, turn the next requests away before they are parsed (for at
+            // most a few milliseconds): parsing requests only to refuse them would take the
+            // CPU the admitted ones need.
             self.health
-                .shed_for(shed.retry_after.min(EARLY_SHED_MAX), shed.retry_after);
+                .shed_for(shed.door_closed_for.min(EARLY_SHED_MAX), shed.retry_after);
             let _ = p.reply.send(Err(ApiError::Overloaded {
                 message: shed.message,
                 retry_after: shed.retry_after,

@@ -309,4 +309,26 @@ async fn the_budget_counts_from_arrival_not_from_admission() {
         .admit(&queue, 16, 1, now - MS * 90, None, now)
         .expect_err("a request that spent its budget before admission is shed");
     assert!(shed.message.contains("past the"), "{}", shed.message);
+    // A fresh request would still fit: that refusal closes the door to nobody.
+    assert_eq!(shed.door_closed_for, Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shed_closes_the_door_when_fresh_requests_would_miss_too() {
+    use super::state::QueueView;
+    let mut policy = adaptive();
+    let now = tokio::time::Instant::now();
+    // 96 rows queued: six full batches, about 108 ms, past the 80 ms effective budget.
+    let queue = QueueView {
+        requests: 96,
+        rows: 96,
+        oldest: Some(now),
+        earliest_deadline: None,
+        head_rows: 16,
+    };
+    let shed = policy
+        .admit(&queue, 96, 1, now, None, now)
+        .expect_err("past the budget");
+    assert_eq!(shed.door_closed_for, shed.retry_after);
+    assert!(shed.door_closed_for > MS * 80);
 }
