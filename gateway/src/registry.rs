@@ -88,15 +88,12 @@ impl Registry {
         version: Option<&str>,
     ) -> Result<Arc<ModelVersion>, ApiError> {
         let models = self.read();
-        let versions =
-            models
-                .get(model)
-                .filter(|v| !v.is_empty())
-                .ok_or_else(|| ApiError::UnknownModel {
-                    model: model.to_string(),
-                })?;
+        let unknown = || ApiError::UnknownModel {
+            model: model.to_string(),
+        };
+        let versions = models.get(model).ok_or_else(unknown)?;
         match version {
-            None => Ok(versions.values().next_back().expect("non-empty").clone()),
+            None => versions.values().next_back().cloned().ok_or_else(unknown),
             Some(v) => v
                 .parse::<u64>()
                 .ok()

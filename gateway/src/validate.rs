@@ -9,7 +9,7 @@ use models::{INPUT_NAME, OUTPUT_NAME};
 use crate::config::ModelSettings;
 use crate::error::ApiError;
 use crate::protocol::response::OutputRequest;
-use crate::protocol::{Datatype, InferRequest, binary};
+use crate::protocol::{Datatype, InferRequest, InputTensor, binary};
 
 /// A request the model can run as is.
 #[derive(Debug)]
@@ -30,6 +30,13 @@ fn invalid(msg: String) -> ApiError {
     ApiError::Invalid(msg)
 }
 
+fn wrong_inputs(inputs: &[InputTensor]) -> ApiError {
+    let names: Vec<&str> = inputs.iter().map(|i| i.name.as_str()).collect();
+    invalid(format!(
+        "inputs: expected exactly one input named {INPUT_NAME:?}, got {names:?}"
+    ))
+}
+
 pub fn validate(
     request: InferRequest,
     mut binary_section: &[u8],
@@ -42,13 +49,11 @@ pub fn validate(
         outputs,
         parameters,
     } = request;
-    let names: Vec<&str> = inputs.iter().map(|i| i.name.as_str()).collect();
-    if inputs.len() != 1 || names[0] != INPUT_NAME {
-        return Err(invalid(format!(
-            "inputs: expected exactly one input named {INPUT_NAME:?}, got {names:?}"
-        )));
-    }
-    let input = inputs.into_iter().next().expect("one input");
+    let input = match <[InputTensor; 1]>::try_from(inputs) {
+        Ok([input]) if input.name == INPUT_NAME => input,
+        Ok(one) => return Err(wrong_inputs(&one)),
+        Err(inputs) => return Err(wrong_inputs(&inputs)),
+    };
     let name = input.name.as_str();
     let datatype = Datatype::parse(&input.datatype).ok_or_else(|| {
         invalid(format!(

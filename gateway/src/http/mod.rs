@@ -93,7 +93,11 @@ pub async fn serve(
     loop {
         // Wait for room before accepting: beyond the limit, clients queue in the backlog.
         let permit = tokio::select! {
-            p = permits.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+            // The semaphore is ours and never closed; were it, stop accepting.
+            p = permits.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
             _ = signalled(&mut shutdown) => break,
         };
         let (stream, peer) = tokio::select! {

@@ -275,7 +275,7 @@ async fn infer_on(
         rows,
         width: version.info.output_width,
     };
-    let encoded = response::encode(&fields, &valid.outputs, &completed.output);
+    let encoded = response::encode(&fields, &valid.outputs, &completed.output)?;
     let mut resp = Response::new(Full::new(Bytes::from(encoded.body)));
     let headers = resp.headers_mut();
     match encoded.header_len {

@@ -16,6 +16,11 @@ pub fn split(body: &[u8], header_len: usize) -> Result<(&[u8], &[u8]), ApiError>
     Ok(body.split_at(header_len))
 }
 
+/// The 8 bytes of a chunk from `chunks_exact(8)`, as the array `from_le_bytes` takes.
+fn le8(c: &[u8]) -> [u8; 8] {
+    [c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]
+}
+
 /// Decodes one tensor's bytes into the model's f32, checking every value as the JSON path
 /// does; `name` is for the error message.
 pub fn decode(bytes: &[u8], datatype: Datatype, name: &str) -> Result<Vec<f32>, ApiError> {
@@ -47,7 +52,7 @@ pub fn decode(bytes: &[u8], datatype: Datatype, name: &str) -> Result<Vec<f32>, 
             Datatype::Int32 => i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
             Datatype::Uint32 => u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
             Datatype::Int64 => {
-                let v = i64::from_le_bytes(c.try_into().expect("8-byte chunk"));
+                let v = i64::from_le_bytes(le8(c));
                 // Beyond 2^53 the f64 would round; such a value is never exact in f32.
                 if v.unsigned_abs() > 1 << 53 && (v as f32) as i64 != v {
                     return Err(bad(i, "cannot be represented exactly as FP32".into()));
@@ -55,7 +60,7 @@ pub fn decode(bytes: &[u8], datatype: Datatype, name: &str) -> Result<Vec<f32>, 
                 v as f64
             }
             Datatype::Uint64 => {
-                let v = u64::from_le_bytes(c.try_into().expect("8-byte chunk"));
+                let v = u64::from_le_bytes(le8(c));
                 if v > 1 << 53 && (v as f32) as u64 != v {
                     return Err(bad(i, "cannot be represented exactly as FP32".into()));
                 }
@@ -63,7 +68,7 @@ pub fn decode(bytes: &[u8], datatype: Datatype, name: &str) -> Result<Vec<f32>, 
             }
             Datatype::Fp16 => half::f16::from_le_bytes([c[0], c[1]]).to_f64(),
             Datatype::Bf16 => half::bf16::from_le_bytes([c[0], c[1]]).to_f64(),
-            Datatype::Fp64 => f64::from_le_bytes(c.try_into().expect("8-byte chunk")),
+            Datatype::Fp64 => f64::from_le_bytes(le8(c)),
             Datatype::Fp32 => unreachable!("handled above"),
         };
         out.push(

@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use crate::error::ApiError;
+
 use super::binary::encode_f32;
 
 /// How one output goes back to the client.
@@ -52,7 +54,11 @@ pub struct ResponseFields<'a> {
 }
 
 /// Encodes the model's one FP32 output for each requested output.
-pub fn encode(fields: &ResponseFields<'_>, outputs: &[OutputRequest], values: &[f32]) -> Encoded {
+pub fn encode(
+    fields: &ResponseFields<'_>,
+    outputs: &[OutputRequest],
+    values: &[f32],
+) -> Result<Encoded, ApiError> {
     let any_binary = outputs.iter().any(|o| o.binary);
     let response = Response {
         model_name: fields.model_name,
@@ -72,21 +78,22 @@ pub fn encode(fields: &ResponseFields<'_>, outputs: &[OutputRequest], values: &[
             .collect(),
     };
     let mut body = Vec::with_capacity(64 + values.len() * if any_binary { 4 } else { 12 });
-    serde_json::to_writer(&mut body, &response).expect("serializing to a Vec cannot fail");
+    serde_json::to_writer(&mut body, &response)
+        .map_err(|e| ApiError::ModelFailure(format!("cannot encode the response: {e}")))?;
     if !any_binary {
-        return Encoded {
+        return Ok(Encoded {
             body,
             header_len: None,
-        };
+        });
     }
     let header_len = body.len();
     for _ in outputs.iter().filter(|o| o.binary) {
         encode_f32(values, &mut body);
     }
-    Encoded {
+    Ok(Encoded {
         body,
         header_len: Some(header_len),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -109,7 +116,7 @@ mod tests {
             name: "output-0".into(),
             binary: false,
         }];
-        let e = encode(&fields(), &out, &[0.5, -1.0]);
+        let e = encode(&fields(), &out, &[0.5, -1.0]).unwrap();
         assert_eq!(e.header_len, None);
         let v: serde_json::Value = serde_json::from_slice(&e.body).unwrap();
         assert_eq!(v["id"], "req-1");
@@ -124,7 +131,7 @@ mod tests {
             name: "output-0".into(),
             binary: true,
         }];
-        let e = encode(&fields(), &out, &[0.5, -1.0]);
+        let e = encode(&fields(), &out, &[0.5, -1.0]).unwrap();
         let n = e.header_len.unwrap();
         let v: serde_json::Value = serde_json::from_slice(&e.body[..n]).unwrap();
         assert_eq!(v["outputs"][0]["parameters"]["binary_data_size"], 8);
