@@ -13,6 +13,15 @@ With --rounds N (default 1) every point runs N times, the policies in a rotated 
 round, and the report takes the median goodput and the median p99 of each point: on a noisy
 shared machine one run near the budget is a coin toss.
 
+With --pin the load generator runs on core 0 and the server on the others. On two cores
+that leaves the server one, where its model thread and its HTTP thread take turns in
+scheduler slices of milliseconds: tails appear that neither has on two shared cores, so
+the default is to share.
+
+With --propagate-deadline every request carries what is left of its budget
+(`tandem-timeout-us`), as a caller that propagates deadlines does; 504s then count as
+refusals, like 429s.
+
     python3 benches/compare_policies.py [--duration 4] [--rates 4000,6000,...] [--rounds 3]
 """
 
@@ -30,10 +39,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TANDEM = os.path.join(ROOT, "target", "release", "tandem")
 
 
-def start_server(repo, log_path, extra):
+def core_split(pin):
+    """With --pin on a machine of two or more cores: the load generator gets core 0 and the
+    server the others, so the generator never takes the server's cycles and what a client
+    measures is the server, not the two fighting over the same cores."""
+    cores = sorted(os.sched_getaffinity(0))
+    if not pin or len(cores) < 2:
+        return None, None
+    return set(cores[1:]), {cores[0]}
+
+
+def on_cores(cores):
+    return (lambda: os.sched_setaffinity(0, cores)) if cores else None
+
+
+def start_server(repo, log_path, extra, cores=None):
     log = open(log_path, "w")
     proc = subprocess.Popen([TANDEM, "serve", "--listen", "127.0.0.1:0", "--device", "cpu",
-                             "--model-repository", repo] + extra, stderr=log)
+                             "--model-repository", repo] + extra, stderr=log,
+                            preexec_fn=on_cores(cores))
     deadline = time.time() + 60
     while time.time() < deadline:
         m = re.search(r"listening addr=([0-9.:]+)", open(log_path).read())
@@ -56,13 +80,29 @@ def set_policy(url, model, change):
         assert r.status == 200
 
 
+def refusals(args):
+    """Answers that are not goodput but not failures either: 429 (shed), and with
+    propagated deadlines 504 (the caller's deadline passed before its turn)."""
+    return ("200", "429", "504") if args.propagate_deadline else ("200", "429")
+
+
 def load(url, model, shape, budget, rate, args, out):
-    cmd = [TANDEM, "bench", "load", "--url", url, "--model", model, "--shape", shape,
-           "--budget-ms", str(budget), "--duration", str(args.duration), "--rate", str(rate),
-           "--connections", str(args.connections), "--json", out]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    def run(duration, json_out):
+        cmd = [TANDEM, "bench", "load", "--url", url, "--model", model, "--shape", shape,
+               "--budget-ms", str(budget), "--duration", str(duration), "--rate", str(rate),
+               "--connections", str(args.connections), "--json", json_out]
+        if args.propagate_deadline:
+            cmd.append("--propagate-deadline")
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL,
+                       preexec_fn=on_cores(getattr(args, "client_cores", None)))
+    # Every policy first gets the same load unmeasured: what is compared is each one's
+    # steady state, not the moment after a switch (a new adaptive policy starts from the
+    # warm-up latency model and an empty feedback window).
+    if args.warmup > 0:
+        run(args.warmup, out + ".warmup.json")
+    run(args.duration, out)
     r = json.load(open(out))
-    failed = sum(v for k, v in r["outcomes"].items() if k not in ("200", "429"))
+    failed = sum(v for k, v in r["outcomes"].items() if k not in refusals(args))
     ok = r["outcomes"].get("200", 0)
     passed = failed == 0 and ok > 0 and r["p99_ms"] <= budget
     return passed, r["goodput_rps"], r
@@ -78,6 +118,12 @@ def main():
     p.add_argument("--shapes", default="constant,poisson,burst")
     p.add_argument("--delays-us", default="500,2000,8000")
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--warmup", type=float, default=1.0,
+                   help="seconds of the same load, not measured, before each run")
+    p.add_argument("--pin", action="store_true",
+                   help="the load generator on core 0, the server on the others")
+    p.add_argument("--propagate-deadline", action="store_true",
+                   help="requests carry what is left of the budget (tandem-timeout-us)")
     args = p.parse_args()
 
     out = os.path.join(ROOT, "target", "bench-compare")
@@ -87,7 +133,10 @@ def main():
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_mlp.py"), "--dims",
                         args.model_dims, "--seed", "1", model_file], check=True)
     subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
-    server, url = start_server(repo, os.path.join(out, "server.log"), [])
+    server_cores, args.client_cores = core_split(args.pin)
+    if server_cores:
+        print(f"server on cores {sorted(server_cores)}, load generator on {sorted(args.client_cores)}")
+    server, url = start_server(repo, os.path.join(out, "server.log"), [], server_cores)
     delays = [int(d) for d in args.delays_us.split(",")]
     policies = [("adaptive", None)] + [(f"static {d / 1000:g} ms", d) for d in delays]
     rows = []
@@ -119,7 +168,7 @@ def main():
                     for name, _ in policies:
                         p99 = statistics.median(x[2] for x in point[name])
                         goodput = statistics.median(x[1] for x in point[name])
-                        clean = all(set(x[3]) <= {"200", "429"} for x in point[name])
+                        clean = all(set(x[3]) <= set(refusals(args)) for x in point[name])
                         passed = clean and p99 <= budget and goodput > 0
                         if passed:
                             result[name] = max(result[name], goodput)

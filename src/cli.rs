@@ -76,6 +76,11 @@ pub struct ColocArgs {
     #[arg(long, default_value_t = 128)]
     pub connections: usize,
 
+    /// Let the load generator share the server's cores (by default, on two or more cores,
+    /// it runs on the first and the server and trainers on the rest).
+    #[arg(long)]
+    pub no_pin: bool,
+
     /// Write the results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -152,6 +157,12 @@ pub struct LoadArgs {
     /// Keep-alive connections to the server; requests wait for a free one.
     #[arg(long, default_value_t = 128)]
     pub connections: usize,
+
+    /// Send each request with what is left of the budget (`tandem-timeout-us`), as a
+    /// caller that propagates its deadline does; the server answers 504 or 429 at once
+    /// for requests that can no longer make it.
+    #[arg(long)]
+    pub propagate_deadline: bool,
 
     /// Requests waiting for a connection at most; beyond it a send is counted as
     /// `client_overload` rather than delayed (the schedule never waits for the server).

@@ -238,3 +238,57 @@ fn slow_clients_are_cut_off_by_the_header_timeout() {
         200
     );
 }
+
+#[test]
+fn propagated_deadlines_are_honoured_and_bad_ones_refused() {
+    let repo = TempDir::new("deadline-header");
+    let ckpt = write_version(repo.path(), "m", 1, &DIMS, 4);
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let body = infer_body(&row(), 1).to_string();
+    let want = reference(&ckpt, &row(), 1);
+    let infer = |headers: &[(&str, String)]| {
+        request(
+            server.addr,
+            "POST",
+            "/v2/models/m/infer",
+            headers,
+            body.as_bytes(),
+        )
+    };
+    let header = |name: &'static str, v: &str| (name, v.to_string());
+    // Time to spare: served as usual, in either unit.
+    for h in [
+        header("tandem-timeout-us", "5000000"),
+        header("x-envoy-expected-rq-timeout-ms", "5000"),
+    ] {
+        let r = infer(std::slice::from_ref(&h));
+        assert_eq!(r.status, 200, "{h:?}: {}", r.text());
+        assert_close(&r.output_values(), &want);
+    }
+    // Nothing left, alone or as the shorter of the two: 504 at once, without parsing.
+    for hs in [
+        vec![header("tandem-timeout-us", "0")],
+        vec![
+            header("tandem-timeout-us", "0"),
+            header("x-envoy-expected-rq-timeout-ms", "5000"),
+        ],
+        vec![header("x-envoy-expected-rq-timeout-ms", "0")],
+    ] {
+        let r = infer(&hs);
+        assert_eq!(r.status, 504, "{hs:?}: {}", r.text());
+        assert!(r.json()["error"].as_str().unwrap().contains("deadline"));
+    }
+    for (name, v) in [
+        ("tandem-timeout-us", "soon"),
+        ("tandem-timeout-us", "-5"),
+        ("x-envoy-expected-rq-timeout-ms", "1.5"),
+    ] {
+        let r = infer(&[header(name, v)]);
+        assert_eq!(r.status, 400, "{name}: {v}: {}", r.text());
+        let msg = r.json()["error"].as_str().unwrap().to_string();
+        assert!(msg.contains(name), "{msg}");
+    }
+    let r = infer(&[]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_close(&r.output_values(), &want);
+}

@@ -141,12 +141,18 @@ class Trainer:
         if d.seq > self._applied:
             self._ack(d)
         while self._connected and self.directive.pause:
-            self._heartbeat(force=True, samples_per_second=0.0)
-            with self._cond:
-                self._cond.wait(timeout=self.heartbeat)
+            # The pause may have come after `d` was read above: ack it before waiting, or
+            # the gateway would hear of it only a heartbeat later.
             d = self.directive
             if d.seq > self._applied:
                 self._ack(d)
+            self._heartbeat(force=True, samples_per_second=0.0)
+            with self._cond:
+                if self._directive is d:
+                    self._cond.wait(timeout=self.heartbeat)
+        d = self.directive
+        if d.seq > self._applied:
+            self._ack(d)
         self._heartbeat()
         self._last_step = time.monotonic()
 

@@ -110,6 +110,7 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
     }
 
     let health = Arc::new(crate::health::Health::default());
+    let responses = Arc::new(crate::batching::feedback::ResponseLatencies::default());
     let (req_tx, req_rx) = mpsc::channel(s.queue_capacity);
     let (upd_tx, upd_rx) = mpsc::channel(4);
     let batcher = Batcher {
@@ -124,6 +125,8 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
         full_retry_after: Duration::from_secs(1),
         health: health.clone(),
         budget: s.budget(),
+        cpu_load: Some(crate::batching::cpu_load::CpuLoad::new()),
+        responses: Some(responses.clone()),
     };
     tokio::spawn(batcher.run());
     metrics::counter!(names::MODEL_LOADS, "model" => spec.name.clone(), "outcome" => "ok")
@@ -146,5 +149,6 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
         requests: req_tx,
         updates: upd_tx,
         health,
+        responses,
     }))
 }

@@ -28,6 +28,8 @@ pub struct ModelVersion {
     pub updates: mpsc::Sender<PolicyUpdate>,
     /// Written by the batcher, read by the trainer coordinator.
     pub health: Arc<crate::health::Health>,
+    /// Where the handler records each answered request's latency for the batcher.
+    pub responses: Arc<crate::batching::feedback::ResponseLatencies>,
 }
 
 impl ModelVersion {

@@ -6,7 +6,10 @@
 //! and measures the trainer alone for reference. Reports p99, the share of requests within
 //! the budget, trainer samples/s, and the checks: p99(c) ≤ 1.07 × p99(a), and trainer(c) ≥
 //! 0.8 × trainer alone × the share of the CPU serving left idle in (a). The three scenarios
-//! run in rounds (a, b, c, a, b, c, ...) and the report gives the medians.
+//! run in rounds (a, b, c, a, b, c, ...) and the report gives the medians. On two or more
+//! cores the load generator runs on the first and the server and trainers on the rest
+//! (`--no-pin` to share them all), so the generator's own work does not show as the
+//! trainer's damage; the idle share is then of the server's cores.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -15,6 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde::Serialize;
 
+use super::cores::{self, CoreSplit};
 use super::load::{LoadReport, measure};
 use crate::cli::{ColocArgs, LoadArgs};
 
@@ -78,7 +82,12 @@ impl Drop for Server {
     }
 }
 
-fn start_server(args: &ColocArgs, dir: &Path, socket: &Path) -> anyhow::Result<Server> {
+fn start_server(
+    args: &ColocArgs,
+    dir: &Path,
+    socket: &Path,
+    split: Option<&CoreSplit>,
+) -> anyhow::Result<Server> {
     let config = dir.join("tandem.toml");
     let repo = std::fs::canonicalize(&args.model_repository)
         .with_context(|| format!("{}", args.model_repository.display()))?;
@@ -92,7 +101,11 @@ fn start_server(args: &ColocArgs, dir: &Path, socket: &Path) -> anyhow::Result<S
         ),
     )?;
     let log = dir.join("server.log");
-    let child = Command::new(tandem())
+    let mut cmd = Command::new(tandem());
+    if let Some(split) = split {
+        cores::pin_child(&mut cmd, &split.server);
+    }
+    let child = cmd
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(&config)
         .stderr(std::fs::File::create(&log)?)
@@ -123,10 +136,16 @@ fn start_trainer(
     tag: &str,
     extra: &[&str],
     seconds: f64,
+    split: Option<&CoreSplit>,
 ) -> anyhow::Result<(Child, PathBuf)> {
     let json = dir.join(format!("trainer-{tag}.json"));
     let dims: Vec<String> = args.train_dims.iter().map(|d| d.to_string()).collect();
-    let child = Command::new(tandem())
+    let mut cmd = Command::new(tandem());
+    // The trainer shares the server's cores: what it may take is what serving leaves.
+    if let Some(split) = split {
+        cores::pin_child(&mut cmd, &split.server);
+    }
+    let child = cmd
         .args([
             "train",
             "--data",
@@ -186,12 +205,24 @@ pub fn run(args: ColocArgs) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("tandem-bench-coloc-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let socket = dir.join("run/coloc.sock");
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let split = cores::split(!args.no_pin);
+    if let Some(split) = &split {
+        // Before the runtime starts, so its threads (the load generator) inherit it.
+        cores::pin_this_thread(&split.client)?;
+        println!(
+            "server and trainers on cores {:?}, load generator on {:?}",
+            split.server, split.client
+        );
+    }
+    let cores = match &split {
+        Some(split) => split.server.len(),
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    } as f64;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()?;
-    let server = start_server(&args, &dir, &socket)?;
+    let server = start_server(&args, &dir, &socket, split.as_ref())?;
     let load_args = LoadArgs {
         url: server.url.clone(),
         model: args.model.clone(),
@@ -202,6 +233,7 @@ pub fn run(args: ColocArgs) -> anyhow::Result<()> {
         binary: false,
         budget_ms: args.budget_ms,
         connections: args.connections,
+        propagate_deadline: false,
         max_in_flight: 10_000,
         threads: 1,
         seed: 1,
@@ -212,7 +244,14 @@ pub fn run(args: ColocArgs) -> anyhow::Result<()> {
     let settle = Duration::from_secs_f64(1.0);
 
     println!("trainer alone ...");
-    let (t, json) = start_trainer(&args, &dir, "alone", &["--unmanaged"], args.duration)?;
+    let (t, json) = start_trainer(
+        &args,
+        &dir,
+        "alone",
+        &["--unmanaged"],
+        args.duration,
+        split.as_ref(),
+    )?;
     let alone = trainer_rate(t, &json)?;
 
     // Rounds of a, b, c back to back: the medians compare runs that saw the same moments
@@ -240,7 +279,14 @@ pub fn run(args: ColocArgs) -> anyhow::Result<()> {
             let trainer = match &extra {
                 Some(e) => {
                     let e: Vec<&str> = e.iter().map(String::as_str).collect();
-                    let t = start_trainer(&args, &dir, &name[..1], &e, trainer_seconds)?;
+                    let t = start_trainer(
+                        &args,
+                        &dir,
+                        &name[..1],
+                        &e,
+                        trainer_seconds,
+                        split.as_ref(),
+                    )?;
                     std::thread::sleep(settle);
                     Some(t)
                 }

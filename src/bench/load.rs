@@ -152,6 +152,8 @@ struct Target {
     path: String,
     body: Bytes,
     header_len: Option<usize>,
+    /// With `--propagate-deadline`: the budget, whose remainder each request carries.
+    deadline_budget: Option<Duration>,
 }
 
 pub async fn measure(args: &LoadArgs) -> anyhow::Result<LoadReport> {
@@ -175,6 +177,9 @@ pub async fn measure(args: &LoadArgs) -> anyhow::Result<LoadReport> {
         path: format!("/v2/models/{}/infer", args.model),
         body,
         header_len,
+        deadline_budget: args
+            .propagate_deadline
+            .then(|| Duration::from_secs_f64(args.budget_ms / 1e3)),
     });
 
     let sends = schedule(args.shape, args.rate, args.duration, args.seed);
@@ -321,7 +326,7 @@ async fn connection(
         }
         let status = match &mut sender {
             None => TRANSPORT_ERROR,
-            Some(s) => match send(s, &target).await {
+            Some(s) => match send(s, &target, job.at).await {
                 Ok(status) => status,
                 Err(_) => {
                     sender = None;
@@ -346,13 +351,23 @@ async fn connect(addr: std::net::SocketAddr) -> Option<http1::SendRequest<Full<B
     Some(sender)
 }
 
-async fn send(s: &mut http1::SendRequest<Full<Bytes>>, t: &Target) -> anyhow::Result<u16> {
+async fn send(
+    s: &mut http1::SendRequest<Full<Bytes>>,
+    t: &Target,
+    scheduled: Instant,
+) -> anyhow::Result<u16> {
     s.ready().await?;
     let mut req = http::Request::post(t.path.as_str())
         .header(http::header::HOST, t.authority.as_str())
         .header(http::header::CONTENT_TYPE, "application/json");
     if let Some(n) = t.header_len {
         req = req.header("inference-header-content-length", n);
+    }
+    if let Some(budget) = t.deadline_budget {
+        // What is left of the budget after waiting for a connection, as a caller that
+        // propagates its deadline sends it.
+        let left = budget.saturating_sub(scheduled.elapsed());
+        req = req.header("tandem-timeout-us", left.as_micros() as u64);
     }
     let resp = s.send_request(req.body(Full::new(t.body.clone()))?).await?;
     let status = resp.status().as_u16();

@@ -1,6 +1,7 @@
 //! `tandem bench`: scenarios that print a table and write JSON.
 
 mod coloc;
+mod cores;
 mod forward;
 pub mod load;
 mod plot;

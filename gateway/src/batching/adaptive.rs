@@ -5,15 +5,21 @@
 //! - a batch leaves by the time its most urgent request must start to finish in time
 //!   (`deadline`: its own timeout, or arrival + the effective budget, minus the predicted
 //!   high-quantile batch time);
-//! - while requests arrive at under 10–30% of the device's capacity in full batches (with
-//!   hysteresis) it releases at once (`idle`): capacity is plentiful and waiting would only
-//!   add latency;
+//! - while requests arrive at under 10–30% of the device's capacity in full batches, and
+//!   the server process keeps under 10–30% of its cores busy (with hysteresis), it releases
+//!   at once (`idle`): capacity is plentiful and waiting would only add latency;
 //! - when it is busier, batch efficiency is what leaves capacity for more requests (on a
 //!   CPU, the cores also parse HTTP): a batch waits to grow towards the efficient size (the
 //!   knee of cost per row in the latency model), for at most the time a full batch takes to
 //!   run (never more than a tenth of the budget), and only while the arrival rate promises
 //!   to at least double it (`timer` when that wait ends, `idle` when growth is not coming);
 //! - a full batch goes at once (`full`).
+//!
+//! Every deadline is brought forward by the recent 95th percentile of the time responses
+//! take to leave after their batch ends (handler wake-up, encoding, writing; at most 30% of
+//! the effective budget): on busy cores that is milliseconds the device never sees. When the
+//! cores rather than the device are the busier side, a batch may wait the whole tenth of
+//! the budget to grow, not only a full batch's run time.
 //!
 //! Admission: a request whose predicted completion — behind the running batch and every
 //! row ranked ahead of it, drained in full batches — misses its deadline is refused at the
@@ -47,6 +53,10 @@ const HEADROOM_MIN: f64 = 0.3;
 const HEADROOM_MAX: f64 = 0.85;
 /// How often the feedback loop looks at the observed p99.
 const FEEDBACK_EVERY: Duration = Duration::from_millis(250);
+/// How often the response margin is recomputed (it sorts its window), and the most of the
+/// effective budget it may take.
+const MARGIN_EVERY: Duration = Duration::from_millis(50);
+const MARGIN_MAX_SHARE: f64 = 0.3;
 
 pub struct AdaptivePolicy {
     budget: Duration,
@@ -62,6 +72,14 @@ pub struct AdaptivePolicy {
     waiting: bool,
     /// The knee of cost per row, from the warm-up shape.
     efficient: usize,
+    /// The share of its cores the server process uses (see `cpu_load`).
+    cpu_load: f64,
+    /// How long responses take to leave after their batch finished, lately.
+    response_delays: LatencyWindow,
+    /// Its high quantile, refreshed every `MARGIN_EVERY`: every deadline is brought
+    /// forward by it, since a request is answered only that long after its batch ends.
+    response_margin: Duration,
+    last_margin: Option<Instant>,
 }
 
 impl AdaptivePolicy {
@@ -78,6 +96,10 @@ impl AdaptivePolicy {
             headroom: HEADROOM_START,
             last_feedback: None,
             busy_until: None,
+            cpu_load: 0.0,
+            response_delays: LatencyWindow::new(Duration::from_millis(500), 2048),
+            response_margin: Duration::ZERO,
+            last_margin: None,
         }
     }
 
@@ -152,6 +174,7 @@ impl BatchPolicy for AdaptivePolicy {
         // share of the budget running out.
         let slo = oldest + self.effective_budget();
         let urgent = queue.earliest_deadline.map_or(slo, |d| d.min(slo));
+        let urgent = urgent.checked_sub(self.response_margin).unwrap_or(urgent);
         let rate = self.arrivals.rate(now);
         // Latest start that still finishes in time, for the batch it would be by then.
         let first_guess = urgent
@@ -168,7 +191,10 @@ impl BatchPolicy for AdaptivePolicy {
             };
         }
         let capacity = self.max_rows as f64 / self.model.predict_mean(self.max_rows).as_secs_f64();
-        let load = rate / capacity;
+        // The device's load, or the cores', whichever is busier: on a CPU the HTTP front
+        // end takes the same cores as the model, and batching frees them too.
+        let device_load = rate / capacity;
+        let load = device_load.max(self.cpu_load);
         if self.waiting && load < LOAD_WAIT_OFF {
             self.waiting = false;
         } else if !self.waiting && load > LOAD_WAIT_ON {
@@ -180,11 +206,17 @@ impl BatchPolicy for AdaptivePolicy {
                 reason: ReleaseReason::Idle,
             };
         }
-        let patience = self
-            .model
-            .predict_mean(self.max_rows)
-            .max(MIN_PATIENCE)
-            .min(self.effective_budget().mul_f64(MAX_WAIT_SHARE));
+        let budget_share = self.effective_budget().mul_f64(MAX_WAIT_SHARE);
+        // When the device is the busier side, waiting longer than a full batch runs only
+        // idles it. When the cores are (the HTTP front end on a CPU), the device idling
+        // costs nothing and every row more per batch frees cycles for requests: wait what
+        // the budget allows.
+        let patience = if self.cpu_load > device_load {
+            budget_share
+        } else {
+            self.model.predict_mean(self.max_rows).min(budget_share)
+        }
+        .max(MIN_PATIENCE);
         let cap = start_by.min(oldest + patience);
         if now >= cap {
             return Decision::Release {
@@ -224,6 +256,10 @@ impl BatchPolicy for AdaptivePolicy {
         // The budget counts from when the request reached the server, not from now.
         let slo = arrived + self.effective_budget();
         let deadline = deadline.map_or(slo, |d| d.min(slo));
+        // It is answered only after its batch ends and its response is written.
+        let deadline = deadline
+            .checked_sub(self.response_margin)
+            .unwrap_or(deadline);
         // It waits behind the rows ranked before it (its own priority or more urgent).
         let finish = now + self.remaining_busy(now) + self.drain_time(ahead + rows);
         if finish <= deadline {
@@ -268,6 +304,25 @@ impl BatchPolicy for AdaptivePolicy {
     fn observe_latency(&mut self, latency: Duration, now: Instant) {
         self.window.record(latency, now);
         self.feedback(now);
+    }
+
+    fn observe_cpu_load(&mut self, share: f64) {
+        self.cpu_load = share;
+    }
+
+    fn observe_response_delay(&mut self, delay: Duration, now: Instant) {
+        self.response_delays.record(delay, now);
+        if self
+            .last_margin
+            .is_some_and(|t| now.saturating_duration_since(t) < MARGIN_EVERY)
+        {
+            return;
+        }
+        self.last_margin = Some(now);
+        self.response_margin = match self.response_delays.quantile(0.95, now) {
+            Some((d, n)) if n >= 20 => d.min(self.effective_budget().mul_f64(MARGIN_MAX_SHARE)),
+            _ => Duration::ZERO,
+        };
     }
 
     fn gauges(&mut self, now: Instant) -> PolicyGauges {

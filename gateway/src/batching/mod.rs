@@ -9,6 +9,8 @@
 //!   the policy, and hands batches to the model's worker threads.
 
 pub mod adaptive;
+pub mod cpu_load;
+pub mod feedback;
 pub mod latency;
 pub mod policy;
 pub mod state;

@@ -67,6 +67,13 @@ pub trait BatchPolicy: Send {
     /// A request finished `latency` after it arrived (queue + compute).
     fn observe_latency(&mut self, _latency: Duration, _now: Instant) {}
 
+    /// A request's response left `delay` after its batch finished (handler wake-up,
+    /// encoding, writing): time the device's predictions do not cover.
+    fn observe_response_delay(&mut self, _delay: Duration, _now: Instant) {}
+
+    /// The share of its cores the server process used lately, in [0, 1].
+    fn observe_cpu_load(&mut self, _share: f64) {}
+
     /// What the policy believes now, for the metrics that explain its decisions.
     fn gauges(&mut self, _now: Instant) -> PolicyGauges {
         PolicyGauges::default()

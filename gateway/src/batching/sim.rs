@@ -93,6 +93,8 @@ pub async fn simulate(
         full_retry_after: Duration::from_secs(1),
         health: Default::default(),
         budget: Duration::from_millis(100),
+        cpu_load: None,
+        responses: None,
     };
     let batcher = tokio::spawn(batcher.run());
     let result = Arc::new(Mutex::new(SimResult::default()));

@@ -8,6 +8,8 @@ use metrics::{Counter, Gauge, Histogram};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::cpu_load::CpuLoad;
+use super::feedback::ResponseLatencies;
 use super::latency::LatencyWindow;
 use super::policy::{BatchPolicy, Decision};
 use super::state::QueueState;
@@ -138,6 +140,12 @@ pub struct Batcher {
     /// Where the coordinator reads this version's latency; `budget` is its p99 target.
     pub health: std::sync::Arc<Health>,
     pub budget: Duration,
+    /// The process's CPU share, read by the policy as load; `None` where the device is
+    /// simulated.
+    pub cpu_load: Option<CpuLoad>,
+    /// Where handlers record the latency of each answered request, the one the feedback
+    /// loop reads; `None` (a simulated device) reads the workers' completion times.
+    pub responses: Option<std::sync::Arc<ResponseLatencies>>,
 }
 
 /// The longest requests are refused at the door after a shed.
@@ -157,8 +165,17 @@ impl Batcher {
         let mut idle = self.workers;
         let mut closed = false;
         let mut updates_closed = false;
+        let mut answered = Vec::new();
         loop {
             let now = Instant::now();
+            if let Some(responses) = &self.responses {
+                responses.drain_into(&mut answered);
+                for a in answered.drain(..) {
+                    self.policy.observe_latency(a.latency, now);
+                    self.policy.observe_response_delay(a.after_compute, now);
+                    window.record(a.latency, now);
+                }
+            }
             for p in self.state.expire(now) {
                 metrics.expired.increment(1);
                 self.health.add_turned_away(1);
@@ -213,6 +230,9 @@ impl Batcher {
             // With nothing completing the window ages out; keep the reading current.
             if now.saturating_duration_since(last_gauges) >= GAUGE_EVERY * 10 {
                 last_gauges = now;
+                if let Some(share) = self.cpu_load.as_mut().and_then(CpuLoad::sample) {
+                    self.policy.observe_cpu_load(share);
+                }
                 self.health
                     .set_observed_p99(window.quantile(0.99, now).map(|(d, _)| d));
             }
@@ -226,12 +246,17 @@ impl Batcher {
                         let now = Instant::now();
                         self.policy.observe_batch(d.rows, d.compute, now);
                         self.health.add_completed(d.latencies.len() as u64);
-                        for l in d.latencies {
-                            self.policy.observe_latency(l, now);
-                            window.record(l, now);
+                        if self.responses.is_none() {
+                            for l in d.latencies {
+                                self.policy.observe_latency(l, now);
+                                window.record(l, now);
+                            }
                         }
                         if now.saturating_duration_since(last_gauges) >= GAUGE_EVERY {
                             last_gauges = now;
+                            if let Some(share) = self.cpu_load.as_mut().and_then(CpuLoad::sample) {
+                                self.policy.observe_cpu_load(share);
+                            }
                             metrics.policy(self.policy.gauges(now));
                             self.health.set_observed_p99(window.quantile(0.99, now).map(|(d, _)| d));
                         }

@@ -4,6 +4,7 @@
 //! the listener closes and every connection finishes its in-flight request first.
 
 mod admin;
+mod arrival;
 mod limit;
 mod routes;
 
@@ -27,6 +28,7 @@ use crate::error::ApiError;
 use crate::metrics as names;
 use crate::registry::Registry;
 
+use arrival::{ArrivalClock, TimestampedStream};
 pub use limit::BodyLimitLayer;
 
 /// What every request handler can reach.
@@ -113,6 +115,8 @@ pub async fn serve(
             _ = signalled(&mut shutdown) => break,
         };
         let _ = stream.set_nodelay(true);
+        let clock = Arc::new(ArrivalClock::default());
+        let stream = TimestampedStream::new(stream, clock.clone());
         let service = ServiceBuilder::new()
             .layer(tower_http::catch_panic::CatchPanicLayer::custom(
                 panic_response,
@@ -122,10 +126,15 @@ pub async fn serve(
             })
             .service_fn({
                 let state = state.clone();
-                move |req| {
+                move |mut req: http::Request<_>| {
                     let state = state.clone();
+                    let clock = clock.clone();
+                    req.extensions_mut().insert(clock.clone());
                     async move {
-                        Ok::<_, Infallible>(routes::handle(state, req, metrics_only, peer).await)
+                        let response = routes::handle(state, req, metrics_only, peer).await;
+                        // Whatever this request left unclaimed is not the next one's.
+                        clock.take();
+                        Ok::<_, Infallible>(response)
                     }
                 }
             });

@@ -1,6 +1,7 @@
 //! Routing and handlers for the v2 protocol, `/metrics`, and health.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
@@ -10,8 +11,10 @@ use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::arrival::ArrivalClock;
 use super::{AppState, error_response, json_response};
 use crate::batching::Pending;
+use crate::batching::feedback::Answered;
 use crate::error::ApiError;
 use crate::metrics as names;
 use crate::protocol::response::{self, ResponseFields};
@@ -20,6 +23,12 @@ use crate::registry::ModelVersion;
 use crate::validate::validate;
 
 pub const BINARY_HEADER: &str = "inference-header-content-length";
+/// The time left to a request's caller, in microseconds, as a proxy or client propagates
+/// its own deadline (gRPC's `grpc-timeout` idea): the server counts it from arrival, as it
+/// does `parameters.timeout`, and answers 504 at once when nothing is left.
+pub const TIMEOUT_HEADER: &str = "tandem-timeout-us";
+/// The same in milliseconds, as Envoy sets it on the requests it routes.
+pub const ENVOY_TIMEOUT_HEADER: &str = "x-envoy-expected-rq-timeout-ms";
 
 pub async fn handle(
     state: Arc<AppState>,
@@ -155,6 +164,34 @@ fn model_ready(
     Ok(empty(StatusCode::OK))
 }
 
+/// The caller's remaining time from [`TIMEOUT_HEADER`] or [`ENVOY_TIMEOUT_HEADER`] (the
+/// shorter when both are set).
+fn propagated_timeout(headers: &http::HeaderMap) -> Result<Option<Duration>, ApiError> {
+    let read = |name: &str, unit: fn(u64) -> Duration| -> Result<Option<Duration>, ApiError> {
+        let Some(v) = headers.get(name) else {
+            return Ok(None);
+        };
+        v.to_str()
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .map(|n| Some(unit(n)))
+            .ok_or_else(|| ApiError::Malformed(format!("{name} must be a whole number, got {v:?}")))
+    };
+    let us = read(TIMEOUT_HEADER, Duration::from_micros)?;
+    let ms = read(ENVOY_TIMEOUT_HEADER, Duration::from_millis)?;
+    Ok(match (us, ms) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    })
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// `POST /v2/models/{m}[/versions/{v}]/infer`.
 async fn infer(
     state: &AppState,
@@ -162,12 +199,12 @@ async fn infer(
     version: Option<String>,
     req: Request<Limited<Incoming>>,
 ) -> Response<Full<Bytes>> {
-    let arrived = Instant::now();
+    let mut arrived = Instant::now();
     let resolved = state.registry.resolve(model, version.as_deref());
     // Only models that exist become metric labels: the label set stays bounded.
     let label = if resolved.is_ok() { model } else { "_unknown" };
     let result = match resolved {
-        Ok(v) => infer_on(state, &v, req, arrived).await,
+        Ok(v) => infer_on(state, &v, req, &mut arrived).await,
         Err(e) => Err(e),
     };
     let response = result.unwrap_or_else(|e| error_response(&e));
@@ -182,7 +219,7 @@ async fn infer_on(
     state: &AppState,
     version: &Arc<ModelVersion>,
     req: Request<Limited<Incoming>>,
-    arrived: Instant,
+    arrived: &mut Instant,
 ) -> Result<Response<Full<Bytes>>, ApiError> {
     let header_len = match req.headers().get(BINARY_HEADER) {
         None => None,
@@ -197,6 +234,8 @@ async fn infer_on(
                 })?,
         ),
     };
+    let propagated = propagated_timeout(req.headers())?;
+    let clock = req.extensions().get::<Arc<ArrivalClock>>().cloned();
     let config = state.config();
     let limit = config.limits.max_body_bytes;
     let body = req
@@ -213,7 +252,21 @@ async fn infer_on(
             }
         })?
         .to_bytes();
-    // Shedding: refuse before parsing (the body is read, so the connection stays usable).
+    // The request arrived when the kernel received its bytes, if that was earlier than the
+    // handler started (it waited in the socket while the runtime served others).
+    if let Some(kernel) = clock.and_then(|c| c.take()) {
+        *arrived = kernel.min(*arrived);
+    }
+    let arrived = *arrived;
+    // A caller with no time left gets its answer before any parsing (the body is read, so
+    // the connection stays usable).
+    let propagated_deadline = propagated.map(|t| arrived + t);
+    if propagated_deadline.is_some_and(|d| d <= Instant::now()) {
+        return Err(ApiError::DeadlineExceeded {
+            waited_ms: arrived.elapsed().as_millis() as u64,
+        });
+    }
+    // Shedding: refuse before parsing.
     if let Some(retry_after) = version.health.shedding() {
         return Err(ApiError::Overloaded {
             message: format!(
@@ -241,7 +294,7 @@ async fn infer_on(
         rows,
         priority: valid.priority,
         enqueued: arrived,
-        deadline: valid.timeout.map(|t| arrived + t),
+        deadline: earliest(valid.timeout.map(|t| arrived + t), propagated_deadline),
         reply: tx,
     };
     version.requests.try_send(pending).map_err(|e| match e {
@@ -293,5 +346,12 @@ async fn infer_on(
             );
         }
     }
+    // The response is written as soon as this returns, on this task: this is the latency
+    // the client sees, less the wire.
+    let latency = arrived.elapsed();
+    version.responses.record(Answered {
+        latency,
+        after_compute: latency.saturating_sub(completed.queue_time + completed.compute_time),
+    });
     Ok(resp)
 }
