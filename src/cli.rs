@@ -76,10 +76,10 @@ pub struct ColocArgs {
     #[arg(long, default_value_t = 128)]
     pub connections: usize,
 
-    /// Let the load generator share the server's cores (by default, on two or more cores,
-    /// it runs on the first and the server and trainers on the rest).
+    /// Run the load generator on the first core and the server and trainers on the rest
+    /// (by default all share every core).
     #[arg(long)]
-    pub no_pin: bool,
+    pub pin: bool,
 
     /// Write the results as JSON here.
     #[arg(long)]

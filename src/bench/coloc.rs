@@ -6,10 +6,9 @@
 //! and measures the trainer alone for reference. Reports p99, the share of requests within
 //! the budget, trainer samples/s, and the checks: p99(c) ≤ 1.07 × p99(a), and trainer(c) ≥
 //! 0.8 × trainer alone × the share of the CPU serving left idle in (a). The three scenarios
-//! run in rounds (a, b, c, a, b, c, ...) and the report gives the medians. On two or more
-//! cores the load generator runs on the first and the server and trainers on the rest
-//! (`--no-pin` to share them all), so the generator's own work does not show as the
-//! trainer's damage; the idle share is then of the server's cores.
+//! run in rounds (a, b, c, a, b, c, ...) and the report gives the medians. With `--pin`
+//! the load generator runs on the first core and the server and trainers on the rest; the
+//! idle share is then of the server's cores.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -205,7 +204,7 @@ pub fn run(args: ColocArgs) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("tandem-bench-coloc-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let socket = dir.join("run/coloc.sock");
-    let split = cores::split(!args.no_pin);
+    let split = cores::split(args.pin);
     if let Some(split) = &split {
         // Before the runtime starts, so its threads (the load generator) inherit it.
         cores::pin_this_thread(&split.client)?;

@@ -1,8 +1,8 @@
-//! Keeping the load generator off the server's cores. On a small machine the generator and
-//! the server otherwise fight over the same cores, and the latency a client measures is
-//! mostly that fight: the server cannot see it, so no policy can act on it. With the
-//! generator on core 0 and everything under test on the others, the measurement is of the
-//! server (wrk2's advice, for the same reason).
+//! Keeping the load generator off the server's cores (`--pin`): the generator on core 0,
+//! everything under test on the others, so what a client measures is not the two fighting
+//! over the same cores (wrk2's advice). On a two-core machine that leaves the server one
+//! core, where its model and HTTP threads take turns in millisecond scheduler slices, which
+//! adds tails of its own; so it is an option, not the default.
 
 use std::os::unix::process::CommandExt;
 use std::process::Command;

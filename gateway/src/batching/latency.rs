@@ -72,6 +72,12 @@ impl LatencyModel {
     }
 
     /// Expected duration of a batch of `rows`.
+    /// A batch of `rows` as warm-up measured it, before any drift: what the device takes
+    /// when nothing competes with it.
+    pub fn predict_uncontended(&self, rows: usize) -> Duration {
+        Duration::from_secs_f64(self.base(rows))
+    }
+
     pub fn predict_mean(&self, rows: usize) -> Duration {
         Duration::from_secs_f64(self.base(rows) * self.scale)
     }
