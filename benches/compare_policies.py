@@ -80,6 +80,15 @@ def set_policy(url, model, change):
         assert r.status == 200
 
 
+def server_p99_ms(url, model):
+    """The p99 the server itself reports for the last two seconds (what its feedback loop
+    reads), to set beside the client's."""
+    text = urllib.request.urlopen(url + "/metrics").read().decode()
+    m = re.search(r'^tandem_observed_p99_seconds\{model="%s"\} (\S+)$' % re.escape(model),
+                  text, re.M)
+    return float(m.group(1)) * 1e3 if m else None
+
+
 def refusals(args):
     """Answers that are not goodput but not failures either: 429 (shed), and with
     propagated deadlines 504 (the caller's deadline passed before its turn)."""
@@ -102,6 +111,7 @@ def load(url, model, shape, budget, rate, args, out):
         run(args.warmup, out + ".warmup.json")
     run(args.duration, out)
     r = json.load(open(out))
+    r["server_p99_ms"] = server_p99_ms(url, model)
     failed = sum(v for k, v in r["outcomes"].items() if k not in refusals(args))
     ok = r["outcomes"].get("200", 0)
     passed = failed == 0 and ok > 0 and r["p99_ms"] <= budget
@@ -161,6 +171,7 @@ def main():
                             runs.append({"budget_ms": budget, "shape": shape, "rate": rate,
                                          "policy": name, "round": round_, "passed": passed,
                                          "goodput": goodput, "p99_ms": r["p99_ms"],
+                                         "server_p99_ms": r["server_p99_ms"],
                                          "outcomes": r["outcomes"]})
                             point[name].append((passed, goodput, r["p99_ms"], r["outcomes"]))
                             time.sleep(1)

@@ -1,7 +1,8 @@
 //! How busy this process keeps the cores it may run on. On a CPU device the model and the
 //! HTTP front end share those cores, so the device's own capacity overstates what is left:
-//! at 10,000 single-row requests a second one core was saturated while the model alone
-//! was at a quarter of its capacity. The adaptive policy reads this share as load too.
+//! on two cores the server saturates near 10,000 single-row requests a second, a quarter
+//! of what the model alone computes in full batches. The adaptive policy reads this share
+//! as load too.
 
 use std::time::{Duration, Instant};
 

@@ -3,10 +3,11 @@
 //! A handler's clock starts when the runtime gets round to the connection and hyper has
 //! parsed the headers. Under load that is late: requests wait in socket buffers while the
 //! runtime's threads serve other connections, and a latency budget counted from the handler
-//! misses that wait — a client saw 3–4 ms more than the server on two busy cores. The kernel
-//! stamps every received segment (`SO_TIMESTAMPNS`); reading with `recvmsg` hands us that
-//! stamp, so a request's budget, its queueing and the controller's p99 all count from when
-//! its bytes reached the machine.
+//! misses that wait, which a client sees in full. The kernel stamps every received segment
+//! (`SO_TIMESTAMPNS`); reading with `recvmsg` hands us that stamp, so a request's budget,
+//! its queueing and the controller's p99 all count from when its bytes reached the machine.
+//! The connection hands its clock to the handler by reference: nothing is allocated per
+//! request.
 
 use std::io;
 use std::os::fd::AsRawFd;

@@ -126,12 +126,11 @@ pub async fn serve(
             })
             .service_fn({
                 let state = state.clone();
-                move |mut req: http::Request<_>| {
+                move |req| {
                     let state = state.clone();
                     let clock = clock.clone();
-                    req.extensions_mut().insert(clock.clone());
                     async move {
-                        let response = routes::handle(state, req, metrics_only, peer).await;
+                        let response = routes::handle(state, req, metrics_only, peer, &clock).await;
                         // Whatever this request left unclaimed is not the next one's.
                         clock.take();
                         Ok::<_, Infallible>(response)

@@ -35,6 +35,7 @@ pub async fn handle(
     req: Request<Limited<Incoming>>,
     metrics_only: bool,
     peer: std::net::SocketAddr,
+    arrival: &ArrivalClock,
 ) -> Response<Full<Bytes>> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
@@ -53,11 +54,11 @@ pub async fn handle(
         }
         (_, &Method::POST, ["v2", "models", m, "infer"]) => {
             let (m, v) = (m.to_string(), None);
-            return infer(&state, &m, v, req).await;
+            return infer(&state, &m, v, req, arrival).await;
         }
         (_, &Method::POST, ["v2", "models", m, "versions", v, "infer"]) => {
             let (m, v) = (m.to_string(), Some(v.to_string()));
-            return infer(&state, &m, v, req).await;
+            return infer(&state, &m, v, req, arrival).await;
         }
         (_, _, ["admin", ..]) => {
             let segments: Vec<String> = segments.iter().map(|s| s.to_string()).collect();
@@ -198,13 +199,14 @@ async fn infer(
     model: &str,
     version: Option<String>,
     req: Request<Limited<Incoming>>,
+    arrival: &ArrivalClock,
 ) -> Response<Full<Bytes>> {
     let mut arrived = Instant::now();
     let resolved = state.registry.resolve(model, version.as_deref());
     // Only models that exist become metric labels: the label set stays bounded.
     let label = if resolved.is_ok() { model } else { "_unknown" };
     let result = match resolved {
-        Ok(v) => infer_on(state, &v, req, &mut arrived).await,
+        Ok(v) => infer_on(state, &v, req, arrival, &mut arrived).await,
         Err(e) => Err(e),
     };
     let response = result.unwrap_or_else(|e| error_response(&e));
@@ -219,6 +221,7 @@ async fn infer_on(
     state: &AppState,
     version: &Arc<ModelVersion>,
     req: Request<Limited<Incoming>>,
+    arrival: &ArrivalClock,
     arrived: &mut Instant,
 ) -> Result<Response<Full<Bytes>>, ApiError> {
     let header_len = match req.headers().get(BINARY_HEADER) {
@@ -235,7 +238,6 @@ async fn infer_on(
         ),
     };
     let propagated = propagated_timeout(req.headers())?;
-    let clock = req.extensions().get::<Arc<ArrivalClock>>().cloned();
     let config = state.config();
     let limit = config.limits.max_body_bytes;
     let body = req
@@ -254,7 +256,7 @@ async fn infer_on(
         .to_bytes();
     // The request arrived when the kernel received its bytes, if that was earlier than the
     // handler started (it waited in the socket while the runtime served others).
-    if let Some(kernel) = clock.and_then(|c| c.take()) {
+    if let Some(kernel) = arrival.take() {
         *arrived = kernel.min(*arrived);
     }
     let arrived = *arrived;
