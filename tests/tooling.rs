@@ -88,6 +88,7 @@ fn promtool_finds_nothing_wrong_with_a_live_scrape() {
         "tandem_batches_total",
         "tandem_queue_depth_requests",
         "tandem_device_busy_ratio",
+        "tandem_process_context_switches_total",
         "tandem_model_version_loaded",
         "tandem_training_allowance",
         "tandem_trainers_connected",

@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod protocol;
 pub mod registry;
 pub mod repository;
+pub mod usage;
 pub mod validate;
 pub mod worker;
 
@@ -119,6 +120,7 @@ pub async fn run_with_reload(
         None => None,
     };
     let sampler = tokio::spawn(sample_busy(busy.clone(), device.label()));
+    let usage_sampler = tokio::spawn(sample_usage());
     let coordinator = match start_coordinator(&config) {
         Ok(Some((listener, path))) => {
             tracing::info!(socket = %path.display(), "trainer coordinator listening");
@@ -212,6 +214,7 @@ pub async fn run_with_reload(
         let _ = m.await;
     }
     sampler.abort();
+    usage_sampler.abort();
     if let Some(c) = coordinator {
         let _ = c.await;
     }
@@ -226,6 +229,19 @@ fn set_readiness(state: &AppState, missing: &[String]) {
         tracing::warn!(?missing, "models without a loadable version: not ready");
     }
     state.ready.store(ready, Ordering::Release);
+}
+
+/// Publishes the process's context switches ten times a second (often enough that a
+/// benchmark's before-and-after scrapes bound a run closely; a getrusage call is cheap).
+async fn sample_usage() {
+    let switches = ::metrics::counter!(metrics::PROCESS_CONTEXT_SWITCHES);
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        if let Some(u) = usage::process_usage() {
+            switches.absolute(u.context_switches);
+        }
+    }
 }
 
 /// Samples the device's busy time into `tandem_device_busy_ratio` every second.

@@ -69,12 +69,12 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
             done: done_tx.clone(),
             busy: spec.busy.clone(),
             max_batch_rows: s.max_batch_size,
+            cpu_threads,
         };
+        // Runs in the replica's compute pool: the model splits its layers over that pool's
+        // `cpu_threads` threads.
         let load = move || -> Result<Box<dyn Model>, String> {
-            let mut mlp = Mlp::load(&path, &device).map_err(|e| e.to_string())?;
-            if cpu_threads > 0 {
-                mlp.set_threads(cpu_threads);
-            }
+            let mlp = Mlp::load(&path, &device).map_err(|e| e.to_string())?;
             Ok(Box::new(mlp) as Box<dyn Model>)
         };
         worker::spawn(worker_spec, load, ready_tx.clone())

@@ -15,6 +15,7 @@ pub const BATCHES: &str = "tandem_batches_total";
 pub const QUEUE_DEPTH: &str = "tandem_queue_depth_requests";
 pub const REQUESTS_REJECTED: &str = "tandem_requests_rejected_total";
 pub const DEVICE_BUSY_RATIO: &str = "tandem_device_busy_ratio";
+pub const PROCESS_CONTEXT_SWITCHES: &str = "tandem_process_context_switches_total";
 pub const MODEL_VERSION_LOADED: &str = "tandem_model_version_loaded";
 pub const MODEL_LOADS: &str = "tandem_model_loads_total";
 pub const CONNECTIONS: &str = "tandem_http_connections";
@@ -78,6 +79,10 @@ fn describe() {
     describe_gauge!(
         DEVICE_BUSY_RATIO,
         "Share of the last second the device spent running batches."
+    );
+    describe_counter!(
+        PROCESS_CONTEXT_SWITCHES,
+        "Context switches of the server process, every thread, waits and preemptions."
     );
     describe_gauge!(
         MODEL_VERSION_LOADED,

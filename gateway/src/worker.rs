@@ -64,6 +64,8 @@ pub struct WorkerSpec {
     pub done: mpsc::Sender<WorkerDone>,
     pub busy: Arc<BusyMeter>,
     pub max_batch_rows: usize,
+    /// Threads of this replica's compute pool (0: one per core the process may use).
+    pub cpu_threads: usize,
 }
 
 /// Starts a replica thread: it loads the model with `load`, warms it up, reports on
@@ -79,32 +81,61 @@ where
     std::thread::Builder::new()
         .name(format!("worker-{}-{}", spec.model_label, spec.replica))
         .spawn(move || {
-            let mut model = match load() {
-                Ok(m) => m,
+            // The replica runs inside its own compute pool, so the thread that takes a batch
+            // is the one that runs its layers and a forward pass wakes at most its helpers.
+            // Entered from outside (the global pool), every parallel layer cost two more
+            // wake-ups, into the pool and back: on a VM each is an inter-processor
+            // interrupt, tens of microseconds when a co-located trainer keeps the core busy.
+            let threads = match spec.cpu_threads {
+                0 => rayon::current_num_threads(),
+                n => n,
+            };
+            let name = format!("worker-{}-{}", spec.model_label, spec.replica);
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(move |i| format!("{name}/{i}"))
+                .build();
+            match pool {
+                Ok(pool) => pool.install(move || load_and_serve(spec, load, ready)),
                 Err(e) => {
-                    let _ = ready.send(Err(e));
-                    return;
+                    let _ = ready.send(Err(format!("cannot start compute threads: {e}")));
                 }
-            };
-            let warmup = match warm_up(model.as_mut(), spec.max_batch_rows) {
-                Ok(w) => w,
-                Err(e) => {
-                    let _ = ready.send(Err(format!("warm-up failed: {e}")));
-                    return;
-                }
-            };
-            let info = ReplicaInfo {
-                metadata: model.metadata().clone(),
-                input_width: model.input_width(),
-                output_width: model.output_width(),
-                device: model.device().label(),
-                warmup,
-            };
-            if ready.send(Ok(info)).is_err() {
-                return;
             }
-            serve(spec, model.as_mut());
         })
+}
+
+fn load_and_serve<L>(
+    spec: WorkerSpec,
+    load: L,
+    ready: std::sync::mpsc::Sender<Result<ReplicaInfo, String>>,
+) where
+    L: FnOnce() -> Result<Box<dyn Model>, String>,
+{
+    let mut model = match load() {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let warmup = match warm_up(model.as_mut(), spec.max_batch_rows) {
+        Ok(w) => w,
+        Err(e) => {
+            let _ = ready.send(Err(format!("warm-up failed: {e}")));
+            return;
+        }
+    };
+    let info = ReplicaInfo {
+        metadata: model.metadata().clone(),
+        input_width: model.input_width(),
+        output_width: model.output_width(),
+        device: model.device().label(),
+        warmup,
+    };
+    if ready.send(Ok(info)).is_err() {
+        return;
+    }
+    serve(spec, model.as_mut());
 }
 
 fn warm_up(model: &mut dyn Model, max_rows: usize) -> Result<Vec<(usize, Duration)>, String> {

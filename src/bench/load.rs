@@ -52,6 +52,9 @@ pub struct LoadReport {
     /// Responses by status code; transport failures as `error`, skipped sends as
     /// `client_overload`.
     pub outcomes: BTreeMap<String, u64>,
+    /// The server process's context switches during the run per request sent (from
+    /// `tandem_process_context_switches_total`; `None` for a server without it).
+    pub server_context_switches_per_request: Option<f64>,
     /// One entry per second of the schedule.
     pub timeline: Vec<Second>,
 }
@@ -194,7 +197,7 @@ pub async fn measure(args: &LoadArgs) -> anyhow::Result<LoadReport> {
         let (jobs, target, samples) = (jobs_rx.clone(), target.clone(), samples.clone());
         connections.spawn(connection(addr, jobs, target, samples, start));
     }
-    let scraper = tokio::spawn(scrape_batches(
+    let scraper = tokio::spawn(scrape_server(
         addr,
         authority,
         args.model.clone(),
@@ -226,10 +229,10 @@ pub async fn measure(args: &LoadArgs) -> anyhow::Result<LoadReport> {
     scheduler
         .join()
         .map_err(|_| anyhow::anyhow!("the scheduler thread panicked"))?;
-    let batches = scraper.await.unwrap_or_default();
+    let server = scraper.await.unwrap_or_default();
     let elapsed = start.elapsed().as_secs_f64().max(args.duration);
     let samples = std::mem::take(&mut *samples.lock().expect("samples"));
-    summarize(args, sends.len() as u64, elapsed, &samples, &batches)
+    summarize(args, sends.len() as u64, elapsed, &samples, &server)
 }
 
 fn summarize(
@@ -237,7 +240,7 @@ fn summarize(
     sent: u64,
     elapsed: f64,
     samples: &[Sample],
-    batches: &[Option<f64>],
+    server: &ServerSide,
 ) -> anyhow::Result<LoadReport> {
     let budget = Duration::from_secs_f64(args.budget_ms / 1000.0);
     let mut ok = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3)?;
@@ -292,6 +295,10 @@ fn summarize(
         p999_ms: ms(&ok, 0.999),
         max_ms: ok.max() as f64 / 1000.0,
         outcomes,
+        server_context_switches_per_request: server
+            .context_switches
+            .filter(|_| sent > 0)
+            .map(|n| n / sent as f64),
         timeline: per_second
             .iter()
             .enumerate()
@@ -301,7 +308,7 @@ fn summarize(
                 ok: *ok,
                 shed: *shed,
                 p99_ms: if h.is_empty() { 0.0 } else { ms(h, 0.99) },
-                batch_rows: batches.get(t).copied().flatten(),
+                batch_rows: server.batch_rows.get(t).copied().flatten(),
             })
             .collect(),
     })
@@ -410,41 +417,66 @@ async fn input_width(
         .context("model metadata has no input width")
 }
 
-/// The server's mean batch size in each second of the run, from `tandem_batch_rows` in
-/// its /metrics (`None` for a second without batches or a server without the metric).
-async fn scrape_batches(
+/// What the server's /metrics said during a run.
+#[derive(Debug, Default)]
+struct ServerSide {
+    /// Mean rows per batch in each second (`None` for a second without batches or a
+    /// server without `tandem_batch_rows`).
+    batch_rows: Vec<Option<f64>>,
+    /// Context switches of the server process from the first scrape to the last.
+    context_switches: Option<f64>,
+}
+
+/// Scrapes the server's /metrics at the start and once a second.
+async fn scrape_server(
     addr: std::net::SocketAddr,
     authority: String,
     model: String,
     start: Instant,
     duration: f64,
-) -> Vec<Option<f64>> {
+) -> ServerSide {
     let read = || async {
         let (_, body) = get(addr, &authority, "/metrics").await.ok()?;
-        let text = String::from_utf8_lossy(&body).into_owned();
-        let value = |name: &str| {
-            text.lines()
-                .find(|l| l.starts_with(name) && l.contains(&format!("model=\"{model}\"")))
-                .and_then(|l| l.rsplit(' ').next())
-                .and_then(|v| v.parse::<f64>().ok())
-        };
+        Some(String::from_utf8_lossy(&body).into_owned())
+    };
+    let value = |text: &str, name: &str, label: Option<&str>| {
+        text.lines()
+            .find(|l| l.starts_with(name) && label.is_none_or(|label| l.contains(label)))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    let label = format!("model=\"{model}\"");
+    let batches = |text: &Option<String>| {
+        let text = text.as_deref()?;
         Some((
-            value("tandem_batch_rows_sum{")?,
-            value("tandem_batch_rows_count{")?,
+            value(text, "tandem_batch_rows_sum{", Some(&label))?,
+            value(text, "tandem_batch_rows_count{", Some(&label))?,
         ))
     };
-    let mut out = Vec::new();
-    let mut last = read().await;
+    let switches = |text: &Option<String>| {
+        value(
+            text.as_deref()?,
+            "tandem_process_context_switches_total ",
+            None,
+        )
+    };
+    let first = read().await;
+    let mut side = ServerSide::default();
+    let mut last = first.clone();
     for second in 1..=duration.ceil() as u32 {
         tokio::time::sleep_until(start + Duration::from_secs(second as u64)).await;
         let now = read().await;
-        out.push(match (last, now) {
+        side.batch_rows.push(match (batches(&last), batches(&now)) {
             (Some((rows0, n0)), Some((rows1, n1))) if n1 > n0 => Some((rows1 - rows0) / (n1 - n0)),
             _ => None,
         });
         last = now;
     }
-    out
+    side.context_switches = match (switches(&first), switches(&last)) {
+        (Some(a), Some(b)) if b >= a => Some(b - a),
+        _ => None,
+    };
+    side
 }
 
 /// One request body, reused for every send: random rows, as JSON or binary.

@@ -30,7 +30,7 @@ impl CpuLoad {
     /// [0, 1]; `None` on the first call, or when too little time has passed.
     pub fn sample(&mut self) -> Option<f64> {
         let now = Instant::now();
-        let cpu = process_cpu_time()?;
+        let cpu = crate::usage::process_usage()?.cpu;
         match self.last {
             Some((at, _)) if now.saturating_duration_since(at) < MIN_INTERVAL => None,
             Some((at, before)) => {
@@ -50,20 +50,6 @@ impl Default for CpuLoad {
     fn default() -> CpuLoad {
         CpuLoad::new()
     }
-}
-
-/// User plus system CPU time of the whole process.
-fn process_cpu_time() -> Option<Duration> {
-    // SAFETY: getrusage writes one rusage into the zeroed struct we own.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
-            return None;
-        }
-        usage
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    Some(tv(usage.ru_utime) + tv(usage.ru_stime))
 }
 
 #[cfg(test)]
