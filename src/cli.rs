@@ -81,6 +81,11 @@ pub struct ColocArgs {
     #[arg(long)]
     pub pin: bool,
 
+    /// The server's `[coloc] max_duty_cycle`: the most of its time the managed trainer
+    /// may compute (default: the server's default for the CPU).
+    #[arg(long)]
+    pub max_duty_cycle: Option<f64>,
+
     /// Write the results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,

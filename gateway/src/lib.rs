@@ -127,6 +127,9 @@ pub async fn run_with_reload(
             Some(tokio::spawn(coloc::run(
                 listener,
                 config.coloc.clone(),
+                config
+                    .coloc
+                    .duty_cycle_cap(matches!(device, kernels::Device::Cpu)),
                 config.cost.device_hour_usd,
                 state.registry.clone(),
                 coloc::ServingShare::new(&device, busy.clone()),

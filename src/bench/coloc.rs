@@ -93,10 +93,13 @@ fn start_server(
     std::fs::write(
         &config,
         format!(
-            "model_repository = \"{}\"\ndevice = \"cpu\"\n[defaults]\np99_ms = {}\n[coloc]\nsocket = \"{}\"\n",
+            "model_repository = \"{}\"\ndevice = \"cpu\"\n[defaults]\np99_ms = {}\n[coloc]\nsocket = \"{}\"\n{}",
             repo.display(),
             args.budget_ms,
-            socket.display()
+            socket.display(),
+            args.max_duty_cycle
+                .map(|d| format!("max_duty_cycle = {d}\n"))
+                .unwrap_or_default()
         ),
     )?;
     let log = dir.join("server.log");

@@ -156,6 +156,7 @@ impl ServingShare {
 pub async fn run(
     listener: UnixListener,
     config: ColocConfig,
+    max_duty_cycle: f64,
     device_hour_usd: f64,
     registry: Arc<Registry>,
     mut serving_share: ServingShare,
@@ -170,7 +171,10 @@ pub async fn run(
     let g = CoordinatorMetrics::new();
     let mut tick = tokio::time::interval(Duration::from_millis(config.tick_ms.max(10)));
     let mut last_tick = Instant::now();
-    let ack_within = Duration::from_millis(config.ack_within_ms);
+    let terms = Terms {
+        ack_within: Duration::from_millis(config.ack_within_ms),
+        max_duty_cycle,
+    };
     // The allowance in force: the controller's, capped by what serving leaves idle.
     let mut lent_allowance = 0.0f64;
     loop {
@@ -193,7 +197,7 @@ pub async fn run(
             }
             event = events.recv() => {
                 let Some(event) = event else { break };
-                handle_event(event, &mut slots, &controller, lent_allowance, ack_within, &g);
+                handle_event(event, &mut slots, &controller, lent_allowance, terms, &g);
             }
             _ = tick.tick() => {
                 let now = Instant::now();
@@ -219,7 +223,7 @@ pub async fn run(
                 g.publish(&ledger);
                 let silence = Duration::from_millis(config.heartbeat_ms.saturating_mul(10).max(1000));
                 for (slot, t) in slots.iter_mut() {
-                    supervise(*slot, t, &controller, allowance, before, ack_within, now);
+                    supervise(*slot, t, &controller, allowance, before, terms, now);
                     // A trainer we did not stop and that says nothing has hung.
                     if !t.stopped && now.saturating_duration_since(t.last_seen) > silence {
                         let _ = t.outbound.try_send(Outbound::Close(format!("silent for over {silence:?}")));
@@ -294,14 +298,17 @@ fn read_pressure(
     (p, completed, turned_away)
 }
 
+/// What every directive carries besides the allowance.
+#[derive(Clone, Copy, Debug)]
+struct Terms {
+    ack_within: Duration,
+    /// The most of its time a trainer may compute (`[coloc] max_duty_cycle`).
+    max_duty_cycle: f64,
+}
+
 /// The directive for a trainer under allowance `a`: that share of its streams and memory,
 /// each stream busy all the time down to half the device, then fewer duty cycles.
-fn directive_for(
-    t: &TrainerSlot,
-    c: &AllowanceController,
-    a: f64,
-    ack_within: Duration,
-) -> Directive {
+fn directive_for(t: &TrainerSlot, c: &AllowanceController, a: f64, terms: Terms) -> Directive {
     Directive {
         seq: t.seq + 1,
         allowance: a,
@@ -309,9 +316,9 @@ fn directive_for(
             .clamp(1, t.hello.max_streams.max(1)),
         memory_limit_bytes: ((t.hello.memory_bytes as f64 * a) as u64)
             .max(t.hello.memory_bytes / 16),
-        duty_cycle: (2.0 * a).clamp(0.05, 1.0),
+        duty_cycle: (2.0 * a).clamp(0.05, 1.0).min(terms.max_duty_cycle),
         pause: a <= 0.0,
-        ack_within_ms: ack_within.as_millis() as u64,
+        ack_within_ms: terms.ack_within.as_millis() as u64,
         reason: c.reason().to_string(),
     }
 }
@@ -320,10 +327,10 @@ fn send_directive(
     t: &mut TrainerSlot,
     c: &AllowanceController,
     a: f64,
-    ack_within: Duration,
+    terms: Terms,
     now: Instant,
 ) {
-    let d = directive_for(t, c, a, ack_within);
+    let d = directive_for(t, c, a, terms);
     t.seq = d.seq;
     t.metrics.allowance.set(d.allowance);
     t.metrics.directives.increment(1);
@@ -340,7 +347,7 @@ fn supervise(
     c: &AllowanceController,
     allowance: f64,
     before: f64,
-    ack_within: Duration,
+    terms: Terms,
     now: Instant,
 ) {
     if t.stopped && allowance > 0.0 {
@@ -352,14 +359,14 @@ fn supervise(
         );
     }
     if t.last.is_none() || (allowance - before).abs() > 1e-9 {
-        send_directive(t, c, allowance, ack_within, now);
+        send_directive(t, c, allowance, terms, now);
         return;
     }
     if let Some((d, sent)) = &t.last
         && d.pause
         && !t.acked
         && !t.stopped
-        && now.saturating_duration_since(*sent) > ack_within
+        && now.saturating_duration_since(*sent) > terms.ack_within
     {
         // SAFETY: kill(2) with the pid the kernel reported for this socket's peer.
         let rc = unsafe { libc::kill(t.peer_pid, libc::SIGSTOP) };
@@ -390,7 +397,7 @@ fn handle_event(
     slots: &mut BTreeMap<usize, TrainerSlot>,
     controller: &AllowanceController,
     allowance: f64,
-    ack_within: Duration,
+    terms: Terms,
     g: &CoordinatorMetrics,
 ) {
     match event {
@@ -420,7 +427,7 @@ fn handle_event(
                 last_seen: Instant::now(),
                 metrics: SlotMetrics::new(slot),
             };
-            send_directive(&mut t, controller, allowance, ack_within, Instant::now());
+            send_directive(&mut t, controller, allowance, terms, Instant::now());
             slots.insert(slot, t);
             g.connected.set(slots.len() as f64);
         }

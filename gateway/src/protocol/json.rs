@@ -44,13 +44,14 @@ impl JsonData {
         let i = self.values.len();
         let f = &mut self.facts;
         f.first_number.get_or_insert(i);
-        if v.fract() != 0.0 {
+        let integral = is_integral(v);
+        if !integral {
             f.first_fraction.get_or_insert(i);
         }
         let as_f32 = v as f32;
         if !as_f32.is_finite() {
             f.first_overflow.get_or_insert(i);
-        } else if v.fract() == 0.0 && as_f32 as f64 != v {
+        } else if integral && as_f32 as f64 != v {
             f.first_inexact_integer.get_or_insert(i);
         }
         if f.min.is_none_or(|(m, _)| v < m) {
@@ -176,9 +177,48 @@ impl<'de> Visitor<'de> for Flatten<'_> {
     }
 }
 
+/// `v.fract() == 0.0` for a finite `v` without `fract`, which on the baseline x86-64 target
+/// is a call into libm's `trunc` for every number of every request (2–3% of the server's
+/// CPU in a profile); one truncating conversion does it. From 2^52 up every f64 is an
+/// integer.
+fn is_integral(v: f64) -> bool {
+    const ALL_INTEGERS: f64 = 4_503_599_627_370_496.0; // 2^52
+    if v.abs() < ALL_INTEGERS {
+        (v as i64) as f64 == v
+    } else {
+        v.is_finite()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integral_agrees_with_fract() {
+        for v in [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            -0.5,
+            1e-300,
+            123456789.0,
+            4503599627370495.5,
+            4503599627370496.0,
+            9.007199254740993e15,
+            1e300,
+            -1e300,
+            f64::MAX,
+            f64::MIN,
+            f64::MIN_POSITIVE,
+            0.1,
+            2.5e10,
+        ] {
+            assert_eq!(is_integral(v), v.fract() == 0.0, "{v}");
+        }
+    }
 
     fn parse(json: &str) -> JsonData {
         serde_json::from_str(json).unwrap()
