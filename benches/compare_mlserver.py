@@ -2,18 +2,20 @@
 """tandem against Seldon MLServer 1.7.1 (adaptive batching on) on the same MLP and machine.
 
 Starts both servers (MLServer through benches/peers/mlserver.sh, which makes its venv),
-then runs `tandem bench sweep` against each in turn, twice (tandem, MLServer, tandem,
-MLServer), with single-row JSON requests, and reports goodput at p99 <= 50 ms: the most
-requests per second answered 200 within 50 ms in a run whose 200s keep their p99 within it.
+then runs `tandem bench sweep` against each in turn, --rounds times (tandem, MLServer,
+tandem, MLServer, ...), with single-row JSON requests, and reports goodput at p99 <= 50 ms:
+the most requests per second answered 200 within 50 ms in a run whose 200s keep their p99
+within it, per round, with the median and best of each server and their ratios.
 Writes target/bench-mlserver/*.json and report.md.
 
-    python3 benches/compare_mlserver.py [--duration 4]
+    python3 benches/compare_mlserver.py [--duration 4] [--rounds 3]
 """
 
 import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -47,7 +49,7 @@ def sweep(url, lo, hi, args, out):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--duration", type=float, default=4)
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
     out = os.path.join(ROOT, "target", "bench-mlserver")
     model = os.path.join(out, "repo", "mlp", "1", "model.safetensors")
@@ -66,23 +68,35 @@ def main():
     try:
         wait_ready("http://127.0.0.1:18080", tandem, "tandem")
         wait_ready("http://127.0.0.1:18090", mls, "MLServer")
-        best = {"tandem": 0.0, "mlserver": 0.0}
+        got = {"tandem": [], "mlserver": []}
         for r in range(args.rounds):
             for name, url, lo, hi in [("tandem", "http://127.0.0.1:18080", 2000, 32000),
                                       ("mlserver", "http://127.0.0.1:18090", 100, 3200)]:
                 g = sweep(url, lo, hi, args, os.path.join(out, f"sweep-{name}-{r + 1}.json"))
-                best[name] = max(best[name], g)
+                got[name].append(g)
                 print(f"round {r + 1}  {name:<9} goodput at p99 <= 50 ms: {g:8.0f} req/s", flush=True)
     finally:
         tandem.terminate()
         mls.terminate()
         tandem.wait()
         mls.wait()
-    ratio = best["tandem"] / best["mlserver"] if best["mlserver"] else float("inf")
-    report = ("| server | goodput at p99 <= 50 ms (req/s) |\n| --- | ---: |\n"
-              f"| tandem (adaptive) | {best['tandem']:,.0f} |\n"
-              f"| MLServer 1.7.1 (adaptive batching: 64 rows, 2 ms) | {best['mlserver']:,.0f} |\n"
-              f"| ratio | {ratio:.1f}x |\n")
+
+    def ratio(a, b):
+        return f"{a / b:.1f}x" if b else "inf"
+
+    rounds = " | ".join(f"round {i + 1}" for i in range(args.rounds))
+    lines = [f"| server | {rounds} | median | best |",
+             "| --- | " + " | ".join("---:" for _ in range(args.rounds + 2)) + " |"]
+    for name, label in [("tandem", "tandem (adaptive)"),
+                        ("mlserver", "MLServer 1.7.1 (adaptive batching: 64 rows, 2 ms)")]:
+        v = got[name]
+        cells = " | ".join(f"{g:,.0f}" for g in v)
+        lines.append(f"| {label} | {cells} | {statistics.median(v):,.0f} | {max(v):,.0f} |")
+    per_round = " | ".join(ratio(t, m) for t, m in zip(got["tandem"], got["mlserver"]))
+    lines.append(f"| ratio | {per_round} | "
+                 f"{ratio(statistics.median(got['tandem']), statistics.median(got['mlserver']))} | "
+                 f"{ratio(max(got['tandem']), max(got['mlserver']))} |")
+    report = "\n".join(lines) + "\n"
     open(os.path.join(out, "report.md"), "w").write(report)
     print("\n" + report)
 

@@ -111,6 +111,12 @@ pub struct SweepArgs {
     /// Seconds of idle between runs, so one run's backlog does not leak into the next.
     #[arg(long, default_value_t = 2.0)]
     pub cooldown: f64,
+
+    /// Run a failing rate again this many times; it fails only if every run fails. On a
+    /// shared machine one stall of the host can fail a rate far below saturation, and the
+    /// bisection would never come back above it.
+    #[arg(long, default_value_t = 1)]
+    pub confirm_failures: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]

@@ -25,6 +25,8 @@ use crate::cli::{ColocArgs, LoadArgs};
 struct Scenario {
     name: &'static str,
     p99_ms: f64,
+    /// Every round's p99, in the order run (one entry for a single round).
+    p99_per_round_ms: Vec<f64>,
     p50_ms: f64,
     within_budget: f64,
     trainer_samples_per_second: Option<f64>,
@@ -189,6 +191,7 @@ fn median_scenario(mut rounds: Vec<Scenario>) -> Scenario {
     println!("{}: p99 per round {p99s:?} ms", rounds[0].name);
     let i = rounds.iter().position(|s| s.p99_ms == p99).unwrap_or(0);
     let mut s = rounds.swap_remove(i);
+    s.p99_per_round_ms = p99s;
     s.p50_ms = p50;
     s.within_budget = within;
     s.server_cpu_share = cpu;
@@ -306,6 +309,7 @@ pub fn run(args: ColocArgs) -> anyhow::Result<()> {
             runs[k].push(Scenario {
                 name,
                 p99_ms: load.p99_ms,
+                p99_per_round_ms: vec![load.p99_ms],
                 p50_ms: load.p50_ms,
                 within_budget: load.within_budget,
                 trainer_samples_per_second: trainer_sps,

@@ -1,7 +1,8 @@
 //! `tandem bench sweep`: goodput at p99 ≤ budget — the most requests per second answered
 //! 200 within the budget, over runs whose 200s keep their p99 within it and where nothing
 //! failed (429s, load shed at the door, are allowed; they are not goodput). Rates are found
-//! by doubling, then bisecting, over `bench load` runs.
+//! by doubling, then bisecting, over `bench load` runs; a failing rate is run again
+//! (`--confirm-failures`) before the search turns below it.
 
 use anyhow::Context;
 use serde::Serialize;
@@ -56,12 +57,22 @@ pub fn run(args: SweepArgs) -> anyhow::Result<()> {
                 anyhow::Ok((ok, r))
             }
         };
+        // A rate passes if one of its first 1 + confirm_failures runs passes.
+        let judge = async |rate: f64, runs: &mut Vec<(bool, LoadReport)>| {
+            for _ in 0..=args.confirm_failures {
+                let (ok, r) = try_rate(rate).await?;
+                runs.push((ok, r));
+                if ok {
+                    return anyhow::Ok(true);
+                }
+            }
+            anyhow::Ok(false)
+        };
         let (mut lo, mut hi) = (None::<f64>, None::<f64>);
         // Double from the minimum until a rate fails (or the maximum passes).
         let mut rate = args.min_rate;
         loop {
-            let (ok, r) = try_rate(rate).await?;
-            runs.push((ok, r));
+            let ok = judge(rate, &mut runs).await?;
             if ok {
                 lo = Some(rate);
                 if rate >= args.max_rate {
@@ -79,9 +90,7 @@ pub fn run(args: SweepArgs) -> anyhow::Result<()> {
                 break;
             }
             let mid = (l + h) / 2.0;
-            let (ok, r) = try_rate(mid).await?;
-            runs.push((ok, r));
-            if ok {
+            if judge(mid, &mut runs).await? {
                 lo = Some(mid);
             } else {
                 hi = Some(mid);

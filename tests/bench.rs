@@ -1,0 +1,84 @@
+//! `tandem bench sweep` and `bench load` against a real server: what they report, and that
+//! a failing rate is confirmed before the search gives up on it.
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::*;
+
+fn sweep(server: &Server, dir: &TempDir, budget_ms: &str, max_rate: &str) -> serde_json::Value {
+    let json = dir.path().join(format!("sweep-{budget_ms}.json"));
+    let status = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args([
+            "bench",
+            "sweep",
+            "--url",
+            &format!("http://{}", server.addr),
+        ])
+        .args([
+            "--model",
+            "m",
+            "--budget-ms",
+            budget_ms,
+            "--duration",
+            "0.5",
+        ])
+        .args([
+            "--min-rate",
+            "100",
+            "--max-rate",
+            max_rate,
+            "--cooldown",
+            "0",
+        ])
+        .args(["--connections", "4"])
+        .arg("--json")
+        .arg(&json)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(json.with_extension("svg").exists(), "the sweep's plot");
+    serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap()
+}
+
+#[test]
+fn a_sweep_finds_the_highest_passing_rate_and_confirms_failures() {
+    let repo = TempDir::new("bench");
+    write_version(repo.path(), "m", 1, &[8, 8, 3], 1);
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+
+    // A budget a tiny model meets at any rate tried: doubling reaches the maximum.
+    let easy = sweep(&server, &repo, "1000", "200");
+    assert_eq!(easy["best_rps"], 200.0, "{easy}");
+    let runs = easy["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "100 then 200 req/s: {easy}");
+    for run in runs {
+        assert_eq!(run[0], true, "{run}");
+        // The server's own cost of each request, from its /metrics.
+        let switches = run[1]["server_context_switches_per_request"]
+            .as_f64()
+            .unwrap();
+        assert!(switches > 0.0, "{run}");
+    }
+
+    // A budget nothing meets: the first rate fails, is run once more, and the sweep
+    // reports no passing rate rather than an error.
+    let impossible = sweep(&server, &repo, "0.001", "200");
+    assert!(impossible["best_rps"].is_null(), "{impossible}");
+    let runs = impossible["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "the failure confirmed once: {impossible}");
+    assert!(
+        runs.iter()
+            .all(|r| r[0] == false && r[1]["offered_rps"] == 100.0)
+    );
+    // The server went on serving through all of it.
+    let x = inputs(8, 1);
+    assert_eq!(
+        server
+            .post_json("/v2/models/m/infer", &infer_body(&x, 1))
+            .status,
+        200
+    );
+}
