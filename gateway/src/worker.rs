@@ -86,8 +86,10 @@ where
             // Entered from outside (the global pool), every parallel layer cost two more
             // wake-ups, into the pool and back: on a VM each is an inter-processor
             // interrupt, tens of microseconds when a co-located trainer keeps the core busy.
+            // (Not rayon::current_num_threads(): asked from outside any pool, it would start
+            // the global pool, whose threads nothing here uses.)
             let threads = match spec.cpu_threads {
-                0 => rayon::current_num_threads(),
+                0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
                 n => n,
             };
             let name = format!("worker-{}-{}", spec.model_label, spec.replica);
