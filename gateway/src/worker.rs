@@ -1,7 +1,8 @@
 //! Model workers: one per replica, owning its copy of the model (and, on a GPU, its
 //! high-priority stream), running on a thread of the replica's own compute pool. Compute
-//! never runs on the async runtime; a worker takes whole batches from the batcher, skips requests whose client has gone or whose deadline
-//! has passed, runs `forward` once, and answers each request on its own channel.
+//! never runs on the async runtime; a worker takes whole batches from the batcher, skips
+//! requests whose client has gone or whose deadline has passed, runs `forward` once, and
+//! answers each request on its own channel.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
