@@ -61,13 +61,7 @@ fn slo_changes_take_effect_while_serving() {
     assert_eq!(r.json()["p99_ms"], 10.0);
     assert_eq!(r.json()["max_batch_size"], 4);
     // The batcher took the new policy: its budget gauge says so.
-    let x = inputs(DIMS[0], 1);
-    assert_eq!(
-        server
-            .post_json("/v2/models/m/infer", &infer_body(&x, 1))
-            .status,
-        200
-    );
+    server.assert_serves("m", DIMS[0]);
     assert_eq!(metric(&server, "tandem_slo_p99_budget_seconds"), 0.01);
     // And validation uses the new limit.
     let five = inputs(5 * DIMS[0], 2);
@@ -95,12 +89,7 @@ fn slo_changes_take_effect_while_serving() {
         all["models"][0]["max_batch_size"], 4,
         "earlier changes stay"
     );
-    assert_eq!(
-        server
-            .post_json("/v2/models/m/infer", &infer_body(&x, 1))
-            .status,
-        200
-    );
+    server.assert_serves("m", DIMS[0]);
     assert!(server.log().contains("SLO changed through the admin API"));
 }
 

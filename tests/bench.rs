@@ -74,11 +74,5 @@ fn a_sweep_finds_the_highest_passing_rate_and_confirms_failures() {
             .all(|r| r[0] == false && r[1]["offered_rps"] == 100.0)
     );
     // The server went on serving through all of it.
-    let x = inputs(8, 1);
-    assert_eq!(
-        server
-            .post_json("/v2/models/m/infer", &infer_body(&x, 1))
-            .status,
-        200
-    );
+    server.assert_serves("m", 8);
 }

@@ -79,10 +79,8 @@ fn set_budget(server: &Server, p99_ms: f64) {
 
 /// Requests flowing, so the controller has latencies to judge; all must succeed.
 fn some_requests(server: &Server, n: usize) {
-    let x = inputs(DIMS[0], 1);
     for _ in 0..n {
-        let r = server.post_json("/v2/models/digits/infer", &infer_body(&x, 1));
-        assert_eq!(r.status, 200, "serving failed: {}", r.text());
+        server.assert_serves("digits", DIMS[0]);
     }
 }
 

@@ -256,10 +256,12 @@ fn propagated_deadlines_are_honoured_and_bad_ones_refused() {
         )
     };
     let header = |name: &'static str, v: &str| (name, v.to_string());
-    // Time to spare: served as usual, in either unit.
+    // Time to spare: served as usual, in either unit, up to more than any clock holds.
     for h in [
         header("tandem-timeout-us", "5000000"),
         header("x-envoy-expected-rq-timeout-ms", "5000"),
+        header("tandem-timeout-us", &u64::MAX.to_string()),
+        header("x-envoy-expected-rq-timeout-ms", &u64::MAX.to_string()),
     ] {
         let r = infer(std::slice::from_ref(&h));
         assert_eq!(r.status, 200, "{h:?}: {}", r.text());
@@ -288,6 +290,12 @@ fn propagated_deadlines_are_honoured_and_bad_ones_refused() {
         let msg = r.json()["error"].as_str().unwrap().to_string();
         assert!(msg.contains(name), "{msg}");
     }
+    // The same in the request's own parameters.
+    let mut endless = infer_body(&row(), 1);
+    endless["parameters"] = serde_json::json!({ "timeout": u64::MAX });
+    let r = server.post_json("/v2/models/m/infer", &endless);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_close(&r.output_values(), &want);
     let r = infer(&[]);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_close(&r.output_values(), &want);

@@ -319,6 +319,16 @@ impl Server {
     pub fn post_json(&self, path: &str, body: &serde_json::Value) -> HttpResponse {
         post_json(self.addr, path, body)
     }
+
+    /// Asserts that one single-row infer on `model` (input width `width`) answers 200: the
+    /// server is still serving.
+    pub fn assert_serves(&self, model: &str, width: usize) {
+        let r = self.post_json(
+            &format!("/v2/models/{model}/infer"),
+            &infer_body(&inputs(width, 1), 1),
+        );
+        assert_eq!(r.status, 200, "{model} is not served: {}", r.text());
+    }
 }
 
 impl Drop for Server {

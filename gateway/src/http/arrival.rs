@@ -119,7 +119,10 @@ impl TimestampedStream {
 /// The monotonic instant of a wall-clock stamp taken `age` ago.
 fn instant_of(stamp: SystemTime) -> Option<Instant> {
     let age = SystemTime::now().duration_since(stamp).unwrap_or_default();
-    (age <= MAX_AGE).then(|| Instant::now() - age)
+    // Checked: `Instant - Duration` panics below the clock's origin.
+    (age <= MAX_AGE)
+        .then(|| Instant::now().checked_sub(age))
+        .flatten()
 }
 
 impl AsyncRead for TimestampedStream {

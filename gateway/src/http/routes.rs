@@ -180,17 +180,13 @@ fn propagated_timeout(headers: &http::HeaderMap) -> Result<Option<Duration>, Api
     };
     let us = read(TIMEOUT_HEADER, Duration::from_micros)?;
     let ms = read(ENVOY_TIMEOUT_HEADER, Duration::from_millis)?;
-    Ok(match (us, ms) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    })
+    Ok(us.into_iter().chain(ms).min())
 }
 
-fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+/// `arrived + timeout`. A client may send any u64; a sum an `Instant` cannot hold (plain
+/// addition panics there) is no deadline at all.
+fn deadline_after(arrived: Instant, timeout: Duration) -> Option<Instant> {
+    arrived.checked_add(timeout)
 }
 
 /// `POST /v2/models/{m}[/versions/{v}]/infer`.
@@ -262,7 +258,7 @@ async fn infer_on(
     let arrived = *arrived;
     // A caller with no time left gets its answer before any parsing (the body is read, so
     // the connection stays usable).
-    let propagated_deadline = propagated.map(|t| arrived + t);
+    let propagated_deadline = propagated.and_then(|t| deadline_after(arrived, t));
     if propagated_deadline.is_some_and(|d| d <= Instant::now()) {
         return Err(ApiError::DeadlineExceeded {
             waited_ms: arrived.elapsed().as_millis() as u64,
@@ -296,7 +292,12 @@ async fn infer_on(
         rows,
         priority: valid.priority,
         enqueued: arrived,
-        deadline: earliest(valid.timeout.map(|t| arrived + t), propagated_deadline),
+        deadline: valid
+            .timeout
+            .and_then(|t| deadline_after(arrived, t))
+            .into_iter()
+            .chain(propagated_deadline)
+            .min(),
         reply: tx,
     };
     version.requests.try_send(pending).map_err(|e| match e {
