@@ -73,6 +73,10 @@ pub struct ColocArgs {
     #[arg(long, value_delimiter = ',', default_value = "784,1024,1024,10")]
     pub train_dims: Vec<usize>,
 
+    /// The trainer's batch (rows per step).
+    #[arg(long, default_value_t = 64)]
+    pub train_batch: usize,
+
     #[arg(long, default_value_t = 128)]
     pub connections: usize,
 
@@ -82,9 +86,14 @@ pub struct ColocArgs {
     pub pin: bool,
 
     /// The server's `[coloc] max_duty_cycle`: the most of its time the managed trainer
-    /// may compute (default: the server's default for the CPU).
+    /// may compute (default: the server's default for its device).
     #[arg(long)]
     pub max_duty_cycle: Option<f64>,
+
+    /// Where the server and the trainers run: cpu, or cuda:N (both on the same GPU; the
+    /// idle share is then the GPU time serving leaves, from `tandem_device_busy_ratio`).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
 
     /// Write the results as JSON here.
     #[arg(long)]

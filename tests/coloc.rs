@@ -23,6 +23,10 @@ struct Setup {
 }
 
 fn start() -> Setup {
+    start_on("cpu")
+}
+
+fn start_on(device: &str) -> Setup {
     let dir = TempDir::new("coloc");
     let repo = dir.path().join("models");
     write_version(&repo, "digits", 1, &DIMS, 1);
@@ -37,7 +41,7 @@ fn start() -> Setup {
         ),
     )
     .unwrap();
-    let server = Server::start(&["--config", config.to_str().unwrap()]);
+    let server = Server::start(&["--config", config.to_str().unwrap(), "--device", device]);
     Setup {
         server,
         socket,
@@ -55,15 +59,39 @@ fn metric(server: &Server, name: &str, label: Option<&str>) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+fn wait_until(what: &str, within: Duration, f: impl FnMut() -> bool) {
+    if !poll_until(within, f) {
+        panic!("timed out waiting for {what}");
+    }
+}
+
+fn poll_until(within: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;
     while Instant::now() < deadline {
         if f() {
-            return;
+            return true;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    panic!("timed out waiting for {what}");
+    false
+}
+
+/// Waits until the coordinator has stopped process `pid`, keeping requests coming: with
+/// none, the coordinator sees no pressure and lifts the pause, and a trainer allowed to run
+/// again is not stopped (on a loaded machine that could come before the ack deadline).
+/// On a timeout the panic shows the process's /proc status and the server's log.
+fn wait_for_sigstop(server: &Server, pid: u32) {
+    let stopped = poll_until(Duration::from_secs(10), || {
+        some_requests(server, 2);
+        process_state(pid) == 'T'
+    });
+    if !stopped {
+        panic!(
+            "timed out waiting for SIGSTOP of {pid}: /proc/{pid}/stat: {:?}\nserver log:\n{}",
+            std::fs::read_to_string(format!("/proc/{pid}/stat")),
+            server.log()
+        );
+    }
 }
 
 fn set_budget(server: &Server, p99_ms: f64) {
@@ -127,12 +155,26 @@ fn connected(server: &Server) -> f64 {
 
 #[test]
 fn the_real_trainer_steps_aside_when_budgets_tighten_and_returns_after() {
-    let s = start();
+    the_real_trainer_steps_aside_on("cpu");
+}
+
+/// The same with the server and the trainer on the GPU (the trainer on its low-priority
+/// stream).
+#[test]
+fn the_real_trainer_steps_aside_on_cuda() {
+    let test = "the_real_trainer_steps_aside_on_cuda";
+    if kernels::cuda::device_for_test(test).is_some() {
+        the_real_trainer_steps_aside_on("cuda:0");
+    }
+}
+
+fn the_real_trainer_steps_aside_on(device: &str) {
+    let s = start_on(device);
     let mut trainer = Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args([
             "train",
             "--device",
-            "cpu",
+            device,
             "--seconds",
             "60",
             "--checkpoint-every",
@@ -230,9 +272,7 @@ fn a_trainer_that_never_acks_is_stopped_then_continued() {
         connected(&s.server) == 1.0
     });
     squeeze(&s.server);
-    wait_until("SIGSTOP", Duration::from_secs(10), || {
-        process_state(fake.id()) == 'T'
-    });
+    wait_for_sigstop(&s.server, fake.id());
     assert_eq!(
         metric(&s.server, "tandem_trainer_escalations_total", None),
         Some(1.0)
@@ -285,9 +325,7 @@ fn a_hello_naming_another_pid_never_gets_that_process_signalled() {
     });
     squeeze(&s.server);
     // The escalation hits the socket's peer — the liar itself — and nobody else.
-    wait_until("SIGSTOP of the peer", Duration::from_secs(10), || {
-        process_state(fake.id()) == 'T'
-    });
+    wait_for_sigstop(&s.server, fake.id());
     assert_ne!(
         process_state(victim.id()),
         'T',

@@ -32,6 +32,9 @@ struct Scenario {
     trainer_samples_per_second: Option<f64>,
     /// Share of the machine's CPU time the server used during the load.
     server_cpu_share: f64,
+    /// Share of the device serving used: the CPU share on the CPU, the time its models kept
+    /// the GPU busy on a GPU.
+    serving_device_share: f64,
     load: LoadReport,
 }
 
@@ -95,8 +98,9 @@ fn start_server(
     std::fs::write(
         &config,
         format!(
-            "model_repository = \"{}\"\ndevice = \"cpu\"\n[defaults]\np99_ms = {}\n[coloc]\nsocket = \"{}\"\n{}",
+            "model_repository = \"{}\"\ndevice = \"{}\"\n[defaults]\np99_ms = {}\n[coloc]\nsocket = \"{}\"\n{}",
             repo.display(),
+            args.device,
             args.budget_ms,
             socket.display(),
             args.max_duty_cycle
@@ -155,11 +159,12 @@ fn start_trainer(
             "--data",
             "synthetic",
             "--device",
-            "cpu",
+            &args.device,
             "--checkpoint-every",
             "3600",
         ])
         .args(["--synthetic-dims", &dims.join(",")])
+        .args(["--batch", &args.train_batch.to_string()])
         .args(["--seconds", &seconds.to_string()])
         .arg("--json")
         .arg(&json)
@@ -182,6 +187,7 @@ fn median_scenario(mut rounds: Vec<Scenario>) -> Scenario {
     let p50 = median(rounds.iter().map(|s| s.p50_ms).collect());
     let within = median(rounds.iter().map(|s| s.within_budget).collect());
     let cpu = median(rounds.iter().map(|s| s.server_cpu_share).collect());
+    let device = median(rounds.iter().map(|s| s.serving_device_share).collect());
     let trainer = rounds
         .iter()
         .map(|s| s.trainer_samples_per_second)
@@ -195,6 +201,7 @@ fn median_scenario(mut rounds: Vec<Scenario>) -> Scenario {
     s.p50_ms = p50;
     s.within_budget = within;
     s.server_cpu_share = cpu;
+    s.serving_device_share = device;
     s.trainer_samples_per_second = trainer;
     s
 }
@@ -306,6 +313,11 @@ pub fn run(args: ColocArgs) -> anyhow::Result<()> {
                 Some((t, json)) => Some(trainer_rate(t, &json)?),
                 None => None,
             };
+            let device_share = if args.device == "cpu" {
+                cpu
+            } else {
+                load.server_device_busy.unwrap_or(0.0)
+            };
             runs[k].push(Scenario {
                 name,
                 p99_ms: load.p99_ms,
@@ -314,13 +326,14 @@ pub fn run(args: ColocArgs) -> anyhow::Result<()> {
                 within_budget: load.within_budget,
                 trainer_samples_per_second: trainer_sps,
                 server_cpu_share: cpu,
+                serving_device_share: device_share,
                 load,
             });
             std::thread::sleep(Duration::from_secs(1));
         }
     }
     let scenarios: Vec<Scenario> = runs.into_iter().map(median_scenario).collect();
-    let idle = (1.0 - scenarios[0].server_cpu_share).clamp(0.0, 1.0);
+    let idle = (1.0 - scenarios[0].serving_device_share).clamp(0.0, 1.0);
     let managed = &scenarios[2];
     let report = ColocReport {
         rate: args.rate,
@@ -333,8 +346,9 @@ pub fn run(args: ColocArgs) -> anyhow::Result<()> {
         scenarios,
     };
     println!(
-        "\ncolocation  {} at {:.0} req/s ({:?}), budget {} ms; trainer alone {:.0} samples/s; serving left {:.0}% of the CPU idle",
+        "\ncolocation  {} on {} at {:.0} req/s ({:?}), budget {} ms; trainer alone {:.0} samples/s; serving left {:.0}% of the device idle",
         args.model,
+        args.device,
         args.rate,
         args.shape,
         args.budget_ms,
@@ -342,19 +356,26 @@ pub fn run(args: ColocArgs) -> anyhow::Result<()> {
         idle * 100.0
     );
     println!(
-        "{:<24} {:>9} {:>9} {:>14} {:>18} {:>12}",
-        "scenario", "p50 ms", "p99 ms", "within budget", "trainer samples/s", "server CPU"
+        "{:<24} {:>9} {:>9} {:>14} {:>18} {:>12} {:>12}",
+        "scenario",
+        "p50 ms",
+        "p99 ms",
+        "within budget",
+        "trainer samples/s",
+        "server CPU",
+        "device used"
     );
     for s in &report.scenarios {
         println!(
-            "{:<24} {:>9.2} {:>9.2} {:>13.2}% {:>18} {:>11.0}%",
+            "{:<24} {:>9.2} {:>9.2} {:>13.2}% {:>18} {:>11.0}% {:>11.0}%",
             s.name,
             s.p50_ms,
             s.p99_ms,
             s.within_budget * 100.0,
             s.trainer_samples_per_second
                 .map_or("-".into(), |v| format!("{v:.0}")),
-            s.server_cpu_share * 100.0
+            s.server_cpu_share * 100.0,
+            s.serving_device_share * 100.0
         );
     }
     println!(

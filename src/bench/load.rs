@@ -55,6 +55,9 @@ pub struct LoadReport {
     /// The server process's context switches during the run per request sent (from
     /// `tandem_process_context_switches_total`; `None` for a server without it).
     pub server_context_switches_per_request: Option<f64>,
+    /// The mean of the server's `tandem_device_busy_ratio` over the run's seconds: the share
+    /// of the device its models kept busy (`None` for a server without it).
+    pub server_device_busy: Option<f64>,
     /// One entry per second of the schedule.
     pub timeline: Vec<Second>,
 }
@@ -191,11 +194,19 @@ pub async fn measure(args: &LoadArgs) -> anyhow::Result<LoadReport> {
     // counted, so a stalled server cannot make the generator's memory grow.
     let (jobs_tx, jobs_rx) = tokio::sync::mpsc::channel::<Job>(args.max_in_flight.max(1));
     let jobs_rx = Arc::new(tokio::sync::Mutex::new(jobs_rx));
+    // Every connection is open before the clock starts, as wrk2 does: opening them lazily
+    // put a connect and a handshake into each of the first `connections` requests, and
+    // made every run's first second look slow.
+    let mut opening = tokio::task::JoinSet::new();
+    for _ in 0..args.connections.max(1) {
+        opening.spawn(connect(addr));
+    }
+    let opened = opening.join_all().await;
     let start = Instant::now();
     let mut connections = tokio::task::JoinSet::new();
-    for _ in 0..args.connections.max(1) {
+    for sender in opened {
         let (jobs, target, samples) = (jobs_rx.clone(), target.clone(), samples.clone());
-        connections.spawn(connection(addr, jobs, target, samples, start));
+        connections.spawn(connection(addr, sender, jobs, target, samples, start));
     }
     let scraper = tokio::spawn(scrape_server(
         addr,
@@ -299,6 +310,7 @@ fn summarize(
             .context_switches
             .filter(|_| sent > 0)
             .map(|n| n / sent as f64),
+        server_device_busy: mean(&server.device_busy),
         timeline: per_second
             .iter()
             .enumerate()
@@ -314,16 +326,17 @@ fn summarize(
     })
 }
 
-/// One keep-alive connection: takes jobs until the schedule ends, reconnecting after
-/// failures (a refused or reset connection counts the request as `error`).
+/// One keep-alive connection (`sender`, if it opened): takes jobs until the schedule ends,
+/// reconnecting after failures (a refused or reset connection counts the request as
+/// `error`).
 async fn connection(
     addr: std::net::SocketAddr,
+    mut sender: Option<http1::SendRequest<Full<Bytes>>>,
     jobs: Arc<tokio::sync::Mutex<tokio::sync::mpsc::Receiver<Job>>>,
     target: Arc<Target>,
     samples: Arc<Mutex<Vec<Sample>>>,
     start: Instant,
 ) {
-    let mut sender: Option<http1::SendRequest<Full<Bytes>>> = None;
     loop {
         let Some(job) = jobs.lock().await.recv().await else {
             return;
@@ -425,6 +438,12 @@ struct ServerSide {
     batch_rows: Vec<Option<f64>>,
     /// Context switches of the server process from the first scrape to the last.
     context_switches: Option<f64>,
+    /// `tandem_device_busy_ratio` at each second's scrape.
+    device_busy: Vec<f64>,
+}
+
+fn mean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
 /// Scrapes the server's /metrics at the start and once a second.
@@ -470,6 +489,12 @@ async fn scrape_server(
             (Some((rows0, n0)), Some((rows1, n1))) if n1 > n0 => Some((rows1 - rows0) / (n1 - n0)),
             _ => None,
         });
+        if let Some(busy) = now
+            .as_deref()
+            .and_then(|t| value(t, "tandem_device_busy_ratio{", None))
+        {
+            side.device_busy.push(busy);
+        }
         last = now;
     }
     side.context_switches = match (switches(&first), switches(&last)) {

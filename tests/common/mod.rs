@@ -204,8 +204,8 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts `tandem serve --listen 127.0.0.1:0 --device cpu ARGS...` and waits until it
-    /// is ready.
+    /// Starts `tandem serve --listen 127.0.0.1:0 --device cpu ARGS...` (ARGS may name
+    /// another device) and waits until it is ready.
     pub fn start(args: &[&str]) -> Server {
         let server = Server::spawn(args);
         server.wait_ready(Duration::from_secs(60));
@@ -222,7 +222,10 @@ impl Server {
             N.fetch_add(1, Ordering::Relaxed)
         ));
         let mut command = Command::new(env!("CARGO_BIN_EXE_tandem"));
-        command.args(["serve", "--listen", "127.0.0.1:0", "--device", "cpu"]);
+        command.args(["serve", "--listen", "127.0.0.1:0"]);
+        if !args.contains(&"--device") {
+            command.args(["--device", "cpu"]);
+        }
         let own_socket = !args.contains(&"--config") && !args.contains(&"--coloc-socket");
         if own_socket {
             command.arg("--coloc-socket").arg(&socket);

@@ -8,11 +8,11 @@ use kernels::Device;
 use models::train::Adam;
 use trainer::run::{DataSource, TrainConfig, run};
 
-fn config(dir: &std::path::Path) -> TrainConfig {
+fn config(dir: &std::path::Path, device: Device) -> TrainConfig {
     TrainConfig {
         data: DataSource::Digits,
         hidden: vec![128, 64],
-        device: Device::Cpu,
+        device,
         batch: 64,
         adam: Adam::default(),
         max_steps: Some(20_000),
@@ -32,9 +32,21 @@ fn config(dir: &std::path::Path) -> TrainConfig {
 
 #[test]
 fn digits_reach_95_percent_held_out_and_checkpoints_load() {
-    let dir = std::env::temp_dir().join(format!("tandem-train-{}", std::process::id()));
+    reaches_95_percent(Device::Cpu, "cpu");
+}
+
+/// The same on the GPU: forward, backward and Adam in CUDA kernels and cuBLAS.
+#[test]
+fn digits_reach_95_percent_on_cuda() {
+    if let Some(d) = kernels::cuda::device_for_test("digits_reach_95_percent_on_cuda") {
+        reaches_95_percent(Device::Cuda(d), "cuda");
+    }
+}
+
+fn reaches_95_percent(device: Device, tag: &str) {
+    let dir = std::env::temp_dir().join(format!("tandem-train-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let summary = run(&config(&dir), &AtomicBool::new(false)).unwrap();
+    let summary = run(&config(&dir, device), &AtomicBool::new(false)).unwrap();
     let acc = summary.test_accuracy.unwrap();
     assert!(acc >= 0.95, "held-out accuracy {acc}");
     assert!(!summary.versions_written.is_empty());

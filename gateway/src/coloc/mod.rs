@@ -43,6 +43,8 @@ struct TrainerSlot {
     last: Option<(Directive, Instant)>,
     acked: bool,
     stopped: bool,
+    /// A SIGSTOP to it failed (and was logged).
+    stop_refused: bool,
     /// The last message from the trainer; long silence (not ours) means it hung.
     last_seen: Instant,
     metrics: SlotMetrics,
@@ -378,6 +380,15 @@ fn supervise(
                 pid = t.peer_pid,
                 "pause not acknowledged in time: SIGSTOP"
             );
+        } else if !t.stop_refused {
+            // Tried again every tick; said once.
+            t.stop_refused = true;
+            tracing::error!(
+                trainer = slot,
+                pid = t.peer_pid,
+                error = %std::io::Error::last_os_error(),
+                "pause not acknowledged in time, and SIGSTOP was refused"
+            );
         }
     }
 }
@@ -424,6 +435,7 @@ fn handle_event(
                 last: None,
                 acked: false,
                 stopped: false,
+                stop_refused: false,
                 last_seen: Instant::now(),
                 metrics: SlotMetrics::new(slot),
             };
