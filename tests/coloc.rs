@@ -8,7 +8,7 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use serde_json::json;
@@ -63,17 +63,6 @@ fn wait_until(what: &str, within: Duration, f: impl FnMut() -> bool) {
     if !poll_until(within, f) {
         panic!("timed out waiting for {what}");
     }
-}
-
-fn poll_until(within: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
 }
 
 /// Waits until the coordinator has stopped process `pid`, keeping requests coming: with

@@ -67,10 +67,9 @@ fn serves_as_the_reference(device: &str) {
             })
             .count()
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while loaded_on_device(&server.log()) < models.len() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    poll_until(std::time::Duration::from_secs(10), || {
+        loaded_on_device(&server.log()) == models.len()
+    });
     let log = server.log();
     assert_eq!(loaded_on_device(&log), models.len(), "{log}");
 

@@ -316,7 +316,10 @@ pub fn run(args: ColocArgs) -> anyhow::Result<()> {
             let device_share = if args.device == "cpu" {
                 cpu
             } else {
-                load.server_device_busy.unwrap_or(0.0)
+                // Without it the idle share, and the trainer goal built on it, would be a
+                // guess.
+                load.server_device_busy
+                    .context("the server exported no tandem_device_busy_ratio")?
             };
             runs[k].push(Scenario {
                 name,

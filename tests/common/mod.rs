@@ -77,6 +77,18 @@ pub fn assert_close(got: &[f32], want: &[f64]) {
     }
 }
 
+/// Calls `f` every 50 ms until it holds (true) or `within` has passed (false).
+pub fn poll_until(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
 /// Deterministic inputs.
 pub fn inputs(n: usize, seed: u64) -> Vec<f32> {
     let mut rng = models::rng::SplitMix64::new(seed);

@@ -128,11 +128,7 @@ impl ServingShare {
 
     fn used_seconds(&self) -> f64 {
         if self.cpu {
-            // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is always valid.
-            let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-            unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-            let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
-            (t(u.ru_utime) + t(u.ru_stime)) / self.cores
+            crate::usage::process_usage().map_or(0.0, |u| u.cpu.as_secs_f64()) / self.cores
         } else {
             self.busy.total().as_secs_f64()
         }
