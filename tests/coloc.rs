@@ -23,10 +23,15 @@ struct Setup {
 }
 
 fn start() -> Setup {
-    start_on("cpu")
+    start_with("cpu", "")
 }
 
 fn start_on(device: &str) -> Setup {
+    start_with(device, "")
+}
+
+/// A gateway on `device` with `coloc` appended to its `[coloc]` table.
+fn start_with(device: &str, coloc: &str) -> Setup {
     let dir = TempDir::new("coloc");
     let repo = dir.path().join("models");
     write_version(&repo, "digits", 1, &DIMS, 1);
@@ -35,13 +40,20 @@ fn start_on(device: &str) -> Setup {
     std::fs::write(
         &config,
         format!(
-            "model_repository = \"{}\"\nrepository_poll_ms = 200\n[coloc]\nsocket = \"{}\"\nack_within_ms = 400\nheartbeat_ms = 200\ntick_ms = 50\n[cost]\ndevice_hour_usd = 3.6\n",
+            "model_repository = \"{}\"\nrepository_poll_ms = 200\n[coloc]\nsocket = \"{}\"\nack_within_ms = 400\nheartbeat_ms = 200\ntick_ms = 50\n{coloc}\n[cost]\ndevice_hour_usd = 3.6\n",
             repo.display(),
             socket.display()
         ),
     )
     .unwrap();
     let server = Server::start(&["--config", config.to_str().unwrap(), "--device", device]);
+    // A gateway starts lending nothing and gives back after a calm second. A trainer that
+    // joins before then is told to pause at once and must ack within 400 ms — of its own
+    // start-up, which on two cores shared by ten of these tests a fresh Python process
+    // sometimes overran (SIGSTOP at join). Tests that want a pause make one.
+    wait_until("training allowed", Duration::from_secs(15), || {
+        metric(&server, "tandem_training_allowance", None).unwrap_or(0.0) > 0.0
+    });
     Setup {
         server,
         socket,
@@ -159,29 +171,16 @@ fn the_real_trainer_steps_aside_on_cuda() {
 
 fn the_real_trainer_steps_aside_on(device: &str) {
     let s = start_on(device);
-    let mut trainer = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args([
-            "train",
-            "--device",
-            device,
-            "--seconds",
-            "60",
+    let mut trainer = join_real_trainer(
+        &s,
+        device,
+        &[
             "--checkpoint-every",
             "0.5",
-            "--threads",
-            "1",
-        ])
-        .arg("--repository")
-        .arg(&s.repo)
-        .arg("--coloc-socket")
-        .arg(&s.socket)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_until("the trainer to join", Duration::from_secs(20), || {
-        connected(&s.server) == 1.0
-    });
+            "--repository",
+            s.repo.to_str().unwrap(),
+        ],
+    );
     // Serving is idle: the allowance is given back step by step, and training runs.
     wait_until("allowance 1", Duration::from_secs(15), || {
         metric(&s.server, "tandem_training_allowance", None) == Some(1.0)
@@ -347,7 +346,79 @@ fn kill_9_of_a_trainer_is_cleaned_up() {
 
 #[test]
 fn the_python_client_pauses_and_resumes_its_loop() {
-    let s = start();
+    python_client_pauses_and_resumes(start());
+}
+
+/// With a duty cycle of 1%, each ~20 ms step of the client's loop is followed by about 2 s
+/// of idle, five times the ack deadline. A pause that arrives during the idle must cut it
+/// short and be acknowledged in time, not after it (which escalated to SIGSTOP).
+#[test]
+fn a_pause_is_acknowledged_in_time_during_a_long_duty_cycle_idle() {
+    python_client_pauses_and_resumes(start_with("cpu", "max_duty_cycle = 0.01"));
+}
+
+/// The same for the reference trainer: its synthetic steps of a few milliseconds at a 1%
+/// duty cycle leave idles of about a second after each (before the fix, 99 times its slow
+/// first step: it went silent for longer than this test waits for it to train).
+#[test]
+fn the_real_trainer_acknowledges_a_pause_during_a_long_duty_cycle_idle() {
+    let s = start_with("cpu", "max_duty_cycle = 0.01");
+    let synthetic = [
+        "--data",
+        "synthetic",
+        "--synthetic-dims",
+        "784,1024,1024,10",
+    ];
+    let mut trainer = join_real_trainer(&s, "cpu", &synthetic);
+    wait_until("training", Duration::from_secs(20), || {
+        metric(&s.server, "tandem_trainer_samples_per_second", None).unwrap_or(0.0) > 0.0
+    });
+    squeeze_and_expect_a_timely_ack(&s.server, trainer.id());
+    trainer.kill().unwrap();
+    trainer.wait().unwrap();
+}
+
+/// Starts `tandem train` on `device` (one thread, 60 s, plus `args`) against the gateway,
+/// and waits until it has joined.
+fn join_real_trainer(s: &Setup, device: &str, args: &[&str]) -> Child {
+    let trainer = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args([
+            "train",
+            "--device",
+            device,
+            "--seconds",
+            "60",
+            "--threads",
+            "1",
+        ])
+        .args(args)
+        .arg("--coloc-socket")
+        .arg(&s.socket)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the trainer to join", Duration::from_secs(20), || {
+        connected(&s.server) == 1.0
+    });
+    trainer
+}
+
+/// Squeezes serving, then checks that trainer `pid` acknowledged the pause in time: nothing
+/// was escalated and the process is not stopped.
+fn squeeze_and_expect_a_timely_ack(server: &Server, pid: u32) {
+    squeeze(server);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        metric(server, "tandem_trainer_escalations_total", None).unwrap_or(0.0),
+        0.0,
+        "the pause was acknowledged late:\n{}",
+        server.log()
+    );
+    assert_ne!(process_state(pid), 'T');
+}
+
+fn python_client_pauses_and_resumes(s: Setup) {
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/python/coloc_client_check.py"
@@ -362,17 +433,8 @@ fn the_python_client_pauses_and_resumes_its_loop() {
     wait_until("the client to join", Duration::from_secs(10), || {
         connected(&s.server) == 1.0
     });
-    wait_until("training allowed", Duration::from_secs(15), || {
-        metric(&s.server, "tandem_training_allowance", None).unwrap_or(0.0) > 0.0
-    });
-    squeeze(&s.server);
-    std::thread::sleep(Duration::from_millis(1000));
-    // Acknowledged in time: nothing to escalate, the process runs (blocked in step()).
-    assert_eq!(
-        metric(&s.server, "tandem_trainer_escalations_total", None).unwrap_or(0.0),
-        0.0
-    );
-    assert_ne!(process_state(child.id()), 'T');
+    // The process runs on, blocked in step().
+    squeeze_and_expect_a_timely_ack(&s.server, child.id());
     relax(&s.server);
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -137,7 +137,8 @@ class Trainer:
         duty = max(0.01, min(1.0, d.duty_cycle))
         if self._last_step is not None and duty < 1.0:
             busy = now - self._last_step
-            time.sleep(busy * (1.0 - duty) / duty)
+            self._idle(busy * (1.0 - duty) / duty, d)
+        d = self.directive
         if d.seq > self._applied:
             self._ack(d)
         while self._connected and self.directive.pause:
@@ -163,6 +164,17 @@ class Trainer:
         self._heartbeat()
 
     # -- internals ------------------------------------------------------------------
+
+    def _idle(self, seconds, d):
+        """Sleeps `seconds` of the duty cycle, cut short by a directive other than `d`: a
+        pause must be acknowledged within its deadline, which a long idle would overrun."""
+        until = time.monotonic() + seconds
+        with self._cond:
+            while self._directive is d and self._connected:
+                left = until - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(timeout=left)
 
     def _ack(self, d):
         self._applied = d.seq

@@ -314,7 +314,15 @@ pub fn run(cfg: &TrainConfig, stop: &AtomicBool) -> Result<TrainSummary, String>
         summary.samples += stats.rows as u64;
         loss = stats.loss as f64;
         if duty < 1.0 {
-            std::thread::sleep(took.mul_f64((1.0 - duty) / duty));
+            let idle = took.mul_f64((1.0 - duty) / duty);
+            match &coloc {
+                // A new directive cuts the idle short: a pause must be acknowledged within
+                // its deadline, which a long idle after a long step would overrun.
+                Some(c) => {
+                    c.wait_for_change(applied_seq, idle);
+                }
+                None => std::thread::sleep(idle),
+            }
         }
         let since = window.0.elapsed();
         if since >= Duration::from_millis(500) {
