@@ -1,12 +1,13 @@
 //! Decoding an inference request's JSON: the per-request cost that, with HTTP, bounds how
 //! many single-row requests two cores serve (the profile of a load test puts number parsing
-//! at about a quarter of the server's CPU). `skip` is serde_json only scanning the same
-//! bytes, the floor for anything built on it.
+//! at about a quarter of the server's CPU). `decode` is the server's own one-pass reader
+//! (`gateway::protocol::json_de`), `decode_serde_json` the same with serde_json, and `skip`
+//! serde_json only scanning the same bytes, the floor for anything built on it.
 //!
 //!     cargo bench -p gateway --bench json
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use gateway::protocol::InferRequest;
+use gateway::protocol::{InferRequest, json_de};
 use std::hint::black_box;
 
 /// A single-row request as clients send it: 784 normally distributed f32 values, printed
@@ -26,6 +27,12 @@ fn decode(c: &mut Criterion) {
     let mut g = c.benchmark_group("infer_request_784_fp32");
     g.throughput(Throughput::Elements(784));
     g.bench_function("decode", |b| {
+        b.iter(|| {
+            let r: InferRequest = json_de::from_slice(black_box(&body)).unwrap();
+            r
+        })
+    });
+    g.bench_function("decode_serde_json", |b| {
         b.iter(|| {
             let r: InferRequest = serde_json::from_slice(black_box(&body)).unwrap();
             r

@@ -18,7 +18,7 @@ use crate::batching::feedback::Answered;
 use crate::error::ApiError;
 use crate::metrics as names;
 use crate::protocol::response::{self, ResponseFields};
-use crate::protocol::{InferRequest, binary};
+use crate::protocol::{InferRequest, binary, json_de};
 use crate::registry::ModelVersion;
 use crate::validate::validate;
 
@@ -279,7 +279,7 @@ async fn infer_on(
         Some(n) => binary::split(&body, n)?,
         None => (&body[..], &[][..]),
     };
-    let request: InferRequest = serde_json::from_slice(json_part)
+    let request: InferRequest = json_de::from_slice(json_part)
         .map_err(|e| ApiError::Malformed(format!("invalid inference request JSON: {e}")))?;
     let settings = version.settings();
     let valid = validate(request, binary_part, version.info.input_width, &settings)?;

@@ -5,6 +5,7 @@
 pub mod binary;
 pub mod datatype;
 pub mod json;
+pub mod json_de;
 pub mod response;
 
 use serde::Deserialize;

@@ -1,0 +1,590 @@
+//! A JSON deserializer for request bodies: serde's data model over a byte slice, as
+//! `serde_json::from_slice` gives it, with each number converted in the same pass that
+//! validates it.
+//!
+//! Why our own: a single-row request is ~780 numbers of 16–17 digits, and at saturation
+//! serde_json's number parsing alone took an eighth of the server's CPU
+//! (benches/README.md, "Decoding a JSON request"); its validating scan already costs about
+//! what its whole parse does, so nothing layered on it could be faster. Here the digits
+//! are read eight at a time, and a number that fits the exact fast path (at most 19
+//! significant digits, a power of ten that f64 holds exactly) takes no second pass.
+//!
+//! It accepts exactly what serde_json accepts (RFC 8259, UTF-8, nesting less than 128 deep)
+//! and hands visitors the same calls: `visit_u64` for non-negative integers that fit,
+//! `visit_i64` for negative ones, `visit_f64` otherwise (a number beyond f64's range is an
+//! error), borrowed strings when they hold no escapes. The differential tests below hold it
+//! to that. Numbers are at least as accurate as serde_json's default: correctly rounded,
+//! except mantissas between 2^53 and 10^19 scaled by at most 10^±22, which are within one
+//! unit in the last place of f64, and exact whenever the text is an f32 printed in full.
+
+use std::fmt;
+
+use serde::de::{self, Deserialize, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+
+/// Arrays and objects nested this deep are refused (as serde_json refuses them), so a
+/// hostile body cannot exhaust the stack.
+const MAX_DEPTH: usize = 128;
+
+#[derive(Debug)]
+pub struct Error {
+    message: String,
+    /// 1-based; 0 until `from_slice` places it.
+    line: usize,
+    column: usize,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} at line {} column {}",
+            self.message, self.line, self.column
+        )
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl de::Error for Error {
+    fn custom<T: fmt::Display>(message: T) -> Self {
+        Error {
+            message: message.to_string(),
+            line: 0,
+            column: 0,
+        }
+    }
+}
+
+/// Deserializes one JSON value from `input`; anything but whitespace after it is an error.
+pub fn from_slice<'de, T: Deserialize<'de>>(input: &'de [u8]) -> Result<T, Error> {
+    let mut reader = Reader {
+        input,
+        pos: 0,
+        depth: 0,
+    };
+    let result = T::deserialize(&mut reader).and_then(|value| {
+        reader.skip_whitespace();
+        match reader.peek() {
+            None => Ok(value),
+            Some(_) => Err(reader.error("trailing characters")),
+        }
+    });
+    // Errors leave the reader where they were found (every path returns at once), so the
+    // position is read here rather than threaded through serde's own errors.
+    result.map_err(|mut e| {
+        if e.line == 0 {
+            let before = &input[..reader.pos.min(input.len())];
+            e.line = 1 + before.iter().filter(|&&b| b == b'\n').count();
+            e.column = 1 + before.iter().rev().take_while(|&&b| b != b'\n').count();
+        }
+        e
+    })
+}
+
+struct Reader<'de> {
+    input: &'de [u8],
+    pos: usize,
+    depth: usize,
+}
+
+enum Number {
+    U64(u64),
+    I64(i64),
+    F64(f64),
+}
+
+enum Text<'de> {
+    Borrowed(&'de str),
+    Owned(String),
+}
+
+impl<'de> Reader<'de> {
+    fn error(&self, message: &str) -> Error {
+        de::Error::custom(message)
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.input.get(self.pos).copied()
+    }
+
+    fn skip_whitespace(&mut self) {
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    fn expect_literal(&mut self, literal: &[u8]) -> Result<(), Error> {
+        if self.input[self.pos..].starts_with(literal) {
+            self.pos += literal.len();
+            Ok(())
+        } else {
+            Err(self.error("expected value"))
+        }
+    }
+
+    fn enter(&mut self) -> Result<(), Error> {
+        self.depth += 1;
+        if self.depth >= MAX_DEPTH {
+            return Err(self.error("recursion limit exceeded"));
+        }
+        self.pos += 1;
+        Ok(())
+    }
+
+    /// Expects `close` (after whitespace) where a visitor stopped reading a container.
+    fn leave(&mut self, close: u8) -> Result<(), Error> {
+        self.skip_whitespace();
+        if self.peek() != Some(close) {
+            return Err(self.error(if close == b']' {
+                "trailing elements in array"
+            } else {
+                "trailing members in object"
+            }));
+        }
+        self.pos += 1;
+        self.depth -= 1;
+        Ok(())
+    }
+
+    /// Between a container's items: whether another follows before `close`, having
+    /// stepped over the comma that separates it from the one before.
+    fn next_item(&mut self, first: &mut bool, close: u8) -> Result<bool, Error> {
+        self.skip_whitespace();
+        match self.peek() {
+            Some(b) if b == close => return Ok(false),
+            Some(b',') if !*first => {
+                self.pos += 1;
+                self.skip_whitespace();
+                if self.peek() == Some(close) {
+                    return Err(self.error("trailing comma"));
+                }
+            }
+            Some(_) if *first => {}
+            Some(_) if close == b']' => return Err(self.error("expected `,` or `]`")),
+            Some(_) => return Err(self.error("expected `,` or `}`")),
+            None => return Err(self.error("EOF while parsing a list or an object")),
+        }
+        *first = false;
+        Ok(true)
+    }
+
+    /// Reads the digits at the cursor into `mantissa` while it has room for them.
+    /// Returns how many digits there were and whether any did not fit.
+    #[inline(always)]
+    fn digits(&mut self, mantissa: &mut u64) -> (usize, bool) {
+        let start = self.pos;
+        // Eight at a time while eight digits follow and the mantissa has room for them.
+        // (Taking the digits a word starts with too, to leave no byte loop for the last
+        // few, measured slower: the usual 16–17 digits then end on a branch that goes
+        // either way.)
+        while *mantissa < 100_000_000_000 {
+            let Some(chunk) = self.input.get(self.pos..self.pos + 8) else {
+                break;
+            };
+            let word = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+            if leading_digits(word) < 8 {
+                break;
+            }
+            *mantissa = *mantissa * 100_000_000 + eight_digits(word);
+            self.pos += 8;
+        }
+        // The rest one at a time, checked.
+        let mut truncated = false;
+        while let Some(b @ b'0'..=b'9') = self.peek() {
+            // Below 10^18 one more digit always fits; past it the slow path reads the text.
+            if *mantissa < 1_000_000_000_000_000_000 && !truncated {
+                *mantissa = *mantissa * 10 + (b - b'0') as u64;
+            } else {
+                truncated = true;
+            }
+            self.pos += 1;
+        }
+        (self.pos - start, truncated)
+    }
+
+    fn parse_number(&mut self) -> Result<Number, Error> {
+        let start = self.pos;
+        let negative = self.peek() == Some(b'-');
+        if negative {
+            self.pos += 1;
+        }
+        let mut mantissa = 0u64;
+        let truncated = match self.peek() {
+            Some(b'0') => {
+                self.pos += 1;
+                false
+            }
+            Some(b'1'..=b'9') => self.digits(&mut mantissa).1,
+            _ => return Err(self.error("invalid number")),
+        };
+        let mut fraction_digits = 0;
+        let mut fraction_truncated = false;
+        if self.peek() == Some(b'.') {
+            self.pos += 1;
+            (fraction_digits, fraction_truncated) = self.digits(&mut mantissa);
+            if fraction_digits == 0 {
+                return Err(self.error("invalid number"));
+            }
+        }
+        let mut exponent: i64 = 0;
+        let has_exponent = matches!(self.peek(), Some(b'e' | b'E'));
+        if has_exponent {
+            self.pos += 1;
+            let exponent_negative = match self.peek() {
+                Some(b'-') => {
+                    self.pos += 1;
+                    true
+                }
+                Some(b'+') => {
+                    self.pos += 1;
+                    false
+                }
+                _ => false,
+            };
+            let mut exponent_digits = 0;
+            while let Some(b @ b'0'..=b'9') = self.peek() {
+                // Saturates far beyond any f64; the slow path gives such a number its value.
+                exponent = (exponent * 10 + (b - b'0') as i64).min(1 << 32);
+                exponent_digits += 1;
+                self.pos += 1;
+            }
+            if exponent_digits == 0 {
+                return Err(self.error("invalid number"));
+            }
+            if exponent_negative {
+                exponent = -exponent;
+            }
+        }
+        let text = &self.input[start..self.pos];
+        if fraction_digits == 0 && !has_exponent {
+            return if truncated {
+                self.parse_integer_slowly(text, negative)
+            } else {
+                Ok(integer(mantissa, negative))
+            };
+        }
+        let power = exponent - fraction_digits as i64;
+        let value = match exact_or_close(mantissa, power) {
+            Some(v) if !truncated && !fraction_truncated => v,
+            _ => return self.parse_float_slowly(text),
+        };
+        Ok(Number::F64(if negative { -value } else { value }))
+    }
+
+    /// An integer of more than 19 digits: u64 or i64 if it fits, else f64, as serde_json.
+    fn parse_integer_slowly(&self, text: &[u8], negative: bool) -> Result<Number, Error> {
+        let text = std::str::from_utf8(text).expect("ASCII digits");
+        if !negative && let Ok(v) = text.parse::<u64>() {
+            return Ok(Number::U64(v));
+        }
+        if negative && let Ok(v) = text.parse::<i64>() {
+            return Ok(Number::I64(v));
+        }
+        self.parse_float_slowly(text.as_bytes())
+    }
+
+    fn parse_float_slowly(&self, text: &[u8]) -> Result<Number, Error> {
+        // JSON's number grammar is a subset of what `f64::from_str` reads, and it rounds
+        // correctly whatever the number of digits.
+        let text = std::str::from_utf8(text).expect("ASCII number");
+        match text.parse::<f64>() {
+            Ok(v) if v.is_finite() => Ok(Number::F64(v)),
+            _ => Err(self.error("number out of range")),
+        }
+    }
+
+    fn parse_string(&mut self) -> Result<Text<'de>, Error> {
+        self.pos += 1; // the opening quote
+        let start = self.pos;
+        loop {
+            match self.peek() {
+                None => return Err(self.error("EOF while parsing a string")),
+                Some(b'"') => {
+                    let text = std::str::from_utf8(&self.input[start..self.pos])
+                        .map_err(|_| self.error("invalid unicode in string"))?;
+                    self.pos += 1;
+                    return Ok(Text::Borrowed(text));
+                }
+                Some(b'\\') => break,
+                Some(0..=0x1f) => {
+                    return Err(self.error("control character (\\u0000-\\u001F) in string"));
+                }
+                Some(_) => self.pos += 1,
+            }
+        }
+        // An escape: copy from here on.
+        let mut bytes = self.input[start..self.pos].to_vec();
+        loop {
+            match self.peek() {
+                None => return Err(self.error("EOF while parsing a string")),
+                Some(b'"') => {
+                    self.pos += 1;
+                    return String::from_utf8(bytes)
+                        .map(Text::Owned)
+                        .map_err(|_| self.error("invalid unicode in string"));
+                }
+                Some(b'\\') => {
+                    self.pos += 1;
+                    self.parse_escape(&mut bytes)?;
+                }
+                Some(0..=0x1f) => {
+                    return Err(self.error("control character (\\u0000-\\u001F) in string"));
+                }
+                Some(b) => {
+                    bytes.push(b);
+                    self.pos += 1;
+                }
+            }
+        }
+    }
+
+    /// After a backslash: appends what the escape stands for.
+    fn parse_escape(&mut self, bytes: &mut Vec<u8>) -> Result<(), Error> {
+        let escaped = self.peek().ok_or_else(|| self.error("EOF in escape"))?;
+        self.pos += 1;
+        let simple = match escaped {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'/' => b'/',
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b't' => b'\t',
+            b'u' => {
+                let c = self.parse_unicode_escape()?;
+                bytes.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
+                return Ok(());
+            }
+            _ => return Err(self.error("invalid escape")),
+        };
+        bytes.push(simple);
+        Ok(())
+    }
+
+    /// After `\u`: four hex digits, and a second escape when they are a leading surrogate.
+    fn parse_unicode_escape(&mut self) -> Result<char, Error> {
+        let first = self.hex4()?;
+        let code = match first {
+            0xD800..=0xDBFF => {
+                if !self.input[self.pos..].starts_with(b"\\u") {
+                    return Err(self.error("lone leading surrogate in hex escape"));
+                }
+                self.pos += 2;
+                let second = self.hex4()?;
+                if !(0xDC00..=0xDFFF).contains(&second) {
+                    return Err(self.error("lone leading surrogate in hex escape"));
+                }
+                0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00)
+            }
+            0xDC00..=0xDFFF => return Err(self.error("lone trailing surrogate in hex escape")),
+            _ => first,
+        };
+        char::from_u32(code).ok_or_else(|| self.error("invalid unicode code point"))
+    }
+
+    fn hex4(&mut self) -> Result<u32, Error> {
+        let digits = self
+            .input
+            .get(self.pos..self.pos + 4)
+            .ok_or_else(|| self.error("EOF in escape"))?;
+        let mut code = 0;
+        for &b in digits {
+            let d = (b as char)
+                .to_digit(16)
+                .ok_or_else(|| self.error("invalid escape"))?;
+            code = code * 16 + d;
+        }
+        self.pos += 4;
+        Ok(code)
+    }
+}
+
+fn integer(mantissa: u64, negative: bool) -> Number {
+    if !negative {
+        return Number::U64(mantissa);
+    }
+    // As serde_json: -0 is a float, and a magnitude past i64 becomes one.
+    let value = (mantissa as i64).wrapping_neg();
+    if value < 0 {
+        Number::I64(value)
+    } else {
+        Number::F64(-(mantissa as f64))
+    }
+}
+
+/// `mantissa × 10^power` when one rounding gives it: exactly (Clinger's fast path: both
+/// factors are exact f64s) for mantissas up to 2^53, within one unit in the last place
+/// for larger ones. `None` when the power is beyond what f64 holds exactly.
+fn exact_or_close(mantissa: u64, power: i64) -> Option<f64> {
+    const POWERS: [f64; 23] = [
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+        1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+    ];
+    if mantissa == 0 {
+        return Some(0.0);
+    }
+    let scale = *POWERS.get(power.unsigned_abs() as usize)?;
+    let m = mantissa as f64;
+    Some(if power >= 0 { m * scale } else { m / scale })
+}
+
+const ASCII_ZEROS: u64 = 0x3030_3030_3030_3030;
+
+/// How many of the eight bytes of `word` (the first in the lowest byte) are ASCII digits
+/// before the first that is not.
+#[inline(always)]
+fn leading_digits(word: u64) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    // A byte is not a digit when it has its top bit, when taking '0' from it borrows, or
+    // when adding 0x7f - '9' to it reaches the top bit. Borrows and carries move only
+    // towards later bytes, so the first flagged byte is the first non-digit.
+    let below = word.wrapping_sub(ONES * b'0' as u64);
+    let above = word.wrapping_add(ONES * (0x7f - b'9') as u64);
+    let flagged = (word | below | above) & (ONES * 0x80);
+    (flagged.trailing_zeros() / 8) as usize
+}
+
+/// The value of eight ASCII digits, the first in the lowest byte (three multiplies: pairs,
+/// then quads, then the whole).
+#[inline(always)]
+fn eight_digits(word: u64) -> u64 {
+    // The products are meant to wrap: only the bits that land in the upper half count.
+    const MASK: u64 = 0x0000_00FF_0000_00FF;
+    let mut v = word - ASCII_ZEROS;
+    v = v * 10 + (v >> 8);
+    let low = (v & MASK).wrapping_mul(100 + (1_000_000 << 32));
+    let high = ((v >> 16) & MASK).wrapping_mul(1 + (10_000 << 32));
+    low.wrapping_add(high) >> 32
+}
+
+impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
+    type Error = Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.skip_whitespace();
+        match self.peek() {
+            Some(b'-' | b'0'..=b'9') => match self.parse_number()? {
+                Number::U64(v) => visitor.visit_u64(v),
+                Number::I64(v) => visitor.visit_i64(v),
+                Number::F64(v) => visitor.visit_f64(v),
+            },
+            Some(b'"') => match self.parse_string()? {
+                Text::Borrowed(s) => visitor.visit_borrowed_str(s),
+                Text::Owned(s) => visitor.visit_string(s),
+            },
+            Some(b'[') => {
+                self.enter()?;
+                let value = visitor.visit_seq(Elements {
+                    reader: self,
+                    first: true,
+                })?;
+                self.leave(b']')?;
+                Ok(value)
+            }
+            Some(b'{') => {
+                self.enter()?;
+                let value = visitor.visit_map(Members {
+                    reader: self,
+                    first: true,
+                })?;
+                self.leave(b'}')?;
+                Ok(value)
+            }
+            Some(b't') => {
+                self.expect_literal(b"true")?;
+                visitor.visit_bool(true)
+            }
+            Some(b'f') => {
+                self.expect_literal(b"false")?;
+                visitor.visit_bool(false)
+            }
+            Some(b'n') => {
+                self.expect_literal(b"null")?;
+                visitor.visit_unit()
+            }
+            None => Err(self.error("EOF while parsing a value")),
+            Some(_) => Err(self.error("expected value")),
+        }
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.skip_whitespace();
+        if self.peek() == Some(b'n') {
+            self.expect_literal(b"null")?;
+            visitor.visit_none()
+        } else {
+            visitor.visit_some(self)
+        }
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        unit unit_struct seq tuple tuple_struct map struct enum identifier ignored_any
+    }
+}
+
+/// An array's elements, each read by the visitor through the same reader.
+struct Elements<'a, 'de> {
+    reader: &'a mut Reader<'de>,
+    first: bool,
+}
+
+impl<'de> SeqAccess<'de> for Elements<'_, 'de> {
+    type Error = Error;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, Error> {
+        if !self.reader.next_item(&mut self.first, b']')? {
+            return Ok(None);
+        }
+        seed.deserialize(&mut *self.reader).map(Some)
+    }
+}
+
+/// An object's members: string keys, each followed by a colon and a value.
+struct Members<'a, 'de> {
+    reader: &'a mut Reader<'de>,
+    first: bool,
+}
+
+impl<'de> MapAccess<'de> for Members<'_, 'de> {
+    type Error = Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, Error> {
+        if !self.reader.next_item(&mut self.first, b'}')? {
+            return Ok(None);
+        }
+        let r = &mut *self.reader;
+        if r.peek() != Some(b'"') {
+            return Err(r.error("key must be a string"));
+        }
+        seed.deserialize(&mut *self.reader).map(Some)
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Error> {
+        let r = &mut *self.reader;
+        r.skip_whitespace();
+        if r.peek() != Some(b':') {
+            return Err(r.error("expected `:`"));
+        }
+        r.pos += 1;
+        seed.deserialize(&mut *self.reader)
+    }
+}
+
+#[cfg(test)]
+mod tests;
