@@ -6,7 +6,9 @@
 //! is checked against that, not against an f32 that may have rounded it), and
 //! [`JsonData::into_model_f32`] converts them in one tight loop afterwards: per value
 //! this costs less than the bookkeeping that converting as it read used to (a fifth of
-//! the decode; `cargo bench -p gateway --bench json`).
+//! the decode; `cargo bench -p gateway --bench json`). The price is memory: a value takes
+//! at least two bytes of JSON (`1,`) and eight here, so a body's values need at most four
+//! times its size, which `limits.max_body_bytes` bounds.
 
 use serde::de::{self, DeserializeSeed, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
