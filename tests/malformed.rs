@@ -103,6 +103,8 @@ fn cases() -> Vec<Case> {
         c("priority not a number", Body::Json(json!({"inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, w], "data": ok_row}], "parameters": {"priority": "high"}})), 400, &["JSON"]),
         c("unknown field", Body::Json(json!({"inputs": [], "extra": 1})), 400, &["extra"]),
         c("trailing garbage", Body::Text("{\"inputs\": []} xyz"), 400, &["JSON"]),
+        c("number beyond f64", Body::Raw(format!("{{\"inputs\":[{{\"name\":\"input-0\",\"datatype\":\"FP32\",\"shape\":[1,12],\"data\":[1e400{}]}}]}}", ",1".repeat(11)).into_bytes()), 400, &["JSON", "out of range"]),
+        c("number cut short", Body::Raw(format!("{{\"inputs\":[{{\"name\":\"input-0\",\"datatype\":\"FP32\",\"shape\":[1,12],\"data\":[1.{}]}}]}}", ",1".repeat(11)).into_bytes()), 400, &["JSON", "invalid number"]),
         c("deep nesting", Body::Raw(format!("{{\"inputs\":[{{\"name\":\"input-0\",\"datatype\":\"FP32\",\"shape\":[1,12],\"data\":{}1{}}}]}}", "[".repeat(500), "]".repeat(500)).into_bytes()), 400, &["JSON"]),
         Case { name: "unknown model", method: "POST", path: "/v2/models/nope/infer", body: Body::Json(input("FP32", json!([1, w]), ok_row.clone())), status: 404, mentions: &["nope"] },
         Case { name: "unknown version", method: "POST", path: "/v2/models/m/versions/9/infer", body: Body::Json(input("FP32", json!([1, w]), ok_row.clone())), status: 404, mentions: &["9", "loaded: 1"] },

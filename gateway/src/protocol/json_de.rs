@@ -178,10 +178,10 @@ impl<'de> Reader<'de> {
         // few, measured slower: the usual 16–17 digits then end on a branch that goes
         // either way.)
         while *mantissa < 100_000_000_000 {
-            let Some(chunk) = self.input.get(self.pos..self.pos + 8) else {
+            let Some(chunk) = self.input[self.pos..].first_chunk::<8>() else {
                 break;
             };
-            let word = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+            let word = u64::from_le_bytes(*chunk);
             if leading_digits(word) < 8 {
                 break;
             }
@@ -273,7 +273,9 @@ impl<'de> Reader<'de> {
 
     /// An integer of more than 19 digits: u64 or i64 if it fits, else f64, as serde_json.
     fn parse_integer_slowly(&self, text: &[u8], negative: bool) -> Result<Number, Error> {
-        let text = std::str::from_utf8(text).expect("ASCII digits");
+        // The scan accepted only ASCII digits and a sign, so this cannot fail; if it did,
+        // the request would be refused, not the server stopped.
+        let text = std::str::from_utf8(text).map_err(|_| self.error("invalid number"))?;
         if !negative && let Ok(v) = text.parse::<u64>() {
             return Ok(Number::U64(v));
         }
@@ -286,7 +288,7 @@ impl<'de> Reader<'de> {
     fn parse_float_slowly(&self, text: &[u8]) -> Result<Number, Error> {
         // JSON's number grammar is a subset of what `f64::from_str` reads, and it rounds
         // correctly whatever the number of digits.
-        let text = std::str::from_utf8(text).expect("ASCII number");
+        let text = std::str::from_utf8(text).map_err(|_| self.error("invalid number"))?;
         match text.parse::<f64>() {
             Ok(v) if v.is_finite() => Ok(Number::F64(v)),
             _ => Err(self.error("number out of range")),
