@@ -3,6 +3,7 @@
 mod coloc;
 mod cores;
 mod forward;
+mod http1;
 pub mod load;
 mod plot;
 pub mod stats;
