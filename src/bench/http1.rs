@@ -78,13 +78,17 @@ impl Connection {
     async fn exchange_inner(&mut self, request: &[u8]) -> io::Result<Reply> {
         self.stream.write_all(request).await?;
         let head = loop {
-            if let Some(head) = parse_head(&self.buf)? {
-                break head;
+            match parse_head(&self.buf)? {
+                // An interim response (100 Continue, 103 Early Hints): the final one follows.
+                Some(head) if (100..200).contains(&head.status) && head.status != 101 => {
+                    self.buf.drain(..head.len);
+                }
+                Some(head) => break head,
+                None if self.buf.len() > MAX_HEAD_BYTES => {
+                    return Err(invalid("response head too long"));
+                }
+                None => self.fill().await?,
             }
-            if self.buf.len() > MAX_HEAD_BYTES {
-                return Err(invalid("response head too long"));
-            }
-            self.fill().await?;
         };
         self.buf.drain(..head.len);
         let body_bytes = match head.length {

@@ -23,7 +23,7 @@ use models::rng::SplitMix64;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::http1;
+use super::{http1, schedule};
 use crate::cli::{LoadArgs, LoadShape};
 
 /// hyper's client, for the few requests outside the measured load (setup, scraping).
@@ -85,18 +85,6 @@ struct Sample {
     status: u16,
 }
 
-/// How often the scheduler thread wakes at most; see `measure`.
-const SCHEDULER_TICK: Duration = Duration::from_micros(200);
-
-/// When the scheduler thread, last awake at `woke`, next wakes for a send due `at`: sends
-/// closer together than `SCHEDULER_TICK` go out together, so it wakes at most once a tick.
-/// At 12,000 req/s one sleep per send cost about 4 of the generator's 30 us of CPU per
-/// request, taken from the server it shares the cores with. A send is never early, and at
-/// most a tick late, which its latency (measured from `at`) includes.
-fn next_wake(at: Instant, woke: Instant) -> Instant {
-    at.max(woke + SCHEDULER_TICK)
-}
-
 /// Status codes for what never got an HTTP status.
 const TRANSPORT_ERROR: u16 = 0;
 const CLIENT_OVERLOAD: u16 = 1;
@@ -116,52 +104,6 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The offered rate at time `t` (seconds) for `shape`, mean `rate` over `duration`.
-fn rate_at(shape: LoadShape, rate: f64, duration: f64, t: f64) -> f64 {
-    match shape {
-        LoadShape::Constant | LoadShape::Poisson => rate,
-        LoadShape::Step => {
-            if t < duration / 2.0 {
-                0.5 * rate
-            } else {
-                1.5 * rate
-            }
-        }
-        LoadShape::Burst => {
-            if t.fract() < 0.2 {
-                2.5 * rate
-            } else {
-                0.625 * rate
-            }
-        }
-    }
-}
-
-/// Send offsets from the start, for a mean of `rate` requests/s over `duration` seconds.
-pub fn schedule(shape: LoadShape, rate: f64, duration: f64, seed: u64) -> Vec<Duration> {
-    if shape == LoadShape::Constant {
-        return (0u64..)
-            .map(|i| i as f64 / rate)
-            .take_while(|t| *t < duration)
-            .map(Duration::from_secs_f64)
-            .collect();
-    }
-    // A Poisson process at the peak rate, thinned to the rate of each moment.
-    let peak = 2.5 * rate;
-    let mut rng = SplitMix64::new(seed);
-    let mut t = 0.0;
-    let mut out = Vec::new();
-    loop {
-        t += -(1.0 - rng.next_f64()).ln() / peak;
-        if t >= duration {
-            return out;
-        }
-        if rng.next_f64() * peak < rate_at(shape, rate, duration, t) {
-            out.push(Duration::from_secs_f64(t));
-        }
-    }
-}
-
 /// A request to send: its scheduled time.
 struct Job {
     at: Instant,
@@ -174,6 +116,8 @@ struct Target {
     body: Bytes,
     /// With `--propagate-deadline`: the budget, whose remainder each request carries.
     deadline_budget: Option<Duration>,
+    /// Without it every request is the same bytes, built once.
+    fixed: Option<Vec<u8>>,
 }
 
 impl Target {
@@ -191,27 +135,37 @@ impl Target {
         if let Some(n) = header_len {
             head.push_str(&format!("inference-header-content-length: {n}\r\n"));
         }
+        let head = head.into_bytes();
+        let fixed = deadline_budget
+            .is_none()
+            .then(|| [&head[..], b"\r\n", &body[..]].concat());
         Target {
-            head: head.into_bytes(),
+            head,
             body,
             deadline_budget,
+            fixed,
         }
     }
 
-    /// Writes the whole request for a job scheduled at `scheduled` into `out`.
-    fn write_request(&self, out: &mut Vec<u8>, scheduled: Instant) {
-        out.clear();
-        out.extend_from_slice(&self.head);
+    /// The whole request for a job scheduled at `scheduled`; `scratch` holds it when it
+    /// differs from request to request.
+    fn request<'a>(&'a self, scratch: &'a mut Vec<u8>, scheduled: Instant) -> &'a [u8] {
+        if let Some(fixed) = &self.fixed {
+            return fixed;
+        }
+        scratch.clear();
+        scratch.extend_from_slice(&self.head);
         if let Some(budget) = self.deadline_budget {
             // What is left of the budget after waiting for a connection, as a caller that
             // propagates its deadline sends it.
             let left = budget.saturating_sub(scheduled.elapsed());
-            out.extend_from_slice(
+            scratch.extend_from_slice(
                 format!("tandem-timeout-us: {}\r\n", left.as_micros()).as_bytes(),
             );
         }
-        out.extend_from_slice(b"\r\n");
-        out.extend_from_slice(&self.body);
+        scratch.extend_from_slice(b"\r\n");
+        scratch.extend_from_slice(&self.body);
+        scratch
     }
 }
 
@@ -240,7 +194,7 @@ pub async fn measure(args: &LoadArgs) -> anyhow::Result<LoadReport> {
             .then(|| Duration::from_secs_f64(args.budget_ms / 1e3)),
     ));
 
-    let sends = schedule(args.shape, args.rate, args.duration, args.seed);
+    let sends = schedule::schedule(args.shape, args.rate, args.duration, args.seed);
     let samples = Arc::new(Mutex::new(Vec::with_capacity(sends.len())));
     // Jobs wait here for a free connection; beyond max_in_flight they are dropped and
     // counted, so a stalled server cannot make the generator's memory grow.
@@ -267,27 +221,19 @@ pub async fn measure(args: &LoadArgs) -> anyhow::Result<LoadReport> {
         start,
         args.duration,
     ));
-    // The schedule runs on its own OS thread: tokio's timer wheel has millisecond ticks,
-    // which would add up to a millisecond to every latency measured from the schedule.
+    // The schedule runs on its own OS thread (see `schedule::pace`).
     let scheduler = {
         let (sends, samples) = (sends.clone(), samples.clone());
         std::thread::spawn(move || {
-            let mut woke = start;
-            for offset in sends {
-                let at = start + offset;
-                let now = Instant::now();
-                if at > now {
-                    std::thread::sleep(next_wake(at, woke) - now);
-                    woke = Instant::now();
-                }
+            schedule::pace(start, &sends, |at| {
                 if jobs_tx.try_send(Job { at }).is_err() {
                     samples.lock().expect("samples").push(Sample {
-                        at: offset,
+                        at: at.saturating_duration_since(start),
                         latency: Duration::ZERO,
                         status: CLIENT_OVERLOAD,
                     });
                 }
-            }
+            })
         })
     };
     while connections.join_next().await.is_some() {}
@@ -391,7 +337,7 @@ async fn connection(
     samples: Arc<Mutex<Vec<Sample>>>,
     start: Instant,
 ) {
-    let mut request = Vec::with_capacity(target.head.len() + target.body.len() + 64);
+    let mut scratch = Vec::new();
     loop {
         let Some(job) = jobs.lock().await.recv().await else {
             return;
@@ -402,9 +348,9 @@ async fn connection(
         let status = match &mut conn {
             None => TRANSPORT_ERROR,
             Some(c) => {
-                target.write_request(&mut request, job.at);
+                let request = target.request(&mut scratch, job.at);
                 // The latency is to the response's last byte, which `exchange` reads.
-                c.exchange(&request)
+                c.exchange(request)
                     .await
                     .map_or(TRANSPORT_ERROR, |reply| reply.status)
             }
@@ -596,42 +542,75 @@ pub fn print_report(r: &LoadReport) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_scheduler_wakes_at_most_once_a_tick_and_never_early() {
-        let woke = Instant::now();
-        // Far apart: each send at its own time.
-        let far = woke + 5 * SCHEDULER_TICK;
-        assert_eq!(next_wake(far, woke), far);
-        // Closer than a tick: held until the tick ends, then sent with what else is due.
-        let near = woke + SCHEDULER_TICK / 4;
-        assert_eq!(next_wake(near, woke), woke + SCHEDULER_TICK);
-        assert!(next_wake(near, woke) >= near);
+    fn parsed(request: &[u8]) -> (Vec<(String, String)>, usize) {
+        let mut headers = [httparse::EMPTY_HEADER; 16];
+        let mut r = httparse::Request::new(&mut headers);
+        let httparse::Status::Complete(head) = r.parse(request).expect("a valid request") else {
+            panic!("incomplete request head");
+        };
+        assert_eq!(
+            (r.method, r.path),
+            (Some("POST"), Some("/v2/models/m/infer"))
+        );
+        let headers = r
+            .headers
+            .iter()
+            .map(|h| {
+                (
+                    h.name.to_string(),
+                    String::from_utf8_lossy(h.value).into_owned(),
+                )
+            })
+            .collect();
+        (headers, request.len() - head)
     }
 
     #[test]
-    fn schedules_hold_the_mean_rate() {
-        let c = schedule(LoadShape::Constant, 100.0, 2.0, 1);
-        assert_eq!(c.len(), 200);
-        assert_eq!(c[1], Duration::from_millis(10));
-        for shape in [LoadShape::Poisson, LoadShape::Step, LoadShape::Burst] {
-            let p = schedule(shape, 1000.0, 10.0, 1);
-            assert!((9500..10500).contains(&p.len()), "{shape:?}: {}", p.len());
-            assert!(p.windows(2).all(|w| w[0] <= w[1]));
-            assert_eq!(
-                p,
-                schedule(shape, 1000.0, 10.0, 1),
-                "deterministic in the seed"
-            );
-        }
-    }
+    fn requests_are_whole_http_requests_with_the_body_they_announce() {
+        let body = Bytes::from_static(b"{\"inputs\": []}");
+        let fixed = Target::new("h:1", "/v2/models/m/infer", body.clone(), Some(7), None);
+        let mut scratch = Vec::new();
+        let request = fixed.request(&mut scratch, Instant::now()).to_vec();
+        assert!(
+            scratch.is_empty(),
+            "a fixed request is built once, not per send"
+        );
+        let (headers, body_len) = parsed(&request);
+        assert_eq!(body_len, body.len());
+        assert!(request.ends_with(&body));
+        let value = |h: &[(String, String)], name: &str| {
+            h.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+        };
+        assert_eq!(
+            value(&headers, "content-length"),
+            Some(body.len().to_string())
+        );
+        assert_eq!(
+            value(&headers, "inference-header-content-length"),
+            Some("7".into())
+        );
+        assert_eq!(value(&headers, "tandem-timeout-us"), None);
 
-    #[test]
-    fn step_and_burst_have_their_shape() {
-        let s = schedule(LoadShape::Step, 1000.0, 10.0, 2);
-        let first = s.iter().filter(|t| t.as_secs_f64() < 5.0).count();
-        assert!((2200..2800).contains(&first), "{first}");
-        let b = schedule(LoadShape::Burst, 1000.0, 10.0, 3);
-        let in_bursts = b.iter().filter(|t| t.as_secs_f64().fract() < 0.2).count();
-        assert!((4600..5400).contains(&in_bursts), "{in_bursts}");
+        // With a propagated deadline each request carries what is left of the budget.
+        let budget = Duration::from_millis(50);
+        let propagating = Target::new(
+            "h:1",
+            "/v2/models/m/infer",
+            body.clone(),
+            None,
+            Some(budget),
+        );
+        let scheduled = Instant::now() - Duration::from_millis(20);
+        let request = propagating.request(&mut scratch, scheduled).to_vec();
+        let (headers, body_len) = parsed(&request);
+        assert_eq!(body_len, body.len());
+        let left: u64 = value(&headers, "tandem-timeout-us")
+            .expect("the deadline header")
+            .parse()
+            .expect("microseconds");
+        assert!(
+            (1..=30_000).contains(&left),
+            "{left} us left of 50 ms after 20 ms"
+        );
     }
 }

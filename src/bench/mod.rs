@@ -6,6 +6,7 @@ mod forward;
 mod http1;
 pub mod load;
 mod plot;
+mod schedule;
 pub mod stats;
 mod sweep;
 

@@ -55,12 +55,17 @@ async fn keep_alive_responses_with_a_length_follow_each_other() {
             b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello",
             b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 1\r\nContent-Length: 0\r\n\r\n",
             b"HTTP/1.1 204 No Content\r\n\r\n",
+            b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nfin",
         ],
-        3,
+        4,
     )
     .await;
     let got: Vec<Reply> = got.into_iter().map(|r| r.expect("reply")).collect();
-    assert_eq!(got, vec![reply(200, 5), reply(429, 0), reply(204, 0)]);
+    assert_eq!(
+        got,
+        vec![reply(200, 5), reply(429, 0), reply(204, 0), reply(200, 3)],
+        "an interim 103 is skipped for the response that follows it"
+    );
     assert!(!closed);
 }
 
