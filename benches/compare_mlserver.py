@@ -5,7 +5,9 @@ Starts both servers (MLServer through benches/peers/mlserver.sh, which makes its
 then runs `tandem bench sweep` against each in turn, --rounds times (tandem, MLServer,
 tandem, MLServer, ...), with single-row JSON requests, and reports goodput at p99 <= 50 ms:
 the most requests per second answered 200 within 50 ms in a run whose 200s keep their p99
-within it, per round, with the median and best of each server and their ratios.
+within it, per round, with the median and best of each server and their ratios, and a 90%
+bootstrap interval of the ratio of medians (rounds resampled in pairs, since the two sweeps
+of a round saw the same moment of the host): how much of the ratio is round-to-round noise.
 Writes target/bench-mlserver/*.json and report.md.
 
     python3 benches/compare_mlserver.py [--duration 4] [--rounds 3]
@@ -13,7 +15,9 @@ Writes target/bench-mlserver/*.json and report.md.
 
 import argparse
 import json
+import math
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -44,6 +48,19 @@ def sweep(url, lo, hi, args, out):
                     "--min-rate", str(lo), "--max-rate", str(hi), "--cooldown", "1",
                     "--json", out], check=True, stdout=subprocess.DEVNULL)
     return json.load(open(out)).get("best_goodput_rps") or 0.0
+
+
+def ratio_interval(top, bottom, level=0.9, resamples=4000, seed=7):
+    """Percentile-bootstrap interval of median(top) / median(bottom), rounds drawn in pairs."""
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(resamples):
+        idx = [rng.randrange(len(top)) for _ in top]
+        b = statistics.median(bottom[i] for i in idx)
+        ratios.append(statistics.median(top[i] for i in idx) / b if b else math.inf)
+    ratios.sort()
+    rank = lambda q: ratios[min(len(ratios), max(1, math.ceil(q * len(ratios)))) - 1]
+    return rank((1 - level) / 2), rank(1 - (1 - level) / 2)
 
 
 def main():
@@ -96,6 +113,9 @@ def main():
     lines.append(f"| ratio | {per_round} | "
                  f"{ratio(statistics.median(got['tandem']), statistics.median(got['mlserver']))} | "
                  f"{ratio(max(got['tandem']), max(got['mlserver']))} |")
+    lo, hi = ratio_interval(got["tandem"], got["mlserver"])
+    lines.append(f"\nRatio of medians, 90% bootstrap interval over {args.rounds} round(s): "
+                 f"{lo:.1f}x to {hi:.1f}x.")
     report = "\n".join(lines) + "\n"
     open(os.path.join(out, "report.md"), "w").write(report)
     print("\n" + report)

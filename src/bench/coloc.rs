@@ -19,6 +19,7 @@ use serde::Serialize;
 
 use super::cores::{self, CoreSplit};
 use super::load::{LoadReport, measure};
+use super::stats::{median, paired_ratio_interval};
 use crate::cli::{ColocArgs, LoadArgs};
 
 #[derive(Debug, Serialize)]
@@ -46,8 +47,17 @@ struct ColocReport {
     idle_share: f64,
     scenarios: Vec<Scenario>,
     p99_ratio_managed: f64,
+    /// A 90% bootstrap interval of `p99_ratio_managed` over the rounds (see
+    /// [`paired_ratio_interval`]): how much of the ratio is the host's round-to-round noise.
+    p99_ratio_managed_interval: (f64, f64),
     trainer_ratio_managed: f64,
 }
+
+/// The p99 ratio's interval: its level, resamples, and a fixed seed so a report can be
+/// recomputed from its JSON.
+const RATIO_INTERVAL_LEVEL: f64 = 0.9;
+const RATIO_INTERVAL_RESAMPLES: usize = 4000;
+const RATIO_INTERVAL_SEED: u64 = 7;
 
 fn tandem() -> PathBuf {
     std::env::current_exe().unwrap_or_else(|_| PathBuf::from("tandem"))
@@ -176,24 +186,20 @@ fn start_trainer(
     Ok((child, json))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// The median of each figure over rounds; the load report is the median-p99 round's.
 fn median_scenario(mut rounds: Vec<Scenario>) -> Scenario {
     let p99s: Vec<f64> = rounds.iter().map(|s| s.p99_ms).collect();
-    let p50 = median(rounds.iter().map(|s| s.p50_ms).collect());
-    let within = median(rounds.iter().map(|s| s.within_budget).collect());
-    let cpu = median(rounds.iter().map(|s| s.server_cpu_share).collect());
-    let device = median(rounds.iter().map(|s| s.serving_device_share).collect());
+    let over_rounds = |f: fn(&Scenario) -> f64| median(&rounds.iter().map(f).collect::<Vec<_>>());
+    let p50 = over_rounds(|s| s.p50_ms);
+    let within = over_rounds(|s| s.within_budget);
+    let cpu = over_rounds(|s| s.server_cpu_share);
+    let device = over_rounds(|s| s.serving_device_share);
     let trainer = rounds
         .iter()
         .map(|s| s.trainer_samples_per_second)
         .collect::<Option<Vec<f64>>>()
-        .map(median);
-    let p99 = median(p99s.clone());
+        .map(|v| median(&v));
+    let p99 = median(&p99s);
     println!("{}: p99 per round {p99s:?} ms", rounds[0].name);
     let i = rounds.iter().position(|s| s.p99_ms == p99).unwrap_or(0);
     let mut s = rounds.swap_remove(i);
@@ -344,6 +350,13 @@ pub fn run(args: ColocArgs) -> anyhow::Result<()> {
         trainer_alone_samples_per_second: alone,
         idle_share: idle,
         p99_ratio_managed: managed.p99_ms / scenarios[0].p99_ms,
+        p99_ratio_managed_interval: paired_ratio_interval(
+            &managed.p99_per_round_ms,
+            &scenarios[0].p99_per_round_ms,
+            RATIO_INTERVAL_LEVEL,
+            RATIO_INTERVAL_RESAMPLES,
+            RATIO_INTERVAL_SEED,
+        ),
         trainer_ratio_managed: managed.trainer_samples_per_second.unwrap_or(0.0)
             / (alone * idle).max(1e-9),
         scenarios,
@@ -381,9 +394,13 @@ pub fn run(args: ColocArgs) -> anyhow::Result<()> {
             s.serving_device_share * 100.0
         );
     }
+    let (lo, hi) = report.p99_ratio_managed_interval;
     println!(
-        "managed: p99 {:.3}x of serving alone (goal <= 1.07); trainer {:.2}x of (alone x idle share) (goal >= 0.8)",
-        report.p99_ratio_managed, report.trainer_ratio_managed
+        "managed: p99 {:.3}x of serving alone (goal <= 1.07; {:.0}% bootstrap interval over {} rounds {lo:.2}-{hi:.2}x); trainer {:.2}x of (alone x idle share) (goal >= 0.8)",
+        report.p99_ratio_managed,
+        RATIO_INTERVAL_LEVEL * 100.0,
+        report.scenarios[2].p99_per_round_ms.len(),
+        report.trainer_ratio_managed
     );
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_vec_pretty(&report)?)?;
