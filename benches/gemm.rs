@@ -1,12 +1,13 @@
 //! The CPU dense-layer kernels on the shapes of the 784→1024→1024→10 MLP, at the batch sizes
 //! serving produces: our small-batch kernel against the `gemm` crate, to place the
-//! crossover `kernels::cpu::SMALL_BATCH_ROWS`.
+//! crossover `kernels::cpu::SMALL_BATCH_ROWS`; and what an input that does not start on a
+//! cache line costs the small-batch kernel (why `kernels::cpu::AlignedVec` exists).
 //!
 //!     cargo bench --bench gemm
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use kernels::Activation;
-use kernels::cpu::{CpuKernel, Linear};
+use kernels::cpu::{AlignedVec, CpuKernel, Linear};
 
 fn values(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed;
@@ -49,5 +50,41 @@ fn dense_layers(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, dense_layers);
+fn input_alignment(c: &mut Criterion) {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for (k, n) in [(784usize, 1024usize), (1024, 1024)] {
+        let layer = Linear::new(values(k * n, 1), values(n, 2), k, n).unwrap();
+        let mut group = c.benchmark_group(format!("input_alignment_{k}x{n}"));
+        group.sample_size(20);
+        group.warm_up_time(std::time::Duration::from_millis(300));
+        group.measurement_time(std::time::Duration::from_millis(1200));
+        for rows in [8usize, 32] {
+            // One buffer on a cache line; the input either at its start or 16 bytes in,
+            // where a large `Vec<f32>` from the allocator starts.
+            let buffer = AlignedVec::from_slice(&values(rows * k + 4, 3));
+            let mut y = vec![0f32; rows * n];
+            group.throughput(Throughput::Elements((2 * rows * k * n) as u64));
+            for (name, offset) in [("on_a_cache_line", 0), ("16_bytes_in", 4)] {
+                let x = &buffer[offset..offset + rows * k];
+                group.bench_with_input(BenchmarkId::new(name, rows), &rows, |b, &rows| {
+                    b.iter(|| {
+                        layer
+                            .forward_using(
+                                CpuKernel::SmallBatch,
+                                x,
+                                rows,
+                                &mut y,
+                                Activation::Relu,
+                                threads,
+                            )
+                            .unwrap()
+                    })
+                });
+            }
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, dense_layers, input_alignment);
 criterion_main!(benches);

@@ -81,6 +81,31 @@ fn wrong_buffer_sizes_are_errors_not_panics() {
 }
 
 #[test]
+fn the_input_s_place_in_memory_does_not_change_the_answer() {
+    // A misaligned input is copied onto a cache line first; the copy must change nothing,
+    // whichever of the 16 f32 offsets in a line the input starts at, and a buffer left
+    // longer by an earlier, larger batch must not leak into a smaller one.
+    let ckpt = Checkpoint::random(&DIMS, DType::F32, 3);
+    let mut mlp = Mlp::new(&ckpt, &Device::Cpu).unwrap();
+    let mut rng = SplitMix64::new(11);
+    let rows = 7;
+    let values: Vec<f32> = (0..(rows + 1) * DIMS[0]).map(|_| rng.normal()).collect();
+    let mut big = vec![0.0; 64 * DIMS[3]];
+    let mut want = vec![f32::NAN; rows * DIMS[3]];
+    mlp.forward(&values[..rows * DIMS[0]], rows, &mut want)
+        .unwrap();
+    for offset in 0..16 {
+        let mut shifted = vec![0.0; offset + rows * DIMS[0]];
+        shifted[offset..].copy_from_slice(&values[..rows * DIMS[0]]);
+        let big_input: Vec<f32> = (0..64 * DIMS[0]).map(|_| rng.normal()).collect();
+        mlp.forward(&big_input, 64, &mut big).unwrap();
+        let mut got = vec![f32::NAN; rows * DIMS[3]];
+        mlp.forward(&shifted[offset..], rows, &mut got).unwrap();
+        assert_eq!(got, want, "input {offset} f32s into its buffer");
+    }
+}
+
+#[test]
 fn metadata_follows_the_design() {
     let ckpt = Checkpoint::random(&[64, 32, 10], DType::F16, 1);
     let mlp = Mlp::new(&ckpt, &Device::Cpu).unwrap();

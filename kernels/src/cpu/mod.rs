@@ -1,14 +1,16 @@
 //! Dense layers on the CPU.
 //!
 //! Weights are checked and copied once at load into a contiguous `[out, in]` f32 matrix
-//! (f16 and bf16 are widened with `half`). A forward call picks its kernel by batch size:
+//! that starts on a cache line ([`AlignedVec`]; f16 and bf16 are widened with `half`). A forward call picks its kernel by batch size:
 //! up to [`SMALL_BATCH_ROWS`] rows our own register-tiled kernel (`small_batch`), which
 //! streams the weights once; above that the `gemm` crate, which packs its operands into
 //! cache-sized panels and wins once the packing is amortised over many rows. The crossover
 //! was measured with `cargo bench --bench gemm` (see benches/README.md).
 
+mod aligned;
 mod small_batch;
 
+pub use aligned::AlignedVec;
 use gemm::Parallelism;
 
 use crate::{Activation, KernelError};
@@ -36,8 +38,8 @@ const PARALLEL_MIN_MACS: usize = 256 * 1024;
 pub struct Linear {
     inputs: usize,
     outputs: usize,
-    /// `[outputs, inputs]`, row-major (PyTorch's `nn.Linear` layout).
-    weight: Vec<f32>,
+    /// `[outputs, inputs]`, row-major (PyTorch's `nn.Linear` layout), on a cache line.
+    weight: AlignedVec,
     bias: Vec<f32>,
 }
 
@@ -65,7 +67,7 @@ impl Linear {
         Ok(Linear {
             inputs,
             outputs,
-            weight,
+            weight: AlignedVec::from_slice(&weight),
             bias,
         })
     }
