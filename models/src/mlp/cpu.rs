@@ -13,7 +13,7 @@ pub(super) struct CpuMlp {
     /// Ping-pong buffers for the hidden activations, grown to the largest batch seen.
     scratch: [AlignedVec; 2],
     /// The input, copied here when the caller's buffer does not start on a cache line: an
-    /// input 16 bytes off one costs the first layer 1–13% (`cargo bench -p kernels --bench
+    /// input 16 bytes off one costs the first layer up to 13% (`cargo bench -p kernels --bench
     /// gemm -- input_alignment`), the copy well under 1% of it.
     input: AlignedVec,
     pub(super) threads: usize,
