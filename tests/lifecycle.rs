@@ -31,6 +31,28 @@ fn new_versions_hot_load_under_load_and_a_corrupt_one_is_ignored() {
     let mut versions = vec![write_version(&models_dir, "m", 1, &DIMS, 1)];
     let server = Server::start(&["--config", &config(&repo, "keep_versions = 2\n")]);
     let addr = server.addr;
+    // The warm-up's timings, one per batch-size bucket, are in the log for operators.
+    // (Ready means warmed up; the log's reader thread may still be a line behind.)
+    let warmed = |log: &str| {
+        log.lines()
+            .find(|l| l.contains("warmed up") && l.contains("model=m"))
+            .map(str::to_owned)
+    };
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let line = loop {
+        let log = server.log();
+        match warmed(&log) {
+            Some(line) => break line,
+            None if std::time::Instant::now() > give_up => panic!("no warm-up line in:\n{log}"),
+            None => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    };
+    let timings = line.split("warmup_us=").nth(1).unwrap_or_default();
+    let first = timings.split([',', ' ']).next().unwrap_or_default();
+    assert!(
+        first.starts_with("1:") && first[2..].parse::<u64>().is_ok(),
+        "{line}"
+    );
     let x = inputs(DIMS[0], 3);
     let body = infer_body(&x, 1);
 

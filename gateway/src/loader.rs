@@ -137,6 +137,12 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
         device = %info.device,
         replicas,
         elapsed_ms = started.elapsed().as_millis() as u64,
+        warmup_us = %info
+            .warmup
+            .iter()
+            .map(|(rows, d)| format!("{rows}:{}", d.as_micros()))
+            .collect::<Vec<_>>()
+            .join(","),
         "model version loaded and warmed up"
     );
     Ok(Arc::new(ModelVersion {
