@@ -17,17 +17,13 @@ use std::time::Duration;
 use anyhow::Context;
 use bytes::Bytes;
 use hdrhistogram::Histogram;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
 use models::rng::SplitMix64;
 use serde::Serialize;
 use tokio::time::Instant;
 
+use super::server::{ServerSide, input_width, scrape_server};
 use super::{http1, schedule};
 use crate::cli::{LoadArgs, LoadShape};
-
-/// hyper's client, for the few requests outside the measured load (setup, scraping).
-type HyperSender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct LoadReport {
@@ -364,122 +360,8 @@ async fn connection(
     }
 }
 
-async fn connect(addr: std::net::SocketAddr) -> Option<HyperSender> {
-    let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let _ = stream.set_nodelay(true);
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .ok()?;
-    tokio::spawn(conn);
-    Some(sender)
-}
-
-async fn get(
-    addr: std::net::SocketAddr,
-    authority: &str,
-    path: &str,
-) -> anyhow::Result<(http::StatusCode, Bytes)> {
-    let mut s = connect(addr)
-        .await
-        .with_context(|| format!("cannot reach {authority}"))?;
-    let req = http::Request::get(path)
-        .header(http::header::HOST, authority)
-        .body(Full::new(Bytes::new()))?;
-    let resp = s.send_request(req).await?;
-    let status = resp.status();
-    Ok((status, resp.into_body().collect().await?.to_bytes()))
-}
-
-async fn input_width(
-    addr: std::net::SocketAddr,
-    authority: &str,
-    model: &str,
-) -> anyhow::Result<usize> {
-    let (status, body) = get(addr, authority, &format!("/v2/models/{model}")).await?;
-    anyhow::ensure!(
-        status.is_success(),
-        "model metadata: {status} {}",
-        String::from_utf8_lossy(&body)
-    );
-    let meta: serde_json::Value = serde_json::from_slice(&body)?;
-    meta["inputs"][0]["shape"][1]
-        .as_u64()
-        .map(|w| w as usize)
-        .context("model metadata has no input width")
-}
-
-/// What the server's /metrics said during a run.
-#[derive(Debug, Default)]
-struct ServerSide {
-    /// Mean rows per batch in each second (`None` for a second without batches or a
-    /// server without `tandem_batch_rows`).
-    batch_rows: Vec<Option<f64>>,
-    /// Context switches of the server process from the first scrape to the last.
-    context_switches: Option<f64>,
-    /// `tandem_device_busy_ratio` at each second's scrape.
-    device_busy: Vec<f64>,
-}
-
 fn mean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
-}
-
-/// Scrapes the server's /metrics at the start and once a second.
-async fn scrape_server(
-    addr: std::net::SocketAddr,
-    authority: String,
-    model: String,
-    start: Instant,
-    duration: f64,
-) -> ServerSide {
-    let read = || async {
-        let (_, body) = get(addr, &authority, "/metrics").await.ok()?;
-        Some(String::from_utf8_lossy(&body).into_owned())
-    };
-    let value = |text: &str, name: &str, label: Option<&str>| {
-        text.lines()
-            .find(|l| l.starts_with(name) && label.is_none_or(|label| l.contains(label)))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse::<f64>().ok())
-    };
-    let label = format!("model=\"{model}\"");
-    let batches = |text: &Option<String>| {
-        let text = text.as_deref()?;
-        Some((
-            value(text, "tandem_batch_rows_sum{", Some(&label))?,
-            value(text, "tandem_batch_rows_count{", Some(&label))?,
-        ))
-    };
-    let switches = |text: &Option<String>| {
-        value(
-            text.as_deref()?,
-            "tandem_process_context_switches_total ",
-            None,
-        )
-    };
-    let first = read().await;
-    let mut side = ServerSide::default();
-    let mut last = first.clone();
-    for second in 1..=duration.ceil() as u32 {
-        tokio::time::sleep_until(start + Duration::from_secs(second as u64)).await;
-        let now = read().await;
-        side.batch_rows.push(match (batches(&last), batches(&now)) {
-            (Some((rows0, n0)), Some((rows1, n1))) if n1 > n0 => Some((rows1 - rows0) / (n1 - n0)),
-            _ => None,
-        });
-        if let Some(busy) = now
-            .as_deref()
-            .and_then(|t| value(t, "tandem_device_busy_ratio{", None))
-        {
-            side.device_busy.push(busy);
-        }
-        last = now;
-    }
-    side.context_switches = match (switches(&first), switches(&last)) {
-        (Some(a), Some(b)) if b >= a => Some(b - a),
-        _ => None,
-    };
-    side
 }
 
 /// One request body, reused for every send: random rows, as JSON or binary.

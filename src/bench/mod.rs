@@ -7,6 +7,7 @@ mod http1;
 pub mod load;
 mod plot;
 mod schedule;
+mod server;
 pub mod stats;
 mod sweep;
 
