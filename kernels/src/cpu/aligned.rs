@@ -3,11 +3,13 @@
 //! A `Vec<f32>` large enough for the allocator to map it (a 784×1024 weight matrix, a
 //! batch of activations) starts 16 bytes past a page boundary when the allocator maps it,
 //! and anywhere on a 16-byte boundary when it does not; at 16 bytes off, every other
-//! 32-byte AVX load in the small-batch kernel straddles two cache lines. Measured on the
-//! 1024→1024 layer at 16 rows, one thread, the buffers placed by hand: 91–97 GFLOP/s with
-//! weights and inputs on 64-byte boundaries, 86.6 with only the weights there, 81 with only
-//! the inputs, 71 with neither. Weights and the activations between layers live here, so
-//! the allocator's luck no longer decides a fifth of the kernel's speed.
+//! 32-byte AVX load in the small-batch kernel straddles two cache lines. What that costs
+//! moved between experiments: 3–6% with both buffers off a line, in place
+//! (`cargo test --release -p kernels --lib alignment_cost -- --ignored --nocapture`), up
+//! to 28% in a first experiment that allocated fresh buffers for each case (not kept),
+//! and 1–13% for the input alone through the public API (`cargo bench -p kernels --bench
+//! gemm -- input_alignment`). Weights and the activations between layers live here, so
+//! where they start no longer depends on the allocator.
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
@@ -74,12 +76,6 @@ impl fmt::Debug for AlignedVec {
     }
 }
 
-impl PartialEq for AlignedVec {
-    fn eq(&self, other: &AlignedVec) -> bool {
-        **self == **other
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::AlignedVec;
@@ -118,6 +114,6 @@ mod tests {
         let v = AlignedVec::from_slice(&[1.0; 33]);
         let c = v.clone();
         assert_eq!(c.as_ptr() as usize % 64, 0);
-        assert_eq!(c, v);
+        assert_eq!(&c[..], &v[..]);
     }
 }

@@ -204,3 +204,55 @@ mod portable {
         }
     }
 }
+
+/// Not a test: the measurement behind `AlignedVec` (the weights' alignment cannot be chosen
+/// through the public API any more, so it lives here). Run by hand:
+/// `cargo test --release -p kernels --lib alignment_cost -- --ignored --nocapture`.
+#[cfg(test)]
+mod alignment_cost {
+    use super::{Shape, dense_rows};
+    use crate::Activation;
+    use crate::cpu::AlignedVec;
+
+    #[test]
+    #[ignore = "a measurement, run by hand"]
+    fn alignment_cost() {
+        let (k, n, rows) = (1024usize, 1024usize, 16usize);
+        // Buffers on a cache line, read from `offset` bytes into them.
+        let values = |len: usize| -> Vec<f32> {
+            (0..len)
+                .map(|i| ((i * 7919) % 1000) as f32 * 1e-3)
+                .collect()
+        };
+        let x = AlignedVec::from_slice(&values(rows * k + 16));
+        let w = AlignedVec::from_slice(&values(n * k + 16));
+        let bias = vec![0.0; n];
+        let mut y = vec![0.0; rows * n];
+        for round in 1..=3 {
+            for (x_off, w_off) in [(0, 0), (16, 0), (0, 16), (16, 16)] {
+                let (xs, ws) = (&x[x_off / 4..][..rows * k], &w[w_off / 4..][..n * k]);
+                let calls = 300;
+                let started = std::time::Instant::now();
+                for _ in 0..calls {
+                    // SAFETY: x holds rows * k values, w n * k, bias n, y rows * n.
+                    unsafe {
+                        dense_rows(
+                            xs,
+                            ws,
+                            &bias,
+                            y.as_mut_ptr(),
+                            Shape { rows, k, n },
+                            0..n,
+                            Activation::Relu,
+                        )
+                    };
+                }
+                let per_call = started.elapsed().as_secs_f64() / calls as f64;
+                println!(
+                    "round {round}: input {x_off:>2} bytes off a line, weights {w_off:>2}: {:.1} GFLOP/s",
+                    2.0 * (rows * k * n) as f64 / per_call / 1e9
+                );
+            }
+        }
+    }
+}
