@@ -53,6 +53,13 @@ fn new_versions_hot_load_under_load_and_a_corrupt_one_is_ignored() {
         first.starts_with("1:") && first[2..].parse::<u64>().is_ok(),
         "{line}"
     );
+    // So is the batch size adaptive batches wait to grow towards.
+    let efficient = line.split("efficient_batch=").nth(1).unwrap_or_default();
+    let efficient = efficient.split(' ').next().unwrap_or_default();
+    assert!(
+        efficient.parse::<usize>().is_ok_and(|rows| rows >= 1),
+        "{line}"
+    );
     let x = inputs(DIMS[0], 3);
     let body = infer_body(&x, 1);
 

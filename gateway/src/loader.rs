@@ -143,6 +143,8 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
             .map(|(rows, d)| format!("{rows}:{}", d.as_micros()))
             .collect::<Vec<_>>()
             .join(","),
+        // The knee of cost per row that adaptive batches wait to grow towards.
+        efficient_batch = LatencyModel::from_warmup(&info.warmup).efficient_batch(s.max_batch_size),
         "model version loaded and warmed up"
     );
     Ok(Arc::new(ModelVersion {
