@@ -36,7 +36,10 @@ import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TANDEM = os.path.join(ROOT, "target", "release", "tandem")
+# TANDEM_BIN: another build of the server to measure (A/B runs of two builds take turns);
+# the load generator is always this checkout's.
+DEFAULT_TANDEM = os.path.join(ROOT, "target", "release", "tandem")
+TANDEM = os.environ.get("TANDEM_BIN", DEFAULT_TANDEM)
 
 
 def core_split(pin):
@@ -97,7 +100,7 @@ def refusals(args):
 
 def load(url, model, shape, budget, rate, args, out):
     def run(duration, json_out):
-        cmd = [TANDEM, "bench", "load", "--url", url, "--model", model, "--shape", shape,
+        cmd = [DEFAULT_TANDEM, "bench", "load", "--url", url, "--model", model, "--shape", shape,
                "--budget-ms", str(budget), "--duration", str(duration), "--rate", str(rate),
                "--connections", str(args.connections), "--json", json_out]
         if args.propagate_deadline:
