@@ -91,6 +91,13 @@ fn slo_changes_take_effect_while_serving() {
     );
     server.assert_serves("m", DIMS[0]);
     assert!(server.log().contains("SLO changed through the admin API"));
+    // Under the static policy too, operators see the budget and what serving achieves
+    // against it (the gauges refresh at most every 100 ms, on a completion).
+    std::thread::sleep(Duration::from_millis(150));
+    server.assert_serves("m", DIMS[0]);
+    assert_eq!(metric(&server, "tandem_slo_p99_budget_seconds"), 0.01);
+    assert!(metric(&server, "tandem_observed_p99_seconds") > 0.0);
+    assert!(metric(&server, "tandem_observed_throughput_requests_per_second") > 0.0);
 }
 
 #[test]

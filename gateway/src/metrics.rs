@@ -93,7 +93,7 @@ fn describe() {
     describe_gauge!(
         SLO_BUDGET,
         Unit::Seconds,
-        "The model's p99 latency budget (adaptive policy; 0 for static)."
+        "The model's p99 latency budget (the adaptive policy meets it; the trainer coordinator holds serving to it under any policy)."
     );
     describe_gauge!(
         SLO_EFFECTIVE_BUDGET,
@@ -103,7 +103,7 @@ fn describe() {
     describe_gauge!(
         OBSERVED_P99,
         Unit::Seconds,
-        "p99 of arrival-to-completion latency over the last two seconds, as the controller sees it."
+        "p99 of arrival-to-response latency over the last two seconds, under any policy."
     );
     describe_gauge!(
         OBSERVED_THROUGHPUT,

@@ -329,13 +329,9 @@ impl BatchPolicy for AdaptivePolicy {
         };
     }
 
-    fn gauges(&mut self, now: Instant) -> PolicyGauges {
-        let efficient = self.efficient;
+    fn gauges(&self) -> PolicyGauges {
         PolicyGauges {
-            budget: Some(self.budget),
-            observed_p99: self.window.quantile(0.99, now).map(|(d, _)| d),
-            completions_per_second: Some(self.window.throughput(now)),
-            predicted_batch: Some(self.model.predict_mean(efficient)),
+            predicted_batch: Some(self.model.predict_mean(self.efficient)),
             effective_budget: Some(self.effective_budget()),
         }
     }

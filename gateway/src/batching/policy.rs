@@ -75,17 +75,15 @@ pub trait BatchPolicy: Send {
     fn observe_cpu_load(&mut self, _share: f64) {}
 
     /// What the policy believes now, for the metrics that explain its decisions.
-    fn gauges(&mut self, _now: Instant) -> PolicyGauges {
+    fn gauges(&self) -> PolicyGauges {
         PolicyGauges::default()
     }
 }
 
-/// Figures a policy exports as metrics; `None` where it has no such notion.
+/// Figures only a policy knows, exported as metrics; `None` where it has no such notion.
+/// (The budget, the observed p99 and throughput are the batcher's, whatever the policy.)
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PolicyGauges {
-    pub budget: Option<Duration>,
-    pub observed_p99: Option<Duration>,
-    pub completions_per_second: Option<f64>,
     pub predicted_batch: Option<Duration>,
     pub effective_budget: Option<Duration>,
 }

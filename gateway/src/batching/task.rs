@@ -102,15 +102,24 @@ impl BatcherMetrics {
         }
     }
 
-    fn policy(&self, g: super::policy::PolicyGauges) {
+    /// What the policy believes, and what serving achieves against the budget: the budget,
+    /// p99 and throughput hold for every policy (an operator on the static one compares
+    /// them too, and the trainer coordinator holds serving to the budget whatever the
+    /// policy).
+    fn publish(
+        &self,
+        policy: super::policy::PolicyGauges,
+        budget: Duration,
+        observed_p99: Option<Duration>,
+        completions_per_second: f64,
+    ) {
         let set =
             |gauge: &Gauge, d: Option<Duration>| gauge.set(d.map_or(0.0, |d| d.as_secs_f64()));
-        set(&self.budget, g.budget);
-        set(&self.effective_budget, g.effective_budget);
-        set(&self.observed_p99, g.observed_p99);
-        set(&self.predicted_batch, g.predicted_batch);
-        self.completions
-            .set(g.completions_per_second.unwrap_or(0.0));
+        set(&self.effective_budget, policy.effective_budget);
+        set(&self.predicted_batch, policy.predicted_batch);
+        set(&self.budget, Some(budget));
+        set(&self.observed_p99, observed_p99);
+        self.completions.set(completions_per_second);
     }
 
     fn batch(&self, reason: ReleaseReason, rows: usize) {
@@ -158,9 +167,8 @@ impl Batcher {
     /// Runs until every request sender is gone and the queue is empty.
     pub async fn run(mut self) {
         let metrics = BatcherMetrics::new(&self.model);
-        metrics.policy(self.policy.gauges(Instant::now()));
-        self.health.set_budget(self.budget);
         let mut window = LatencyWindow::new(Duration::from_secs(2), 4096);
+        self.refresh(&metrics, &mut window, Instant::now());
         let mut last_gauges = Instant::now();
         let mut idle = self.workers;
         let mut closed = false;
@@ -230,11 +238,7 @@ impl Batcher {
             // With nothing completing the window ages out; keep the reading current.
             if now.saturating_duration_since(last_gauges) >= GAUGE_EVERY * 10 {
                 last_gauges = now;
-                if let Some(share) = self.cpu_load.as_mut().and_then(CpuLoad::sample) {
-                    self.policy.observe_cpu_load(share);
-                }
-                self.health
-                    .set_observed_p99(window.quantile(0.99, now).map(|(d, _)| d));
+                self.refresh(&metrics, &mut window, now);
             }
             if closed && self.state.is_empty() && idle == self.workers {
                 break;
@@ -254,11 +258,7 @@ impl Batcher {
                         }
                         if now.saturating_duration_since(last_gauges) >= GAUGE_EVERY {
                             last_gauges = now;
-                            if let Some(share) = self.cpu_load.as_mut().and_then(CpuLoad::sample) {
-                                self.policy.observe_cpu_load(share);
-                            }
-                            metrics.policy(self.policy.gauges(now));
-                            self.health.set_observed_p99(window.quantile(0.99, now).map(|(d, _)| d));
+                            self.refresh(&metrics, &mut window, now);
                         }
                     }
                     None => {
@@ -284,8 +284,7 @@ impl Batcher {
                         self.state.set_limits(u.queue_capacity, u.policy.max_batch_rows());
                         self.policy = u.policy;
                         self.budget = u.budget;
-                        self.health.set_budget(u.budget);
-                        metrics.policy(self.policy.gauges(Instant::now()));
+                        self.refresh(&metrics, &mut window, Instant::now());
                     }
                     None => updates_closed = true,
                 },
@@ -293,6 +292,23 @@ impl Batcher {
             }
         }
         metrics.queue_depth.set(0.0);
+    }
+
+    /// Reads the cores' load into the policy, then publishes the gauges and this version's
+    /// health (what the trainer coordinator reads).
+    fn refresh(&mut self, metrics: &BatcherMetrics, window: &mut LatencyWindow, now: Instant) {
+        if let Some(share) = self.cpu_load.as_mut().and_then(CpuLoad::sample) {
+            self.policy.observe_cpu_load(share);
+        }
+        let p99 = window.quantile(0.99, now).map(|(d, _)| d);
+        metrics.publish(
+            self.policy.gauges(),
+            self.budget,
+            p99,
+            window.throughput(now),
+        );
+        self.health.set_budget(self.budget);
+        self.health.set_observed_p99(p99);
     }
 
     fn admit(&mut self, p: Pending, metrics: &BatcherMetrics) {
