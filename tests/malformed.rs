@@ -206,39 +206,71 @@ fn oversized_chunked_bodies_are_cut_off_with_413() {
     );
 }
 
-#[test]
-fn slow_clients_are_cut_off_by_the_header_timeout() {
+/// Sends `head` on a fresh connection, then nothing more, and returns what the server
+/// wrote before it closed the connection and how long it held it.
+fn stall(addr: std::net::SocketAddr, head: &[u8]) -> (String, std::time::Duration) {
     use std::io::{Read, Write};
+    let mut slow = std::net::TcpStream::connect(addr).unwrap();
+    slow.write_all(head).unwrap();
+    let started = std::time::Instant::now();
+    slow.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = Vec::new();
+    let _ = slow.read_to_end(&mut buf);
+    (
+        String::from_utf8_lossy(&buf).into_owned(),
+        started.elapsed(),
+    )
+}
+
+#[test]
+fn slow_clients_are_cut_off_by_the_header_and_body_timeouts() {
     let repo = TempDir::new("slow");
     write_version(repo.path(), "m", 1, &DIMS, 4);
     let config = repo.path().join("tandem.toml");
     std::fs::write(
         &config,
         format!(
-            "model_repository = \"{}\"\n[limits]\nheader_read_timeout_ms = 300\n",
+            "model_repository = \"{}\"\n[limits]\nheader_read_timeout_ms = 300\nbody_read_timeout_ms = 300\n",
             repo.path().display()
         ),
     )
     .unwrap();
     let server = Server::start(&["--config", config.to_str().unwrap()]);
-    let mut slow = std::net::TcpStream::connect(server.addr).unwrap();
-    slow.write_all(b"GET /v2 HTTP/1.1\r\nHost: x\r\n").unwrap();
-    let started = std::time::Instant::now();
-    slow.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .unwrap();
-    let mut buf = Vec::new();
-    let _ = slow.read_to_end(&mut buf);
-    assert!(
-        started.elapsed() < std::time::Duration::from_secs(5),
-        "connection held for {:?}",
-        started.elapsed()
-    );
+    let held_briefly = |held: std::time::Duration| held < std::time::Duration::from_secs(5);
+
+    // Headers never finished: closed without an answer.
+    let (_, held) = stall(server.addr, b"GET /v2 HTTP/1.1\r\nHost: x\r\n");
+    assert!(held_briefly(held), "connection held for {held:?}");
+
+    // Headers sent, the body stalls halfway, on the inference and the admin routes: 408,
+    // and the connection closes (what is left of the body cannot be told from a request).
+    for path in ["/v2/models/m/infer", "/admin/models/m/slo"] {
+        let method = if path.starts_with("/admin") {
+            "PUT"
+        } else {
+            "POST"
+        };
+        let head =
+            format!("{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{{\"inp");
+        let (answer, held) = stall(server.addr, head.as_bytes());
+        assert!(held_briefly(held), "{path}: connection held for {held:?}");
+        assert!(answer.starts_with("HTTP/1.1 408"), "{path}: {answer}");
+        assert!(
+            answer.to_ascii_lowercase().contains("connection: close"),
+            "{path}: {answer}"
+        );
+        assert!(answer.contains("did not arrive within"), "{path}: {answer}");
+    }
+
     assert_eq!(
         server
             .post_json("/v2/models/m/infer", &infer_body(&row(), 1))
             .status,
         200
     );
+    let metrics = server.get("/metrics").text();
+    assert!(metrics.contains("code=\"408\""), "{metrics}");
 }
 
 #[test]

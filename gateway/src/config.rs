@@ -275,6 +275,8 @@ pub struct Limits {
     pub max_connections: usize,
     /// A client must send its request headers within this time.
     pub header_read_timeout_ms: u64,
+    /// And then its whole body within this time (408 and the connection closed otherwise).
+    pub body_read_timeout_ms: u64,
     /// A request must be answered within this time (504 otherwise).
     pub request_timeout_ms: u64,
     /// After SIGTERM, readiness answers 503 but requests are still accepted for this long,
@@ -290,6 +292,7 @@ impl Default for Limits {
             max_body_bytes: 16 << 20,
             max_connections: 1024,
             header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 30_000,
             request_timeout_ms: 60_000,
             shutdown_drain_ms: 0,
             shutdown_grace_ms: 30_000,
@@ -300,6 +303,9 @@ impl Default for Limits {
 impl Limits {
     pub fn header_read_timeout(&self) -> Duration {
         Duration::from_millis(self.header_read_timeout_ms)
+    }
+    pub fn body_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.body_read_timeout_ms)
     }
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms)
@@ -436,6 +442,10 @@ impl Config {
         check(
             self.limits.max_connections >= 1,
             "limits.max_connections must be >= 1",
+        )?;
+        check(
+            self.limits.header_read_timeout_ms >= 1 && self.limits.body_read_timeout_ms >= 1,
+            "limits.header_read_timeout_ms and limits.body_read_timeout_ms must be >= 1",
         )?;
         check(
             self.limits.max_body_bytes >= 1024,

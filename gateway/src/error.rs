@@ -54,6 +54,10 @@ pub enum ApiError {
     #[error("request timed out after {0:?}")]
     Timeout(Duration),
 
+    /// The client sent its headers but not its whole body in time.
+    #[error("the request body did not arrive within {0:?}")]
+    BodyTimeout(Duration),
+
     #[error("model failed: {0}")]
     ModelFailure(String),
 
@@ -76,6 +80,7 @@ impl ApiError {
             ApiError::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::DeadlineExceeded { .. } | ApiError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::ModelFailure(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
@@ -96,6 +101,7 @@ impl ApiError {
             ApiError::Unavailable(_) => "unavailable",
             ApiError::DeadlineExceeded { .. } => "expired",
             ApiError::Timeout(_) => "timeout",
+            ApiError::BodyTimeout(_) => "body_timeout",
             ApiError::ModelFailure(_) => "model_failure",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::Unauthorized(_) => "unauthorized",
@@ -110,6 +116,12 @@ impl ApiError {
             }
             _ => None,
         }
+    }
+
+    /// Whether the connection must close after this answer: the rest of a body that did
+    /// not arrive would be read as the next request.
+    pub fn closes_connection(&self) -> bool {
+        matches!(self, ApiError::BodyTimeout(_))
     }
 
     /// `{"error": "..."}`.

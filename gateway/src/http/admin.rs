@@ -9,7 +9,7 @@
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{Full, Limited};
 use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::json;
@@ -44,7 +44,7 @@ pub async fn handle(
         (Method::GET, ["admin", "models", m, "slo"]) => show(state, m),
         (Method::PUT, ["admin", "models", m, "slo"]) => {
             let m = m.to_string();
-            let body = read_body(req).await?;
+            let body = read_body(state, req).await?;
             change(state, &m, &body)
         }
         (method, ["admin", "models"] | ["admin", "models", _, "slo"]) => {
@@ -93,13 +93,14 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn read_body(req: Request<Limited<Incoming>>) -> Result<Bytes, ApiError> {
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| ApiError::Malformed(format!("cannot read the request body: {e}")))?
-        .to_bytes();
+async fn read_body(state: &AppState, req: Request<Limited<Incoming>>) -> Result<Bytes, ApiError> {
+    let limits = state.config().limits.clone();
+    let body = super::body::read_body(
+        req.into_body(),
+        limits.max_body_bytes,
+        limits.body_read_timeout(),
+    )
+    .await?;
     if body.len() > MAX_ADMIN_BODY {
         return Err(ApiError::BodyTooLarge {
             limit: MAX_ADMIN_BODY,

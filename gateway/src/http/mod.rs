@@ -1,10 +1,12 @@
 //! The HTTP server: hyper accepts, tower layers bound the body and catch panics, and the
 //! routes answer. A semaphore bounds open connections (further clients wait in the listen
-//! backlog); a slow client must send its headers within the configured time; on shutdown
+//! backlog); a slow client must send its headers, then its body, within the configured
+//! times; on shutdown
 //! the listener closes and every connection finishes its in-flight request first.
 
 mod admin;
 mod arrival;
+mod body;
 mod limit;
 mod routes;
 
@@ -65,6 +67,12 @@ pub fn error_response(e: &ApiError) -> Response<Full<Bytes>> {
     let mut resp = json_response(e.status(), e.body());
     if let Some(secs) = e.retry_after_secs() {
         resp.headers_mut().insert(header::RETRY_AFTER, secs.into());
+    }
+    if e.closes_connection() {
+        resp.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
     }
     resp
 }

@@ -5,13 +5,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{Full, Limited};
 use hyper::body::Incoming;
 use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
+use super::body;
 use super::{AppState, error_response, json_response};
 use crate::batching::Pending;
 use crate::batching::feedback::Answered;
@@ -236,20 +237,7 @@ async fn infer_on(
     let propagated = propagated_timeout(req.headers())?;
     let config = state.config();
     let limit = config.limits.max_body_bytes;
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| {
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                ApiError::BodyTooLarge { limit }
-            } else {
-                ApiError::Malformed(format!("cannot read the request body: {e}"))
-            }
-        })?
-        .to_bytes();
+    let body = body::read_body(req.into_body(), limit, config.limits.body_read_timeout()).await?;
     // The request arrived when the kernel received its bytes, if that was earlier than the
     // handler started (it waited in the socket while the runtime served others).
     if let Some(kernel) = arrival.take() {
