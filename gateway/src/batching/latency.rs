@@ -81,13 +81,13 @@ impl LatencyModel {
         (t0 + slope * (rows - r0 as f64)).max(s[0].1 * 0.5)
     }
 
-    /// Expected duration of a batch of `rows`.
     /// A batch of `rows` as warm-up measured it, before any drift: what the device takes
     /// when nothing competes with it.
     pub fn predict_uncontended(&self, rows: usize) -> Duration {
         Duration::from_secs_f64(self.base(rows))
     }
 
+    /// Expected duration of a batch of `rows`.
     pub fn predict_mean(&self, rows: usize) -> Duration {
         Duration::from_secs_f64(self.base(rows) * self.scale)
     }
