@@ -7,6 +7,9 @@
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
+use trainer::affinity::allowed_cores as allowed;
+pub use trainer::affinity::pin_this_thread;
+
 /// Which cores the system under test gets, and which the load generator.
 #[derive(Clone, Debug)]
 pub struct CoreSplit {
@@ -27,47 +30,12 @@ pub fn split(pin: bool) -> Option<CoreSplit> {
     })
 }
 
-fn allowed() -> Option<Vec<usize>> {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set, and the size passed is its own.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return None;
-        }
-        Some(
-            (0..libc::CPU_SETSIZE as usize)
-                .filter(|&c| libc::CPU_ISSET(c, &set))
-                .collect(),
-        )
-    }
-}
-
-fn set_affinity(cores: &[usize]) -> std::io::Result<()> {
-    // SAFETY: as in `allowed`; CPU_SET is given indices below CPU_SETSIZE (they came from
-    // `allowed`), and sched_setaffinity only reads the set.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &c in cores {
-            libc::CPU_SET(c, &mut set);
-        }
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-/// Pins the calling thread, and every thread it starts from now on, to `cores`.
-pub fn pin_this_thread(cores: &[usize]) -> std::io::Result<()> {
-    set_affinity(cores)
-}
-
 /// Makes `cmd` start its process on `cores` only.
 pub fn pin_child(cmd: &mut Command, cores: &[usize]) {
     let cores = cores.to_vec();
     // SAFETY: the closure runs between fork and exec; it makes one system call
     // (sched_setaffinity) and allocates nothing (the set lives on the stack).
     unsafe {
-        cmd.pre_exec(move || set_affinity(&cores));
+        cmd.pre_exec(move || pin_this_thread(&cores));
     }
 }

@@ -2,6 +2,7 @@
 //! ([`protocol`], documented in docs/coloc-protocol.md), a client for Rust training loops
 //! ([`client`]), and tandem's reference trainer ([`run`]) on real data ([`data`]).
 
+pub mod affinity;
 pub mod client;
 pub mod data;
 pub mod protocol;

@@ -12,6 +12,7 @@ use kernels::{DType, Device};
 use models::train::{self, Adam, StepOptions, Train};
 use models::{Checkpoint, Mlp, Model, WeightData};
 
+use crate::affinity;
 use crate::client::Coloc;
 use crate::data::{DIGITS_SCALE, Dataset, Synthetic};
 use crate::protocol::{Ack, Hello, Report, VERSION};
@@ -235,6 +236,14 @@ pub fn run(cfg: &TrainConfig, stop: &AtomicBool) -> Result<TrainSummary, String>
         _ => None,
     };
 
+    // A managed CPU trainer keeps its threads on the last cores when told to use fewer
+    // than all (see `affinity`); `pinned` is the stream count its threads are placed for.
+    let cores = match (&coloc, &cfg.device) {
+        (Some(_), Device::Cpu) => affinity::allowed_cores(),
+        _ => None,
+    };
+    let mut pinned = threads;
+
     let started = Instant::now();
     let mut summary = TrainSummary::default();
     let mut applied_seq = 0u64;
@@ -294,6 +303,19 @@ pub fn run(cfg: &TrainConfig, stop: &AtomicBool) -> Result<TrainSummary, String>
                 applied_seq = d.seq;
                 summary.directives_applied += 1;
                 opts.threads = (d.max_streams as usize).clamp(1, threads);
+                if let Some(all) = &cores
+                    && opts.threads != pinned
+                {
+                    pinned = opts.threads;
+                    let set = affinity::cores_for_streams(all, pinned);
+                    if let Err(e) = pool
+                        .broadcast(|_| affinity::pin_this_thread(set))
+                        .into_iter()
+                        .collect::<std::io::Result<Vec<()>>>()
+                    {
+                        tracing::warn!(error = %e, "cannot place the trainer's threads");
+                    }
+                }
                 let rows = (d.memory_limit_bytes / bytes_per_row.max(1)) as usize;
                 opts.micro_batch = rows.clamp(1, cfg.batch);
                 duty = d.duty_cycle.clamp(0.01, 1.0);
