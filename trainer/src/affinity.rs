@@ -4,8 +4,8 @@
 //! preempt, and the trainer is not migrated back and forth by each of serving's wake-ups.
 //! Measured on the 2-core build machine with a `SCHED_IDLE` loop busy 80% of the time
 //! beside `tandem serve` at 6,500 req/s: serving's p99 was lower with the loop pinned to
-//! the last core than floating in 9 of 10 rounds (benches/README.md, "Co-located
-//! training"). The last cores, not the first: Linux keeps more of its own work on CPU 0,
+//! the last core than floating in 9 of 10 rounds (`benches/neighbour-placement.sh`;
+//! benches/README.md, "Co-located training"). The last cores, not the first: Linux keeps more of its own work on CPU 0,
 //! and the loop pinned there cost serving more than floating did.
 
 /// The cores this process may run on (its affinity mask when it started).
