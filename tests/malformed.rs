@@ -334,3 +334,58 @@ fn propagated_deadlines_are_honoured_and_bad_ones_refused() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_close(&r.output_values(), &want);
 }
+
+#[test]
+fn a_client_that_never_reads_its_responses_loses_its_connection() {
+    use std::io::Write;
+    // Wide outputs: each response is megabytes, so a few fill the socket buffers.
+    const WIDE: [usize; 2] = [4, 4096];
+    let rows = 64;
+    let repo = TempDir::new("unread");
+    write_version(repo.path(), "wide", 1, &WIDE, 4);
+    let config = repo.path().join("tandem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "model_repository = \"{}\"\n[limits]\nresponse_write_timeout_ms = 1000\n",
+            repo.path().display()
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&["--config", config.to_str().unwrap()]);
+    let open_connections = || {
+        let metrics = server.get("/metrics").text();
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("tandem_http_connections "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .expect("tandem_http_connections")
+    };
+
+    let input: Vec<f32> = (0..rows * WIDE[0]).map(|i| i as f32 * 0.01).collect();
+    let body = infer_body(&input, rows).to_string();
+    let one = format!(
+        "POST /v2/models/wide/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut greedy = std::net::TcpStream::connect(server.addr).unwrap();
+    // Eight pipelined requests, about 25 MB of answers, and not one byte read.
+    greedy.write_all(one.repeat(8).as_bytes()).unwrap();
+    // Counted open first (at once: the stall alone takes a second), then closed.
+    assert!(
+        poll_until(std::time::Duration::from_secs(20), || open_connections()
+            >= 2.0),
+        "the greedy connection was never counted"
+    );
+    assert!(
+        poll_until(std::time::Duration::from_secs(20), || open_connections()
+            <= 1.0),
+        "the unread connection is still open; log:\n{}",
+        server.log()
+    );
+    // Serving goes on, on the same model.
+    let r = server.post_json("/v2/models/wide/infer", &infer_body(&input, rows));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.output_values().len(), rows * WIDE[1]);
+    drop(greedy);
+}

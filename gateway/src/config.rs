@@ -277,6 +277,9 @@ pub struct Limits {
     pub header_read_timeout_ms: u64,
     /// And then its whole body within this time (408 and the connection closed otherwise).
     pub body_read_timeout_ms: u64,
+    /// A response that makes no progress for this long (the client reads none of it)
+    /// closes the connection.
+    pub response_write_timeout_ms: u64,
     /// A request must be answered within this time (504 otherwise).
     pub request_timeout_ms: u64,
     /// After SIGTERM, readiness answers 503 but requests are still accepted for this long,
@@ -293,6 +296,7 @@ impl Default for Limits {
             max_connections: 1024,
             header_read_timeout_ms: 10_000,
             body_read_timeout_ms: 30_000,
+            response_write_timeout_ms: 30_000,
             request_timeout_ms: 60_000,
             shutdown_drain_ms: 0,
             shutdown_grace_ms: 30_000,
@@ -306,6 +310,9 @@ impl Limits {
     }
     pub fn body_read_timeout(&self) -> Duration {
         Duration::from_millis(self.body_read_timeout_ms)
+    }
+    pub fn response_write_timeout(&self) -> Duration {
+        Duration::from_millis(self.response_write_timeout_ms)
     }
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms)
@@ -444,8 +451,10 @@ impl Config {
             "limits.max_connections must be >= 1",
         )?;
         check(
-            self.limits.header_read_timeout_ms >= 1 && self.limits.body_read_timeout_ms >= 1,
-            "limits.header_read_timeout_ms and limits.body_read_timeout_ms must be >= 1",
+            self.limits.header_read_timeout_ms >= 1
+                && self.limits.body_read_timeout_ms >= 1
+                && self.limits.response_write_timeout_ms >= 1,
+            "limits.header_read_timeout_ms, body_read_timeout_ms and response_write_timeout_ms must be >= 1",
         )?;
         check(
             self.limits.max_body_bytes >= 1024,

@@ -1,14 +1,16 @@
 //! The HTTP server: hyper accepts, tower layers bound the body and catch panics, and the
 //! routes answer. A semaphore bounds open connections (further clients wait in the listen
 //! backlog); a slow client must send its headers, then its body, within the configured
-//! times; on shutdown
-//! the listener closes and every connection finishes its in-flight request first.
+//! times, and a client that stops reading its responses is cut off after a stall of the
+//! configured time; on shutdown the listener closes and every connection finishes its
+//! in-flight request first.
 
 mod admin;
 mod arrival;
 mod body;
 mod limit;
 mod routes;
+mod write_stall;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -32,6 +34,7 @@ use crate::registry::Registry;
 
 use arrival::{ArrivalClock, TimestampedStream};
 pub use limit::BodyLimitLayer;
+use write_stall::WriteStallLimit;
 
 /// What every request handler can reach.
 pub struct AppState {
@@ -124,7 +127,10 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let clock = Arc::new(ArrivalClock::default());
-        let stream = TimestampedStream::new(stream, clock.clone());
+        let stream = WriteStallLimit::new(
+            TimestampedStream::new(stream, clock.clone()),
+            limits.response_write_timeout(),
+        );
         let service = ServiceBuilder::new()
             .layer(tower_http::catch_panic::CatchPanicLayer::custom(
                 panic_response,
@@ -157,7 +163,11 @@ pub async fn serve(
                 .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
             tokio::pin!(conn);
             tokio::select! {
-                _ = conn.as_mut() => {}
+                served = conn.as_mut() => {
+                    if let Err(e) = served {
+                        tracing::debug!(%peer, error = %e, "connection closed");
+                    }
+                }
                 _ = signalled(&mut shutdown) => {
                     conn.as_mut().graceful_shutdown();
                     let _ = conn.as_mut().await;
