@@ -355,6 +355,11 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 5.0)]
     pub checkpoint_every: f64,
 
+    /// Keep the newest this many of the versions this run writes; older ones are deleted
+    /// (0: keep all). Versions that were there before are never touched.
+    #[arg(long, default_value_t = 3)]
+    pub keep_versions: usize,
+
     /// The gateway's co-location socket; without it the trainer runs on its own.
     #[arg(long, env = "TANDEM_COLOC_SOCKET")]
     pub coloc_socket: Option<PathBuf>,

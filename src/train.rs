@@ -45,6 +45,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         repository: args.repository.clone(),
         model_name: args.model_name.clone(),
         checkpoint_every: Duration::from_secs_f64(args.checkpoint_every.max(0.1)),
+        keep_versions: args.keep_versions,
         coloc_socket: args.coloc_socket.clone(),
         name: args.name.clone(),
         idle_priority: !args.unmanaged,

@@ -44,6 +44,10 @@ pub struct TrainConfig {
     pub repository: Option<PathBuf>,
     pub model_name: String,
     pub checkpoint_every: Duration,
+    /// Of the versions this run writes, keep the newest this many on disk (0: all). Older
+    /// ones are deleted as new ones land, so a long run's checkpoints take bounded space;
+    /// versions already in the repository when it started are never touched.
+    pub keep_versions: usize,
     pub coloc_socket: Option<PathBuf>,
     pub name: String,
     /// Run compute threads at the lowest CPU priority (SCHED_IDLE), so that on a shared CPU
@@ -409,6 +413,21 @@ fn checkpoint(
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
         summary.versions_written.push(version);
         tracing::info!(path = %path.display(), version, "wrote a new model version");
+        // One version in, one out: the newest `keep_versions` of this run's stay. The
+        // gateway serves the newest and unloads a version whose folder has gone only once
+        // a newer one serves, so nothing it answers from is taken away.
+        let written = &summary.versions_written;
+        if cfg.keep_versions > 0 && written.len() > cfg.keep_versions {
+            let stale = written[written.len() - cfg.keep_versions - 1];
+            let dir = repo.join(&cfg.model_name).join(stale.to_string());
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => tracing::info!(version = stale, "removed an old model version"),
+                // Not worth stopping training for: the space is only not reclaimed.
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot remove an old model version")
+                }
+            }
+        }
     }
     Ok(())
 }

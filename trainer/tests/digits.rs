@@ -23,6 +23,7 @@ fn config(dir: &std::path::Path, device: Device) -> TrainConfig {
         repository: Some(dir.to_path_buf()),
         model_name: "digits".into(),
         checkpoint_every: Duration::from_millis(200),
+        keep_versions: 0,
         coloc_socket: None,
         name: "test".into(),
         idle_priority: false,
