@@ -271,6 +271,10 @@ fn slow_clients_are_cut_off_by_the_header_and_body_timeouts() {
     );
     let metrics = server.get("/metrics").text();
     assert!(metrics.contains("code=\"408\""), "{metrics}");
+    assert!(
+        metrics.contains("tandem_http_connections_cut_total{reason=\"header_timeout\"}"),
+        "{metrics}"
+    );
 }
 
 #[test]
@@ -387,5 +391,10 @@ fn a_client_that_never_reads_its_responses_loses_its_connection() {
     let r = server.post_json("/v2/models/wide/infer", &infer_body(&input, rows));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.output_values().len(), rows * WIDE[1]);
+    let metrics = server.get("/metrics").text();
+    assert!(
+        metrics.contains("tandem_http_connections_cut_total{reason=\"write_stall\"} 1"),
+        "{metrics}"
+    );
     drop(greedy);
 }

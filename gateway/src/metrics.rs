@@ -19,6 +19,7 @@ pub const PROCESS_CONTEXT_SWITCHES: &str = "tandem_process_context_switches_tota
 pub const MODEL_VERSION_LOADED: &str = "tandem_model_version_loaded";
 pub const MODEL_LOADS: &str = "tandem_model_loads_total";
 pub const CONNECTIONS: &str = "tandem_http_connections";
+pub const CONNECTIONS_CUT: &str = "tandem_http_connections_cut_total";
 pub const SLO_BUDGET: &str = "tandem_slo_p99_budget_seconds";
 pub const SLO_EFFECTIVE_BUDGET: &str = "tandem_slo_effective_budget_seconds";
 pub const OBSERVED_P99: &str = "tandem_observed_p99_seconds";
@@ -90,6 +91,10 @@ fn describe() {
     );
     describe_counter!(MODEL_LOADS, "Model version loads, by outcome (ok, error).");
     describe_gauge!(CONNECTIONS, "Open HTTP connections.");
+    describe_counter!(
+        CONNECTIONS_CUT,
+        "HTTP connections the server closed on a client, by reason: header_timeout (no complete request head within limits.header_read_timeout_ms, idle keep-alive connections included), write_stall (nothing of a response read within limits.response_write_timeout_ms). A stalled body is answered 408 and counted in tandem_requests_total."
+    );
     describe_gauge!(
         SLO_BUDGET,
         Unit::Seconds,

@@ -34,7 +34,7 @@ use crate::registry::Registry;
 
 use arrival::{ArrivalClock, TimestampedStream};
 pub use limit::BodyLimitLayer;
-use write_stall::WriteStallLimit;
+use write_stall::{WriteStallLimit, is_write_stall};
 
 /// What every request handler can reach.
 pub struct AppState {
@@ -165,6 +165,7 @@ pub async fn serve(
             tokio::select! {
                 served = conn.as_mut() => {
                     if let Err(e) = served {
+                        count_cut(&e);
                         tracing::debug!(%peer, error = %e, "connection closed");
                     }
                 }
@@ -191,6 +192,19 @@ pub async fn serve(
         );
         tasks.abort_all();
     }
+}
+
+/// Counts a connection the server cut off for a slow client (other errors, such as a
+/// client resetting its connection, are the client's own doing and only logged).
+fn count_cut(e: &hyper::Error) {
+    let reason = if e.is_timeout() {
+        "header_timeout"
+    } else if is_write_stall(e) {
+        "write_stall"
+    } else {
+        return;
+    };
+    metrics::counter!(names::CONNECTIONS_CUT, "reason" => reason).increment(1);
 }
 
 /// Resolves once the shutdown flag is true (at once if it already is).

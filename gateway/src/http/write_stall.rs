@@ -17,6 +17,40 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+/// The error a stalled write fails with, so that the connection's end can be told apart
+/// from other I/O errors (see [`is_write_stall`]).
+#[derive(Debug)]
+pub struct WriteStalled(Duration);
+
+impl std::fmt::Display for WriteStalled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the client read nothing of its response for {} ms",
+            self.0.as_millis()
+        )
+    }
+}
+
+impl std::error::Error for WriteStalled {}
+
+/// Whether `e` (or an error it wraps) is a [`WriteStalled`].
+pub fn is_write_stall(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if e.is::<WriteStalled>() {
+            return true;
+        }
+        if let Some(io) = e.downcast_ref::<io::Error>()
+            && io.get_ref().is_some_and(|inner| inner.is::<WriteStalled>())
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
 pub struct WriteStallLimit<S> {
     inner: S,
     limit: Duration,
@@ -60,10 +94,7 @@ impl<S> WriteStallLimit<S> {
             self.armed = false;
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::TimedOut,
-                format!(
-                    "the client read nothing of its response for {} ms",
-                    self.limit.as_millis()
-                ),
+                WriteStalled(self.limit),
             )));
         }
         Poll::Pending
@@ -159,6 +190,8 @@ mod tests {
         };
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
         assert!(err.to_string().contains("200 ms"), "{err}");
+        assert!(is_write_stall(&err));
+        assert!(!is_write_stall(&io::Error::from(io::ErrorKind::TimedOut)));
         assert!(started.elapsed() >= Duration::from_millis(200));
     }
 
