@@ -35,6 +35,7 @@ async fn reload_on_sighup(args: ServeArgs, reload: mpsc::Sender<Config>) {
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = build_config(&args)?;
+    raise_open_file_limit(config.limits.max_connections as u64 + FILES_BESIDE_CONNECTIONS);
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = args.http_threads {
         runtime.worker_threads(n.max(1));
@@ -58,6 +59,51 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         gateway::run_with_reload(config, listener, rx, reload_rx).await?;
         Ok(())
     })
+}
+
+/// Descriptors the server needs besides one per connection: listeners, the runtime's
+/// epoll and wakers, trainer sockets, repository scans, model files while they load.
+const FILES_BESIDE_CONNECTIONS: u64 = 256;
+
+/// Raises the soft limit on open files to `needed`, as far as the hard limit allows. Many
+/// systems start processes at a soft limit of 1,024, below the default `max_connections`
+/// plus what the server needs besides: past it `accept` fails and clients wait in the
+/// backlog while the server has connection permits to spare.
+fn raise_open_file_limit(needed: u64) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit struct through a valid pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return;
+    }
+    if limit.rlim_cur >= needed {
+        return;
+    }
+    let raised = libc::rlimit {
+        rlim_cur: needed.min(limit.rlim_max),
+        rlim_max: limit.rlim_max,
+    };
+    // SAFETY: setrlimit reads one rlimit struct through a valid pointer; a soft limit at
+    // or under the hard one needs no privilege.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+        tracing::warn!(error = %std::io::Error::last_os_error(), "cannot raise the open-file limit");
+        return;
+    }
+    if raised.rlim_cur < needed {
+        tracing::warn!(
+            limit = raised.rlim_cur,
+            needed,
+            "the open-file limit (hard) is below what limits.max_connections needs; beyond it new connections wait in the backlog (raise it with `ulimit -Hn` or LimitNOFILE=)"
+        );
+    } else {
+        tracing::info!(
+            from = limit.rlim_cur,
+            to = raised.rlim_cur,
+            "raised the open-file limit"
+        );
+    }
 }
 
 fn build_config(args: &ServeArgs) -> anyhow::Result<Config> {

@@ -186,3 +186,128 @@ fn sigterm_finishes_in_flight_requests_and_exits() {
         "still accepting after exit"
     );
 }
+
+/// Starts the server with its open-file limit at `soft`/`hard`.
+fn with_open_files(command: &mut std::process::Command, soft: u64, hard: u64) {
+    use std::os::unix::process::CommandExt;
+    let limit = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: setrlimit only, between fork and exec; it allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+}
+
+/// The soft and hard open-file limits of a running process.
+fn open_file_limits(pid: i32) -> (u64, u64) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let mut numbers = line
+        .split_whitespace()
+        .filter_map(|w| w.parse::<u64>().ok());
+    (numbers.next().unwrap(), numbers.next().unwrap())
+}
+
+#[test]
+fn the_open_file_limit_is_raised_to_what_max_connections_needs() {
+    let repo = TempDir::new("nofile");
+    write_version(repo.path(), "m", 1, &[8, 8, 3], 1);
+    let args = ["--model-repository", repo.path().to_str().unwrap()];
+    // A soft limit of 256 under a hard one of 4,096: raised to the default
+    // max_connections (1,024) and room besides.
+    let server = Server::start_with(&args, |c| with_open_files(c, 256, 4096));
+    let (soft, hard) = open_file_limits(server.pid());
+    assert!((1024 + 128..=hard).contains(&soft), "soft limit {soft}");
+    assert_eq!(hard, 4096);
+    server.assert_serves("m", 8);
+    // A hard limit below that: raised as far as it goes, said in the log, still serving.
+    let server = Server::start_with(&args, |c| with_open_files(c, 256, 512));
+    assert_eq!(open_file_limits(server.pid()), (512, 512));
+    assert!(
+        server.log().contains("open-file limit (hard) is below"),
+        "{}",
+        server.log()
+    );
+    server.assert_serves("m", 8);
+}
+
+/// utime + stime of a process, in seconds.
+fn cpu_seconds(pid: i32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // After the command name in parentheses: state is field 3, utime and stime 14 and 15.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+#[test]
+fn out_of_file_descriptors_the_server_waits_instead_of_spinning_and_recovers() {
+    use std::io::{BufRead, Write};
+    let repo = TempDir::new("emfile");
+    write_version(repo.path(), "m", 1, &[8, 8, 3], 1);
+    let socket = repo.path().join("coloc.sock");
+    let server = Server::start_with(
+        &[
+            "--model-repository",
+            repo.path().to_str().unwrap(),
+            "--coloc-socket",
+            socket.to_str().unwrap(),
+        ],
+        // About 15 descriptors serve an idle server: room for a couple of dozen clients.
+        |c| with_open_files(c, 40, 40),
+    );
+    // More clients than descriptors: the last ones wait in the listen backlog, and so
+    // does a trainer, since every accept fails until descriptors come back.
+    let clients: Vec<_> = (0..60)
+        .map(|_| std::net::TcpStream::connect(server.addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut trainer = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = cpu_seconds(server.pid());
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_seconds(server.pid()) - before;
+    assert!(
+        used < 0.3,
+        "{used:.2} s of CPU in a second with nothing to do"
+    );
+    assert!(
+        server.log().contains("accepting a trainer failed"),
+        "{}",
+        server.log()
+    );
+
+    // Descriptors come back: the trainer is welcomed and requests are served.
+    drop(clients);
+    let hello = format!(
+        "{{\"type\":\"hello\",\"version\":1,\"name\":\"t\",\"pid\":{},\"device\":\"cpu\",\"max_streams\":1,\"memory_bytes\":0}}\n",
+        std::process::id()
+    );
+    trainer.write_all(hello.as_bytes()).unwrap();
+    trainer
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut welcome = String::new();
+    std::io::BufReader::new(&trainer)
+        .read_line(&mut welcome)
+        .unwrap();
+    assert!(welcome.contains("\"welcome\""), "{welcome}");
+    server.assert_serves("m", 8);
+}

@@ -224,8 +224,19 @@ impl Server {
         server
     }
 
+    /// As [`Server::start`], with `setup` applied to the command before it runs.
+    pub fn start_with(args: &[&str], setup: impl FnOnce(&mut Command)) -> Server {
+        let server = Server::spawn_with(args, setup);
+        server.wait_ready(Duration::from_secs(60));
+        server
+    }
+
     /// Starts it without waiting for readiness.
     pub fn spawn(args: &[&str]) -> Server {
+        Server::spawn_with(args, |_| {})
+    }
+
+    fn spawn_with(args: &[&str], setup: impl FnOnce(&mut Command)) -> Server {
         // Each server gets its own trainer socket, unless its config file names one.
         static N: AtomicUsize = AtomicUsize::new(0);
         let socket = std::env::temp_dir().join(format!(
@@ -242,8 +253,9 @@ impl Server {
         if own_socket {
             command.arg("--coloc-socket").arg(&socket);
         }
+        command.args(args);
+        setup(&mut command);
         let mut child = command
-            .args(args)
             .env("TANDEM_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

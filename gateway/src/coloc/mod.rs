@@ -175,11 +175,22 @@ pub async fn run(
     };
     // The allowance in force: the controller's, capped by what serving leaves idle.
     let mut lent_allowance = 0.0f64;
+    let mut accept_resumes: Option<Instant> = None;
     loop {
         tokio::select! {
             _ = crate::http::signalled(&mut shutdown) => break,
-            accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
+            accepted = listener.accept(), if accept_resumes.is_none_or(|t| Instant::now() >= t) => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of file descriptors and the like: the pending connection stays
+                        // in the backlog and a retry would fail at once, so pause accepting
+                        // until a later tick instead of spinning.
+                        tracing::warn!(error = %e, "accepting a trainer failed; retrying shortly");
+                        accept_resumes = Some(Instant::now() + Duration::from_millis(50));
+                        continue;
+                    }
+                };
                 let Some(slot) = (0..config.max_trainers).find(|s| !slots.contains_key(s)) else {
                     tracing::warn!("trainer refused: {} already connected", config.max_trainers);
                     continue;
