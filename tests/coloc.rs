@@ -536,3 +536,33 @@ fn rising_load_pauses_the_trainer_and_falling_load_lets_it_run_again() {
     fake.wait().unwrap();
     some_requests(&s.server, 5);
 }
+
+/// A gateway that restarts takes its trainers back: the real trainer rejoins the new one
+/// and obeys it (its directives count from 1 again, which the trainer must not take for
+/// ones it already obeyed).
+#[test]
+fn the_real_trainer_rejoins_a_restarted_gateway_and_obeys_it() {
+    let mut s = start();
+    let mut trainer = join_real_trainer(&s, "cpu", &[]);
+    // Enough directives that the old connection's count is well past the new one's.
+    squeeze(&s.server);
+    relax(&s.server);
+    let config = s._dir.path().join("tandem.toml");
+    let config = config.to_str().unwrap();
+    s.server.signal(libc::SIGKILL);
+    s.server
+        .wait_exit(Duration::from_secs(10))
+        .expect("the gateway to die");
+    s.server = Server::start(&["--config", config, "--device", "cpu"]);
+    wait_until("the trainer to rejoin", Duration::from_secs(20), || {
+        connected(&s.server) == 1.0
+    });
+    squeeze_and_expect_a_timely_ack(&s.server, trainer.id());
+    assert!(
+        metric(&s.server, "tandem_trainer_directives_total", None).unwrap_or(0.0) >= 1.0,
+        "{}",
+        s.server.log()
+    );
+    trainer.kill().unwrap();
+    trainer.wait().unwrap();
+}
