@@ -544,19 +544,7 @@ fn rising_load_pauses_the_trainer_and_falling_load_lets_it_run_again() {
 fn the_real_trainer_rejoins_a_restarted_gateway_and_obeys_it() {
     let mut s = start();
     let mut trainer = join_real_trainer(&s, "cpu", &[]);
-    // Enough directives that the old connection's count is well past the new one's.
-    squeeze(&s.server);
-    relax(&s.server);
-    let config = s._dir.path().join("tandem.toml");
-    let config = config.to_str().unwrap();
-    s.server.signal(libc::SIGKILL);
-    s.server
-        .wait_exit(Duration::from_secs(10))
-        .expect("the gateway to die");
-    s.server = Server::start(&["--config", config, "--device", "cpu"]);
-    wait_until("the trainer to rejoin", Duration::from_secs(20), || {
-        connected(&s.server) == 1.0
-    });
+    restart_the_gateway(&mut s);
     squeeze_and_expect_a_timely_ack(&s.server, trainer.id());
     assert!(
         metric(&s.server, "tandem_trainer_directives_total", None).unwrap_or(0.0) >= 1.0,
@@ -565,4 +553,42 @@ fn the_real_trainer_rejoins_a_restarted_gateway_and_obeys_it() {
     );
     trainer.kill().unwrap();
     trainer.wait().unwrap();
+}
+
+/// The same with the Python client, from a loop that calls `step()` every 20 ms.
+#[test]
+fn the_python_client_rejoins_a_restarted_gateway_and_obeys_it() {
+    let mut s = start();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/coloc_loop.py");
+    let mut child = Command::new("python3")
+        .arg(script)
+        .arg(&s.socket)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the client to join", Duration::from_secs(10), || {
+        connected(&s.server) == 1.0
+    });
+    restart_the_gateway(&mut s);
+    squeeze_and_expect_a_timely_ack(&s.server, child.id());
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// Has the trainer obey a few directives, kills the gateway with SIGKILL, starts a new
+/// one on the same config and waits for the trainer to join it.
+fn restart_the_gateway(s: &mut Setup) {
+    // Directives on the first connection, so that its count is past the new one's start.
+    squeeze(&s.server);
+    relax(&s.server);
+    let config = s._dir.path().join("tandem.toml");
+    s.server.signal(libc::SIGKILL);
+    s.server
+        .wait_exit(Duration::from_secs(10))
+        .expect("the gateway to die");
+    s.server = Server::start(&["--config", config.to_str().unwrap(), "--device", "cpu"]);
+    wait_until("the trainer to rejoin", Duration::from_secs(20), || {
+        connected(&s.server) == 1.0
+    });
 }

@@ -15,7 +15,8 @@ headroom and takes it back when latency budgets tighten; this client speaks its 
             coloc.report(step=step, samples_per_second=rate, loss=loss.item())
 
 Directives are acknowledged at the step boundary where they take effect. If the gateway
-goes away the loop keeps running, unconstrained.
+goes away the loop keeps running, unconstrained, and the client joins it again when it is
+back (a restarted gateway takes its trainers back).
 """
 
 import json
@@ -26,6 +27,9 @@ import time
 
 PROTOCOL_VERSION = 1
 MAX_LINE = 64 * 1024
+# Between attempts to rejoin a gateway that went away: from the first to the last, doubling.
+REJOIN_FIRST = 0.2
+REJOIN_LAST = 5.0
 
 
 class Directive:
@@ -63,7 +67,11 @@ class Trainer:
         self._directive = Directive({"max_streams": max_streams,
                                      "memory_limit_bytes": memory_bytes})
         self._applied = 0
+        # Added to the sequence numbers of the connection in force: each connection numbers
+        # its directives from 1, and the loop must see them keep rising across a rejoin.
+        self._seq_offset = 0
         self._connected = False
+        self._closed = False
         self._sock = None
         self._send_lock = threading.Lock()
         self._last_step = None
@@ -81,32 +89,48 @@ class Trainer:
         return False
 
     def connect(self):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(self.path)
-        self._sock = sock
-        self._send({"type": "hello", "version": PROTOCOL_VERSION, "name": self.name,
-                    "pid": os.getpid(), "device": self.device,
-                    "max_streams": self._max_streams, "memory_bytes": self._memory_bytes})
-        self._file = sock.makefile("rb")
-        welcome = self._read()
-        if not welcome or welcome.get("type") != "welcome":
-            raise ConnectionError(f"expected a welcome from the gateway, got {welcome!r}")
-        self.trainer_id = welcome.get("trainer_id")
-        self.heartbeat = max(welcome.get("heartbeat_ms", 1000), 1) / 1000.0
-        sock.settimeout(None)
-        self._connected = True
+        self._join()
         threading.Thread(target=self._read_loop, name="tandem-coloc", daemon=True).start()
 
+    def _join(self):
+        """Says hello on a fresh connection and waits for the welcome."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self.path)
+            hello = {"type": "hello", "version": PROTOCOL_VERSION, "name": self.name,
+                     "pid": os.getpid(), "device": self.device,
+                     "max_streams": self._max_streams, "memory_bytes": self._memory_bytes}
+            sock.sendall(json.dumps(hello, separators=(",", ":")).encode() + b"\n")
+            file = sock.makefile("rb")
+            welcome = self._read(file)
+            if not welcome or welcome.get("type") != "welcome":
+                raise ConnectionError(f"expected a welcome from the gateway, got {welcome!r}")
+            sock.settimeout(None)
+        except BaseException:
+            sock.close()
+            raise
+        self._sock, self._file = sock, file
+        self.trainer_id = welcome.get("trainer_id")
+        self.heartbeat = max(welcome.get("heartbeat_ms", 1000), 1) / 1000.0
+        self._connected = True
+
     def close(self):
+        self._closed = True
         self._connected = False
-        if self._sock is not None:
-            try:
-                self._sock.close()
-            except OSError:
-                pass
+        self._drop_socket()
         with self._cond:
             self._cond.notify_all()
+
+    def _drop_socket(self):
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                # Wakes the reader thread if it is blocked on the socket.
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
 
     # -- what the loop uses --------------------------------------------------------
 
@@ -178,9 +202,12 @@ class Trainer:
 
     def _ack(self, d):
         self._applied = d.seq
+        if d.seq <= self._seq_offset:
+            return  # a directive of a connection that has ended
         streams = 0 if d.pause else self.max_streams
         memory = 0 if d.pause else min(self._memory_bytes, d.memory_limit_bytes)
-        self._send({"type": "ack", "seq": d.seq, "streams": streams, "memory_bytes": memory})
+        self._send({"type": "ack", "seq": d.seq - self._seq_offset, "streams": streams,
+                    "memory_bytes": memory})
 
     def _heartbeat(self, force=False, **override):
         now = time.monotonic()
@@ -189,17 +216,18 @@ class Trainer:
             self._send(dict(self._report, type="report", **override))
 
     def _send(self, message):
-        if self._sock is None:
+        sock = self._sock
+        if sock is None or not self._connected:
             return
         line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
         with self._send_lock:
             try:
-                self._sock.sendall(line)
+                sock.sendall(line)
             except OSError:
                 self._connected = False
 
-    def _read(self):
-        line = self._file.readline(MAX_LINE + 1)
+    def _read(self, file=None):
+        line = (file or self._file).readline(MAX_LINE + 1)
         if not line:
             return None
         if len(line) > MAX_LINE:
@@ -207,20 +235,43 @@ class Trainer:
         return json.loads(line)
 
     def _read_loop(self):
+        while True:
+            self._read_directives()
+            self._drop_socket()
+            # The gateway is gone: train unconstrained (a new number, so the loop takes
+            # it; the next connection's count starts after it), and try to join again.
+            self._connected = False
+            with self._cond:
+                seq = self._directive.seq + 1
+                self._directive = Directive({"seq": seq, "max_streams": self._max_streams,
+                                             "memory_limit_bytes": self._memory_bytes})
+                self._seq_offset = seq
+                self._cond.notify_all()
+            wait = REJOIN_FIRST
+            while True:
+                time.sleep(wait)
+                if self._closed:
+                    return
+                try:
+                    self._join()
+                    break
+                except (OSError, ValueError, ConnectionError):
+                    wait = min(wait * 2, REJOIN_LAST)
+            if self._closed:
+                self.close()
+                return
+
+    def _read_directives(self):
         try:
             while self._connected:
                 msg = self._read()
                 if msg is None:
                     break
                 if msg.get("type") == "directive":
+                    d = Directive(msg)
                     with self._cond:
-                        self._directive = Directive(msg)
+                        d.seq += self._seq_offset
+                        self._directive = d
                         self._cond.notify_all()
         except (OSError, ValueError, ConnectionError):
             pass
-        # The gateway is gone: train unconstrained.
-        self._connected = False
-        with self._cond:
-            self._directive = Directive({"max_streams": self._max_streams,
-                                         "memory_limit_bytes": self._memory_bytes})
-            self._cond.notify_all()
