@@ -310,4 +310,8 @@ fn out_of_file_descriptors_the_server_waits_instead_of_spinning_and_recovers() {
         .unwrap();
     assert!(welcome.contains("\"welcome\""), "{welcome}");
     server.assert_serves("m", 8);
+    // Said once a streak, not at every retry.
+    let log = server.log();
+    assert!(log.matches("accept failed").count() <= 2, "{log}");
+    assert!(log.contains("accepting connections again"), "{log}");
 }

@@ -103,6 +103,8 @@ pub async fn serve(
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let connections = metrics::gauge!(names::CONNECTIONS);
     let mut tasks = tokio::task::JoinSet::new();
+    // Accepts that failed in a row (see below).
+    let mut failing_accepts = 0u64;
     loop {
         // Wait for room before accepting: beyond the limit, clients queue in the backlog.
         let permit = tokio::select! {
@@ -115,10 +117,20 @@ pub async fn serve(
         };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok(s) => s,
+                Ok(s) => {
+                    if failing_accepts > 0 {
+                        tracing::info!(failed = failing_accepts, "accepting connections again");
+                        failing_accepts = 0;
+                    }
+                    s
+                }
                 Err(e) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
+                    // Out of file descriptors and the like: back off instead of spinning,
+                    // and say so once a streak, not twenty times a second.
+                    if failing_accepts == 0 {
+                        tracing::warn!(error = %e, "accept failed; retrying every 50 ms");
+                    }
+                    failing_accepts += 1;
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                     continue;
                 }
