@@ -418,13 +418,15 @@ fn squeeze_and_expect_a_timely_ack(server: &Server, pid: u32) {
     assert_ne!(process_state(pid), 'T');
 }
 
-fn python_client_pauses_and_resumes(s: Setup) {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/python/coloc_client_check.py"
-    );
+/// Runs `tests/python/SCRIPT SOCKET` (a loop on the Python client) and waits until it
+/// has joined.
+fn join_python_client(s: &Setup, script: &str) -> Child {
     let child = Command::new("python3")
-        .arg(script)
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/python")
+                .join(script),
+        )
         .arg(&s.socket)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -433,6 +435,11 @@ fn python_client_pauses_and_resumes(s: Setup) {
     wait_until("the client to join", Duration::from_secs(10), || {
         connected(&s.server) == 1.0
     });
+    child
+}
+
+fn python_client_pauses_and_resumes(s: Setup) {
+    let child = join_python_client(&s, "coloc_client_check.py");
     // The process runs on, blocked in step().
     squeeze_and_expect_a_timely_ack(&s.server, child.id());
     relax(&s.server);
@@ -559,17 +566,7 @@ fn the_real_trainer_rejoins_a_restarted_gateway_and_obeys_it() {
 #[test]
 fn the_python_client_rejoins_a_restarted_gateway_and_obeys_it() {
     let mut s = start();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/coloc_loop.py");
-    let mut child = Command::new("python3")
-        .arg(script)
-        .arg(&s.socket)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_until("the client to join", Duration::from_secs(10), || {
-        connected(&s.server) == 1.0
-    });
+    let mut child = join_python_client(&s, "coloc_loop.py");
     restart_the_gateway(&mut s);
     squeeze_and_expect_a_timely_ack(&s.server, child.id());
     child.kill().unwrap();

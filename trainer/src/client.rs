@@ -28,8 +28,9 @@ struct State {
     /// its directives from 1; the loop must see them keep rising across a rejoin, or it
     /// would take the new gateway's first directives for ones it already obeyed.
     seq_offset: u64,
-    /// The connection's writer; none while disconnected.
-    writer: Option<UnixStream>,
+    /// The connection's writer; none while disconnected. Shared out so that no write
+    /// holds this state's lock (a write can block on a gateway that reads slowly).
+    writer: Option<Arc<UnixStream>>,
     /// The `Coloc` was dropped: stop rejoining.
     closed: bool,
 }
@@ -47,6 +48,8 @@ impl Shared {
 
 pub struct Coloc {
     shared: Arc<Shared>,
+    /// One message at a time on the socket, whole lines only.
+    send_lock: Mutex<()>,
     /// As the first gateway welcomed it.
     pub trainer_id: String,
     pub heartbeat: Duration,
@@ -87,7 +90,7 @@ impl Coloc {
                 directive: Directive::unconstrained(&hello),
                 connected: true,
                 seq_offset: 0,
-                writer: Some(writer),
+                writer: Some(Arc::new(writer)),
                 closed: false,
             }),
             changed: Condvar::new(),
@@ -99,6 +102,7 @@ impl Coloc {
             .spawn(move || follow_gateway(reader, feed, hello, path))?;
         Ok(Coloc {
             shared,
+            send_lock: Mutex::new(()),
             trainer_id: welcome.trainer_id,
             heartbeat: Duration::from_millis(welcome.heartbeat_ms.max(1)),
         })
@@ -141,16 +145,28 @@ impl Coloc {
     /// [`Coloc::directive`] gave it). An ack for a directive of an earlier connection is
     /// dropped: the gateway that sent it is gone.
     pub fn ack(&self, mut ack: Ack) -> io::Result<()> {
-        let mut state = self.lock();
-        if ack.seq <= state.seq_offset {
-            return Ok(());
-        }
-        ack.seq -= state.seq_offset;
-        send(&mut state, &TrainerMessage::Ack(ack))
+        let writer = {
+            let state = self.lock();
+            if ack.seq <= state.seq_offset {
+                return Ok(());
+            }
+            ack.seq -= state.seq_offset;
+            state.writer.clone()
+        };
+        self.send(writer, &TrainerMessage::Ack(ack))
     }
 
     pub fn report(&self, report: Report) -> io::Result<()> {
-        send(&mut self.lock(), &TrainerMessage::Report(report))
+        let writer = self.lock().writer.clone();
+        self.send(writer, &TrainerMessage::Report(report))
+    }
+
+    /// Writes one message on `writer`, the connection in force when it was taken; nothing
+    /// while there is none.
+    fn send(&self, writer: Option<Arc<UnixStream>>, message: &TrainerMessage) -> io::Result<()> {
+        let Some(w) = writer else { return Ok(()) };
+        let _one_at_a_time = self.send_lock.lock().unwrap_or_else(|p| p.into_inner());
+        (&*w).write_all(&protocol::encode(message))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -166,14 +182,6 @@ impl Drop for Coloc {
         if let Some(w) = state.writer.take() {
             let _ = w.shutdown(std::net::Shutdown::Both);
         }
-    }
-}
-
-/// Writes one message on the connection in force; nothing while there is none.
-fn send(state: &mut State, message: &TrainerMessage) -> io::Result<()> {
-    match &mut state.writer {
-        Some(w) => w.write_all(&protocol::encode(message)),
-        None => Ok(()),
     }
 }
 
@@ -218,7 +226,7 @@ fn follow_gateway(
                     let _ = w.shutdown(std::net::Shutdown::Both);
                     return;
                 }
-                state.writer = Some(w);
+                state.writer = Some(Arc::new(w));
                 state.connected = true;
                 tracing::info!(trainer_id = %welcome.trainer_id, "rejoined the gateway");
                 break r;

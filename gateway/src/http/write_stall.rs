@@ -77,17 +77,15 @@ impl<S> WriteStallLimit<S> {
             self.armed = false;
             return poll;
         }
-        let deadline = Instant::now() + self.limit;
+        // The clock is read only when a stall starts, not at every pending poll.
         let timer = match &mut self.timer {
             Some(timer) => {
                 if !self.armed {
-                    timer.as_mut().reset(deadline);
+                    timer.as_mut().reset(Instant::now() + self.limit);
                 }
                 timer
             }
-            None => self
-                .timer
-                .insert(Box::pin(tokio::time::sleep_until(deadline))),
+            None => self.timer.insert(Box::pin(tokio::time::sleep(self.limit))),
         };
         self.armed = true;
         if timer.as_mut().poll(cx).is_ready() {
