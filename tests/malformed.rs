@@ -16,6 +16,8 @@ enum Body {
     /// A binary-extension body: JSON header, its declared length, and the bytes after it.
     Binary(Value, Option<String>, Vec<u8>),
     Raw(Vec<u8>),
+    /// Bytes sent with this `Content-Encoding`.
+    Encoded(&'static str, Vec<u8>),
 }
 
 struct Case {
@@ -111,11 +113,31 @@ fn cases() -> Vec<Case> {
         Case { name: "non-numeric version", method: "POST", path: "/v2/models/m/versions/latest/infer", body: Body::Json(input("FP32", json!([1, w]), ok_row.clone())), status: 404, mentions: &["latest"] },
         Case { name: "GET on infer", method: "GET", path: infer, body: Body::Text(""), status: 405, mentions: &["GET"] },
         c("oversized body", Body::Raw(vec![b' '; MAX_BODY + 1]), 413, &["65536"]),
+        c("gzip that is not", Body::Encoded("gzip", input("FP32", json!([1, w]), ok_row.clone()).to_string().into_bytes()), 400, &["gzip"]),
+        c("deflate cut short", Body::Encoded("deflate", zlib(&input("FP32", json!([1, w]), ok_row.clone()).to_string().into_bytes())[..40].to_vec()), 400, &["deflate"]),
+        c("brotli", Body::Encoded("br", b"whatever".to_vec()), 415, &["br", "gzip, deflate"]),
+        c("two codings", Body::Encoded("deflate, gzip", b"whatever".to_vec()), 415, &["deflate and gzip"]),
+        // About 16 KB that inflates to 16 MB, against a 64 KiB limit.
+        c("deflate bomb", Body::Encoded("deflate", zlib(&vec![b' '; 16 << 20])), 413, &["deflate", "65536"]),
     ]
+}
+
+fn zlib(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
 }
 
 fn send(addr: std::net::SocketAddr, case: &Case) -> HttpResponse {
     match &case.body {
+        Body::Encoded(coding, b) => request(
+            addr,
+            case.method,
+            case.path,
+            &[("Content-Encoding", coding.to_string())],
+            b,
+        ),
         Body::Json(v) => request(addr, case.method, case.path, &[], v.to_string().as_bytes()),
         Body::Text(t) => request(addr, case.method, case.path, &[], t.as_bytes()),
         Body::Raw(b) => request(addr, case.method, case.path, &[], b),
@@ -164,6 +186,15 @@ fn every_malformed_request_gets_its_4xx_and_the_server_keeps_serving() {
             assert!(
                 msg.contains(word),
                 "{}: {msg:?} does not mention {word:?}",
+                case.name
+            );
+        }
+        if r.status == 415 {
+            // RFC 9110: a refused content coding is answered with the ones we take.
+            assert_eq!(
+                r.header("accept-encoding"),
+                Some("gzip, deflate"),
+                "{}",
                 case.name
             );
         }

@@ -36,6 +36,14 @@ pub enum ApiError {
     #[error("request body exceeds the {limit}-byte limit")]
     BodyTooLarge { limit: usize },
 
+    /// A compressed body that inflates past the body limit (a "bomb", or just too big).
+    #[error("the request body, decoded from {coding}, exceeds the {limit}-byte limit")]
+    DecodedBodyTooLarge { coding: &'static str, limit: usize },
+
+    /// A `Content-Encoding` this server does not decode.
+    #[error("{0}")]
+    UnsupportedEncoding(String),
+
     /// Shed before queueing: the queue is full or the deadline cannot be met.
     #[error("{message}")]
     Overloaded {
@@ -76,7 +84,10 @@ impl ApiError {
             | ApiError::UnknownVersion { .. }
             | ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTooLarge { .. } | ApiError::DecodedBodyTooLarge { .. } => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
+            ApiError::UnsupportedEncoding(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::DeadlineExceeded { .. } | ApiError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
@@ -96,7 +107,10 @@ impl ApiError {
             ApiError::UnknownVersion { .. } => "unknown_version",
             ApiError::NotFound { .. } => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
-            ApiError::BodyTooLarge { .. } => "body_too_large",
+            ApiError::BodyTooLarge { .. } | ApiError::DecodedBodyTooLarge { .. } => {
+                "body_too_large"
+            }
+            ApiError::UnsupportedEncoding(_) => "unsupported_encoding",
             ApiError::Overloaded { reason, .. } => reason,
             ApiError::Unavailable(_) => "unavailable",
             ApiError::DeadlineExceeded { .. } => "expired",

@@ -92,6 +92,19 @@ def main():
     result = client.infer(args.model, [inp], model_version="1")
     check_close(result.as_numpy("output-0"), reference(layers, x16.astype(np.float32)), "FP16 in")
 
+    # Compressed request bodies (gzip, and deflate in zlib form), binary and JSON. A
+    # compressed response may be asked for; the server answers uncompressed, which the
+    # client reads as HTTP allows.
+    for algorithm in ("gzip", "deflate"):
+        for binary in (True, False):
+            inp = httpclient.InferInput("input-0", list(x.shape), "FP32")
+            inp.set_data_from_numpy(x, binary_data=binary)
+            result = client.infer(args.model, [inp],
+                                  request_compression_algorithm=algorithm,
+                                  response_compression_algorithm=algorithm)
+            check_close(result.as_numpy("output-0"), want,
+                        f"{algorithm}-compressed request, binary={binary}")
+
     # Errors surface as InferenceServerException with the server's message.
     try:
         client.infer("no-such-model", [inp])

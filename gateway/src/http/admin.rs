@@ -95,12 +95,14 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 async fn read_body(state: &AppState, req: Request<Limited<Incoming>>) -> Result<Bytes, ApiError> {
     let limits = state.config().limits.clone();
+    let coding = super::content_coding::coding(req.headers())?;
     let body = super::body::read_body(
         req.into_body(),
         limits.max_body_bytes,
         limits.body_read_timeout(),
     )
     .await?;
+    let body = super::content_coding::decode(body, coding, MAX_ADMIN_BODY).await?;
     if body.len() > MAX_ADMIN_BODY {
         return Err(ApiError::BodyTooLarge {
             limit: MAX_ADMIN_BODY,

@@ -8,6 +8,7 @@
 mod admin;
 mod arrival;
 mod body;
+mod content_coding;
 mod limit;
 mod routes;
 mod write_stall;
@@ -70,6 +71,12 @@ pub fn error_response(e: &ApiError) -> Response<Full<Bytes>> {
     let mut resp = json_response(e.status(), e.body());
     if let Some(secs) = e.retry_after_secs() {
         resp.headers_mut().insert(header::RETRY_AFTER, secs.into());
+    }
+    if matches!(e, ApiError::UnsupportedEncoding(_)) {
+        resp.headers_mut().insert(
+            header::ACCEPT_ENCODING,
+            header::HeaderValue::from_static(content_coding::ACCEPTED),
+        );
     }
     if e.closes_connection() {
         resp.headers_mut().insert(

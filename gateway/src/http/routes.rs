@@ -12,8 +12,8 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
-use super::body;
 use super::{AppState, error_response, json_response};
+use super::{body, content_coding};
 use crate::batching::Pending;
 use crate::batching::feedback::Answered;
 use crate::error::ApiError;
@@ -235,9 +235,11 @@ async fn infer_on(
         ),
     };
     let propagated = propagated_timeout(req.headers())?;
+    let coding = content_coding::coding(req.headers())?;
     let config = state.config();
     let limit = config.limits.max_body_bytes;
     let body = body::read_body(req.into_body(), limit, config.limits.body_read_timeout()).await?;
+    let body = content_coding::decode(body, coding, limit).await?;
     // The request arrived when the kernel received its bytes, if that was earlier than the
     // handler started (it waited in the socket while the runtime served others).
     if let Some(kernel) = arrival.take() {

@@ -1,0 +1,262 @@
+//! Request bodies sent compressed, as `tritonclient` sends them with
+//! `request_compression_algorithm="gzip"` or `"deflate"` (and as Triton accepts them):
+//! `Content-Encoding: gzip` (RFC 1952; `x-gzip` too) or `deflate` (the zlib format, RFC
+//! 1950, which is what HTTP's "deflate" means). Any other coding is answered with 415 and
+//! the codings we take, as RFC 9110 §15.5.16 asks.
+//!
+//! Decompression is bounded the way an uncompressed body is: the decoded bytes may not pass
+//! `limits.max_body_bytes`, so a small "bomb" costs at most that much memory and the time to
+//! inflate it, never more. It runs on the connection's task in slices, yielding to the
+//! runtime between them, so inflating a large body does not hold up other connections.
+//! An uncompressed body never comes here: its bytes go to the decoder as read.
+
+use std::io::Read;
+
+use bytes::Bytes;
+use flate2::bufread::{MultiGzDecoder, ZlibDecoder};
+use http::HeaderMap;
+use http::header::CONTENT_ENCODING;
+
+use crate::error::ApiError;
+
+/// What `Accept-Encoding` says to a client whose coding we refuse.
+pub const ACCEPTED: &str = "gzip, deflate";
+
+/// Decoded bytes produced between two yields to the runtime.
+const SLICE: usize = 256 << 10;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Coding {
+    Identity,
+    Gzip,
+    Deflate,
+}
+
+impl Coding {
+    fn name(self) -> &'static str {
+        match self {
+            Coding::Identity => "identity",
+            Coding::Gzip => "gzip",
+            Coding::Deflate => "deflate",
+        }
+    }
+}
+
+/// The body's coding from its `Content-Encoding` header; one coding at most (besides
+/// `identity`, which changes nothing).
+pub fn coding(headers: &HeaderMap) -> Result<Coding, ApiError> {
+    let mut found = Coding::Identity;
+    for value in headers.get_all(CONTENT_ENCODING) {
+        let text = value.to_str().map_err(|_| {
+            ApiError::UnsupportedEncoding(format!(
+                "Content-Encoding {value:?} is not a coding; this server takes {ACCEPTED}"
+            ))
+        })?;
+        for token in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            let this = if token.eq_ignore_ascii_case("identity") {
+                continue;
+            } else if token.eq_ignore_ascii_case("gzip") || token.eq_ignore_ascii_case("x-gzip") {
+                Coding::Gzip
+            } else if token.eq_ignore_ascii_case("deflate") {
+                Coding::Deflate
+            } else {
+                return Err(ApiError::UnsupportedEncoding(format!(
+                    "Content-Encoding {token:?} is not supported; this server takes {ACCEPTED}"
+                )));
+            };
+            if found != Coding::Identity {
+                return Err(ApiError::UnsupportedEncoding(format!(
+                    "Content-Encoding applies {} and {}; this server takes one coding, {ACCEPTED}",
+                    found.name(),
+                    this.name()
+                )));
+            }
+            found = this;
+        }
+    }
+    Ok(found)
+}
+
+/// The body as sent before `coding` was applied, at most `limit` bytes of it.
+pub async fn decode(body: Bytes, coding: Coding, limit: usize) -> Result<Bytes, ApiError> {
+    match coding {
+        Coding::Identity => Ok(body),
+        Coding::Gzip => inflate(MultiGzDecoder::new(&body[..]), coding, limit).await,
+        Coding::Deflate => {
+            let mut decoder = ZlibDecoder::new(&body[..]);
+            let decoded = inflate(&mut decoder, coding, limit).await?;
+            // The zlib format ends with its checksum; bytes after it are not part of the
+            // body (gzip's reader already refuses them as a bad next member).
+            if !decoder.get_ref().is_empty() {
+                return Err(corrupt(
+                    coding,
+                    format!(
+                        "{} bytes follow the end of the stream",
+                        decoder.get_ref().len()
+                    ),
+                ));
+            }
+            Ok(decoded)
+        }
+    }
+}
+
+async fn inflate(mut reader: impl Read, coding: Coding, limit: usize) -> Result<Bytes, ApiError> {
+    let mut out = Vec::new();
+    loop {
+        // Read up to one byte past the limit, so that a body of exactly `limit` passes and
+        // one byte more is refused without inflating the rest.
+        let room = (limit + 1).saturating_sub(out.len()).min(SLICE) as u64;
+        let before = out.len();
+        (&mut reader)
+            .take(room)
+            .read_to_end(&mut out)
+            .map_err(|e| corrupt(coding, e.to_string()))?;
+        if out.len() > limit {
+            return Err(ApiError::DecodedBodyTooLarge {
+                coding: coding.name(),
+                limit,
+            });
+        }
+        if (out.len() - before) < room as usize {
+            return Ok(Bytes::from(out));
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+fn corrupt(coding: Coding, why: String) -> ApiError {
+    ApiError::Malformed(format!(
+        "the request body is not valid {} data: {why}",
+        coding.name()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use flate2::Compression;
+    use flate2::write::{GzEncoder, ZlibEncoder};
+    use http::HeaderValue;
+
+    use super::*;
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut e = GzEncoder::new(Vec::new(), Compression::default());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    fn zlib(data: &[u8]) -> Vec<u8> {
+        let mut e = ZlibEncoder::new(Vec::new(), Compression::default());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    fn headers(values: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append(CONTENT_ENCODING, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    fn run<T>(f: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    /// Bytes that compress well and are not all alike.
+    fn sample(n: usize) -> Vec<u8> {
+        (0..n).map(|i| b"0123456789.,[] "[i * 7 % 15]).collect()
+    }
+
+    #[test]
+    fn the_header_names_one_coding_at_most() {
+        assert_eq!(coding(&headers(&[])).unwrap(), Coding::Identity);
+        assert_eq!(coding(&headers(&["identity"])).unwrap(), Coding::Identity);
+        assert_eq!(coding(&headers(&["gzip"])).unwrap(), Coding::Gzip);
+        assert_eq!(coding(&headers(&[" GZip "])).unwrap(), Coding::Gzip);
+        assert_eq!(coding(&headers(&["x-gzip"])).unwrap(), Coding::Gzip);
+        assert_eq!(coding(&headers(&["deflate"])).unwrap(), Coding::Deflate);
+        assert_eq!(
+            coding(&headers(&["identity, deflate"])).unwrap(),
+            Coding::Deflate
+        );
+        for refused in [
+            &["br"][..],
+            &["zstd"],
+            &["gzip, gzip"],
+            &["gzip", "deflate"],
+        ] {
+            let e = coding(&headers(refused)).unwrap_err();
+            assert_eq!(
+                e.status(),
+                http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "{refused:?}"
+            );
+            assert!(e.to_string().contains(ACCEPTED), "{e}");
+        }
+    }
+
+    #[test]
+    fn gzip_and_deflate_bodies_come_back_as_sent() {
+        for n in [0, 1, 1000, 3 * SLICE + 17] {
+            let data = sample(n);
+            let g = run(decode(Bytes::from(gzip(&data)), Coding::Gzip, 4 * SLICE)).unwrap();
+            assert_eq!(&g[..], &data[..], "gzip, {n} bytes");
+            let d = run(decode(Bytes::from(zlib(&data)), Coding::Deflate, 4 * SLICE)).unwrap();
+            assert_eq!(&d[..], &data[..], "deflate, {n} bytes");
+        }
+        // gzip may come in several members, read one after the other.
+        let two = [gzip(b"{\"inputs\":"), gzip(b" []}")].concat();
+        let got = run(decode(Bytes::from(two), Coding::Gzip, 1024)).unwrap();
+        assert_eq!(&got[..], b"{\"inputs\": []}");
+    }
+
+    #[test]
+    fn the_decoded_size_is_held_to_the_limit() {
+        let limit = SLICE + 100;
+        let exact = sample(limit);
+        let got = run(decode(Bytes::from(gzip(&exact)), Coding::Gzip, limit)).unwrap();
+        assert_eq!(got.len(), limit);
+        // A bomb: 64 MiB of zeros in about 64 KiB, refused after inflating just past the limit.
+        let bomb = zlib(&vec![0u8; 64 << 20]);
+        assert!(bomb.len() < 128 << 10, "{}", bomb.len());
+        let e = run(decode(Bytes::from(bomb), Coding::Deflate, limit)).unwrap_err();
+        assert_eq!(e.status(), http::StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(e.to_string().contains(&limit.to_string()), "{e}");
+        let one_more = gzip(&sample(limit + 1));
+        assert!(run(decode(Bytes::from(one_more), Coding::Gzip, limit)).is_err());
+    }
+
+    #[test]
+    fn corrupt_truncated_or_trailing_data_is_malformed() {
+        let data = sample(5000);
+        let good_gzip = gzip(&data);
+        let good_zlib = zlib(&data);
+        let mut flipped = good_gzip.clone();
+        let mid = flipped.len() / 2;
+        flipped[mid] ^= 0x55;
+        let cases: Vec<(Coding, Vec<u8>)> = vec![
+            (Coding::Gzip, b"{\"inputs\": []}".to_vec()),
+            (Coding::Gzip, good_gzip[..good_gzip.len() - 5].to_vec()),
+            (Coding::Gzip, flipped),
+            (Coding::Gzip, [good_gzip.clone(), b"xyz".to_vec()].concat()),
+            (Coding::Deflate, good_zlib[..good_zlib.len() / 2].to_vec()),
+            (
+                Coding::Deflate,
+                [good_zlib.clone(), b"xyz".to_vec()].concat(),
+            ),
+            (Coding::Deflate, good_gzip),
+        ];
+        for (i, (c, body)) in cases.into_iter().enumerate() {
+            let e = run(decode(Bytes::from(body), c, 1 << 20)).unwrap_err();
+            assert_eq!(e.status(), http::StatusCode::BAD_REQUEST, "case {i}: {e}");
+            assert!(e.to_string().contains(c.name()), "case {i}: {e}");
+        }
+    }
+}
