@@ -226,3 +226,55 @@ fn sighup_reloads_the_config_file() {
     assert_eq!(server.get("/admin/models/m/slo").json()["p99_ms"], 20.0);
     assert_eq!(server.get("/v2/health/ready").status, 200);
 }
+
+/// `GET /v2/models/{m}/config` (Triton's model configuration, as `tritonclient`'s
+/// `get_model_config` reads it) shows the settings in force, including a live change.
+#[test]
+fn the_model_config_endpoint_shows_the_settings_in_force() {
+    let (server, _repo, _) = start(
+        "[defaults]\nmax_batch_size = 16\nmax_queue_delay_us = 700\ndefault_timeout_us = 90000\n",
+        false,
+    );
+    let c = server.get("/v2/models/m/config").json();
+    assert_eq!(c["name"], "m");
+    assert_eq!(c["max_batch_size"], 16);
+    assert_eq!(
+        c["input"],
+        json!([{"name": "input-0", "data_type": "TYPE_FP32", "format": "FORMAT_NONE", "dims": [DIMS[0]]}])
+    );
+    assert_eq!(c["output"][0]["dims"], json!([DIMS[2]]));
+    assert_eq!(c["instance_group"][0]["kind"], "KIND_CPU");
+    let batching = &c["dynamic_batching"];
+    assert_eq!(batching["max_queue_delay_microseconds"], 700);
+    assert_eq!(
+        batching["default_queue_policy"]["default_timeout_microseconds"],
+        90000
+    );
+    assert_eq!(c["parameters"]["policy"]["string_value"], "adaptive");
+    assert_eq!(c["parameters"]["p99_ms"]["string_value"], "50");
+    assert_eq!(
+        server.get("/v2/models/m/versions/1/config").json(),
+        c,
+        "the one version, by number"
+    );
+
+    let r = request(
+        server.addr,
+        "PUT",
+        "/admin/models/m/slo",
+        &[],
+        json!({"p99_ms": 12.5, "max_batch_size": 4, "policy": "static"})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let c = server.get("/v2/models/m/config").json();
+    assert_eq!(c["max_batch_size"], 4);
+    assert_eq!(c["parameters"]["policy"]["string_value"], "static");
+    assert_eq!(c["parameters"]["p99_ms"]["string_value"], "12.5");
+
+    assert_eq!(server.get("/v2/models/nope/config").status, 404);
+    assert_eq!(server.get("/v2/models/m/versions/3/config").status, 404);
+    let r = request(server.addr, "POST", "/v2/models/m/config", &[], b"");
+    assert_eq!(r.status, 405);
+}

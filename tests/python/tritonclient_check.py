@@ -63,6 +63,11 @@ def main():
     meta = client.get_model_metadata(args.model)
     assert meta["inputs"][0]["name"] == "input-0", meta
     assert meta["inputs"][0]["shape"] == [-1, width], meta
+    config = client.get_model_config(args.model)
+    assert config["max_batch_size"] > 0, config
+    assert config["input"][0]["name"] == "input-0", config
+    assert config["input"][0]["dims"] == [width], config
+    assert config["input"][0]["data_type"] == "TYPE_FP32", config
     server_meta = client.get_server_metadata()
     assert server_meta["name"] == "tandem", server_meta
 

@@ -16,6 +16,7 @@ use super::{AppState, error_response, json_response};
 use super::{body, content_coding};
 use crate::batching::Pending;
 use crate::batching::feedback::Answered;
+use crate::config::PolicyKind;
 use crate::error::ApiError;
 use crate::metrics as names;
 use crate::protocol::response::{self, ResponseFields};
@@ -49,6 +50,10 @@ pub async fn handle(
         (_, &Method::GET, ["v2", "health", "ready"]) => health_ready(&state),
         (_, &Method::GET, ["v2", "models", m]) => model_metadata(&state, m, None),
         (_, &Method::GET, ["v2", "models", m, "versions", v]) => model_metadata(&state, m, Some(v)),
+        (_, &Method::GET, ["v2", "models", m, "config"]) => model_config(&state, m, None),
+        (_, &Method::GET, ["v2", "models", m, "versions", v, "config"]) => {
+            model_config(&state, m, Some(v))
+        }
         (_, &Method::GET, ["v2", "models", m, "ready"]) => model_ready(&state, m, None),
         (_, &Method::GET, ["v2", "models", m, "versions", v, "ready"]) => {
             model_ready(&state, m, Some(v))
@@ -82,9 +87,16 @@ fn route_exists(segments: &[&str]) -> bool {
             | ["v2"]
             | ["v2", "health", "live" | "ready"]
             | ["v2", "models", _]
-            | ["v2", "models", _, "ready" | "infer"]
+            | ["v2", "models", _, "ready" | "infer" | "config"]
             | ["v2", "models", _, "versions", _]
-            | ["v2", "models", _, "versions", _, "ready" | "infer"]
+            | [
+                "v2",
+                "models",
+                _,
+                "versions",
+                _,
+                "ready" | "infer" | "config"
+            ]
     )
 }
 
@@ -153,6 +165,57 @@ fn model_metadata(
         "platform": "tandem_mlp",
         "inputs": meta.inputs,
         "outputs": meta.outputs,
+    });
+    Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
+}
+
+/// `GET /v2/models/{m}[/versions/{v}]/config`: the settings a version serves with, in the
+/// shape of Triton's model configuration, for `tritonclient`'s `get_model_config` and the
+/// tools that read `max_batch_size` and the tensors' dims from it (dims without the batch
+/// dimension, as Triton gives them when `max_batch_size` > 0). What Triton's schema has no
+/// field for (the policy, the p99 budget) is under `parameters`, as Triton's string
+/// parameters.
+fn model_config(
+    state: &AppState,
+    model: &str,
+    version: Option<&str>,
+) -> Result<Response<Full<Bytes>>, ApiError> {
+    let v = state.registry.resolve(model, version)?;
+    let s = v.settings();
+    let tensor = |name: &str, width: usize| json!({"name": name, "data_type": "TYPE_FP32", "format": "FORMAT_NONE", "dims": [width]});
+    let text = |value: String| json!({ "string_value": value });
+    let policy = match s.policy {
+        PolicyKind::Adaptive => "adaptive",
+        PolicyKind::Static => "static",
+    };
+    let kind = if v.info.device.starts_with("cuda") {
+        "KIND_GPU"
+    } else {
+        "KIND_CPU"
+    };
+    let body = json!({
+        "name": v.name,
+        "platform": "tandem_mlp",
+        "backend": "tandem",
+        "max_batch_size": s.max_batch_size,
+        "input": [tensor("input-0", v.info.input_width)],
+        "output": [tensor("output-0", v.info.output_width)],
+        "instance_group": [{"name": v.name, "kind": kind, "count": s.replicas}],
+        "dynamic_batching": {
+            "max_queue_delay_microseconds": s.max_queue_delay_us,
+            "priority_levels": s.priority_levels,
+            "default_priority_level": s.default_priority,
+            "default_queue_policy": {
+                "default_timeout_microseconds": s.default_timeout_us,
+                "max_queue_size": s.queue_capacity,
+            },
+        },
+        "parameters": {
+            "policy": text(policy.to_string()),
+            "p99_ms": text(s.p99_ms.to_string()),
+            "device": text(v.info.device.clone()),
+            "version": text(v.version.to_string()),
+        },
     });
     Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
 }
