@@ -462,12 +462,13 @@ fn python_client_pauses_and_resumes(s: Setup) {
 #[test]
 fn rising_load_pauses_the_trainer_and_falling_load_lets_it_run_again() {
     // A second, heavy model with a tight budget: real load, not a budget change, is what
-    // pushes it past its budget.
+    // pushes it past its budget. One row a batch: each reads its 17 MB of weights, about a
+    // millisecond, so 3,000 req/s is well past what it serves however fast the host.
     let s = start();
     write_version(&s.repo, "heavy", 1, &[512, 2048, 2048, 10], 2);
     std::fs::write(
         s.repo.join("heavy/config.toml"),
-        "p99_ms = 20\nmax_batch_size = 2\n",
+        "p99_ms = 20\nmax_batch_size = 1\n",
     )
     .unwrap();
     wait_until("the heavy model to load", Duration::from_secs(30), || {
@@ -503,17 +504,29 @@ fn rising_load_pauses_the_trainer_and_falling_load_lets_it_run_again() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    wait_until(
-        "a pause directive under load",
-        Duration::from_secs(6),
-        || {
-            directives
-                .lock()
-                .unwrap()
-                .iter()
-                .any(|d| d["pause"] == true)
-        },
-    );
+    let paused = poll_until(Duration::from_secs(8), || {
+        directives
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|d| d["pause"] == true)
+    });
+    if !paused {
+        let _ = load.kill();
+        let codes: Vec<String> = s
+            .server
+            .get("/metrics")
+            .text()
+            .lines()
+            .filter(|l| l.starts_with("tandem_requests_total") && l.contains("heavy"))
+            .map(str::to_string)
+            .collect();
+        panic!(
+            "no pause directive under load\ndirectives: {:?}\nheavy's answers: {codes:?}\nserver log:\n{}",
+            directives.lock().unwrap(),
+            s.server.log()
+        );
+    }
     assert!(load.wait().unwrap().success());
     // Falling load: the allowance comes back, and with it directives that lift the pause.
     wait_until("training allowed again", Duration::from_secs(15), || {
