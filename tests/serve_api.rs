@@ -296,3 +296,68 @@ fn compressed_request_bodies_are_decoded() {
         assert_close(&r.output_values(), &want);
     }
 }
+
+/// Triton's statistics extension: per version, what was answered and where the time went.
+#[test]
+fn statistics_count_requests_rows_and_batches_per_version() {
+    let f = fixture();
+    let s = &f.server;
+    let empty = s.get("/v2/models/mlp/versions/1/stats").json();
+    assert_eq!(empty["model_stats"][0]["inference_count"], 0);
+    // Two requests of 1 and 3 rows to version 2, one to version 1, one refused by version 2.
+    for rows in [1, 3] {
+        let x = inputs(rows * DIMS[0], rows as u64);
+        let r = s.post_json("/v2/models/mlp/infer", &infer_body(&x, rows));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let x = inputs(DIMS[0], 9);
+    let r = s.post_json("/v2/models/mlp/versions/1/infer", &infer_body(&x, 1));
+    assert_eq!(r.status, 200);
+    let bad = json!({"inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, 3], "data": [1, 2, 3]}]});
+    assert_eq!(s.post_json("/v2/models/mlp/infer", &bad).status, 400);
+
+    let all = s.get("/v2/models/mlp/stats").json();
+    let stats = all["model_stats"].as_array().unwrap();
+    assert_eq!(stats.len(), 2, "{all}");
+    let v2 = stats.iter().find(|v| v["version"] == "2").unwrap();
+    assert_eq!(v2["name"], "mlp");
+    assert_eq!(v2["inference_count"], 4, "rows answered");
+    let i = &v2["inference_stats"];
+    assert_eq!(i["success"]["count"], 2);
+    assert_eq!(i["fail"]["count"], 1);
+    for part in ["queue", "compute_input", "compute_infer", "compute_output"] {
+        assert_eq!(i[part]["count"], 2, "{part}");
+    }
+    // The parts fit inside the whole.
+    let ns = |part: &str| i[part]["ns"].as_u64().unwrap();
+    assert!(ns("compute_infer") > 0);
+    assert!(
+        ns("compute_input") + ns("queue") + ns("compute_infer") + ns("compute_output")
+            <= ns("success") + 1000,
+        "{i}"
+    );
+    // Requests sent one after the other run as batches of their own rows.
+    let executions = v2["execution_count"].as_u64().unwrap();
+    assert_eq!(executions, 2, "{v2}");
+    let sizes: Vec<u64> = v2["batch_stats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["batch_size"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, [1, 3]);
+    assert!(v2["last_inference"].as_u64().unwrap() > 0);
+
+    let v1 = s.get("/v2/models/mlp/versions/1/stats").json();
+    assert_eq!(v1["model_stats"][0]["inference_count"], 1);
+    let everything = s.get("/v2/models/stats").json();
+    assert_eq!(everything["model_stats"].as_array().unwrap().len(), 2);
+    assert_eq!(s.get("/v2/models/nope/stats").status, 404);
+    assert_eq!(s.get("/v2/models/mlp/versions/5/stats").status, 404);
+    assert!(
+        s.get("/v2").json()["extensions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("statistics"))
+    );
+}

@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod protocol;
 pub mod registry;
 pub mod repository;
+pub mod stats;
 pub mod usage;
 pub mod validate;
 pub mod worker;

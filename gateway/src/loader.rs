@@ -58,6 +58,7 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
     let batch_rx = Arc::new(Mutex::new(batch_rx));
     let (done_tx, done_rx) = mpsc::channel(replicas * 2);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let stats = Arc::new(crate::stats::VersionStats::default());
     for replica in 0..replicas {
         let path = spec.path.clone();
         let device = spec.device.clone();
@@ -70,6 +71,7 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
             busy: spec.busy.clone(),
             max_batch_rows: s.max_batch_size,
             cpu_threads,
+            stats: stats.clone(),
         };
         // Runs in the replica's compute pool: the model splits its layers over that pool's
         // `cpu_threads` threads.
@@ -158,5 +160,6 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
         updates: upd_tx,
         health,
         responses,
+        stats,
     }))
 }

@@ -30,6 +30,8 @@ pub struct ModelVersion {
     pub health: Arc<crate::health::Health>,
     /// Where the handler records each answered request's latency for the batcher.
     pub responses: Arc<crate::batching::feedback::ResponseLatencies>,
+    /// Triton's statistics extension: counts and times since this version loaded.
+    pub stats: Arc<crate::stats::VersionStats>,
 }
 
 impl ModelVersion {

@@ -67,6 +67,8 @@ pub struct WorkerSpec {
     pub max_batch_rows: usize,
     /// Threads of this replica's compute pool (0: one per core the process may use).
     pub cpu_threads: usize,
+    /// The version's statistics (Triton's extension): one entry per batch run.
+    pub stats: Arc<crate::stats::VersionStats>,
 }
 
 /// Starts a replica thread: it loads the model with `load`, warms it up, reports on
@@ -219,18 +221,21 @@ fn serve(spec: WorkerSpec, model: &mut dyn Model) {
         }
         output.clear();
         output.resize(rows * out_w, 0.0);
-        let started = std::time::Instant::now();
+        let copying = std::time::Instant::now();
         // One request: its buffer is the batch. Several: one copy into the batch buffer.
-        let result = if live.len() == 1 {
-            run(model, &live[0].input, rows, &mut output)
+        let batch_input = if live.len() == 1 {
+            &live[0].input
         } else {
             input.clear();
             input.reserve(rows * in_w);
             for p in &live {
                 input.extend_from_slice(&p.input);
             }
-            run(model, &input, rows, &mut output)
+            &input
         };
+        let started = std::time::Instant::now();
+        let copied_in = started - copying;
+        let result = run(model, batch_input, rows, &mut output);
         let compute = started.elapsed();
         spec.busy.add(compute);
         m.compute.record(compute.as_secs_f64());
@@ -252,6 +257,8 @@ fn serve(spec: WorkerSpec, model: &mut dyn Model) {
             offset += n;
             let _ = p.reply.send(reply);
         }
+        spec.stats
+            .executed(rows, copied_in, compute, finished.elapsed());
         if spec
             .done
             .blocking_send(WorkerDone {

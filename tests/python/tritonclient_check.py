@@ -110,6 +110,11 @@ def main():
             check_close(result.as_numpy("output-0"), want,
                         f"{algorithm}-compressed request, binary={binary}")
 
+    # The statistics extension: every request above was counted.
+    stats = client.get_inference_statistics(args.model)["model_stats"]
+    assert sum(v["inference_count"] for v in stats) >= 3 * 6, stats
+    assert all(v["name"] == args.model for v in stats), stats
+
     # Errors surface as InferenceServerException with the server's message.
     try:
         client.infer("no-such-model", [inp])

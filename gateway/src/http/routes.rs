@@ -22,6 +22,7 @@ use crate::metrics as names;
 use crate::protocol::response::{self, ResponseFields};
 use crate::protocol::{InferRequest, binary, json_de};
 use crate::registry::ModelVersion;
+use crate::stats::RequestTimes;
 use crate::validate::validate;
 
 pub const BINARY_HEADER: &str = "inference-header-content-length";
@@ -48,6 +49,11 @@ pub async fn handle(
         (_, &Method::GET, ["v2"]) => Ok(server_metadata()),
         (_, &Method::GET, ["v2", "health", "live"]) => Ok(empty(StatusCode::OK)),
         (_, &Method::GET, ["v2", "health", "ready"]) => health_ready(&state),
+        (_, &Method::GET, ["v2", "models", "stats"]) => statistics(&state, None, None),
+        (_, &Method::GET, ["v2", "models", m, "stats"]) => statistics(&state, Some(m), None),
+        (_, &Method::GET, ["v2", "models", m, "versions", v, "stats"]) => {
+            statistics(&state, Some(m), Some(v))
+        }
         (_, &Method::GET, ["v2", "models", m]) => model_metadata(&state, m, None),
         (_, &Method::GET, ["v2", "models", m, "versions", v]) => model_metadata(&state, m, Some(v)),
         (_, &Method::GET, ["v2", "models", m, "config"]) => model_config(&state, m, None),
@@ -81,23 +87,15 @@ pub async fn handle(
 
 /// Whether some method is routed at this path (so the answer is 405, not 404).
 fn route_exists(segments: &[&str]) -> bool {
-    matches!(
-        segments,
-        ["metrics"]
-            | ["v2"]
-            | ["v2", "health", "live" | "ready"]
-            | ["v2", "models", _]
-            | ["v2", "models", _, "ready" | "infer" | "config"]
-            | ["v2", "models", _, "versions", _]
-            | [
-                "v2",
-                "models",
-                _,
-                "versions",
-                _,
-                "ready" | "infer" | "config"
-            ]
-    )
+    const VERSION_ENDPOINTS: [&str; 4] = ["ready", "infer", "config", "stats"];
+    match segments {
+        ["metrics"] | ["v2"] | ["v2", "health", "live" | "ready"] => true,
+        ["v2", "models", _] | ["v2", "models", _, "versions", _] => true,
+        ["v2", "models", _, last] | ["v2", "models", _, "versions", _, last] => {
+            VERSION_ENDPOINTS.contains(last)
+        }
+        _ => false,
+    }
 }
 
 fn not_found(method: &Method, path: &str) -> ApiError {
@@ -126,7 +124,7 @@ fn server_metadata() -> Response<Full<Bytes>> {
     let body = json!({
         "name": "tandem",
         "version": env!("CARGO_PKG_VERSION"),
-        "extensions": ["binary_tensor_data"],
+        "extensions": ["binary_tensor_data", "model_configuration", "statistics"],
     });
     json_response(StatusCode::OK, body.to_string().into_bytes())
 }
@@ -166,6 +164,39 @@ fn model_metadata(
         "inputs": meta.inputs,
         "outputs": meta.outputs,
     });
+    Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
+}
+
+/// `GET /v2/models[/{m}[/versions/{v}]]/stats`: Triton's statistics of every loaded
+/// version, of every version of one model, or of one version ([`crate::stats`]).
+fn statistics(
+    state: &AppState,
+    model: Option<&str>,
+    version: Option<&str>,
+) -> Result<Response<Full<Bytes>>, ApiError> {
+    let versions = match (model, version) {
+        (None, _) => state.registry.all(),
+        (Some(m), Some(v)) => vec![state.registry.resolve(m, Some(v))?],
+        (Some(m), None) => {
+            let all: Vec<_> = state
+                .registry
+                .all()
+                .into_iter()
+                .filter(|v| v.name == m)
+                .collect();
+            if all.is_empty() {
+                return Err(ApiError::UnknownModel {
+                    model: m.to_string(),
+                });
+            }
+            all
+        }
+    };
+    let model_stats: Vec<serde_json::Value> = versions
+        .iter()
+        .map(|v| v.stats.to_json(&v.name, v.version))
+        .collect();
+    let body = json!({ "model_stats": model_stats });
     Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
 }
 
@@ -266,7 +297,13 @@ async fn infer(
     // Only models that exist become metric labels: the label set stays bounded.
     let label = if resolved.is_ok() { model } else { "_unknown" };
     let result = match resolved {
-        Ok(v) => infer_on(state, &v, req, arrival, &mut arrived).await,
+        Ok(v) => {
+            let result = infer_on(state, &v, req, arrival, &mut arrived).await;
+            if result.is_err() {
+                v.stats.failed(arrived.elapsed());
+            }
+            result
+        }
         Err(e) => Err(e),
     };
     let response = result.unwrap_or_else(|e| error_response(&e));
@@ -353,6 +390,7 @@ async fn infer_on(
             .min(),
         reply: tx,
     };
+    let queued = Instant::now();
     version.requests.try_send(pending).map_err(|e| match e {
         tokio::sync::mpsc::error::TrySendError::Full(_) => ApiError::Overloaded {
             message: format!(
@@ -405,9 +443,22 @@ async fn infer_on(
     // The response is written as soon as this returns, on this task: this is the latency
     // the client sees, less the wire.
     let latency = arrived.elapsed();
+    let after_compute = latency.saturating_sub(completed.queue_time + completed.compute_time);
     version.responses.record(Answered {
         latency,
-        after_compute: latency.saturating_sub(completed.queue_time + completed.compute_time),
+        after_compute,
     });
+    // The worker's queue time counts from arrival; the stats split off decoding.
+    let input = queued.saturating_duration_since(arrived);
+    version.stats.succeeded(
+        rows,
+        RequestTimes {
+            total: latency,
+            input,
+            queue: completed.queue_time.saturating_sub(input),
+            infer: completed.compute_time,
+            output: after_compute,
+        },
+    );
     Ok(resp)
 }
