@@ -361,3 +361,85 @@ fn statistics_count_requests_rows_and_batches_per_version() {
             .contains(&json!("statistics"))
     );
 }
+
+fn decompressed(coding: &str, data: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    match coding {
+        "gzip" => flate2::read::GzDecoder::new(data).read_to_end(&mut out),
+        _ => flate2::read::ZlibDecoder::new(data).read_to_end(&mut out),
+    }
+    .unwrap();
+    out
+}
+
+/// `Accept-Encoding: gzip` or `deflate` (tritonclient's `response_compression_algorithm`):
+/// answers of 1 KiB or more come compressed, JSON and binary (whose header length counts
+/// the uncompressed body); small ones, and clients that ask for neither, get them as they are.
+#[test]
+fn responses_are_compressed_when_asked_and_worth_it() {
+    let f = fixture();
+    let s = &f.server;
+    // 60 rows of 5 outputs: 1,200 bytes in binary, more in JSON.
+    let rows = 60;
+    let x = inputs(rows * DIMS[0], 21);
+    let want = reference(&f.v2, &x, rows);
+    let body = infer_body(&x, rows).to_string().into_bytes();
+    for coding in ["gzip", "deflate"] {
+        let r = request(
+            s.addr,
+            "POST",
+            "/v2/models/mlp/infer",
+            &[("Accept-Encoding", format!("br, {coding}"))],
+            &body,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("content-encoding"), Some(coding));
+        let plain = HttpResponse {
+            body: decompressed(coding, &r.body),
+            ..r
+        };
+        assert!(plain.body.len() >= 1024);
+        assert_close(&plain.output_values(), &want);
+
+        let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let (binary_body, n) = binary_request("FP32", &bytes, rows, true);
+        let r = request(
+            s.addr,
+            "POST",
+            "/v2/models/mlp/infer",
+            &[
+                ("Accept-Encoding", coding.to_string()),
+                ("Inference-Header-Content-Length", n.to_string()),
+            ],
+            &binary_body,
+        );
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("content-encoding"), Some(coding));
+        let header_len: usize = r
+            .header("inference-header-content-length")
+            .unwrap()
+            .parse()
+            .unwrap();
+        let plain = decompressed(coding, &r.body);
+        let out: Vec<f32> = plain[header_len..]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        assert_close(&out, &want);
+    }
+    // One row's answer is too small to gain anything; q=0 refuses a coding.
+    let one = inputs(DIMS[0], 22);
+    for (accept, rows, x) in [("gzip", 1, &one), ("gzip;q=0", rows, &x)] {
+        let r = request(
+            s.addr,
+            "POST",
+            "/v2/models/mlp/infer",
+            &[("Accept-Encoding", accept.to_string())],
+            infer_body(x, rows).to_string().as_bytes(),
+        );
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("content-encoding"), None, "{accept}");
+        assert_close(&r.output_values(), &reference(&f.v2, x, rows));
+    }
+}

@@ -98,8 +98,8 @@ def main():
     check_close(result.as_numpy("output-0"), reference(layers, x16.astype(np.float32)), "FP16 in")
 
     # Compressed request bodies (gzip, and deflate in zlib form), binary and JSON. A
-    # compressed response may be asked for; the server answers uncompressed, which the
-    # client reads as HTTP allows.
+    # compressed response is asked for too; answers this small come uncompressed, which
+    # the client reads as HTTP allows.
     for algorithm in ("gzip", "deflate"):
         for binary in (True, False):
             inp = httpclient.InferInput("input-0", list(x.shape), "FP32")
@@ -109,6 +109,18 @@ def main():
                                   response_compression_algorithm=algorithm)
             check_close(result.as_numpy("output-0"), want,
                         f"{algorithm}-compressed request, binary={binary}")
+
+    # Compressed responses: 40 rows make an answer large enough to be compressed.
+    big = rng.standard_normal((40, width)).astype(np.float32)
+    for algorithm in ("gzip", "deflate"):
+        for binary in (True, False):
+            inp = httpclient.InferInput("input-0", list(big.shape), "FP32")
+            inp.set_data_from_numpy(big)
+            out = httpclient.InferRequestedOutput("output-0", binary_data=binary)
+            result = client.infer(args.model, [inp], outputs=[out],
+                                  response_compression_algorithm=algorithm)
+            check_close(result.as_numpy("output-0"), reference(layers, big),
+                        f"{algorithm}-compressed response, binary={binary}")
 
     # The statistics extension: every request above was counted.
     stats = client.get_inference_statistics(args.model)["model_stats"]

@@ -336,6 +336,7 @@ async fn infer_on(
     };
     let propagated = propagated_timeout(req.headers())?;
     let coding = content_coding::coding(req.headers())?;
+    let answer_coding = content_coding::accepted(req.headers());
     let config = state.config();
     let limit = config.limits.max_body_bytes;
     let body = body::read_body(req.into_body(), limit, config.limits.body_read_timeout()).await?;
@@ -423,8 +424,28 @@ async fn infer_on(
         width: version.info.output_width,
     };
     let encoded = response::encode(&fields, &valid.outputs, &completed.output)?;
-    let mut resp = Response::new(Full::new(Bytes::from(encoded.body)));
+    // The binary header's length counts the uncompressed body, as Triton's does.
+    let compressed = answer_coding != content_coding::Coding::Identity
+        && encoded.body.len() >= content_coding::MIN_COMPRESSED;
+    let body = if compressed {
+        content_coding::encode(encoded.body, answer_coding).await
+    } else {
+        encoded.body
+    };
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
     let headers = resp.headers_mut();
+    if compressed {
+        headers.insert(
+            header::CONTENT_ENCODING,
+            header::HeaderValue::from_static(answer_coding.name()),
+        );
+    }
+    if answer_coding != content_coding::Coding::Identity {
+        headers.insert(
+            header::VARY,
+            header::HeaderValue::from_static("accept-encoding"),
+        );
+    }
     match encoded.header_len {
         Some(n) => {
             headers.insert(BINARY_HEADER, n.into());
