@@ -340,7 +340,6 @@ async fn infer_on(
     let config = state.config();
     let limit = config.limits.max_body_bytes;
     let body = body::read_body(req.into_body(), limit, config.limits.body_read_timeout()).await?;
-    let body = content_coding::decode(body, coding, limit).await?;
     // The request arrived when the kernel received its bytes, if that was earlier than the
     // handler started (it waited in the socket while the runtime served others).
     if let Some(kernel) = arrival.take() {
@@ -366,6 +365,8 @@ async fn infer_on(
             reason: "shed",
         });
     }
+    // Inflated only now: a request refused above costs no decompression.
+    let body = content_coding::decode(body, coding, limit).await?;
     let (json_part, binary_part) = match header_len {
         Some(n) => binary::split(&body, n)?,
         None => (&body[..], &[][..]),
