@@ -236,7 +236,9 @@ fn serve(spec: WorkerSpec, model: &mut dyn Model) {
         let started = std::time::Instant::now();
         let copied_in = started - copying;
         let result = run(model, batch_input, rows, &mut output);
-        let compute = started.elapsed();
+        let forward = started.elapsed();
+        // The batch's time on the worker, copy included: what the latency model learns.
+        let compute = copied_in + forward;
         spec.busy.add(compute);
         m.compute.record(compute.as_secs_f64());
         let finished = Instant::now();
@@ -258,7 +260,7 @@ fn serve(spec: WorkerSpec, model: &mut dyn Model) {
             let _ = p.reply.send(reply);
         }
         spec.stats
-            .executed(rows, copied_in, compute, finished.elapsed());
+            .executed(rows, copied_in, forward, finished.elapsed());
         if spec
             .done
             .blocking_send(WorkerDone {
