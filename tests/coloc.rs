@@ -531,12 +531,25 @@ fn rising_load_pauses_the_trainer_and_falling_load_lets_it_run_again() {
     }
     assert!(load.wait().unwrap().success());
     // Falling load: the allowance comes back, and with it directives that lift the pause.
-    wait_until("training allowed again", Duration::from_secs(15), || {
-        metric(&s.server, "tandem_training_allowance", None).unwrap_or(0.0) > 0.0
-    });
-    let last = directives.lock().unwrap().last().cloned().unwrap();
-    assert_eq!(last["pause"], false, "{last}");
-    assert!(last["max_streams"].as_u64().unwrap() >= 1);
+    // (Waited for as the trainer reads them: the allowance gauge is set a moment before the
+    // directive reaches the trainer, and on a loaded host that moment was seen.)
+    let last_directive = || {
+        directives
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|d| d["type"] == "directive")
+            .cloned()
+    };
+    wait_until(
+        "a directive that lets training run again",
+        Duration::from_secs(15),
+        || last_directive().is_some_and(|d| d["pause"] == false),
+    );
+    assert!(metric(&s.server, "tandem_training_allowance", None).unwrap_or(0.0) > 0.0);
+    let last = last_directive().unwrap();
+    assert!(last["max_streams"].as_u64().unwrap() >= 1, "{last}");
     // On the CPU a trainer never computes all the time, however idle serving is: it leaves
     // gaps ([coloc] max_duty_cycle, 0.8 by default there).
     let seen = directives.lock().unwrap();
