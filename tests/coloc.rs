@@ -20,7 +20,15 @@ struct Setup {
     socket: PathBuf,
     repo: PathBuf,
     _dir: TempDir,
+    /// Held for the whole test (and dropped last): see [`SERIAL`].
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
+
+/// These tests run one at a time. Each checks deadlines of a few hundred milliseconds
+/// (an ack within `ack_within_ms`) on processes that share two cores; two of them side by
+/// side — one driving thousands of requests a second, say — starved the other's Python
+/// loop past its deadline now and then. One at a time, they measure what they mean to.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn start() -> Setup {
     start_with("cpu", "")
@@ -32,6 +40,8 @@ fn start_on(device: &str) -> Setup {
 
 /// A gateway on `device` with `coloc` appended to its `[coloc]` table.
 fn start_with(device: &str, coloc: &str) -> Setup {
+    // A test that failed while holding it poisons it; the next one starts afresh anyway.
+    let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let dir = TempDir::new("coloc");
     let repo = dir.path().join("models");
     write_version(&repo, "digits", 1, &DIMS, 1);
@@ -59,6 +69,7 @@ fn start_with(device: &str, coloc: &str) -> Setup {
         socket,
         repo,
         _dir: dir,
+        _serial: serial,
     }
 }
 
