@@ -475,18 +475,25 @@ fn python_client_pauses_and_resumes(s: Setup) {
 #[test]
 fn rising_load_pauses_the_trainer_and_falling_load_lets_it_run_again() {
     // A second, heavy model with a tight budget: real load, not a budget change, is what
-    // pushes it past its budget. One row a batch: each reads its 17 MB of weights, about a
-    // millisecond, so 3,000 req/s is well past what it serves however fast the host.
+    // pushes it past its budget. One row a batch, each streaming 75 MB of weights (more
+    // than any cache here): a few hundred rows a second, so 3,000 req/s is far past it.
+    // Its settings go in before its weights: the repository is polled, and a version
+    // found first would load with the defaults (64 rows a batch, easily served).
     let s = start();
-    write_version(&s.repo, "heavy", 1, &[512, 2048, 2048, 10], 2);
+    std::fs::create_dir_all(s.repo.join("heavy")).unwrap();
     std::fs::write(
         s.repo.join("heavy/config.toml"),
         "p99_ms = 20\nmax_batch_size = 1\n",
     )
     .unwrap();
+    write_version(&s.repo, "heavy", 1, &[512, 4096, 4096, 10], 2);
     wait_until("the heavy model to load", Duration::from_secs(30), || {
         s.server.get("/v2/models/heavy/ready").status == 200
     });
+    assert_eq!(
+        s.server.get("/v2/models/heavy/config").json()["max_batch_size"],
+        1
+    );
     let mut fake = fake_trainer(&s.socket, "well-behaved", None);
     let out = BufReader::new(fake.stdout.take().unwrap());
     let directives = std::sync::Arc::new(std::sync::Mutex::new(Vec::<serde_json::Value>::new()));
