@@ -278,3 +278,46 @@ fn the_model_config_endpoint_shows_the_settings_in_force() {
     let r = request(server.addr, "POST", "/v2/models/m/config", &[], b"");
     assert_eq!(r.status, 405);
 }
+
+/// A model's `config.toml` changed while the model serves is applied to the loaded version
+/// at the next repository scan; one that cannot be read, or holds an invalid value, leaves
+/// the settings as they are; removing it returns the defaults.
+#[test]
+fn a_changed_model_config_toml_applies_while_serving() {
+    let (server, repo, _) = start("repository_poll_ms = 100\n", false);
+    let cfg = repo.path().join("models/m/config.toml");
+    let config = || server.get("/v2/models/m/config").json();
+    assert_eq!(config()["max_batch_size"], 64);
+
+    std::fs::write(&cfg, "max_batch_size = 5\np99_ms = 30\n").unwrap();
+    assert!(
+        poll_until(Duration::from_secs(10), || config()["max_batch_size"] == 5),
+        "{}",
+        server.log()
+    );
+    assert_eq!(config()["parameters"]["p99_ms"]["string_value"], "30");
+    assert_eq!(metric(&server, "tandem_slo_p99_budget_seconds"), 0.03);
+    server.assert_serves("m", DIMS[0]);
+    let six = inputs(6 * DIMS[0], 3);
+    assert_eq!(
+        server
+            .post_json("/v2/models/m/infer", &infer_body(&six, 6))
+            .status,
+        400,
+        "six rows are over the new max_batch_size"
+    );
+
+    for broken in ["max_batch_size = \"many\"\n", "max_batch_size = 0\n"] {
+        std::fs::write(&cfg, broken).unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        assert_eq!(config()["max_batch_size"], 5, "after {broken:?}");
+        server.assert_serves("m", DIMS[0]);
+    }
+
+    std::fs::remove_file(&cfg).unwrap();
+    assert!(poll_until(
+        Duration::from_secs(10),
+        || config()["max_batch_size"] == 64
+    ));
+    assert!(server.log().contains("changed config.toml applied"));
+}

@@ -277,7 +277,7 @@ fn apply_reload(state: &AppState, new: Config) -> Option<Arc<Config>> {
     for v in state.registry.all() {
         let settings = new.settings_for(
             &v.name,
-            v.repo_overrides.as_ref(),
+            v.repo_overrides().as_ref(),
             state.registry.runtime_overrides(&v.name).as_ref(),
         );
         if let Err(e) = settings

@@ -154,7 +154,7 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
         version: spec.version,
         source: spec.path,
         info,
-        repo_overrides: spec.repo_overrides,
+        repo_overrides: std::sync::Mutex::new(spec.repo_overrides),
         settings: std::sync::Mutex::new(spec.settings),
         requests: req_tx,
         updates: upd_tx,

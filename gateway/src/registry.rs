@@ -21,8 +21,8 @@ pub struct ModelVersion {
     pub version: u64,
     pub source: PathBuf,
     pub info: ReplicaInfo,
-    /// The repository's `config.toml` for this model when the version loaded.
-    pub repo_overrides: Option<ModelOverrides>,
+    /// The repository's `config.toml` for this model, as last applied to this version.
+    pub repo_overrides: std::sync::Mutex<Option<ModelOverrides>>,
     pub settings: std::sync::Mutex<ModelSettings>,
     pub requests: mpsc::Sender<Pending>,
     pub updates: mpsc::Sender<PolicyUpdate>,
@@ -52,6 +52,13 @@ impl ModelVersion {
         })?;
         *self.settings.lock().unwrap_or_else(|p| p.into_inner()) = settings;
         Ok(())
+    }
+
+    pub fn repo_overrides(&self) -> Option<ModelOverrides> {
+        self.repo_overrides
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub fn settings(&self) -> ModelSettings {

@@ -21,6 +21,9 @@ pub const MODEL_FILE: &str = "model.safetensors";
 pub struct RepoModel {
     pub versions: BTreeMap<u64, PathBuf>,
     pub overrides: Option<ModelOverrides>,
+    /// A `config.toml` is there but cannot be read as settings (perhaps half written):
+    /// loaded versions keep the settings they have.
+    pub config_invalid: bool,
 }
 
 /// Lists models and versions. Unreadable entries are skipped; a bad `config.toml` is logged
@@ -65,6 +68,7 @@ pub fn scan(root: &Path) -> std::io::Result<BTreeMap<String, RepoModel>> {
             {
                 Ok(o) => model.overrides = Some(o),
                 Err(e) => {
+                    model.config_invalid = true;
                     tracing::warn!(path = %config.display(), error = %e, "ignoring invalid model config")
                 }
             }
@@ -74,7 +78,8 @@ pub fn scan(root: &Path) -> std::io::Result<BTreeMap<String, RepoModel>> {
     Ok(out)
 }
 
-/// Keeps the registry in step with the repository.
+/// Keeps the registry in step with the repository, `config.toml` included: a changed one
+/// is applied to the versions already serving, as the admin API's changes are.
 pub struct Watcher {
     pub root: PathBuf,
     pub config: Arc<Config>,
@@ -101,6 +106,34 @@ impl Watcher {
             device,
             busy,
             failed: HashMap::new(),
+        }
+    }
+
+    /// Applies a model's `config.toml`, changed since each loaded version last took it.
+    fn apply_changed_config(&self, name: &str, overrides: Option<&ModelOverrides>) {
+        for number in self.registry.versions(name) {
+            let Ok(v) = self.registry.resolve(name, Some(&number.to_string())) else {
+                continue;
+            };
+            if v.repo_overrides().as_ref() == overrides {
+                continue;
+            }
+            let settings = self.config.settings_for(
+                name,
+                overrides,
+                self.registry.runtime_overrides(name).as_ref(),
+            );
+            if let Err(e) = settings.validate(name) {
+                // Said once per change: the file is not read as new until it changes again.
+                tracing::error!(model = %name, version = number, error = %e, "changed config.toml not applied; the current settings stay");
+            } else if let Err(e) = v.apply(settings) {
+                // Busy with an earlier change: tried again at the next scan.
+                tracing::warn!(model = %name, version = number, error = %e, "changed config.toml not applied yet");
+                continue;
+            } else {
+                tracing::info!(model = %name, version = number, "changed config.toml applied");
+            }
+            *v.repo_overrides.lock().unwrap_or_else(|p| p.into_inner()) = overrides.cloned();
         }
     }
 
@@ -159,6 +192,9 @@ impl Watcher {
                         self.failed.insert(key, mtime);
                     }
                 }
+            }
+            if !model.config_invalid {
+                self.apply_changed_config(name, model.overrides.as_ref());
             }
             // Unload what is no longer among them (new versions took over, or the files are
             // gone) — only once something else serves.
