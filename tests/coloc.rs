@@ -38,7 +38,10 @@ fn start_on(device: &str) -> Setup {
     start_with(device, "")
 }
 
-/// A gateway on `device` with `coloc` appended to its `[coloc]` table.
+/// A gateway on `device` with `coloc` appended to its `[coloc]` table. Pauses must be
+/// acknowledged within a second (the default) unless `coloc` sets `ack_within_ms`: on
+/// this noisy two-core VM a Python loop was now and then held up past 400 ms even with
+/// nothing else running.
 fn start_with(device: &str, coloc: &str) -> Setup {
     // A test that failed while holding it poisons it; the next one starts afresh anyway.
     let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -50,15 +53,20 @@ fn start_with(device: &str, coloc: &str) -> Setup {
     std::fs::write(
         &config,
         format!(
-            "model_repository = \"{}\"\nrepository_poll_ms = 200\n[coloc]\nsocket = \"{}\"\nack_within_ms = 400\nheartbeat_ms = 200\ntick_ms = 50\n{coloc}\n[cost]\ndevice_hour_usd = 3.6\n",
+            "model_repository = \"{}\"\nrepository_poll_ms = 200\n[coloc]\nsocket = \"{}\"\n{ack}heartbeat_ms = 200\ntick_ms = 50\n{coloc}\n[cost]\ndevice_hour_usd = 3.6\n",
             repo.display(),
-            socket.display()
+            socket.display(),
+            ack = if coloc.contains("ack_within_ms") {
+                ""
+            } else {
+                "ack_within_ms = 1000\n"
+            },
         ),
     )
     .unwrap();
     let server = Server::start(&["--config", config.to_str().unwrap(), "--device", device]);
     // A gateway starts lending nothing and gives back after a calm second. A trainer that
-    // joins before then is told to pause at once and must ack within 400 ms — of its own
+    // joins before then is told to pause at once and must ack within its deadline — of its own
     // start-up, which on two cores shared by ten of these tests a fresh Python process
     // sometimes overran (SIGSTOP at join). Tests that want a pause make one.
     wait_until("training allowed", Duration::from_secs(15), || {
@@ -361,7 +369,7 @@ fn the_python_client_pauses_and_resumes_its_loop() {
 }
 
 /// With a duty cycle of 1%, each ~20 ms step of the client's loop is followed by about 2 s
-/// of idle, five times the ack deadline. A pause that arrives during the idle must cut it
+/// of idle, twice the ack deadline. A pause that arrives during the idle must cut it
 /// short and be acknowledged in time, not after it (which escalated to SIGSTOP).
 #[test]
 fn a_pause_is_acknowledged_in_time_during_a_long_duty_cycle_idle() {
@@ -373,7 +381,9 @@ fn a_pause_is_acknowledged_in_time_during_a_long_duty_cycle_idle() {
 /// first step: it went silent for longer than this test waits for it to train).
 #[test]
 fn the_real_trainer_acknowledges_a_pause_during_a_long_duty_cycle_idle() {
-    let s = start_with("cpu", "max_duty_cycle = 0.01");
+    // Its idles are about a second: only a deadline well under that tells an idle cut
+    // short from one sat out.
+    let s = start_with("cpu", "max_duty_cycle = 0.01\nack_within_ms = 400");
     let synthetic = [
         "--data",
         "synthetic",
@@ -421,7 +431,9 @@ fn squeeze_and_expect_a_timely_ack(server: &Server, pid: u32) {
     let escalations = || metric(server, "tandem_trainer_escalations_total", None).unwrap_or(0.0);
     let before = escalations();
     squeeze(server);
-    std::thread::sleep(Duration::from_millis(1500));
+    // Past the ack deadline (1 s at most here) with room to spare: a pause not acked by
+    // then has been escalated.
+    std::thread::sleep(Duration::from_millis(2000));
     assert_eq!(
         escalations(),
         before,
