@@ -1,0 +1,170 @@
+//! What every co-location test uses: a gateway with a trainer socket (one test at a
+//! time), metrics, budgets, and fake trainers.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::common::*;
+
+pub const DIMS: [usize; 3] = [64, 32, 10];
+
+pub struct Setup {
+    pub server: Server,
+    pub socket: PathBuf,
+    pub repo: PathBuf,
+    pub _dir: TempDir,
+    /// Held for the whole test (and dropped last): see [`SERIAL`].
+    pub _serial: std::sync::MutexGuard<'static, ()>,
+}
+
+/// These tests run one at a time. Each checks deadlines of a few hundred milliseconds
+/// (an ack within `ack_within_ms`) on processes that share two cores; two of them side by
+/// side — one driving thousands of requests a second, say — starved the other's Python
+/// loop past its deadline now and then. One at a time, they measure what they mean to.
+pub static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub fn start() -> Setup {
+    start_with("cpu", "")
+}
+
+pub fn start_on(device: &str) -> Setup {
+    start_with(device, "")
+}
+
+/// A gateway on `device` with `coloc` appended to its `[coloc]` table. Pauses must be
+/// acknowledged within a second (the default) unless `coloc` sets `ack_within_ms`: on
+/// this noisy two-core VM a Python loop was now and then held up past 400 ms even with
+/// nothing else running.
+pub fn start_with(device: &str, coloc: &str) -> Setup {
+    // A test that failed while holding it poisons it; the next one starts afresh anyway.
+    let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = TempDir::new("coloc");
+    let repo = dir.path().join("models");
+    write_version(&repo, "digits", 1, &DIMS, 1);
+    let socket = dir.path().join("run/coloc.sock");
+    let config = dir.path().join("tandem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "model_repository = \"{}\"\nrepository_poll_ms = 200\n[coloc]\nsocket = \"{}\"\n{ack}heartbeat_ms = 200\ntick_ms = 50\n{coloc}\n[cost]\ndevice_hour_usd = 3.6\n",
+            repo.display(),
+            socket.display(),
+            ack = if coloc.contains("ack_within_ms") {
+                ""
+            } else {
+                "ack_within_ms = 1000\n"
+            },
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&["--config", config.to_str().unwrap(), "--device", device]);
+    // A gateway starts lending nothing and gives back after a calm second. A trainer that
+    // joins before then is told to pause at once and must ack within its deadline — of its own
+    // start-up, which on two cores shared by ten of these tests a fresh Python process
+    // sometimes overran (SIGSTOP at join). Tests that want a pause make one.
+    wait_until("training allowed", Duration::from_secs(15), || {
+        metric(&server, "tandem_training_allowance", None).unwrap_or(0.0) > 0.0
+    });
+    Setup {
+        server,
+        socket,
+        repo,
+        _dir: dir,
+        _serial: serial,
+    }
+}
+
+pub fn metric(server: &Server, name: &str, label: Option<&str>) -> Option<f64> {
+    let text = server.get("/metrics").text();
+    text.lines()
+        .filter(|l| l.starts_with(name) && label.is_none_or(|lab| l.contains(lab)))
+        .find(|l| l[name.len()..].starts_with([' ', '{']))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+pub fn wait_until(what: &str, within: Duration, f: impl FnMut() -> bool) {
+    if !poll_until(within, f) {
+        panic!("timed out waiting for {what}");
+    }
+}
+
+/// Waits until the coordinator has stopped process `pid`, keeping requests coming: with
+/// none, the coordinator sees no pressure and lifts the pause, and a trainer allowed to run
+/// again is not stopped (on a loaded machine that could come before the ack deadline).
+/// On a timeout the panic shows the process's /proc status and the server's log.
+pub fn wait_for_sigstop(server: &Server, pid: u32) {
+    let stopped = poll_until(Duration::from_secs(10), || {
+        some_requests(server, 2);
+        process_state(pid) == 'T'
+    });
+    if !stopped {
+        panic!(
+            "timed out waiting for SIGSTOP of {pid}: /proc/{pid}/stat: {:?}\nserver log:\n{}",
+            std::fs::read_to_string(format!("/proc/{pid}/stat")),
+            server.log()
+        );
+    }
+}
+
+pub fn set_budget(server: &Server, p99_ms: f64) {
+    let r = request(
+        server.addr,
+        "PUT",
+        "/admin/models/digits/slo",
+        &[],
+        json!({"p99_ms": p99_ms}).to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// Requests flowing, so the controller has latencies to judge; all must succeed.
+pub fn some_requests(server: &Server, n: usize) {
+    for _ in 0..n {
+        server.assert_serves("digits", DIMS[0]);
+    }
+}
+
+/// Tightens the budget below any achievable latency and keeps requests coming until the
+/// coordinator has cut training to nothing.
+pub fn squeeze(server: &Server) {
+    set_budget(server, 0.001);
+    wait_until("allowance 0", Duration::from_secs(10), || {
+        some_requests(server, 20);
+        metric(server, "tandem_training_allowance", None) == Some(0.0)
+    });
+}
+
+pub fn relax(server: &Server) {
+    set_budget(server, 1000.0);
+}
+
+/// The state letter of a process (R, S, T = stopped, ...), from /proc.
+pub fn process_state(pid: u32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit(')')
+        .next()
+        .and_then(|s| s.trim().chars().next())
+        .unwrap_or('?')
+}
+
+pub fn fake_trainer(socket: &Path, mode: &str, claimed_pid: Option<u32>) -> Child {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/fake_trainer.py");
+    let mut cmd = Command::new("python3");
+    cmd.arg(script)
+        .arg(socket)
+        .arg(mode)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    if let Some(pid) = claimed_pid {
+        cmd.args(["--pid", &pid.to_string()]);
+    }
+    cmd.spawn().expect("python3")
+}
+
+pub fn connected(server: &Server) -> f64 {
+    metric(server, "tandem_trainers_connected", None).unwrap_or(0.0)
+}
