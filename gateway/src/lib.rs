@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod protocol;
 pub mod registry;
 pub mod repository;
+pub mod repository_control;
 pub mod stats;
 pub mod usage;
 pub mod validate;
@@ -34,6 +35,7 @@ use http::AppState;
 use loader::LoadSpec;
 use registry::Registry;
 use repository::Watcher;
+use repository_control::RepositoryControl;
 use worker::BusyMeter;
 
 #[derive(Debug, thiserror::Error)]
@@ -88,12 +90,21 @@ pub async fn run_with_reload(
     tracing::info!(device = %selection.device.label(), reason = %selection.reason, "device selected");
     let device = selection.device;
 
+    // Load and unload through the HTTP API reach the repository watcher this way.
+    let (control, mut pass_requests) = match config.model_repository {
+        Some(_) => {
+            let (control, requests) = RepositoryControl::new();
+            (Some(Arc::new(control)), Some(requests))
+        }
+        None => (None, None),
+    };
     let state = Arc::new(AppState {
         registry: Arc::new(Registry::default()),
         config: std::sync::RwLock::new(config.clone()),
         metrics: metrics::install(),
         ready: false.into(),
         draining: false.into(),
+        repository: control.clone(),
     });
     let busy = Arc::new(BusyMeter::default());
 
@@ -164,15 +175,20 @@ pub async fn run_with_reload(
         state.registry.insert(v);
     }
 
-    let mut watcher = config.model_repository.as_ref().map(|root| {
-        Watcher::new(
-            root.clone(),
-            config.clone(),
-            state.registry.clone(),
-            device.clone(),
-            busy.clone(),
-        )
-    });
+    let mut watcher = config
+        .model_repository
+        .as_ref()
+        .zip(control)
+        .map(|(root, control)| {
+            Watcher::new(
+                root.clone(),
+                config.clone(),
+                state.registry.clone(),
+                device.clone(),
+                busy.clone(),
+                control,
+            )
+        });
     let mut missing = Vec::new();
     if let Some(w) = &mut watcher {
         let (serving, m) = w.sync().await;
@@ -201,9 +217,18 @@ pub async fn run_with_reload(
                     set_readiness(&state, &missing);
                 }
             }
+            Some(done) = next_pass_request(&mut pass_requests) => {
+                if let Some(w) = &mut watcher {
+                    let (_, missing) = w.sync().await;
+                    set_readiness(&state, &missing);
+                }
+                let _ = done.send(());
+            }
         }
     }
 
+    // A load or unload asked for from now on is answered "shutting down", not left waiting.
+    drop(pass_requests);
     state.draining.store(true, Ordering::Release);
     let drain = config.limits.shutdown_drain();
     tracing::info!(
@@ -224,6 +249,16 @@ pub async fn run_with_reload(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The next pass a load or unload asked for; never, without a repository.
+async fn next_pass_request(
+    requests: &mut Option<tokio::sync::mpsc::Receiver<repository_control::PassRequest>>,
+) -> Option<repository_control::PassRequest> {
+    match requests {
+        Some(r) => r.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Ready once every model has a loaded, warmed-up version (and there is at least one).

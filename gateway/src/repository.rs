@@ -12,6 +12,7 @@ use std::time::SystemTime;
 use crate::config::{Config, ModelOverrides};
 use crate::loader::{self, LoadSpec};
 use crate::registry::Registry;
+use crate::repository_control::{IndexEntry, RepositoryControl, VersionState};
 use crate::worker::BusyMeter;
 
 pub const MODEL_FILE: &str = "model.safetensors";
@@ -86,9 +87,11 @@ pub struct Watcher {
     pub registry: Arc<Registry>,
     pub device: kernels::Device,
     pub busy: Arc<BusyMeter>,
-    /// Versions that failed, with the file's modification time then: retried only when the
-    /// file changes.
-    failed: HashMap<(String, u64), Option<SystemTime>>,
+    /// The operator's holds, and where each pass publishes the index.
+    pub control: Arc<RepositoryControl>,
+    /// Versions that failed, with the file's modification time then and the error: retried
+    /// only when the file changes.
+    failed: HashMap<(String, u64), (Option<SystemTime>, String)>,
 }
 
 impl Watcher {
@@ -98,6 +101,7 @@ impl Watcher {
         registry: Arc<Registry>,
         device: kernels::Device,
         busy: Arc<BusyMeter>,
+        control: Arc<RepositoryControl>,
     ) -> Watcher {
         Watcher {
             root,
@@ -105,6 +109,7 @@ impl Watcher {
             registry,
             device,
             busy,
+            control,
             failed: HashMap::new(),
         }
     }
@@ -137,8 +142,9 @@ impl Watcher {
         }
     }
 
-    /// One pass: load what is new, unload what is stale. Returns the models that have at
-    /// least one version serving afterwards, and those that have none.
+    /// One pass: load what is new, unload what is stale and what the operator holds, and
+    /// publish the index. Returns the models that have at least one version serving
+    /// afterwards, and those that have none (held models are in neither).
     pub async fn sync(&mut self) -> (Vec<String>, Vec<String>) {
         let found = match scan(&self.root) {
             Ok(f) => f,
@@ -150,6 +156,13 @@ impl Watcher {
         let keep = self.config.keep_versions.max(1);
         let (mut serving, mut missing) = (Vec::new(), Vec::new());
         for (name, model) in &found {
+            if self.control.is_held(name) {
+                for v in self.registry.versions(name) {
+                    self.registry.remove(name, v);
+                    tracing::info!(model = %name, version = v, "model version unloaded by the operator");
+                }
+                continue;
+            }
             // Walk versions newest first until `keep` of them serve: a version that failed
             // (and has not changed since) is skipped, so an older good one stays.
             let mut serving_versions = Vec::new();
@@ -164,7 +177,7 @@ impl Watcher {
                 }
                 let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
                 let key = (name.clone(), *version);
-                if self.failed.get(&key).is_some_and(|t| *t == mtime) {
+                if self.failed.get(&key).is_some_and(|(t, _)| *t == mtime) {
                     continue;
                 }
                 let spec = LoadSpec {
@@ -189,7 +202,7 @@ impl Watcher {
                     }
                     Err(e) => {
                         tracing::error!(model = %name, version, path = %path.display(), error = %e, "model version failed to load; older versions keep serving");
-                        self.failed.insert(key, mtime);
+                        self.failed.insert(key, (mtime, e.to_string()));
                     }
                 }
             }
@@ -221,7 +234,43 @@ impl Watcher {
                 tracing::info!(model = %name, "model removed from the repository; unloaded");
             }
         }
+        self.control.set_index(self.index(&found));
         (serving, missing)
+    }
+
+    /// Every version the repository holds, and any still serving whose folder is gone, with
+    /// its state and, when it is not serving, why.
+    fn index(&self, found: &BTreeMap<String, RepoModel>) -> Vec<IndexEntry> {
+        let keep = self.config.keep_versions.max(1);
+        let mut entries = Vec::new();
+        for (name, model) in found {
+            let loaded = self.registry.versions(name);
+            let mut numbers: Vec<u64> = model.versions.keys().copied().collect();
+            numbers.extend(loaded.iter().filter(|v| !model.versions.contains_key(v)));
+            numbers.sort_unstable();
+            for version in numbers {
+                let reason = if loaded.contains(&version) {
+                    String::new()
+                } else if self.control.is_held(name) {
+                    "unloaded".to_string()
+                } else if let Some((_, error)) = self.failed.get(&(name.clone(), version)) {
+                    format!("failed to load: {error}")
+                } else {
+                    format!("not loaded: the newest {keep} loadable versions serve (keep_versions)")
+                };
+                entries.push(IndexEntry {
+                    name: name.clone(),
+                    version: version.to_string(),
+                    state: if reason.is_empty() {
+                        VersionState::Ready
+                    } else {
+                        VersionState::Unavailable
+                    },
+                    reason,
+                });
+            }
+        }
+        entries
     }
 }
 

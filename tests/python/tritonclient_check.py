@@ -140,6 +140,31 @@ def main():
         raise AssertionError("wrong shape accepted")
     except InferenceServerException as e:
         assert str(width) in str(e), str(e)
+
+    # The model repository extension: index, unload, load (the server is on loopback).
+    index = client.get_model_repository_index()
+    assert {"name": args.model, "version": "1", "state": "READY", "reason": ""} in index, index
+    client.unload_model(args.model)
+    assert not client.is_model_ready(args.model)
+    entry = [e for e in client.get_model_repository_index() if e["name"] == args.model]
+    assert entry and entry[0]["state"] == "UNAVAILABLE", entry
+    assert entry[0]["reason"] == "unloaded", entry
+    client.load_model(args.model)
+    assert client.is_model_ready(args.model)
+    inp = httpclient.InferInput("input-0", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    result = client.infer(args.model, [inp])
+    check_close(result.as_numpy("output-0"), want, "after a reload")
+    try:
+        client.load_model(args.model, config='{"max_batch_size": 8}')
+        raise AssertionError("a load with its own config accepted")
+    except InferenceServerException as e:
+        assert "config" in str(e), str(e)
+    try:
+        client.load_model("no-such-model")
+        raise AssertionError("unknown model loaded")
+    except InferenceServerException as e:
+        assert "no-such-model" in str(e), str(e)
     print("tritonclient: all checks passed")
 
 

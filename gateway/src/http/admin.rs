@@ -60,7 +60,7 @@ pub async fn handle(
     }
 }
 
-fn authorize<B>(
+pub(super) fn authorize<B>(
     state: &AppState,
     req: &Request<B>,
     peer: std::net::SocketAddr,
@@ -93,7 +93,10 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn read_body(state: &AppState, req: Request<Limited<Incoming>>) -> Result<Bytes, ApiError> {
+pub(super) async fn read_body(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+) -> Result<Bytes, ApiError> {
     let limits = state.config().limits.clone();
     let coding = super::content_coding::coding(req.headers())?;
     let body = super::body::read_body(

@@ -10,6 +10,7 @@ mod arrival;
 mod body;
 mod content_coding;
 mod limit;
+mod repository;
 mod routes;
 mod write_stall;
 
@@ -47,6 +48,8 @@ pub struct AppState {
     pub ready: AtomicBool,
     /// Shutdown has begun: readiness answers 503.
     pub draining: AtomicBool,
+    /// The repository's index, load and unload (`None` without a model repository).
+    pub repository: Option<Arc<crate::repository_control::RepositoryControl>>,
 }
 
 impl AppState {

@@ -72,6 +72,17 @@ pub async fn handle(
             let (m, v) = (m.to_string(), Some(v.to_string()));
             return infer(&state, &m, v, req, arrival).await;
         }
+        (_, &Method::POST, ["v2", "repository", "index"]) => {
+            super::repository::index(&state, req).await
+        }
+        (_, &Method::POST, ["v2", "repository", "models", m, "load"]) => {
+            let m = m.to_string();
+            super::repository::load(&state, &m, req, peer).await
+        }
+        (_, &Method::POST, ["v2", "repository", "models", m, "unload"]) => {
+            let m = m.to_string();
+            super::repository::unload(&state, &m, req, peer).await
+        }
         (_, _, ["admin", ..]) => {
             let segments: Vec<String> = segments.iter().map(|s| s.to_string()).collect();
             super::admin::handle(&state, req, peer, &segments).await
@@ -90,6 +101,8 @@ fn route_exists(segments: &[&str]) -> bool {
     const VERSION_ENDPOINTS: [&str; 4] = ["ready", "infer", "config", "stats"];
     match segments {
         ["metrics"] | ["v2"] | ["v2", "health", "live" | "ready"] => true,
+        ["v2", "repository", "index"] => true,
+        ["v2", "repository", "models", _, "load" | "unload"] => true,
         ["v2", "models", _] | ["v2", "models", _, "versions", _] => true,
         ["v2", "models", _, last] | ["v2", "models", _, "versions", _, last] => {
             VERSION_ENDPOINTS.contains(last)
@@ -124,7 +137,7 @@ fn server_metadata() -> Response<Full<Bytes>> {
     let body = json!({
         "name": "tandem",
         "version": env!("CARGO_PKG_VERSION"),
-        "extensions": ["binary_tensor_data", "model_configuration", "statistics"],
+        "extensions": ["binary_tensor_data", "model_configuration", "model_repository", "statistics"],
     });
     json_response(StatusCode::OK, body.to_string().into_bytes())
 }
