@@ -207,6 +207,22 @@ fn load_and_unload_refuse_what_they_cannot_do() {
 }
 
 #[test]
+fn concurrent_loads_are_all_answered() {
+    let (server, _dir) = start("");
+    let addr = server.addr;
+    let clients: Vec<_> = (0..12)
+        .map(|_| {
+            std::thread::spawn(move || {
+                request(addr, "POST", "/v2/repository/models/m/load", &[], b"").status
+            })
+        })
+        .collect();
+    let codes: Vec<u16> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+    assert!(codes.iter().all(|c| *c == 200), "{codes:?}");
+    server.assert_serves("m", DIMS[0]);
+}
+
+#[test]
 fn a_model_whose_versions_all_fail_to_load_says_why() {
     let dir = TempDir::new("repo-ext-broken");
     let models = dir.path().join("models");

@@ -217,12 +217,18 @@ pub async fn run_with_reload(
                     set_readiness(&state, &missing);
                 }
             }
-            Some(done) = next_pass_request(&mut pass_requests) => {
+            Some(first) = next_pass_request(&mut pass_requests) => {
+                let waiting = match &mut pass_requests {
+                    Some(r) => repository_control::with_waiting(first, r),
+                    None => vec![first],
+                };
                 if let Some(w) = &mut watcher {
                     let (_, missing) = w.sync().await;
                     set_readiness(&state, &missing);
                 }
-                let _ = done.send(());
+                for done in waiting {
+                    let _ = done.send(());
+                }
             }
         }
     }

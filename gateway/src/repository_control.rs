@@ -13,8 +13,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
 
-/// Passes asked for and not yet begun; beyond them a request is answered 503.
-const PENDING_PASSES: usize = 8;
+/// Requests waiting for a pass (one pass answers all that wait when it begins); beyond
+/// them a request is answered 503.
+const PENDING_PASSES: usize = 64;
 
 /// One version in the index, as Triton reports it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -102,9 +103,46 @@ impl RepositoryControl {
     }
 }
 
+/// `first` and every request waiting behind it: all asked before the pass about to begin,
+/// so that one pass answers them all.
+pub fn with_waiting(
+    first: PassRequest,
+    requests: &mut mpsc::Receiver<PassRequest>,
+) -> Vec<PassRequest> {
+    let mut waiting = vec![first];
+    while let Ok(more) = requests.try_recv() {
+        waiting.push(more);
+    }
+    waiting
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn one_pass_answers_every_request_waiting_when_it_begins() {
+        let (control, mut passes) = RepositoryControl::new();
+        let control = std::sync::Arc::new(control);
+        let asking: Vec<_> = (0..5)
+            .map(|_| {
+                let c = control.clone();
+                tokio::spawn(async move { c.pass_now().await })
+            })
+            .collect();
+        while control.passes.capacity() > PENDING_PASSES - 5 {
+            tokio::task::yield_now().await;
+        }
+        let first = passes.recv().await.unwrap();
+        let waiting = with_waiting(first, &mut passes);
+        assert_eq!(waiting.len(), 5);
+        for done in waiting {
+            done.send(()).unwrap();
+        }
+        for a in asking {
+            a.await.unwrap().unwrap();
+        }
+    }
 
     #[tokio::test]
     async fn a_pass_is_answered_when_the_watcher_ends_it() {
