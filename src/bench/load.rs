@@ -59,6 +59,21 @@ pub struct LoadReport {
     pub server_device_busy: Option<f64>,
     /// One entry per second of the schedule.
     pub timeline: Vec<Second>,
+    /// The 200s by where in its second each was scheduled, in `PHASE_MS` slices: where a
+    /// burst (the first 200 ms of every second) hurts, at its onset or all through it.
+    pub by_phase: Vec<Phase>,
+}
+
+/// The slice of a second `by_phase` groups requests by.
+const PHASE_MS: u64 = 50;
+
+/// The 200s scheduled in one slice of every second.
+#[derive(Clone, Debug, Serialize)]
+pub struct Phase {
+    pub from_ms: u64,
+    pub ok: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
 }
 
 /// What happened to the requests scheduled in one second.
@@ -256,6 +271,9 @@ fn summarize(
     let mut per_second: Vec<(u64, u64, u64, Histogram<u64>)> = (0..seconds)
         .map(|_| Histogram::new_with_bounds(1, 600_000_000, 3).map(|h| (0, 0, 0, h)))
         .collect::<Result<_, _>>()?;
+    let mut by_phase: Vec<Histogram<u64>> = (0..1000 / PHASE_MS)
+        .map(|_| Histogram::new_with_bounds(1, 600_000_000, 3))
+        .collect::<Result<_, _>>()?;
     let mut good = 0u64;
     for s in samples {
         let label = match s.status {
@@ -270,6 +288,8 @@ fn summarize(
             let us = (s.latency.as_micros() as u64).max(1);
             let _ = ok.record(us);
             let _ = sec.3.record(us);
+            let phase = (s.at.subsec_millis() as u64 / PHASE_MS) as usize;
+            let _ = by_phase[phase].record(us);
             sec.1 += 1;
             if s.latency <= budget {
                 good += 1;
@@ -317,6 +337,16 @@ fn summarize(
                 shed: *shed,
                 p99_ms: if h.is_empty() { 0.0 } else { ms(h, 0.99) },
                 batch_rows: server.batch_rows.get(t).copied().flatten(),
+            })
+            .collect(),
+        by_phase: by_phase
+            .iter()
+            .enumerate()
+            .map(|(i, h)| Phase {
+                from_ms: i as u64 * PHASE_MS,
+                ok: h.len(),
+                p50_ms: if h.is_empty() { 0.0 } else { ms(h, 0.5) },
+                p99_ms: if h.is_empty() { 0.0 } else { ms(h, 0.99) },
             })
             .collect(),
     })
@@ -445,6 +475,48 @@ mod tests {
             })
             .collect();
         (headers, request.len() - head)
+    }
+
+    #[test]
+    fn by_phase_groups_the_200s_by_where_in_their_second_they_were_sent() {
+        let args = LoadArgs {
+            url: "http://h:1".into(),
+            model: "m".into(),
+            rate: 4.0,
+            duration: 2.0,
+            shape: LoadShape::Burst,
+            rows: 1,
+            binary: false,
+            budget_ms: 50.0,
+            connections: 1,
+            propagate_deadline: false,
+            max_in_flight: 1,
+            threads: 1,
+            seed: 1,
+            json: None,
+        };
+        let sample = |at_ms: u64, latency_ms: u64, status: u16| Sample {
+            at: Duration::from_millis(at_ms),
+            latency: Duration::from_millis(latency_ms),
+            status,
+        };
+        // Two seconds: slow answers early in each, fast ones later, a 429 not counted.
+        let samples = [
+            sample(10, 30, 200),
+            sample(1_020, 20, 200),
+            sample(1_030, 1, 429),
+            sample(600, 2, 200),
+            sample(1_990, 4, 200),
+        ];
+        let r = summarize(&args, 5, 2.0, &samples, &ServerSide::default()).unwrap();
+        assert_eq!(r.by_phase.len(), 20);
+        let first = &r.by_phase[0];
+        assert_eq!((first.from_ms, first.ok), (0, 2));
+        assert!((first.p99_ms - 30.0).abs() < 0.1, "{first:?}");
+        assert!((first.p50_ms - 20.0).abs() < 0.1, "{first:?}");
+        assert_eq!(r.by_phase[12].ok, 1);
+        assert_eq!(r.by_phase[19].ok, 1);
+        assert_eq!(r.by_phase.iter().map(|p| p.ok).sum::<u64>(), 4);
     }
 
     #[test]
