@@ -8,6 +8,8 @@ the most requests per second answered 200 within 50 ms in a run whose 200s keep 
 within it, per round, with the median and best of each server and their ratios, and a 90%
 bootstrap interval of the ratio of medians (rounds resampled in pairs, since the two sweeps
 of a round saw the same moment of the host): how much of the ratio is round-to-round noise.
+Before each round it times tandem's forward pass alone (batch 128) and reports it as the
+host's speed: on this virtual machine that moves by 2x within a day, and the ratio with it.
 Writes target/bench-mlserver/*.json and report.md.
 
     python3 benches/compare_mlserver.py [--duration 4] [--rounds 3]
@@ -50,6 +52,16 @@ def sweep(url, lo, hi, args, out):
     return json.load(open(out)).get("best_goodput_rps") or 0.0
 
 
+def host_gflops(model, out):
+    """The host's speed right now: tandem's forward pass at batch 128, both cores, alone.
+    This virtual machine's speed moves by 2x within a day, and tandem (both cores) feels it
+    more than MLServer (one Python worker), so every round records it beside its ratio."""
+    subprocess.run([TANDEM, "bench", "forward", "--model", model, "--batch", "128",
+                    "--seconds", "2", "--device", "cpu", "--json", out], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return json.load(open(out))["rows"][0]["gflops"]
+
+
 def ratio_interval(top, bottom, level=0.9, resamples=4000, seed=7):
     """Percentile-bootstrap interval of median(top) / median(bottom), rounds drawn in pairs."""
     rng = random.Random(seed)
@@ -86,7 +98,11 @@ def main():
         wait_ready("http://127.0.0.1:18080", tandem, "tandem")
         wait_ready("http://127.0.0.1:18090", mls, "MLServer")
         got = {"tandem": [], "mlserver": []}
+        host = []
         for r in range(args.rounds):
+            # Both servers idle meanwhile: the probe has the cores to itself.
+            host.append(host_gflops(model, os.path.join(out, f"forward-{r + 1}.json")))
+            print(f"round {r + 1}  host: forward pass at batch 128 {host[-1]:.0f} GFLOP/s", flush=True)
             for name, url, lo, hi in [("tandem", "http://127.0.0.1:18080", 2000, 32000),
                                       ("mlserver", "http://127.0.0.1:18090", 100, 3200)]:
                 g = sweep(url, lo, hi, args, os.path.join(out, f"sweep-{name}-{r + 1}.json"))
@@ -113,6 +129,9 @@ def main():
     lines.append(f"| ratio | {per_round} | "
                  f"{ratio(statistics.median(got['tandem']), statistics.median(got['mlserver']))} | "
                  f"{ratio(max(got['tandem']), max(got['mlserver']))} |")
+    lines.append("| host: forward GFLOP/s at batch 128 | "
+                 + " | ".join(f"{g:.0f}" for g in host)
+                 + f" | {statistics.median(host):.0f} | {max(host):.0f} |")
     lo, hi = ratio_interval(got["tandem"], got["mlserver"])
     lines.append(f"\nRatio of medians, 90% bootstrap interval over {args.rounds} round(s): "
                  f"{lo:.1f}x to {hi:.1f}x.")

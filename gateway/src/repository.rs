@@ -3,6 +3,8 @@
 //! new versions are loaded and warmed up before they take traffic, versions beyond the
 //! newest `keep_versions` (or gone from disk) are unloaded, and a version that fails to load
 //! is logged and not retried until its file changes — the previous version keeps serving.
+//! A model the operator unloads through the repository API ([`crate::repository_control`])
+//! is held out, new versions included, until it is loaded again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
