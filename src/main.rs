@@ -17,12 +17,37 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
+/// Logs to stderr, filtered by `TANDEM_LOG` (`info` by default); the filter can be changed
+/// while the process runs (`PUT /admin/log`).
 fn init_tracing() {
-    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::{EnvFilter, fmt, reload};
     let filter = EnvFilter::try_from_env("TANDEM_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
+    let (filter, handle) = reload::Layer::new(filter);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(
+            fmt::layer()
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .with_writer(std::io::stderr),
+        )
         .init();
+    gateway::log_control::register(Box::new(ReloadableFilter(handle)));
+}
+
+/// The subscriber's filter, swapped whole on a change.
+struct ReloadableFilter(
+    tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>,
+);
+
+impl gateway::log_control::LogFilter for ReloadableFilter {
+    fn current(&self) -> String {
+        self.0.with_current(|f| f.to_string()).unwrap_or_default()
+    }
+
+    fn set(&self, directives: &str) -> Result<(), String> {
+        let filter =
+            tracing_subscriber::EnvFilter::try_new(directives).map_err(|e| e.to_string())?;
+        self.0.reload(filter).map_err(|e| e.to_string())
+    }
 }

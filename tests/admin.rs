@@ -321,3 +321,51 @@ fn a_changed_model_config_toml_applies_while_serving() {
     ));
     assert!(server.log().contains("changed config.toml applied"));
 }
+
+#[test]
+fn the_log_filter_changes_while_serving() {
+    let (server, _repo, _) = start("", false);
+    let filter = || server.get("/admin/log").json()["filter"].clone();
+    assert_eq!(filter(), "info");
+    // A connection ended by a request hyper cannot parse is logged at debug level only.
+    let garbage = |server: &Server| {
+        let _ = raw(server.addr, b"NOT HTTP AT ALL\r\n\r\n");
+    };
+    garbage(&server);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!server.log().contains("connection closed"));
+
+    let put = |body: &str| request(server.addr, "PUT", "/admin/log", &[], body.as_bytes());
+    let r = put(r#"{"filter": "info,gateway::http=debug"}"#);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(filter(), "gateway::http=debug,info");
+    garbage(&server);
+    assert!(
+        poll_until(Duration::from_secs(5), || server
+            .log()
+            .contains("connection closed")),
+        "{}",
+        server.log()
+    );
+    assert!(
+        server
+            .log()
+            .contains("log filter changing through the admin API")
+    );
+
+    // Bad changes change nothing.
+    for bad in [
+        r#"{"filter": "gateway=loud"}"#,
+        r#"{"level": "debug"}"#,
+        "{",
+    ] {
+        let r = put(bad);
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+        assert_eq!(filter(), "gateway::http=debug,info");
+    }
+    assert_eq!(
+        request(server.addr, "POST", "/admin/log", &[], b"").status,
+        405
+    );
+    server.assert_serves("m", DIMS[0]);
+}

@@ -12,6 +12,7 @@ pub mod error;
 pub mod health;
 pub mod http;
 mod loader;
+pub mod log_control;
 pub mod metrics;
 pub mod protocol;
 pub mod registry;

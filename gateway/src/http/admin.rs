@@ -1,9 +1,11 @@
-//! The admin API: live latency budgets per model.
+//! The admin API: live latency budgets per model, and the log filter.
 //!
 //! `GET /admin/models` and `GET /admin/models/{m}/slo` show the settings each model runs
 //! with; `PUT /admin/models/{m}/slo` with any of `policy`, `p99_ms`, `max_batch_size`,
 //! `max_queue_delay_us`, `queue_capacity` changes them for every loaded version (and for
-//! versions loaded later): the batcher takes the new policy before its next batch. Answers
+//! versions loaded later): the batcher takes the new policy before its next batch. `GET/PUT
+//! /admin/log` reads and replaces the process's log filter (`{"filter": "..."}`, as
+//! `TANDEM_LOG`), at once and until the next change or restart. Answers
 //! loopback clients only — or, when `[admin] token` is set, any client that presents it as
 //! `Authorization: Bearer <token>` (and only those).
 
@@ -47,7 +49,12 @@ pub async fn handle(
             let body = read_body(state, req).await?;
             change(state, &m, &body)
         }
-        (method, ["admin", "models"] | ["admin", "models", _, "slo"]) => {
+        (Method::GET, ["admin", "log"]) => show_log_filter(),
+        (Method::PUT, ["admin", "log"]) => {
+            let body = read_body(state, req).await?;
+            change_log_filter(&body)
+        }
+        (method, ["admin", "models"] | ["admin", "models", _, "slo"] | ["admin", "log"]) => {
             Err(ApiError::MethodNotAllowed {
                 method: method.to_string(),
                 path: format!("/{}", segments.join("/")),
@@ -58,6 +65,37 @@ pub async fn handle(
             path: format!("/{}", segments.join("/")),
         }),
     }
+}
+
+/// What `PUT /admin/log` takes: tracing's filter directives, as `TANDEM_LOG` spells them.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogChange {
+    filter: String,
+}
+
+fn log_filter() -> Result<&'static dyn crate::log_control::LogFilter, ApiError> {
+    crate::log_control::filter()
+        .ok_or_else(|| ApiError::Unavailable("this process has no changeable log filter".into()))
+}
+
+fn show_log_filter() -> Result<Response<Full<Bytes>>, ApiError> {
+    let body = json!({ "filter": log_filter()?.current() });
+    Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
+}
+
+fn change_log_filter(body: &[u8]) -> Result<Response<Full<Bytes>>, ApiError> {
+    let filter = log_filter()?;
+    let change: LogChange = serde_json::from_slice(body)
+        .map_err(|e| ApiError::Malformed(format!("invalid log filter change: {e}")))?;
+    let before = filter.current();
+    // Logged under the filter it replaces, which is the one that shows it.
+    tracing::info!(before = %before, after = %change.filter, "log filter changing through the admin API");
+    filter
+        .set(&change.filter)
+        .map_err(|e| ApiError::Invalid(format!("invalid log filter {:?}: {e}", change.filter)))?;
+    let body = json!({ "filter": filter.current() });
+    Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
 }
 
 pub(super) fn authorize<B>(
