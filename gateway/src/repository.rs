@@ -262,7 +262,7 @@ impl Watcher {
                 };
                 entries.push(IndexEntry {
                     name: name.clone(),
-                    version: version.to_string(),
+                    version,
                     state: if reason.is_empty() {
                         VersionState::Ready
                     } else {

@@ -21,7 +21,9 @@ const PENDING_PASSES: usize = 64;
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct IndexEntry {
     pub name: String,
-    pub version: String,
+    /// A number here, a string on the wire (as Triton sends it).
+    #[serde(serialize_with = "as_string")]
+    pub version: u64,
     pub state: VersionState,
     /// Why a version is not serving (empty when it is).
     pub reason: String,
@@ -32,6 +34,10 @@ pub struct IndexEntry {
 pub enum VersionState {
     Ready,
     Unavailable,
+}
+
+fn as_string<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
 }
 
 /// Asks the watcher for a pass; the sender is answered when it has ended.
@@ -187,12 +193,17 @@ mod tests {
         assert!(!control.is_held("a"));
         let entry = IndexEntry {
             name: "a".into(),
-            version: "1".into(),
+            version: 1,
             state: VersionState::Unavailable,
             reason: "unloaded".into(),
         };
         control.set_index(vec![entry.clone()]);
-        assert_eq!(control.index(), vec![entry]);
+        assert_eq!(control.index(), vec![entry.clone()]);
+        assert_eq!(
+            serde_json::to_value(&entry).unwrap()["version"],
+            "1",
+            "a string on the wire"
+        );
         assert_eq!(
             serde_json::to_value(VersionState::Ready).unwrap(),
             "READY",

@@ -51,16 +51,14 @@ pub async fn index(
             for v in state.registry.versions(&name) {
                 entries.push(crate::repository_control::IndexEntry {
                     name: name.clone(),
-                    version: v.to_string(),
+                    version: v,
                     state: VersionState::Ready,
                     reason: String::new(),
                 });
             }
         }
     }
-    entries.sort_by(|a, b| {
-        (&a.name, version_number(&a.version)).cmp(&(&b.name, version_number(&b.version)))
-    });
+    entries.sort_by(|a, b| (&a.name, a.version).cmp(&(&b.name, b.version)));
     if request.ready {
         entries.retain(|e| e.state == VersionState::Ready);
     }
@@ -107,8 +105,8 @@ pub async fn load(
     let control = repository_for(state, model)?;
     control.release(model);
     control.pass_now().await?;
-    if !state.registry.versions(model).is_empty() {
-        let versions = state.registry.versions(model);
+    let versions = state.registry.versions(model);
+    if !versions.is_empty() {
         tracing::info!(model, ?versions, "model loaded through the repository API");
         return Ok(json_response(StatusCode::OK, b"{}".to_vec()));
     }
@@ -173,10 +171,6 @@ fn parse_optional<T: Default + serde::de::DeserializeOwned>(
     serde_json::from_slice(body).map_err(|e| ApiError::Malformed(format!("invalid {what}: {e}")))
 }
 
-fn version_number(v: &str) -> u64 {
-    v.parse().unwrap_or(u64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,12 +187,5 @@ mod tests {
         let err = parse_optional::<IndexRequest>(b"{\"ready\": 1", "index").unwrap_err();
         assert!(err.to_string().contains("invalid index"), "{err}");
         assert_eq!(err.status(), StatusCode::BAD_REQUEST);
-    }
-
-    #[test]
-    fn versions_sort_as_numbers() {
-        let mut v = vec!["10", "9", "x"];
-        v.sort_by_key(|s| version_number(s));
-        assert_eq!(v, ["9", "10", "x"]);
     }
 }
