@@ -52,6 +52,9 @@ pub struct AllowanceController {
     last_raise: Option<Instant>,
     /// Why the allowance is what it is, for the directive.
     reason: &'static str,
+    /// Nothing has been lent yet and serving has shown no pressure: the allowance is 0 out
+    /// of caution, not because serving needs the device.
+    starting: bool,
 }
 
 impl AllowanceController {
@@ -62,6 +65,7 @@ impl AllowanceController {
             calm_since: None,
             last_raise: None,
             reason: "starting",
+            starting: true,
         }
     }
 
@@ -73,10 +77,20 @@ impl AllowanceController {
         self.reason
     }
 
+    /// Whether a pause now is serving's need, to be enforced on a trainer that does not
+    /// acknowledge it: false from the start until serving first shows pressure or training
+    /// is first lent. Until then the gateway has measured nothing a SIGSTOP would protect,
+    /// and a trainer that joins mid-way through a step longer than the ack deadline (every
+    /// trainer rejoining a restarted gateway) is not misbehaving.
+    pub fn pauses_are_enforced(&self) -> bool {
+        !self.starting
+    }
+
     /// Takes a reading; returns the allowance now in force.
     pub fn update(&mut self, p: Pressure, now: Instant) -> f64 {
         let t = self.thresholds;
         if p.turning_away || p.worst_latency_ratio >= t.stop {
+            self.starting = false;
             self.allowance = 0.0;
             self.calm_since = None;
             self.reason = if p.turning_away {
@@ -85,6 +99,7 @@ impl AllowanceController {
                 "p99 near the budget"
             };
         } else if p.worst_latency_ratio >= t.cut || p.queue_fill > 0.5 {
+            self.starting = false;
             self.allowance = if self.allowance * 0.5 < 0.1 {
                 0.0
             } else {
@@ -104,6 +119,7 @@ impl AllowanceController {
                 self.allowance = (self.allowance + t.step).min(1.0);
                 self.last_raise = Some(now);
                 self.reason = "serving has headroom";
+                self.starting = false;
             }
         } else {
             // Between calm and cut: hold what was given, and restart the calm clock.
@@ -187,5 +203,46 @@ mod tests {
         assert_eq!(c.allowance(), 0.0, "the calm second starts over");
         c.update(calm(), t0 + Duration::from_millis(2300));
         assert!(c.allowance() > 0.0);
+    }
+
+    #[test]
+    fn pauses_are_enforced_once_serving_has_shown_pressure_or_been_lent_from() {
+        let t0 = Instant::now();
+        let mut c = AllowanceController::new(Thresholds::default());
+        let between = Pressure {
+            worst_latency_ratio: 0.6,
+            ..Default::default()
+        };
+        // Calm but not yet a second of it, or between calm and cut: caution, not need.
+        c.update(calm(), t0);
+        c.update(between, t0 + Duration::from_millis(500));
+        assert_eq!(c.allowance(), 0.0);
+        assert!(!c.pauses_are_enforced());
+        // Pressure: from now on every pause is serving's need.
+        let mut pressed = c.clone();
+        pressed.update(
+            Pressure {
+                queue_fill: 0.6,
+                ..Default::default()
+            },
+            t0 + Duration::from_millis(600),
+        );
+        assert!(pressed.pauses_are_enforced());
+        // Lent, then cut back to 0: enforced too.
+        let mut t = t0 + Duration::from_millis(600);
+        while c.allowance() == 0.0 {
+            c.update(calm(), t);
+            t += Duration::from_millis(100);
+        }
+        assert!(c.pauses_are_enforced());
+        c.update(
+            Pressure {
+                worst_latency_ratio: 0.95,
+                ..Default::default()
+            },
+            t,
+        );
+        assert_eq!(c.allowance(), 0.0);
+        assert!(c.pauses_are_enforced());
     }
 }
