@@ -8,6 +8,13 @@ mod train;
 use clap::Parser;
 
 fn main() -> anyhow::Result<()> {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == gateway::coloc::guardian::ARG)
+    {
+        gateway::coloc::guardian::main();
+        return Ok(());
+    }
     let cli = cli::Cli::parse();
     init_tracing();
     match cli.command {

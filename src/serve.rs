@@ -35,6 +35,11 @@ async fn reload_on_sighup(args: ServeArgs, reload: mpsc::Sender<Config>) {
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = build_config(&args)?;
+    // This executable is the coordinator's guardian too (`main`), so that a trainer it
+    // stopped is continued even if this process is killed.
+    if let Ok(exe) = std::env::current_exe() {
+        gateway::coloc::guardian::enable(exe);
+    }
     raise_open_file_limit(config.limits.max_connections as u64 + FILES_BESIDE_CONNECTIONS);
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = args.http_threads {

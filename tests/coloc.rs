@@ -139,6 +139,35 @@ fn a_trainer_that_never_acks_is_stopped_then_continued() {
     some_requests(&s.server, 5);
 }
 
+/// A gateway killed (SIGKILL: nothing of it runs) while it holds a trainer stopped: its
+/// guardian process continues the trainer, which would otherwise stay frozen for good.
+#[test]
+fn a_trainer_stopped_by_a_gateway_that_is_killed_is_continued() {
+    let mut s = start();
+    let mut fake = fake_trainer(&s.socket, "never-ack", None);
+    wait_until("the fake trainer to join", Duration::from_secs(10), || {
+        connected(&s.server) == 1.0
+    });
+    squeeze(&s.server);
+    wait_for_sigstop(&s.server, fake.id());
+    s.server.signal(libc::SIGKILL);
+    s.server
+        .wait_exit(Duration::from_secs(10))
+        .expect("the gateway to die");
+    let continued = poll_until(Duration::from_secs(10), || process_state(fake.id()) != 'T');
+    let state = process_state(fake.id());
+    // SAFETY: kill(2) with our own child's pid, so that a failure leaves nothing stopped.
+    unsafe { libc::kill(fake.id() as i32, libc::SIGCONT) };
+    fake.kill().unwrap();
+    fake.wait().unwrap();
+    assert!(continued, "still stopped ({state}): {}", s.server.log());
+    assert!(
+        s.server.log().contains("continued (SIGCONT)"),
+        "{}",
+        s.server.log()
+    );
+}
+
 #[test]
 fn garbage_floods_are_disconnected_and_serving_goes_on() {
     let s = start();

@@ -13,6 +13,7 @@
 pub mod allowance;
 mod connection;
 pub mod cost;
+pub mod guardian;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -31,6 +32,7 @@ use crate::registry::Registry;
 use allowance::{AllowanceController, Pressure, Thresholds};
 use connection::{Event, Outbound};
 use cost::CostLedger;
+use guardian::Guardian;
 
 /// A connected trainer, as the coordinator tracks it.
 struct TrainerSlot {
@@ -48,6 +50,8 @@ struct TrainerSlot {
     /// The last message from the trainer; long silence (not ours) means it hung.
     last_seen: Instant,
     metrics: SlotMetrics,
+    /// Continues the trainer if this gateway dies holding it stopped.
+    guardian: Arc<Guardian>,
 }
 
 impl TrainerSlot {
@@ -57,6 +61,7 @@ impl TrainerSlot {
         hello: Hello,
         peer_pid: i32,
         outbound: mpsc::Sender<Outbound>,
+        guardian: Arc<Guardian>,
         now: Instant,
     ) -> TrainerSlot {
         TrainerSlot {
@@ -70,6 +75,7 @@ impl TrainerSlot {
             stop_refused: false,
             last_seen: now,
             metrics: SlotMetrics::new(slot),
+            guardian,
         }
     }
 }
@@ -184,6 +190,7 @@ pub async fn run(
     mut serving_share: ServingShare,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let guardian = Arc::new(Guardian::start());
     let (events_tx, mut events) = mpsc::channel::<Event>(1024);
     let mut slots: BTreeMap<usize, TrainerSlot> = BTreeMap::new();
     let mut controller = AllowanceController::new(Thresholds::default());
@@ -230,7 +237,7 @@ pub async fn run(
             }
             event = events.recv() => {
                 let Some(event) = event else { break };
-                handle_event(event, &mut slots, &controller, lent_allowance, terms, &g);
+                handle_event(event, &guardian, &mut slots, &controller, lent_allowance, terms, &g);
             }
             _ = tick.tick() => {
                 let now = Instant::now();
@@ -404,8 +411,12 @@ fn supervise(
         && c.pauses_are_enforced()
         && now.saturating_duration_since(*sent) > terms.ack_within
     {
+        t.guardian.stopping(t.peer_pid);
         // SAFETY: kill(2) with the pid the kernel reported for this socket's peer.
         let rc = unsafe { libc::kill(t.peer_pid, libc::SIGSTOP) };
+        if rc != 0 {
+            t.guardian.continued(t.peer_pid);
+        }
         if rc == 0 {
             t.stopped = true;
             t.metrics.escalations.increment(1);
@@ -433,12 +444,14 @@ fn continue_process(t: &mut TrainerSlot) {
         unsafe {
             libc::kill(t.peer_pid, libc::SIGCONT);
         }
+        t.guardian.continued(t.peer_pid);
         t.stopped = false;
     }
 }
 
 fn handle_event(
     event: Event,
+    guardian: &Arc<Guardian>,
     slots: &mut BTreeMap<usize, TrainerSlot>,
     controller: &AllowanceController,
     allowance: f64,
@@ -461,7 +474,14 @@ fn handle_event(
                 );
             }
             tracing::info!(trainer = slot, name = %hello.name, pid = peer_pid, device = %hello.device, "trainer joined");
-            let mut t = TrainerSlot::new(slot, hello, peer_pid, outbound, Instant::now());
+            let mut t = TrainerSlot::new(
+                slot,
+                hello,
+                peer_pid,
+                outbound,
+                guardian.clone(),
+                Instant::now(),
+            );
             send_directive(&mut t, controller, allowance, terms, Instant::now());
             slots.insert(slot, t);
             g.connected.set(slots.len() as f64);
@@ -555,7 +575,8 @@ mod tests {
             max_streams: 2,
             memory_bytes: 1 << 20,
         };
-        let mut t = TrainerSlot::new(0, hello, child.id() as i32, outbound, t0);
+        let guardian = Arc::new(Guardian::disabled());
+        let mut t = TrainerSlot::new(0, hello, child.id() as i32, outbound, guardian, t0);
         let terms = Terms {
             ack_within: Duration::from_secs(1),
             max_duty_cycle: 1.0,

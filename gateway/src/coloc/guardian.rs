@@ -1,0 +1,212 @@
+//! The guardian: a small process that continues (SIGCONT) the trainers this gateway stopped
+//! if the gateway dies without continuing them itself (SIGKILL, a crash, the OOM killer). A
+//! stopped process cannot resume itself, and the gateway that stopped it is the only one
+//! that would: without the guardian a training job would stay frozen until someone noticed.
+//!
+//! The gateway starts it once (its own executable again, with [`ARG`]) and writes to its
+//! stdin `stop PID START` before each SIGSTOP (START: the process's start time from /proc,
+//! so that a pid reused after the trainer died is never signalled) and `cont PID` after each
+//! SIGCONT. When its stdin ends — the gateway has exited, however it exited — the guardian
+//! continues every process still marked stopped and exits. It ignores SIGINT, SIGTERM and
+//! SIGHUP and has its own process group, so a signal meant for the gateway's group does not
+//! take it first; the end of its stdin is the one thing it waits for.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Read, Write};
+use std::path::PathBuf;
+use std::process::{ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+
+/// The argument that makes `tandem` the guardian (`tandem __coloc-guardian`).
+pub const ARG: &str = "__coloc-guardian";
+
+/// Stopped processes the guardian tracks at most; the gateway holds at most `max_trainers`.
+const MOST_TRACKED: usize = 4096;
+
+static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
+
+/// Names the executable that runs [`main`] when given [`ARG`]: the binary calls this (with
+/// its own path) before serving. A gateway in a program that did not has no guardian.
+pub fn enable(program: PathBuf) {
+    let _ = PROGRAM.set(program);
+}
+
+/// The gateway's end of the guardian.
+pub struct Guardian {
+    stdin: Mutex<Option<ChildStdin>>,
+}
+
+impl Guardian {
+    /// Starts the guardian process, or returns one that does nothing (and says so in the
+    /// log) where it cannot run.
+    pub fn start() -> Guardian {
+        let Some(program) = PROGRAM.get() else {
+            return Guardian::disabled();
+        };
+        use std::os::unix::process::CommandExt;
+        let spawned = Command::new(program)
+            .arg(ARG)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .process_group(0)
+            .spawn();
+        match spawned {
+            Ok(mut child) => {
+                tracing::debug!(pid = child.id(), "guardian started");
+                Guardian {
+                    stdin: Mutex::new(child.stdin.take()),
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no guardian process: a trainer stopped when the gateway dies stays stopped");
+                Guardian::disabled()
+            }
+        }
+    }
+
+    pub fn disabled() -> Guardian {
+        Guardian {
+            stdin: Mutex::new(None),
+        }
+    }
+
+    /// Call before stopping `pid`.
+    pub fn stopping(&self, pid: i32) {
+        if let Some(start) = start_time(pid) {
+            self.send(&format!("stop {pid} {start}\n"));
+        }
+    }
+
+    /// Call after continuing `pid` (or failing to stop it).
+    pub fn continued(&self, pid: i32) {
+        self.send(&format!("cont {pid}\n"));
+    }
+
+    fn send(&self, line: &str) {
+        let mut stdin = self.stdin.lock().unwrap_or_else(|p| p.into_inner());
+        // A few bytes into a pipe the guardian keeps reading: this does not block.
+        if let Some(pipe) = stdin.as_mut()
+            && let Err(e) = pipe.write_all(line.as_bytes())
+        {
+            tracing::warn!(error = %e, "the guardian process is gone: a trainer stopped when the gateway dies stays stopped");
+            *stdin = None;
+        }
+    }
+}
+
+/// The start time of a process (clock ticks after boot): field 22 of `/proc/PID/stat`,
+/// counted after the command name, which may itself hold spaces and parentheses.
+pub fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    // Fields from the third (state) on; the start time is the 22nd field overall.
+    after_name.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// What the guardian would continue: pid → start time.
+#[derive(Debug, Default, PartialEq)]
+struct Stopped(BTreeMap<i32, u64>);
+
+impl Stopped {
+    /// Applies one line from the gateway; a line it cannot read changes nothing.
+    fn apply(&mut self, line: &str) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let pid = words
+            .get(1)
+            .and_then(|p| p.parse::<i32>().ok())
+            .filter(|&p| p > 0);
+        match (words.as_slice(), pid) {
+            (["stop", _, start], Some(pid))
+                if self.0.len() < MOST_TRACKED || self.0.contains_key(&pid) =>
+            {
+                if let Ok(start) = start.parse::<u64>() {
+                    self.0.insert(pid, start);
+                }
+            }
+            (["cont", _], Some(pid)) => {
+                self.0.remove(&pid);
+            }
+            _ => {}
+        }
+    }
+
+    /// Continues every process still marked stopped that is the one that was stopped.
+    fn continue_all(&self) -> Vec<i32> {
+        let mut continued = Vec::new();
+        for (&pid, &start) in &self.0 {
+            if start_time(pid) == Some(start) {
+                // SAFETY: kill(2); the pid is the process the gateway stopped (same start time).
+                if unsafe { libc::kill(pid, libc::SIGCONT) } == 0 {
+                    continued.push(pid);
+                }
+            }
+        }
+        continued
+    }
+}
+
+/// The guardian process: reads the gateway's lines until its stdin ends, then continues
+/// what is still stopped.
+pub fn main() {
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: setting a signal's disposition to ignore has no preconditions.
+        unsafe { libc::signal(signal, libc::SIG_IGN) };
+    }
+    let mut stopped = Stopped::default();
+    let mut input = std::io::stdin().lock();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        // Lines are short; one longer than this is not the gateway's and is dropped whole.
+        match (&mut input).take(128).read_line(&mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) if !line.ends_with('\n') => {
+                let mut rest = Vec::new();
+                if input.read_until(b'\n', &mut rest).unwrap_or(0) == 0 {
+                    break;
+                }
+            }
+            Ok(_) => stopped.apply(&line),
+        }
+    }
+    let continued = stopped.continue_all();
+    if !continued.is_empty() {
+        eprintln!(
+            "tandem guardian: the gateway exited holding trainers stopped; continued (SIGCONT) pids {continued:?}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tracks_what_the_gateway_stopped_and_has_not_continued() {
+        let mut s = Stopped::default();
+        s.apply("stop 10 100\n");
+        s.apply("stop 11 200\n");
+        s.apply("cont 10\n");
+        s.apply("stop 12\n"); // no start time: not trusted
+        s.apply("stop -1 5\n");
+        s.apply("stop x 5\n");
+        s.apply("cont 11 extra\n");
+        s.apply("garbage\n");
+        assert_eq!(s, Stopped(BTreeMap::from([(11, 200)])));
+    }
+
+    #[test]
+    fn the_start_time_of_this_process_is_read_and_a_wrong_one_is_not_continued() {
+        let me = std::process::id() as i32;
+        let start = start_time(me).expect("a start time");
+        assert!(start > 0);
+        assert_eq!(start_time(me), Some(start));
+        // A process with this pid but another start time is not the one stopped: nothing
+        // is signalled (were it signalled, SIGCONT to a running process would be harmless,
+        // but continue_all would report it).
+        let s = Stopped(BTreeMap::from([(me, start + 1)]));
+        assert!(s.continue_all().is_empty());
+        let s = Stopped(BTreeMap::from([(me, start)]));
+        assert_eq!(s.continue_all(), vec![me]);
+    }
+}
