@@ -161,8 +161,7 @@ pub fn main() {
         match (&mut input).take(128).read_line(&mut line) {
             Ok(0) | Err(_) => break,
             Ok(_) if !line.ends_with('\n') => {
-                let mut rest = Vec::new();
-                if input.read_until(b'\n', &mut rest).unwrap_or(0) == 0 {
+                if input.skip_until(b'\n').unwrap_or(0) == 0 {
                     break;
                 }
             }

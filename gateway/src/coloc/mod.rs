@@ -414,9 +414,7 @@ fn supervise(
         t.guardian.stopping(t.peer_pid);
         // SAFETY: kill(2) with the pid the kernel reported for this socket's peer.
         let rc = unsafe { libc::kill(t.peer_pid, libc::SIGSTOP) };
-        if rc != 0 {
-            t.guardian.continued(t.peer_pid);
-        }
+        let error = std::io::Error::last_os_error();
         if rc == 0 {
             t.stopped = true;
             t.metrics.escalations.increment(1);
@@ -425,15 +423,18 @@ fn supervise(
                 pid = t.peer_pid,
                 "pause not acknowledged in time: SIGSTOP"
             );
-        } else if !t.stop_refused {
-            // Tried again every tick; said once.
-            t.stop_refused = true;
-            tracing::error!(
-                trainer = slot,
-                pid = t.peer_pid,
-                error = %std::io::Error::last_os_error(),
-                "pause not acknowledged in time, and SIGSTOP was refused"
-            );
+        } else {
+            t.guardian.continued(t.peer_pid);
+            if !t.stop_refused {
+                // Tried again every tick; said once.
+                t.stop_refused = true;
+                tracing::error!(
+                    trainer = slot,
+                    pid = t.peer_pid,
+                    %error,
+                    "pause not acknowledged in time, and SIGSTOP was refused"
+                );
+            }
         }
     }
 }
