@@ -148,6 +148,9 @@ impl Stopped {
 /// The guardian process: reads the gateway's lines until its stdin ends, then continues
 /// what is still stopped.
 pub fn main() {
+    // Named apart from the gateway in ps, top and /proc/PID/comm (at most 15 bytes).
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"tandem-guardian".as_ptr()) };
     for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: setting a signal's disposition to ignore has no preconditions.
         unsafe { libc::signal(signal, libc::SIG_IGN) };
