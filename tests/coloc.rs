@@ -144,12 +144,42 @@ fn a_trainer_that_never_acks_is_stopped_then_continued() {
 #[test]
 fn a_trainer_stopped_by_a_gateway_that_is_killed_is_continued() {
     let mut s = start();
-    let mut fake = fake_trainer(&s.socket, "never-ack", None);
+    let fake = a_stopped_trainer(&s);
+    kill_the_gateway_and_expect_the_trainer_continued(&mut s, fake);
+    assert!(
+        s.server.log().contains("continued (SIGCONT)"),
+        "{}",
+        s.server.log()
+    );
+}
+
+/// The guardian itself killed while the trainer is stopped: the gateway starts another and
+/// tells it what is stopped, so the trainer is still continued when the gateway dies.
+#[test]
+fn a_killed_guardian_is_replaced_and_told_what_is_stopped() {
+    let mut s = start();
+    let fake = a_stopped_trainer(&s);
+    let first = guardian_of(s.server.pid()).expect("a guardian");
+    // SAFETY: kill(2) on the guardian this test's gateway started.
+    unsafe { libc::kill(first, libc::SIGKILL) };
+    wait_until("another guardian", Duration::from_secs(10), || {
+        guardian_of(s.server.pid()).is_some_and(|g| g != first)
+    });
+    kill_the_gateway_and_expect_the_trainer_continued(&mut s, fake);
+}
+
+/// A trainer that never acknowledges, joined and then stopped by the gateway (SIGSTOP).
+fn a_stopped_trainer(s: &Setup) -> Child {
+    let fake = fake_trainer(&s.socket, "never-ack", None);
     wait_until("the fake trainer to join", Duration::from_secs(10), || {
         connected(&s.server) == 1.0
     });
     squeeze(&s.server);
     wait_for_sigstop(&s.server, fake.id());
+    fake
+}
+
+fn kill_the_gateway_and_expect_the_trainer_continued(s: &mut Setup, mut fake: Child) {
     s.server.signal(libc::SIGKILL);
     s.server
         .wait_exit(Duration::from_secs(10))
@@ -161,11 +191,17 @@ fn a_trainer_stopped_by_a_gateway_that_is_killed_is_continued() {
     fake.kill().unwrap();
     fake.wait().unwrap();
     assert!(continued, "still stopped ({state}): {}", s.server.log());
-    assert!(
-        s.server.log().contains("continued (SIGCONT)"),
-        "{}",
-        s.server.log()
-    );
+}
+
+/// The pid of the guardian process `gateway` started: its child named tandem-guardian.
+fn guardian_of(gateway: i32) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.find_map(|entry| {
+        let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (name, rest) = stat.rsplit_once(')')?;
+        let parent: i32 = rest.split_whitespace().nth(1)?.parse().ok()?;
+        (name.ends_with("(tandem-guardian") && parent == gateway).then_some(pid)
+    })
 }
 
 #[test]

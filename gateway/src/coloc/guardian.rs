@@ -3,19 +3,21 @@
 //! stopped process cannot resume itself, and the gateway that stopped it is the only one
 //! that would: without the guardian a training job would stay frozen until someone noticed.
 //!
-//! The gateway starts it once (its own executable again, with [`ARG`]) and writes to its
+//! The gateway starts it (its own executable again, with [`ARG`]) and writes to its
 //! stdin `stop PID START` before each SIGSTOP (START: the process's start time from /proc,
 //! so that a pid reused after the trainer died is never signalled) and `cont PID` after each
 //! SIGCONT. When its stdin ends — the gateway has exited, however it exited — the guardian
 //! continues every process still marked stopped and exits. It ignores SIGINT, SIGTERM and
 //! SIGHUP and has its own process group, so a signal meant for the gateway's group does not
-//! take it first; the end of its stdin is the one thing it waits for.
+//! take it first; the end of its stdin is the one thing it waits for. A guardian that dies
+//! anyway is replaced within a coordinator tick and told what is stopped.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Read, Write};
 use std::path::PathBuf;
-use std::process::{ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// The argument that makes `tandem` the guardian (`tandem __coloc-guardian`).
 pub const ARG: &str = "__coloc-guardian";
@@ -31,18 +33,115 @@ pub fn enable(program: PathBuf) {
     let _ = PROGRAM.set(program);
 }
 
-/// The gateway's end of the guardian.
+/// The gateway's end of the guardian. It keeps its own record of what is stopped, so that
+/// a guardian that dies (killed by hand, by the OOM killer) is replaced by one told the
+/// same (`check`, every coordinator tick, and any failed write).
 pub struct Guardian {
-    stdin: Mutex<Option<ChildStdin>>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// False where no guardian can run (no program named, or in tests).
+    enabled: bool,
+    child: Option<Child>,
+    /// pid → start time of every process stopped and not yet continued.
+    stopped: BTreeMap<i32, u64>,
+    /// When a guardian was last started: one that keeps dying is replaced once a second.
+    last_spawn: Option<Instant>,
+    /// A failure to start one was logged, and not since followed by a success.
+    warned: bool,
 }
 
 impl Guardian {
-    /// Starts the guardian process, or returns one that does nothing (and says so in the
-    /// log) where it cannot run.
+    /// Starts the guardian process; one that does nothing where none can run.
     pub fn start() -> Guardian {
-        let Some(program) = PROGRAM.get() else {
-            return Guardian::disabled();
+        let mut inner = Inner {
+            enabled: PROGRAM.get().is_some(),
+            ..Inner::default()
         };
+        inner.respawn();
+        Guardian {
+            inner: Mutex::new(inner),
+        }
+    }
+
+    pub fn disabled() -> Guardian {
+        Guardian {
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// Call before stopping `pid`.
+    pub fn stopping(&self, pid: i32) {
+        if let Some(start) = start_time(pid) {
+            let mut inner = self.lock();
+            inner.stopped.insert(pid, start);
+            inner.send(&format!("stop {pid} {start}\n"));
+        }
+    }
+
+    /// Call after continuing `pid` (or failing to stop it).
+    pub fn continued(&self, pid: i32) {
+        let mut inner = self.lock();
+        inner.stopped.remove(&pid);
+        inner.send(&format!("cont {pid}\n"));
+    }
+
+    /// Replaces a guardian that has exited, telling the new one what is stopped.
+    pub fn check(&self) {
+        let mut inner = self.lock();
+        if let Some(child) = inner.child.as_mut()
+            && !matches!(child.try_wait(), Ok(None))
+        {
+            tracing::warn!(
+                pid = child.id(),
+                "the guardian process exited; starting another"
+            );
+            inner.child = None;
+        }
+        if inner.child.is_none() {
+            inner.respawn();
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Inner {
+    fn send(&mut self, line: &str) {
+        // A few bytes into a pipe the guardian keeps reading: this does not block.
+        let written = self
+            .child
+            .as_mut()
+            .and_then(|c| c.stdin.as_mut())
+            .is_some_and(|pipe| pipe.write_all(line.as_bytes()).is_ok());
+        if !written {
+            if let Some(mut old) = self.child.take() {
+                let _ = old.kill();
+                let _ = old.wait();
+            }
+            // The new one is told everything, this line's change included (or, if one was
+            // started less than a second ago, the next tick's is).
+            self.respawn();
+        }
+    }
+
+    /// Starts a guardian and tells it every process now stopped.
+    fn respawn(&mut self) {
+        let Some(program) = PROGRAM.get().filter(|_| self.enabled) else {
+            return;
+        };
+        let now = Instant::now();
+        if self
+            .last_spawn
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.last_spawn = Some(now);
         use std::os::unix::process::CommandExt;
         let spawned = Command::new(program)
             .arg(ARG)
@@ -50,47 +149,29 @@ impl Guardian {
             .stdout(Stdio::null())
             .process_group(0)
             .spawn();
-        match spawned {
-            Ok(mut child) => {
-                tracing::debug!(pid = child.id(), "guardian started");
-                Guardian {
-                    stdin: Mutex::new(child.stdin.take()),
-                }
-            }
+        let mut child = match spawned {
+            Ok(child) => child,
             Err(e) => {
-                tracing::warn!(error = %e, "no guardian process: a trainer stopped when the gateway dies stays stopped");
-                Guardian::disabled()
+                if !self.warned {
+                    self.warned = true;
+                    tracing::warn!(error = %e, "no guardian process: a trainer stopped when the gateway dies stays stopped");
+                }
+                return;
             }
-        }
-    }
-
-    pub fn disabled() -> Guardian {
-        Guardian {
-            stdin: Mutex::new(None),
-        }
-    }
-
-    /// Call before stopping `pid`.
-    pub fn stopping(&self, pid: i32) {
-        if let Some(start) = start_time(pid) {
-            self.send(&format!("stop {pid} {start}\n"));
-        }
-    }
-
-    /// Call after continuing `pid` (or failing to stop it).
-    pub fn continued(&self, pid: i32) {
-        self.send(&format!("cont {pid}\n"));
-    }
-
-    fn send(&self, line: &str) {
-        let mut stdin = self.stdin.lock().unwrap_or_else(|p| p.into_inner());
-        // A few bytes into a pipe the guardian keeps reading: this does not block.
-        if let Some(pipe) = stdin.as_mut()
-            && let Err(e) = pipe.write_all(line.as_bytes())
+        };
+        self.warned = false;
+        tracing::debug!(pid = child.id(), "guardian started");
+        let state: String = self
+            .stopped
+            .iter()
+            .map(|(pid, start)| format!("stop {pid} {start}\n"))
+            .collect();
+        if let Some(pipe) = child.stdin.as_mut()
+            && pipe.write_all(state.as_bytes()).is_err()
         {
-            tracing::warn!(error = %e, "the guardian process is gone: a trainer stopped when the gateway dies stays stopped");
-            *stdin = None;
+            tracing::warn!("the new guardian process did not take what is stopped");
         }
+        self.child = Some(child);
     }
 }
 

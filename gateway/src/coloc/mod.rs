@@ -241,6 +241,7 @@ pub async fn run(
             }
             _ = tick.tick() => {
                 let now = Instant::now();
+                guardian.check();
                 let (pressure, completed, turned_away) = read_pressure(&registry, &last_completed, last_turned_away);
                 let before = lent_allowance;
                 // Headroom decides whether to lend; what serving uses caps how much.
