@@ -146,11 +146,10 @@ fn a_trainer_stopped_by_a_gateway_that_is_killed_is_continued() {
     let mut s = start();
     let fake = a_stopped_trainer(&s);
     kill_the_gateway_and_expect_the_trainer_continued(&mut s, fake);
-    assert!(
-        s.server.log().contains("continued (SIGCONT)"),
-        "{}",
-        s.server.log()
-    );
+    // The guardian says so on the gateway's stderr just after the signal.
+    wait_until("the guardian's log line", Duration::from_secs(5), || {
+        s.server.log().contains("continued (SIGCONT)")
+    });
 }
 
 /// The guardian itself killed while the trainer is stopped: the gateway starts another and
