@@ -1,6 +1,9 @@
 //! What every co-location test uses: a gateway with a trainer socket (one test at a
 //! time), metrics, budgets, and fake trainers.
 
+// Each co-location test binary uses its own part of this.
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -167,4 +170,73 @@ pub fn fake_trainer(socket: &Path, mode: &str, claimed_pid: Option<u32>) -> Chil
 
 pub fn connected(server: &Server) -> f64 {
     metric(server, "tandem_trainers_connected", None).unwrap_or(0.0)
+}
+
+/// Starts `tandem train` on `device` (one thread, 60 s, plus `args`) against the gateway,
+/// and waits until it has joined.
+pub fn join_real_trainer(s: &Setup, device: &str, args: &[&str]) -> Child {
+    let trainer = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args([
+            "train",
+            "--device",
+            device,
+            "--seconds",
+            "60",
+            "--threads",
+            "1",
+        ])
+        .args(args)
+        .arg("--coloc-socket")
+        .arg(&s.socket)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the trainer to join", Duration::from_secs(20), || {
+        connected(&s.server) == 1.0
+    });
+    trainer
+}
+
+/// Squeezes serving, then checks that trainer `pid` acknowledged the pause in time: nothing
+/// was escalated and the process is not stopped.
+pub fn squeeze_and_expect_a_timely_ack(server: &Server, pid: u32) {
+    let escalations = || metric(server, "tandem_trainer_escalations_total", None).unwrap_or(0.0);
+    let before = escalations();
+    squeeze(server);
+    // Past the ack deadline (1 s at most here) with room to spare: a pause not acked by
+    // then has been escalated.
+    std::thread::sleep(Duration::from_millis(2000));
+    assert_eq!(
+        escalations(),
+        before,
+        "the pause was acknowledged late:\n{}",
+        server.log()
+    );
+    assert_ne!(process_state(pid), 'T');
+}
+
+/// Runs `tests/python/SCRIPT SOCKET` (a loop on the Python client) and waits until it
+/// has joined.
+pub fn join_python_client(s: &Setup, script: &str) -> Child {
+    join_python_client_with(s, script, &[])
+}
+
+pub fn join_python_client_with(s: &Setup, script: &str, args: &[&str]) -> Child {
+    let child = Command::new("python3")
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/python")
+                .join(script),
+        )
+        .arg(&s.socket)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the client to join", Duration::from_secs(10), || {
+        connected(&s.server) == 1.0
+    });
+    child
 }

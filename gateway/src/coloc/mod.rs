@@ -14,6 +14,7 @@ pub mod allowance;
 mod connection;
 pub mod cost;
 pub mod guardian;
+mod share;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,6 +34,7 @@ use allowance::{AllowanceController, Pressure, Thresholds};
 use connection::{Event, Outbound};
 use cost::CostLedger;
 use guardian::Guardian;
+pub use share::ServingShare;
 
 /// A connected trainer, as the coordinator tracks it.
 struct TrainerSlot {
@@ -132,52 +134,6 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     let listener = UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     Ok(listener)
-}
-
-/// How much of the device serving is using right now, so that training is lent only what
-/// is left: on a CPU the gateway process's share of every core (HTTP included), on a GPU the
-/// share of time the workers keep it busy. Smoothed over about a second.
-pub struct ServingShare {
-    cpu: bool,
-    busy: Arc<crate::worker::BusyMeter>,
-    cores: f64,
-    last: Option<(Instant, f64)>,
-    share: f64,
-}
-
-impl ServingShare {
-    pub fn new(device: &kernels::Device, busy: Arc<crate::worker::BusyMeter>) -> ServingShare {
-        ServingShare {
-            cpu: !device.is_cuda(),
-            busy,
-            cores: std::thread::available_parallelism().map_or(1, |n| n.get()) as f64,
-            last: None,
-            share: 0.0,
-        }
-    }
-
-    fn used_seconds(&self) -> f64 {
-        if self.cpu {
-            crate::usage::process_usage().map_or(0.0, |u| u.cpu.as_secs_f64()) / self.cores
-        } else {
-            self.busy.total().as_secs_f64()
-        }
-    }
-
-    /// The smoothed share (0..1) as of `now`.
-    pub fn sample(&mut self, now: Instant) -> f64 {
-        let used = self.used_seconds();
-        if let Some((t, u)) = self.last {
-            let dt = now.saturating_duration_since(t).as_secs_f64();
-            if dt > 0.0 {
-                let instant = ((used - u) / dt).clamp(0.0, 1.0);
-                let alpha = (dt / 1.0).min(1.0);
-                self.share += alpha * (instant - self.share);
-            }
-        }
-        self.last = Some((now, used));
-        self.share
-    }
 }
 
 /// Runs until `shutdown`; on the way out every stopped trainer is continued.
@@ -525,100 +481,4 @@ fn handle_event(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn state(pid: u32) -> char {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        stat.rsplit(')')
-            .next()
-            .and_then(|s| s.trim().chars().next())
-            .unwrap_or('?')
-    }
-
-    /// A child process, continued and killed however the test ends.
-    struct Sleeper(std::process::Child);
-
-    impl Sleeper {
-        fn id(&self) -> u32 {
-            self.0.id()
-        }
-    }
-
-    impl Drop for Sleeper {
-        fn drop(&mut self) {
-            // SAFETY: kill(2) with our own child's pid.
-            unsafe { libc::kill(self.0.id() as i32, libc::SIGCONT) };
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-
-    /// A real process (`sleep`) stands in for a trainer that never acknowledges: what the
-    /// coordinator does to it is what the kernel shows.
-    #[test]
-    fn a_pause_sent_before_serving_was_measured_is_enforced_only_once_serving_needs_it() {
-        use std::process::{Command, Stdio};
-        let child = Sleeper(
-            Command::new("sleep")
-                .arg("30")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        let (outbound, _directives) = mpsc::channel(8);
-        let t0 = Instant::now();
-        let hello = Hello {
-            version: 1,
-            name: "long steps".into(),
-            pid: child.id() as i64,
-            device: "cpu".into(),
-            max_streams: 2,
-            memory_bytes: 1 << 20,
-        };
-        let guardian = Arc::new(Guardian::disabled());
-        let mut t = TrainerSlot::new(0, hello, child.id() as i32, outbound, guardian, t0);
-        let terms = Terms {
-            ack_within: Duration::from_secs(1),
-            max_duty_cycle: 1.0,
-        };
-        let mut c = AllowanceController::new(Thresholds::default());
-        let calm = Pressure {
-            worst_latency_ratio: 0.2,
-            ..Default::default()
-        };
-        let a = c.update(calm, t0);
-        supervise(0, &mut t, &c, a, a, terms, t0);
-        assert!(t.last.as_ref().is_some_and(|(d, _)| d.pause));
-        // Long past the deadline, unacknowledged, but serving has shown no need.
-        let later = t0 + Duration::from_millis(900);
-        let a = c.update(calm, later);
-        supervise(0, &mut t, &c, a, a, terms, later + Duration::from_secs(4));
-        assert!(!t.stopped);
-        assert_ne!(state(child.id()), 'T');
-        // Pressure: the pause is now serving's need, and its deadline has long passed.
-        let pressed = later + Duration::from_secs(5);
-        let a = c.update(
-            Pressure {
-                worst_latency_ratio: 0.95,
-                ..Default::default()
-            },
-            pressed,
-        );
-        supervise(0, &mut t, &c, a, a, terms, pressed);
-        let stopped = t.stopped;
-        // The kernel stops it when it next handles the signal, a moment later.
-        let mut seen = state(child.id());
-        for _ in 0..200 {
-            if seen == 'T' {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            seen = state(child.id());
-        }
-        continue_process(&mut t);
-        assert!(stopped);
-        assert_eq!(seen, 'T');
-    }
-}
+mod tests;
