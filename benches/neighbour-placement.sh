@@ -1,7 +1,8 @@
 #!/bin/bash
 # What a SCHED_IDLE neighbour busy 80% of the time (4 ms on, 1 ms asleep) costs serving's
 # p99, by where it runs: nowhere (alone), floating over every core, pinned to core 1, or
-# pinned to core 0. One server, the placements taking turns each round.
+# pinned to core 0 — or, for contrast, pinned to core 1 at nice 19 instead of SCHED_IDLE
+# (nice1), also as SCHED_BATCH (batch1). One server, the placements taking turns each round.
 #   benches/neighbour-placement.sh        # ROUNDS=4 RATE=6500 PLACEMENTS="alone free cpu1 cpu0"
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +35,8 @@ for round in $(seq "$ROUNDS"); do
       free) chrt --idle 0 python3 -c "$LOOP" & loop=$! ;;
       cpu1) taskset -c 1 chrt --idle 0 python3 -c "$LOOP" & loop=$! ;;
       cpu0) taskset -c 0 chrt --idle 0 python3 -c "$LOOP" & loop=$! ;;
+      nice1) taskset -c 1 nice -n 19 python3 -c "$LOOP" & loop=$! ;;
+      batch1) taskset -c 1 nice -n 19 chrt --batch 0 python3 -c "$LOOP" & loop=$! ;;
     esac
     sleep 0.5
     figures=$($BIN bench load --url "http://$addr" --model mlp --duration 6 --rate "$RATE" --budget-ms 50 \
