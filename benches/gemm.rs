@@ -1,13 +1,14 @@
 //! The CPU dense-layer kernels on the shapes of the 784→1024→1024→10 MLP, at the batch sizes
-//! serving produces: our small-batch kernel against the `gemm` crate, to place the
-//! crossover `kernels::cpu::SMALL_BATCH_ROWS`; and what an input that does not start on a
+//! serving produces: the panel kernel serving runs (`kernels::cpu::PackedLinear`) against
+//! the two that training's `Linear` chooses between — our dot-product small-batch kernel and
+//! the `gemm` crate, whose crossover is `kernels::cpu::SMALL_BATCH_ROWS`; and what an input that does not start on a
 //! cache line costs the small-batch kernel (why `kernels::cpu::AlignedVec` exists).
 //!
 //!     cargo bench --bench gemm
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use kernels::Activation;
-use kernels::cpu::{AlignedVec, CpuKernel, Linear};
+use kernels::cpu::{AlignedVec, CpuKernel, Linear, PackedLinear};
 
 fn values(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed;
@@ -25,14 +26,22 @@ fn dense_layers(c: &mut Criterion) {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     for (k, n) in [(784usize, 1024usize), (1024, 1024), (1024, 10)] {
         let layer = Linear::new(values(k * n, 1), values(n, 2), k, n).unwrap();
+        let packed = PackedLinear::new(layer.weight(), layer.bias(), k, n).unwrap();
         let mut group = c.benchmark_group(format!("dense_{k}x{n}"));
         group.sample_size(20);
         group.warm_up_time(std::time::Duration::from_millis(300));
         group.measurement_time(std::time::Duration::from_millis(1200));
-        for rows in [1usize, 8, 32, 64, 128, 256, 512] {
-            let x = values(rows * k, 3);
+        for rows in [1usize, 4, 8, 12, 16, 32, 64, 128, 256, 512] {
+            let x = AlignedVec::from_slice(&values(rows * k, 3));
             let mut y = vec![0f32; rows * n];
             group.throughput(Throughput::Elements((2 * rows * k * n) as u64));
+            group.bench_with_input(BenchmarkId::new("packed", rows), &rows, |b, &rows| {
+                b.iter(|| {
+                    packed
+                        .forward(&x, rows, &mut y, Activation::Relu, threads)
+                        .unwrap()
+                })
+            });
             for (name, kernel) in [
                 ("small_batch", CpuKernel::SmallBatch),
                 ("gemm", CpuKernel::Gemm),

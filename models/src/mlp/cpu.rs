@@ -1,7 +1,7 @@
 //! The MLP on the CPU: f32 layers (16-bit weights widened once at load), scratch buffers
 //! reused across calls, every one on a cache line.
 
-use kernels::cpu::{AlignedVec, Linear};
+use kernels::cpu::{AlignedVec, PackedLinear};
 
 use super::activation;
 use crate::{Checkpoint, LoadError, ModelError};
@@ -9,7 +9,9 @@ use crate::{Checkpoint, LoadError, ModelError};
 const CACHE_LINE: usize = 64;
 
 pub(super) struct CpuMlp {
-    layers: Vec<Linear>,
+    /// The layers with their weights in panels (`kernels::cpu::PackedLinear`): a served
+    /// model's weights never change, so they are laid out once for the kernel.
+    layers: Vec<PackedLinear>,
     /// Ping-pong buffers for the hidden activations, grown to the largest batch seen.
     scratch: [AlignedVec; 2],
     /// The input, copied here when the caller's buffer does not start on a cache line: an
@@ -24,7 +26,7 @@ impl CpuMlp {
         let layers = checkpoint
             .layers
             .iter()
-            .map(|l| Linear::new(l.weight.to_f32(), l.bias.clone(), l.inputs, l.outputs))
+            .map(|l| PackedLinear::new(&l.weight.to_f32(), &l.bias, l.inputs, l.outputs))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(CpuMlp {
             layers,
