@@ -123,26 +123,18 @@ impl Linear {
         act: Activation,
         threads: usize,
     ) -> Result<(), KernelError> {
-        if x.len() != rows * self.inputs || y.len() != rows * self.outputs {
-            return Err(KernelError::Shape {
-                op: "cpu::Linear::forward",
-                detail: format!(
-                    "{rows} rows need {} inputs and {} outputs, got {} and {}",
-                    rows * self.inputs,
-                    rows * self.outputs,
-                    x.len(),
-                    y.len()
-                ),
-            });
-        }
+        check_buffers(
+            "cpu::Linear::forward",
+            x,
+            y,
+            rows,
+            self.inputs,
+            self.outputs,
+        )?;
         if rows == 0 {
             return Ok(());
         }
-        let threads = if rows * self.inputs * self.outputs < PARALLEL_MIN_MACS {
-            1
-        } else {
-            threads.max(1)
-        };
+        let threads = threads_for(rows, self.inputs, self.outputs, threads);
         let small = match kernel {
             CpuKernel::Auto => rows <= SMALL_BATCH_ROWS,
             CpuKernel::SmallBatch => true,
@@ -170,28 +162,14 @@ impl Linear {
             n: self.outputs,
         };
         let out = OutPtr(y.as_mut_ptr());
-        // Split the outputs into `threads` ranges, each a multiple of the kernel's 4-wide tile.
-        let chunk = self.outputs.div_ceil(threads).div_ceil(4) * 4;
-        let run = |start: usize| {
-            let end = (start + chunk).min(self.outputs);
+        // Ranges of outputs, each a multiple of the kernel's 4-wide tile.
+        in_parallel(self.outputs, 4, threads, |outs| {
             let out = &out;
             // SAFETY: x, weight and bias were checked against the shape in `forward`; y holds
-            // rows * outputs values; each closure writes only columns start..end, and the
+            // rows * outputs values; each call writes only the columns `outs`, and the
             // ranges are disjoint.
-            unsafe {
-                small_batch::dense_rows(x, &self.weight, &self.bias, out.0, shape, start..end, act)
-            }
-        };
-        if threads == 1 {
-            run(0);
-        } else {
-            rayon::scope(|s| {
-                for start in (chunk..self.outputs).step_by(chunk) {
-                    s.spawn(move |_| run(start));
-                }
-                run(0);
-            });
-        }
+            unsafe { small_batch::dense_rows(x, &self.weight, &self.bias, out.0, shape, outs, act) }
+        });
     }
 
     fn forward_gemm(&self, x: &[f32], rows: usize, y: &mut [f32], act: Activation, threads: usize) {
@@ -321,6 +299,71 @@ pub(crate) fn parallelism(threads: usize) -> Parallelism {
         Parallelism::Rayon(threads)
     } else {
         Parallelism::None
+    }
+}
+
+/// Refuses buffers that do not hold `rows` rows of `inputs` and `outputs` values.
+fn check_buffers(
+    op: &'static str,
+    x: &[f32],
+    y: &[f32],
+    rows: usize,
+    inputs: usize,
+    outputs: usize,
+) -> Result<(), KernelError> {
+    if x.len() == rows * inputs && y.len() == rows * outputs {
+        return Ok(());
+    }
+    Err(KernelError::Shape {
+        op,
+        detail: format!(
+            "{rows} rows need {} inputs and {} outputs, got {} and {}",
+            rows * inputs,
+            rows * outputs,
+            x.len(),
+            y.len()
+        ),
+    })
+}
+
+/// How many threads a layer of this size is worth: one below [`PARALLEL_MIN_MACS`].
+fn threads_for(rows: usize, inputs: usize, outputs: usize, threads: usize) -> usize {
+    if rows * inputs * outputs < PARALLEL_MIN_MACS {
+        1
+    } else {
+        threads.max(1)
+    }
+}
+
+/// Runs `work` over `0..units` cut into at most `threads` contiguous ranges (each but the
+/// last a multiple of `granule`): the first on this thread, the others on the current rayon
+/// pool, returning when all are done.
+fn in_parallel(
+    units: usize,
+    granule: usize,
+    threads: usize,
+    work: impl Fn(std::ops::Range<usize>) + Sync,
+) {
+    let chunk = units.div_ceil(threads.max(1)).div_ceil(granule) * granule;
+    if chunk >= units {
+        work(0..units);
+        return;
+    }
+    let work = &work;
+    rayon::scope(|s| {
+        for start in (chunk..units).step_by(chunk) {
+            s.spawn(move |_| work(start..(start + chunk).min(units)));
+        }
+        work(0..chunk);
+    });
+}
+
+/// `v` after the layer's activation.
+#[inline(always)]
+fn activate(v: f32, act: Activation) -> f32 {
+    match act {
+        Activation::Identity => v,
+        Activation::Relu => v.max(0.0),
     }
 }
 

@@ -14,7 +14,7 @@
 use std::ops::Range;
 
 use super::small_batch::Shape;
-use super::{AlignedVec, OutPtr, PARALLEL_MIN_MACS};
+use super::{AlignedVec, OutPtr, check_buffers, in_parallel, threads_for};
 use crate::{Activation, KernelError};
 
 /// Outputs per panel: two 8-lane vectors.
@@ -90,52 +90,31 @@ impl PackedLinear {
         act: Activation,
         threads: usize,
     ) -> Result<(), KernelError> {
-        if x.len() != rows * self.inputs || y.len() != rows * self.outputs {
-            return Err(KernelError::Shape {
-                op: "cpu::PackedLinear::forward",
-                detail: format!(
-                    "{rows} rows need {} inputs and {} outputs, got {} and {}",
-                    rows * self.inputs,
-                    rows * self.outputs,
-                    x.len(),
-                    y.len()
-                ),
-            });
-        }
+        check_buffers(
+            "cpu::PackedLinear::forward",
+            x,
+            y,
+            rows,
+            self.inputs,
+            self.outputs,
+        )?;
         if rows == 0 || self.outputs == 0 {
             return Ok(());
         }
-        let threads = if rows * self.inputs * self.outputs < PARALLEL_MIN_MACS {
-            1
-        } else {
-            threads.max(1)
-        };
+        let threads = threads_for(rows, self.inputs, self.outputs, threads);
         let shape = Shape {
             rows,
             k: self.inputs,
             n: self.outputs,
         };
-        let panel_count = self.outputs.div_ceil(PANEL);
-        let chunk = panel_count.div_ceil(threads);
         let out = OutPtr(y.as_mut_ptr());
-        let run = |start: usize| {
-            let panels = start..(start + chunk).min(panel_count);
+        in_parallel(self.outputs.div_ceil(PANEL), 1, threads, |panels| {
             let out = &out;
             // SAFETY: x holds rows * inputs values and y rows * outputs (checked above); the
-            // panels and biases were sized in `new`; each closure writes only the columns of
-            // its own panels, and the ranges are disjoint.
+            // panels and biases were sized in `new`; each call writes only the columns of its
+            // own panels, and the ranges are disjoint.
             unsafe { dense(x, &self.panels, &self.bias, out.0, shape, panels, act) }
-        };
-        if threads == 1 {
-            run(0);
-        } else {
-            rayon::scope(|s| {
-                for start in (chunk..panel_count).step_by(chunk) {
-                    s.spawn(move |_| run(start));
-                }
-                run(0);
-            });
-        }
+        });
         Ok(())
     }
 }
@@ -180,14 +159,6 @@ fn tile_rows(left: usize) -> usize {
         7 => 4,
         8 | 10 | 13 => 5,
         _ => 6,
-    }
-}
-
-#[inline(always)]
-fn finish(v: f32, act: Activation) -> f32 {
-    match act {
-        Activation::Identity => v,
-        Activation::Relu => v.max(0.0),
     }
 }
 
@@ -344,8 +315,9 @@ mod avx2 {
 mod portable {
     use std::ops::Range;
 
-    use super::{PANEL, Shape, finish};
+    use super::{PANEL, Shape};
     use crate::Activation;
+    use crate::cpu::activate;
 
     /// # Safety
     /// As [`super::dense`].
@@ -376,7 +348,7 @@ mod portable {
                     .take(s.n.saturating_sub(o).min(PANEL))
                 {
                     // SAFETY: b < rows and o + j < n, per the caller's contract.
-                    unsafe { *y.add(b * s.n + o + j) = finish(*sum, act) };
+                    unsafe { *y.add(b * s.n + o + j) = activate(*sum, act) };
                 }
             }
         }

@@ -50,11 +50,7 @@ pub(crate) struct Shape {
 
 #[inline(always)]
 fn finish(sum: f32, bias: f32, act: Activation) -> f32 {
-    let v = sum + bias;
-    match act {
-        Activation::Identity => v,
-        Activation::Relu => v.max(0.0),
-    }
+    super::activate(sum + bias, act)
 }
 
 #[cfg(target_arch = "x86_64")]
