@@ -7,9 +7,11 @@
 //! k-major (`[panel][k][16]`). Then a register tile of up to six rows × 16 outputs takes,
 //! per input feature, two weight vectors and one broadcast input value per row — twelve
 //! multiply-adds for eight loads at six rows, with no horizontal sums — and each panel is one
-//! sequential stream. On the 784→1024→1024→10 MLP, `tandem bench forward` alternating with
-//! the build before (two threads): 15% more samples/s at 8 rows, 9% at 12, 16% at 16, 18%
-//! at 4, 7% at 1 and at 512 (where `Linear` uses `gemm`), level at 2 (benches/README.md).
+//! sequential stream. `tandem bench forward` alternating with the build before (two
+//! threads, medians): on the 784→1024→1024→10 MLP +10% at 1 row, +20% at 4, +16% at 8, +15%
+//! at 16, +8% at 512 (where `Linear` uses `gemm`), level at 2; on the bundled digits model,
+//! whose weights stay in cache, 1.5–2× at 4–16 rows. Serving the large MLP did not get
+//! cheaper: there the weights come from memory for every batch (benches/README.md).
 
 use std::ops::Range;
 
