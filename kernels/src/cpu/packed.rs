@@ -11,7 +11,7 @@
 //! threads, medians): on the 784→1024→1024→10 MLP +10% at 1 row, +20% at 4, +16% at 8, +15%
 //! at 16, +8% at 512 (where `Linear` uses `gemm`), level at 2; on the bundled digits model,
 //! whose weights stay in cache, 1.5–2× at 4–16 rows. Serving the large MLP did not get
-//! cheaper: there the weights come from memory for every batch (benches/README.md).
+//! cheaper: in a serving process the kernel waits on its weight loads (benches/README.md).
 
 use std::ops::Range;
 
