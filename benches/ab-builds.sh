@@ -9,6 +9,9 @@
 #
 #     benches/ab-builds.sh OLD_BINARY NEW_BINARY      # RATE=6500 ROUNDS=4 DURATION=8
 #
+# REPO=DIR serves another model repository (a model named mlp; default
+# target/bench-serve/repo, made here as the 784→1024→1024→10 f32 MLP if missing).
+#
 # Prints one line per run and the medians; the JSON of each run is in target/bench-ab/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +21,7 @@ rate=${RATE:-6500}
 rounds=${ROUNDS:-4}
 duration=${DURATION:-8}
 out=target/bench-ab
-repo=target/bench-serve/repo
+repo=${REPO:-target/bench-serve/repo}
 mkdir -p "$out" "$repo/mlp/1"
 [ -f "$repo/mlp/1/model.safetensors" ] ||
   python3 scripts/make_mlp.py --dims 784,1024,1024,10 --seed 1 "$repo/mlp/1/model.safetensors"

@@ -1,8 +1,9 @@
 //! tandem's compute backends behind one small API.
 //!
 //! - [`device`] turns `auto | cpu | cuda[:N]` into a [`Device`], saying which it chose and why.
-//! - [`cpu`] runs dense layers on the CPU: our own AVX2 kernel for small batches, the `gemm`
-//!   crate for large ones, weights packed once at load, both cores used.
+//! - [`cpu`] runs dense layers on the CPU: for serving, our own AVX2 kernel on weights
+//!   packed once at load into panels (16-bit weights kept 16-bit); for training, a
+//!   small-batch kernel and the `gemm` crate; both cores used.
 //! - [`cuda`] runs them on an NVIDIA GPU through cudarc: cuBLAS for the matrix products,
 //!   our own `.cu` kernels (compiled by NVRTC once per device) for the rest, streams
 //!   created with a priority.
@@ -19,6 +20,28 @@ mod error;
 pub use device::{Device, DeviceSpec, Selection};
 pub use dtype::DType;
 pub use error::KernelError;
+
+/// Weights as they come out of a checkpoint, in their stored precision.
+#[derive(Clone, Copy, Debug)]
+pub enum HostWeights<'a> {
+    F32(&'a [f32]),
+    F16(&'a [half::f16]),
+    BF16(&'a [half::bf16]),
+}
+
+impl HostWeights<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            HostWeights::F32(w) => w.len(),
+            HostWeights::F16(w) => w.len(),
+            HostWeights::BF16(w) => w.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
 
 /// What follows the affine part of a dense layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

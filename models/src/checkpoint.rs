@@ -54,6 +54,15 @@ impl WeightData {
             WeightData::BF16(w) => w.iter().map(|v| v.to_f32()).collect(),
         }
     }
+
+    /// The weights as stored, borrowed for a kernel to lay out.
+    pub fn host(&self) -> kernels::HostWeights<'_> {
+        match self {
+            WeightData::F32(w) => kernels::HostWeights::F32(w),
+            WeightData::F16(w) => kernels::HostWeights::F16(w),
+            WeightData::BF16(w) => kernels::HostWeights::BF16(w),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -12,26 +12,45 @@
 //! where they start no longer depends on the allocator.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 
-/// One cache line of values: the unit of allocation, so the first value is 64-byte aligned.
+/// One cache line of bytes: the unit of allocation, so the first value is 64-byte aligned.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
-struct Line([f32; LINE]);
+struct Line([u8; LINE_BYTES]);
 
-const LINE: usize = 16;
+const LINE_BYTES: usize = 64;
 
-/// A growable run of f32 that starts on a 64-byte boundary; reads as a slice.
-#[derive(Clone, Default)]
-pub struct AlignedVec {
-    lines: Vec<Line>,
-    len: usize,
+/// A value type these buffers may hold: plain bits, where all-zero bytes are zero and every
+/// bit pattern is a value. Sealed: only the types below.
+pub trait Element: Copy + sealed::Sealed {}
+impl Element for f32 {}
+/// 16-bit weights (f16 or bf16) as their raw bits.
+impl Element for u16 {}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for u16 {}
 }
 
-impl AlignedVec {
+/// A growable run of `T` that starts on a 64-byte boundary; reads as a slice.
+pub struct Aligned<T: Element> {
+    lines: Vec<Line>,
+    len: usize,
+    values: PhantomData<T>,
+}
+
+/// f32 on a cache line: weights and activations.
+pub type AlignedVec = Aligned<f32>;
+
+impl<T: Element> Aligned<T> {
+    const PER_LINE: usize = LINE_BYTES / std::mem::size_of::<T>();
+
     /// A copy of `values`.
-    pub fn from_slice(values: &[f32]) -> AlignedVec {
-        let mut v = AlignedVec::default();
+    pub fn from_slice(values: &[T]) -> Self {
+        let mut v = Self::default();
         v.resize(values.len());
         v.copy_from_slice(values);
         v
@@ -42,35 +61,62 @@ impl AlignedVec {
     pub fn resize(&mut self, len: usize) {
         if len > self.len {
             // The tail of the last line may hold values from an earlier, longer length.
-            let tail_end = (self.lines.len() * LINE).min(len);
+            let tail_end = (self.lines.len() * Self::PER_LINE).min(len);
             let old = self.len;
             self.len = tail_end;
-            self[old..].fill(0.0);
+            // SAFETY: `old..tail_end` lies inside `lines` (tail_end <= its capacity in T),
+            // and all-zero bytes are a value of every `Element`.
+            unsafe {
+                let start = self.lines.as_mut_ptr().cast::<T>().add(old);
+                std::ptr::write_bytes(start, 0, tail_end - old);
+            }
         }
-        self.lines.resize(len.div_ceil(LINE), Line([0.0; LINE]));
+        self.lines
+            .resize(len.div_ceil(Self::PER_LINE), Line([0; LINE_BYTES]));
         self.len = len;
     }
 }
 
-impl Deref for AlignedVec {
-    type Target = [f32];
-
-    fn deref(&self) -> &[f32] {
-        // SAFETY: `Line` is `repr(C)` around `[f32; 16]` and exactly 64 bytes (its alignment
-        // equals its size), so `lines` is `lines.len() * 16` contiguous, initialised f32s,
-        // and `len <= lines.len() * 16` always holds.
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<f32>(), self.len) }
+impl<T: Element> Default for Aligned<T> {
+    fn default() -> Self {
+        Aligned {
+            lines: Vec::new(),
+            len: 0,
+            values: PhantomData,
+        }
     }
 }
 
-impl DerefMut for AlignedVec {
-    fn deref_mut(&mut self) -> &mut [f32] {
+impl<T: Element> Clone for Aligned<T> {
+    fn clone(&self) -> Self {
+        Aligned {
+            lines: self.lines.clone(),
+            len: self.len,
+            values: PhantomData,
+        }
+    }
+}
+
+impl<T: Element> Deref for Aligned<T> {
+    type Target = [T];
+
+    fn deref(&self) -> &[T] {
+        // SAFETY: `lines` is `lines.len() * 64` contiguous, initialised bytes starting on a
+        // 64-byte boundary (`Line` is `repr(C)`, 64 bytes, aligned to 64), which is
+        // `lines.len() * PER_LINE` values of `T` (every bit pattern is one, `Element`), and
+        // `len <= lines.len() * PER_LINE` always holds.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<T>(), self.len) }
+    }
+}
+
+impl<T: Element> DerefMut for Aligned<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
         // SAFETY: as in `deref`, through the unique borrow of `lines`.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<f32>(), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<T>(), self.len) }
     }
 }
 
-impl fmt::Debug for AlignedVec {
+impl<T: Element + fmt::Debug> fmt::Debug for Aligned<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list().entries(self.iter()).finish()
     }
@@ -107,6 +153,16 @@ mod tests {
         assert!(v.is_empty());
         v.resize(3);
         assert_eq!(&v[..], &[0.0; 3]);
+    }
+
+    #[test]
+    fn sixteen_bit_values_start_on_a_cache_line_too() {
+        let mut v = super::Aligned::<u16>::from_slice(&[7; 33]);
+        assert_eq!(v.as_ptr() as usize % 64, 0);
+        v.resize(31);
+        v.resize(64);
+        assert_eq!(&v[..31], &[7; 31]);
+        assert!(v[31..].iter().all(|&x| x == 0));
     }
 
     #[test]

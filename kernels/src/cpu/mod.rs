@@ -17,7 +17,7 @@ mod aligned;
 mod packed;
 mod small_batch;
 
-pub use aligned::AlignedVec;
+pub use aligned::{Aligned, AlignedVec, Element};
 use gemm::Parallelism;
 pub use packed::{PANEL, PackedLinear};
 

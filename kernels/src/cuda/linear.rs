@@ -16,28 +16,10 @@ use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
 use half::slice::HalfFloatSliceExt;
-use half::{bf16, f16};
 
 use super::{CudaDevice, StreamPriority, sources};
+pub use crate::HostWeights;
 use crate::{Activation, DType, KernelError};
-
-/// Host weights as they come out of a checkpoint, before upload.
-#[derive(Clone, Copy, Debug)]
-pub enum HostWeights<'a> {
-    F32(&'a [f32]),
-    F16(&'a [f16]),
-    BF16(&'a [bf16]),
-}
-
-impl HostWeights<'_> {
-    fn len(&self) -> usize {
-        match self {
-            HostWeights::F32(w) => w.len(),
-            HostWeights::F16(w) => w.len(),
-            HostWeights::BF16(w) => w.len(),
-        }
-    }
-}
 
 /// A weight matrix on the device. 16-bit formats are kept as their raw bits: only cuBLAS
 /// and our kernels read them, and both are told the format.

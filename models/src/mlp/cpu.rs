@@ -1,5 +1,5 @@
-//! The MLP on the CPU: f32 layers (16-bit weights widened once at load), scratch buffers
-//! reused across calls, every one on a cache line.
+//! The MLP on the CPU: layers whose weights keep their stored precision (16-bit ones are
+//! widened in registers), scratch buffers reused across calls, every one on a cache line.
 
 use kernels::cpu::{AlignedVec, PackedLinear};
 
@@ -26,7 +26,7 @@ impl CpuMlp {
         let layers = checkpoint
             .layers
             .iter()
-            .map(|l| PackedLinear::new(&l.weight.to_f32(), &l.bias, l.inputs, l.outputs))
+            .map(|l| PackedLinear::new(l.weight.host(), &l.bias, l.inputs, l.outputs))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(CpuMlp {
             layers,

@@ -4,12 +4,12 @@
 use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
-use kernels::cuda::linear::{Activations, Executor, HostWeights, Linear};
+use kernels::cuda::linear::{Activations, Executor, Linear};
 use kernels::cuda::{CudaDevice, StreamPriority};
 use kernels::{DType, KernelError};
 
 use super::activation;
-use crate::{Checkpoint, LoadError, ModelError, WeightData};
+use crate::{Checkpoint, LoadError, ModelError};
 
 pub(super) struct CudaMlp {
     exec: Executor,
@@ -36,14 +36,7 @@ impl CudaMlp {
         let layers = checkpoint
             .layers
             .iter()
-            .map(|l| {
-                let weights = match &l.weight {
-                    WeightData::F32(w) => HostWeights::F32(w),
-                    WeightData::F16(w) => HostWeights::F16(w),
-                    WeightData::BF16(w) => HostWeights::BF16(w),
-                };
-                Linear::upload(exec.stream(), weights, &l.bias, l.inputs, l.outputs)
-            })
+            .map(|l| Linear::upload(exec.stream(), l.weight.host(), &l.bias, l.inputs, l.outputs))
             .collect::<Result<Vec<_>, _>>()?;
         exec.synchronize()?;
         Ok(CudaMlp {
