@@ -22,7 +22,7 @@ use std::ops::Range;
 use half::{bf16, f16};
 
 use super::small_batch::Shape;
-use super::{Aligned, AlignedVec, OutPtr, check_buffers, in_parallel, threads_for};
+use super::{Aligned, AlignedVec, Element, OutPtr, check_buffers, in_parallel, threads_for};
 use crate::{Activation, HostWeights, KernelError};
 
 /// Outputs per panel: two 8-lane vectors.
@@ -63,9 +63,9 @@ impl PackedLinear {
             });
         }
         let panels = match weight {
-            HostWeights::F32(w) => Panels::F32(AlignedVec::from_slice(&pack(w, inputs, outputs))),
-            HostWeights::F16(w) => Panels::F16(bits(&pack(w, inputs, outputs), f16::to_bits)),
-            HostWeights::BF16(w) => Panels::BF16(bits(&pack(w, inputs, outputs), bf16::to_bits)),
+            HostWeights::F32(w) => Panels::F32(pack(w, inputs, outputs, |v| v)),
+            HostWeights::F16(w) => Panels::F16(pack(w, inputs, outputs, f16::to_bits)),
+            HostWeights::BF16(w) => Panels::BF16(pack(w, inputs, outputs, bf16::to_bits)),
         };
         let mut padded_bias = bias.to_vec();
         padded_bias.resize(outputs.div_ceil(PANEL) * PANEL, 0.0);
@@ -141,20 +141,24 @@ enum Panels {
     BF16(Aligned<u16>),
 }
 
-/// `weight` (`[outputs, inputs]`) rearranged into `[panels][inputs][PANEL]`, zero-padded.
-fn pack<T: Copy + Default>(weight: &[T], inputs: usize, outputs: usize) -> Vec<T> {
-    let mut packed = vec![T::default(); outputs.div_ceil(PANEL) * inputs * PANEL];
+/// `weight` (`[outputs, inputs]`) rearranged into `[panels][inputs][PANEL]`, zero-padded,
+/// each value stored as `store` gives it: written straight into the one buffer the layer
+/// keeps, so loading a model holds no second copy of its weights.
+fn pack<T: Copy, B: Element>(
+    weight: &[T],
+    inputs: usize,
+    outputs: usize,
+    store: impl Fn(T) -> B,
+) -> Aligned<B> {
+    let mut packed = Aligned::default();
+    packed.resize(outputs.div_ceil(PANEL) * inputs * PANEL);
     for (o, row) in weight.chunks_exact(inputs.max(1)).enumerate().take(outputs) {
         let panel = &mut packed[(o / PANEL) * inputs * PANEL..][..inputs * PANEL];
         for (k, &w) in row.iter().enumerate() {
-            panel[k * PANEL + o % PANEL] = w;
+            panel[k * PANEL + o % PANEL] = store(w);
         }
     }
     packed
-}
-
-fn bits<T: Copy>(values: &[T], to_bits: fn(T) -> u16) -> Aligned<u16> {
-    Aligned::from_slice(&values.iter().map(|&v| to_bits(v)).collect::<Vec<_>>())
 }
 
 /// How the weights of a panel are stored, and widened to f32.
