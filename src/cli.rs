@@ -224,6 +224,12 @@ pub struct ForwardArgs {
     #[arg(long, default_value_t = 2.0)]
     pub seconds: f64,
 
+    /// Before each timed call, write this many MiB of other memory (untimed), so the
+    /// weights come from wherever that leaves them — as in a server, whose HTTP work runs
+    /// between batches. 0: the weights stay as hot as the caches keep them.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=4096))]
+    pub evict_mib: u32,
+
     /// Also write the results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,

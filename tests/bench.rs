@@ -76,3 +76,53 @@ fn a_sweep_finds_the_highest_passing_rate_and_confirms_failures() {
     // The server went on serving through all of it.
     server.assert_serves("m", 8);
 }
+
+#[test]
+fn bench_forward_reports_every_batch_size_and_what_it_evicted() {
+    let dir = TempDir::new("bench-forward");
+    write_version(dir.path(), "m", 1, &[16, 32, 4], 1);
+    let model = dir.path().join("m/1/model.safetensors");
+    let json = dir.path().join("forward.json");
+    let status = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["bench", "forward", "--device", "cpu", "--batch", "1,3"])
+        .args(["--seconds", "0.05", "--evict-mib", "1", "--model"])
+        .arg(&model)
+        .arg("--json")
+        .arg(&json)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(report["evict_mib"], 1);
+    assert_eq!(report["dims"], serde_json::json!([16, 32, 4]));
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(
+        rows.iter()
+            .map(|r| r["batch"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        [1, 3]
+    );
+    for row in rows {
+        assert!(row["iterations"].as_u64().unwrap() >= 20, "{row}");
+        assert!(row["samples_per_second"].as_f64().unwrap() > 0.0, "{row}");
+    }
+
+    // An eviction larger than the flag allows is refused before anything runs.
+    let refused = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args([
+            "bench",
+            "forward",
+            "--device",
+            "cpu",
+            "--evict-mib",
+            "5000",
+            "--model",
+        ])
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("--evict-mib"), "{stderr}");
+}

@@ -18,6 +18,8 @@ struct Report {
     dims: Vec<usize>,
     device: String,
     threads: usize,
+    /// MiB written between timed calls (`--evict-mib`).
+    evict_mib: u32,
     rows: Vec<Row>,
 }
 
@@ -43,6 +45,7 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         .with_context(|| format!("loading {}", args.model.display()))?;
     mlp.set_threads(threads);
 
+    let mut evict = vec![0u8; (args.evict_mib as usize) << 20];
     let mut rows = Vec::new();
     let mut rng = SplitMix64::new(7);
     for &batch in &args.batch {
@@ -51,8 +54,16 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
             .map(|_| rng.normal())
             .collect();
         let mut output = vec![0f32; batch * mlp.output_width()];
-        let row =
-            pool.install(|| time_batch(&mut mlp, &input, batch, &mut output, args.seconds))?;
+        let row = pool.install(|| {
+            time_batch(
+                &mut mlp,
+                &input,
+                batch,
+                &mut output,
+                args.seconds,
+                &mut evict,
+            )
+        })?;
         rows.push(row);
     }
     let report = Report {
@@ -60,6 +71,7 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         dims: mlp.dims().to_vec(),
         device: selection.device.label(),
         threads,
+        evict_mib: args.evict_mib,
         rows,
     };
     print_table(&report);
@@ -76,6 +88,7 @@ fn time_batch(
     batch: usize,
     output: &mut [f32],
     seconds: f64,
+    evict: &mut [u8],
 ) -> anyhow::Result<Row> {
     // Warm-up: caches, buffer growth, lazily compiled kernels.
     let warm_until = Instant::now() + Duration::from_secs_f64((seconds / 10.0).min(0.5));
@@ -85,7 +98,14 @@ fn time_batch(
     let mut latencies = Vec::new();
     let start = Instant::now();
     let budget = Duration::from_secs_f64(seconds);
+    let mut passes = 0u8;
     while start.elapsed() < budget || latencies.len() < 20 {
+        // One write per cache line; a different value each pass so no line is skipped.
+        passes = passes.wrapping_add(1);
+        for line in evict.chunks_mut(64) {
+            line[0] = passes;
+        }
+        std::hint::black_box(&mut *evict);
         let t = Instant::now();
         mlp.forward(input, batch, output)?;
         latencies.push(t.elapsed().as_secs_f64());
@@ -106,11 +126,16 @@ fn time_batch(
 fn print_table(report: &Report) {
     let dims: Vec<String> = report.dims.iter().map(|d| d.to_string()).collect();
     println!(
-        "forward  model {} ({})  device {}  threads {}",
+        "forward  model {} ({})  device {}  threads {}{}",
         report.model,
         dims.join("→"),
         report.device,
-        report.threads
+        report.threads,
+        if report.evict_mib > 0 {
+            format!("  {} MiB written before each call", report.evict_mib)
+        } else {
+            String::new()
+        }
     );
     println!(
         "{:>6} {:>10} {:>10} {:>12} {:>9}",
