@@ -16,6 +16,8 @@
 mod aligned;
 mod packed;
 mod small_batch;
+#[cfg(test)]
+mod test_support;
 
 pub use aligned::{Aligned, AlignedVec, Element};
 use gemm::Parallelism;
@@ -376,37 +378,8 @@ unsafe impl Sync for OutPtr {}
 
 #[cfg(test)]
 mod tests {
+    use super::test_support::{assert_close, reference, values};
     use super::*;
-
-    fn reference(l: &Linear, x: &[f32], rows: usize, act: Activation) -> Vec<f64> {
-        let mut y = vec![0f64; rows * l.outputs];
-        for b in 0..rows {
-            for o in 0..l.outputs {
-                let mut s = l.bias[o] as f64;
-                for k in 0..l.inputs {
-                    s += x[b * l.inputs + k] as f64 * l.weight[o * l.inputs + k] as f64;
-                }
-                y[b * l.outputs + o] = if act == Activation::Relu {
-                    s.max(0.0)
-                } else {
-                    s
-                };
-            }
-        }
-        y
-    }
-
-    fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-            })
-            .collect()
-    }
 
     fn cases() -> impl Iterator<Item = (Activation, CpuKernel, usize)> {
         [Activation::Identity, Activation::Relu]
@@ -426,18 +399,12 @@ mod tests {
             for rows in [1, 2, 3, 17, 130] {
                 for (act, kernel, threads) in cases() {
                     let x = values(rows * k, rows as u64);
-                    {
-                        let mut y = vec![f32::NAN; rows * n];
-                        l.forward_using(kernel, &x, rows, &mut y, act, threads)
-                            .unwrap();
-                        let want = reference(&l, &x, rows, act);
-                        for (i, (a, b)) in y.iter().zip(&want).enumerate() {
-                            assert!(
-                                (*a as f64 - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                                "{kernel:?} k={k} n={n} rows={rows} threads={threads} at {i}: {a} vs {b}"
-                            );
-                        }
-                    }
+                    let mut y = vec![f32::NAN; rows * n];
+                    l.forward_using(kernel, &x, rows, &mut y, act, threads)
+                        .unwrap();
+                    let want = reference(&l.weight, &l.bias, &x, rows, k, act);
+                    let context = format!("{kernel:?} k={k} n={n} rows={rows} threads={threads}");
+                    assert_close(&y, &want, &context);
                 }
             }
         }
