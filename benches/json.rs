@@ -1,8 +1,10 @@
 //! Decoding an inference request's JSON: the per-request cost that, with HTTP, bounds how
 //! many single-row requests two cores serve (the profile of a load test puts number parsing
 //! at about a quarter of the server's CPU). `decode` is the server's own one-pass reader
-//! (`gateway::protocol::json_de`), `decode_serde_json` the same with serde_json, and `skip`
-//! serde_json only scanning the same bytes, the floor for anything built on it.
+//! (`gateway::protocol::json_de`), `decode_varied` the same over 64 bodies in turn (as
+//! clients send new values each time; one body repeated lets the branch predictor learn
+//! it), `decode_serde_json` the same with serde_json, and `skip` serde_json only scanning
+//! the same bytes, the floor for anything built on it.
 //!
 //!     cargo bench -p gateway --bench json
 
@@ -13,7 +15,11 @@ use std::hint::black_box;
 /// A single-row request as clients send it: 784 normally distributed f32 values, printed
 /// in full (shortest round-trip form).
 fn body(width: usize) -> Vec<u8> {
-    let mut rng = models::rng::SplitMix64::new(7);
+    body_with_seed(width, 7)
+}
+
+fn body_with_seed(width: usize, seed: u64) -> Vec<u8> {
+    let mut rng = models::rng::SplitMix64::new(seed);
     let values: Vec<f32> = (0..width).map(|_| rng.normal()).collect();
     serde_json::json!({
         "inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, width], "data": values}]
@@ -29,6 +35,17 @@ fn decode(c: &mut Criterion) {
     g.bench_function("decode", |b| {
         b.iter(|| {
             let r: InferRequest = json_de::from_slice(black_box(&body)).unwrap();
+            r
+        })
+    });
+    // Clients send new values each time: 64 bodies in turn, so that no branch predictor
+    // can learn one body's numbers.
+    let bodies: Vec<Vec<u8>> = (0..64).map(|seed| body_with_seed(784, seed)).collect();
+    let mut next = 0;
+    g.bench_function("decode_varied", |b| {
+        b.iter(|| {
+            next = (next + 1) % bodies.len();
+            let r: InferRequest = json_de::from_slice(black_box(&bodies[next])).unwrap();
             r
         })
     });

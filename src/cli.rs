@@ -197,6 +197,12 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
 
+    /// Distinct request bodies, each with rows drawn afresh, sent in turn (1–1024). Clients
+    /// send new values every time; one body sent over and over lets the server's branch
+    /// predictors learn its numbers, which flatters JSON decoding.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub bodies: u16,
+
     /// Also write the results as JSON here, and an SVG plot beside it (same name, .svg).
     #[arg(long)]
     pub json: Option<PathBuf>,

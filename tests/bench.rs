@@ -32,7 +32,7 @@ fn sweep(server: &Server, dir: &TempDir, budget_ms: &str, max_rate: &str) -> ser
             "--cooldown",
             "0",
         ])
-        .args(["--connections", "4"])
+        .args(["--connections", "4", "--bodies", "3"])
         .arg("--json")
         .arg(&json)
         .stdout(Stdio::null())
@@ -56,6 +56,8 @@ fn a_sweep_finds_the_highest_passing_rate_and_confirms_failures() {
     assert_eq!(runs.len(), 2, "100 then 200 req/s: {easy}");
     for run in runs {
         assert_eq!(run[0], true, "{run}");
+        // Three bodies, each with its own rows, all answered.
+        assert_eq!(run[1]["bodies"], 3, "{run}");
         // The server's own cost of each request, from its /metrics.
         let switches = run[1]["server_context_switches_per_request"]
             .as_f64()
@@ -73,6 +75,16 @@ fn a_sweep_finds_the_highest_passing_rate_and_confirms_failures() {
         runs.iter()
             .all(|r| r[0] == false && r[1]["offered_rps"] == 100.0)
     );
+    // A body count out of range is refused before any load is sent.
+    let refused = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["bench", "load", "--url", &format!("http://{}", server.addr)])
+        .args(["--model", "m", "--bodies", "0"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("--bodies"), "{stderr}");
+
     // The server went on serving through all of it.
     server.assert_serves("m", 8);
 }

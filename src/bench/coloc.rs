@@ -255,6 +255,7 @@ pub fn run(args: ColocArgs) -> anyhow::Result<()> {
         max_in_flight: 10_000,
         threads: 1,
         seed: 1,
+        bodies: 1,
         json: None,
     };
     // Trainers run a little longer than the load so they cover all of it.

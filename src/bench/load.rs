@@ -34,6 +34,8 @@ pub struct LoadReport {
     pub duration_s: f64,
     pub rows_per_request: usize,
     pub binary: bool,
+    /// Distinct bodies sent in turn.
+    pub bodies: u16,
     pub sent: u64,
     /// 200s per second.
     pub achieved_rps: f64,
@@ -195,15 +197,7 @@ pub async fn measure(args: &LoadArgs) -> anyhow::Result<LoadReport> {
         .next()
         .context("--url does not resolve")?;
     let width = input_width(addr, &authority, &args.model).await?;
-    let (body, header_len) = payload(width, args.rows, args.binary, args.seed);
-    let target = Arc::new(Target::new(
-        &authority,
-        &format!("/v2/models/{}/infer", args.model),
-        body,
-        header_len,
-        args.propagate_deadline
-            .then(|| Duration::from_secs_f64(args.budget_ms / 1e3)),
-    ));
+    let targets = Arc::new(targets(args, width, &authority)?);
 
     let sends = schedule::schedule(args.shape, args.rate, args.duration, args.seed);
     let samples = Arc::new(Mutex::new(Vec::with_capacity(sends.len())));
@@ -221,9 +215,11 @@ pub async fn measure(args: &LoadArgs) -> anyhow::Result<LoadReport> {
     let opened = opening.join_all().await;
     let start = Instant::now();
     let mut connections = tokio::task::JoinSet::new();
-    for conn in opened {
-        let (jobs, target, samples) = (jobs_rx.clone(), target.clone(), samples.clone());
-        connections.spawn(connection(addr, conn, jobs, target, samples, start));
+    for (i, conn) in opened.into_iter().enumerate() {
+        let (jobs, targets, samples) = (jobs_rx.clone(), targets.clone(), samples.clone());
+        // Each connection starts at its own body, so that the bodies go out interleaved.
+        let first = i % targets.len();
+        connections.spawn(connection(addr, conn, jobs, targets, first, samples, start));
     }
     let scraper = tokio::spawn(scrape_server(
         addr,
@@ -307,6 +303,7 @@ fn summarize(
         duration_s: args.duration,
         rows_per_request: args.rows,
         binary: args.binary,
+        bodies: args.bodies,
         sent,
         achieved_rps: ok.len() as f64 / elapsed,
         goodput_rps: good as f64 / args.duration,
@@ -359,11 +356,13 @@ async fn connection(
     addr: std::net::SocketAddr,
     mut conn: Option<http1::Connection>,
     jobs: Arc<tokio::sync::Mutex<tokio::sync::mpsc::Receiver<Job>>>,
-    target: Arc<Target>,
+    targets: Arc<Vec<Target>>,
+    first: usize,
     samples: Arc<Mutex<Vec<Sample>>>,
     start: Instant,
 ) {
     let mut scratch = Vec::new();
+    let mut next = first;
     loop {
         let Some(job) = jobs.lock().await.recv().await else {
             return;
@@ -374,6 +373,8 @@ async fn connection(
         let status = match &mut conn {
             None => TRANSPORT_ERROR,
             Some(c) => {
+                let target = &targets[next % targets.len()];
+                next = next.wrapping_add(1);
                 let request = target.request(&mut scratch, job.at);
                 // The latency is to the response's last byte, which `exchange` reads.
                 c.exchange(request)
@@ -394,7 +395,42 @@ fn mean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
-/// One request body, reused for every send: random rows, as JSON or binary.
+/// The most memory `--bodies` may take, all bodies together.
+const MAX_BODIES_BYTES: usize = 256 << 20;
+
+/// The requests to send in turn: `--bodies` of them, each with its own rows.
+fn targets(args: &LoadArgs, width: usize, authority: &str) -> anyhow::Result<Vec<Target>> {
+    let path = format!("/v2/models/{}/infer", args.model);
+    let deadline_budget = args
+        .propagate_deadline
+        .then(|| Duration::from_secs_f64(args.budget_ms / 1e3));
+    let count = usize::from(args.bodies.max(1));
+    let mut targets = Vec::with_capacity(count);
+    for i in 0..count as u64 {
+        // The first body is the one a single-body run sends.
+        let seed = args
+            .seed
+            .wrapping_add(i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let (body, header_len) = payload(width, args.rows, args.binary, seed);
+        // Bodies differ in length by a few digits at most: the first one's tells.
+        anyhow::ensure!(
+            body.len().saturating_mul(count) <= MAX_BODIES_BYTES,
+            "--bodies {count} of about {} bytes each need more than {} MiB; send fewer",
+            body.len(),
+            MAX_BODIES_BYTES >> 20
+        );
+        targets.push(Target::new(
+            authority,
+            &path,
+            body,
+            header_len,
+            deadline_budget,
+        ));
+    }
+    Ok(targets)
+}
+
+/// One request body: random rows, as JSON or binary.
 fn payload(width: usize, rows: usize, binary: bool, seed: u64) -> (Bytes, Option<usize>) {
     let mut rng = SplitMix64::new(seed);
     let values: Vec<f32> = (0..width * rows).map(|_| rng.normal()).collect();
@@ -420,14 +456,15 @@ fn payload(width: usize, rows: usize, binary: bool, seed: u64) -> (Bytes, Option
 
 pub fn print_report(r: &LoadReport) {
     println!(
-        "load  {} model {}  {:?} {:.0} req/s x {:.0} s  rows/request {}  {}",
+        "load  {} model {}  {:?} {:.0} req/s x {:.0} s  rows/request {}  {}  bodies {}",
         r.url,
         r.model,
         r.shape,
         r.offered_rps,
         r.duration_s,
         r.rows_per_request,
-        if r.binary { "binary" } else { "json" }
+        if r.binary { "binary" } else { "json" },
+        r.bodies
     );
     println!(
         "{:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}",
@@ -454,6 +491,55 @@ pub fn print_report(r: &LoadReport) {
 mod tests {
     use super::*;
 
+    fn args(shape: LoadShape) -> LoadArgs {
+        LoadArgs {
+            url: "http://h:1".into(),
+            model: "m".into(),
+            rate: 4.0,
+            duration: 2.0,
+            shape,
+            rows: 1,
+            binary: false,
+            budget_ms: 50.0,
+            connections: 1,
+            propagate_deadline: false,
+            max_in_flight: 1,
+            threads: 1,
+            seed: 1,
+            bodies: 1,
+            json: None,
+        }
+    }
+
+    #[test]
+    fn every_body_has_its_own_rows_and_the_first_is_the_single_one() {
+        let mut a = args(LoadShape::Constant);
+        let single = targets(&a, 784, "h:1").unwrap();
+        a.bodies = 3;
+        let three = targets(&a, 784, "h:1").unwrap();
+        assert_eq!((single.len(), three.len()), (1, 3));
+        // `--bodies 1` sends what the generator always sent.
+        assert_eq!(three[0].body, single[0].body);
+        assert_ne!(three[0].body, three[1].body);
+        assert_ne!(three[1].body, three[2].body);
+        for t in &three {
+            let v: serde_json::Value = serde_json::from_slice(&t.body).unwrap();
+            assert_eq!(v["inputs"][0]["data"].as_array().unwrap().len(), 784);
+            let (headers, body_len) = parsed(t.fixed.as_ref().unwrap());
+            assert_eq!(body_len, t.body.len());
+            assert!(
+                headers
+                    .iter()
+                    .any(|(n, v)| n == "content-length" && *v == t.body.len().to_string())
+            );
+        }
+        // Bodies that would not fit the memory bound are refused, not allocated.
+        a.rows = 512;
+        a.bodies = 1024;
+        let e = targets(&a, 784, "h:1").err().expect("refused").to_string();
+        assert!(e.contains("send fewer"), "{e}");
+    }
+
     fn parsed(request: &[u8]) -> (Vec<(String, String)>, usize) {
         let mut headers = [httparse::EMPTY_HEADER; 16];
         let mut r = httparse::Request::new(&mut headers);
@@ -479,22 +565,7 @@ mod tests {
 
     #[test]
     fn by_phase_groups_the_200s_by_where_in_their_second_they_were_sent() {
-        let args = LoadArgs {
-            url: "http://h:1".into(),
-            model: "m".into(),
-            rate: 4.0,
-            duration: 2.0,
-            shape: LoadShape::Burst,
-            rows: 1,
-            binary: false,
-            budget_ms: 50.0,
-            connections: 1,
-            propagate_deadline: false,
-            max_in_flight: 1,
-            threads: 1,
-            seed: 1,
-            json: None,
-        };
+        let args = args(LoadShape::Burst);
         let sample = |at_ms: u64, latency_ms: u64, status: u16| Sample {
             at: Duration::from_millis(at_ms),
             latency: Duration::from_millis(latency_ms),
