@@ -11,9 +11,10 @@
 //! - when it is busier, batch efficiency is what leaves capacity for more requests (on a
 //!   CPU, the cores also parse HTTP): a batch waits to grow towards the efficient size (the
 //!   knee of cost per row in the latency model), for at most the time a full batch takes to
-//!   run uncontended (never more than a tenth of the budget), and only while the arrival
-//!   rate promises to at least double it (`timer` when that wait ends, `idle` when growth
-//!   is not coming);
+//!   run uncontended (never more than a tenth of the budget) — or, while the observed p99
+//!   stays under a fifth of the budget (back to the short wait above three tenths), for a
+//!   tenth of the budget — and only while the arrival rate promises to at least double it
+//!   (`timer` when that wait ends, `idle` when growth is not coming);
 //! - a full batch goes at once (`full`).
 //!
 //! Every deadline is brought forward by the recent 95th percentile of the time responses
@@ -42,6 +43,10 @@ use super::state::QueueView;
 
 /// The longest a batch waits to grow, as a share of the effective budget.
 const MAX_WAIT_SHARE: f64 = 0.1;
+/// The observed p99, as a share of the budget, below which batches may wait that long
+/// (not only as long as a full batch runs), and above which they go back to the short wait.
+const UNHURRIED_BELOW: f64 = 0.2;
+const HURRIED_ABOVE: f64 = 0.3;
 /// A wait shorter than the runtime's timer tick cannot be expressed anyway.
 const MIN_PATIENCE: Duration = Duration::from_millis(1);
 const HEADROOM_START: f64 = 0.8;
@@ -74,6 +79,9 @@ pub struct AdaptivePolicy {
     busy_until: Option<Instant>,
     /// Whether batches wait to grow (see the module docs), with hysteresis.
     waiting: bool,
+    /// Whether the observed p99 is so far inside the budget that batches may wait up to
+    /// `MAX_WAIT_SHARE` of it, with hysteresis.
+    unhurried: bool,
     /// The knee of cost per row, from the warm-up shape.
     efficient: usize,
     /// The share of its cores the server process uses (see `cpu_load`).
@@ -91,6 +99,7 @@ impl AdaptivePolicy {
         let efficient = model.efficient_batch(max_rows.max(1));
         AdaptivePolicy {
             waiting: false,
+            unhurried: false,
             efficient,
             budget,
             max_rows: max_rows.max(1),
@@ -145,6 +154,11 @@ impl AdaptivePolicy {
         };
         if n < 50 {
             return;
+        }
+        if p99 < self.budget.mul_f64(UNHURRIED_BELOW) {
+            self.unhurried = true;
+        } else if p99 > self.budget.mul_f64(HURRIED_ABOVE) {
+            self.unhurried = false;
         }
         if p99 > self.budget.mul_f64(SHRINK_ABOVE) {
             self.headroom = (self.headroom * 0.9).max(HEADROOM_MIN);
@@ -209,18 +223,26 @@ impl BatchPolicy for AdaptivePolicy {
                 reason: ReleaseReason::Idle,
             };
         }
-        // Never longer than a full batch runs when nothing competes with the device: a
-        // request held longer costs throughput as well as latency wherever clients keep a
-        // bounded number of requests in flight (Little's law: with 128 connections and a
-        // 50 ms budget, waiting up to a tenth of the budget, 4 ms, gave a p99 of 103 ms at
-        // 10,000 req/s where the static 0.5 ms policy held 31 ms). Not the drifted
-        // prediction: on busy shared cores batches run slower, a longer wait would grow
-        // them further, and the loop ends in the same place (p99 77 ms at 10,000 req/s).
-        let patience = self
-            .model
-            .predict_uncontended(self.max_rows)
-            .min(self.effective_budget().mul_f64(MAX_WAIT_SHARE))
-            .max(MIN_PATIENCE);
+        // Never longer than a full batch runs when nothing competes with the device, unless
+        // the observed p99 is far inside the budget: a request held longer costs throughput
+        // as well as latency wherever clients keep a bounded number of requests in flight
+        // (Little's law: with 128 connections and a 50 ms budget, waiting up to a tenth of
+        // the budget, 4 ms, gave a p99 of 103 ms at 10,000 req/s where the static 0.5 ms
+        // policy held 31 ms). Not the drifted prediction: on busy shared cores batches run
+        // slower, a longer wait would grow them further, and the loop ends in the same
+        // place (p99 77 ms at 10,000 req/s). Far from saturation, though, the short wait
+        // leaves batches at the size that arrives while one runs, and bigger ones cost less
+        // per row: at half load on two cores, 5.7 rows a batch took 13% more CPU per
+        // request than 36 (benches/README.md, "At half load"). So while the p99 is under a
+        // fifth of the budget, batches wait up to the tenth of it; the p99 they then add
+        // stays far from where the short wait comes back.
+        let longest = self.effective_budget().mul_f64(MAX_WAIT_SHARE);
+        let patience = if self.unhurried {
+            longest
+        } else {
+            self.model.predict_uncontended(self.max_rows).min(longest)
+        }
+        .max(MIN_PATIENCE);
         let cap = start_by.min(oldest + patience);
         if now >= cap {
             return Decision::Release {

@@ -6,8 +6,9 @@ use std::time::Duration;
 use super::ReleaseReason;
 use super::adaptive::AdaptivePolicy;
 use super::latency::LatencyModel;
-use super::policy::{BatchPolicy, StaticPolicy};
+use super::policy::{BatchPolicy, Decision, StaticPolicy};
 use super::sim::{Arrival, Outcome, poisson, simulate};
+use super::state::QueueView;
 
 const MS: Duration = Duration::from_millis(1);
 const BUDGET: Duration = Duration::from_millis(100);
@@ -331,4 +332,99 @@ async fn a_shed_closes_the_door_when_fresh_requests_would_miss_too() {
         .expect_err("past the budget");
     assert_eq!(shed.door_closed_for, shed.retry_after);
     assert!(shed.door_closed_for > MS * 80);
+}
+
+/// A device fast next to its budget: 2 ms + 1 ms per 16 rows, a full batch of 64 in 6 ms,
+/// against a budget of 500 ms.
+fn fast_curve(rows: usize) -> Duration {
+    MS * (2 + rows as u32 / 16)
+}
+
+const FAST_BUDGET: Duration = Duration::from_millis(500);
+const FAST_MAX_ROWS: usize = 64;
+
+fn fast_model() -> LatencyModel {
+    let warmup = [1, 2, 4, 8, 16, 32, 64].map(|r| (r, fast_curve(r)));
+    LatencyModel::from_warmup(&warmup)
+}
+
+#[tokio::test(start_paused = true)]
+async fn far_inside_the_budget_batches_wait_to_grow_to_the_efficient_size() {
+    // 35% of capacity: load enough for batches to wait to grow, 3.7 rows a millisecond.
+    // A full batch runs in 6 ms, in which 22 rows arrive; the efficient batch is about
+    // twice that, and the p99 stays far inside the budget, so batches may wait for it.
+    let efficient = fast_model().efficient_batch(FAST_MAX_ROWS);
+    let capacity = FAST_MAX_ROWS as f64 / fast_curve(FAST_MAX_ROWS).as_secs_f64();
+    let rate = 0.35 * capacity;
+    assert!(
+        efficient as f64 > 1.5 * rate * fast_curve(FAST_MAX_ROWS).as_secs_f64(),
+        "efficient batch {efficient}: the short wait would reach it too"
+    );
+    let policy = AdaptivePolicy::new(FAST_BUDGET, FAST_MAX_ROWS, fast_model());
+    let arrivals = poisson(rate, Duration::from_secs(6), 9, 1);
+    let n = arrivals.len();
+    let r = simulate(Box::new(policy), 4096, arrivals, |rows, _| fast_curve(rows)).await;
+    assert_eq!(r.count(|o| matches!(o, Outcome::Done(_))), n);
+    // Past the first seconds (the p99 of two seconds must be seen first), batches are
+    // near the efficient size, not the ~22 rows that arrive during a full batch's run.
+    let later: Vec<usize> = r
+        .batches
+        .iter()
+        .filter(|(at, _, _)| *at >= Duration::from_secs(3))
+        .map(|(_, _, rows)| *rows)
+        .collect();
+    let mean = later.iter().sum::<usize>() as f64 / later.len() as f64;
+    eprintln!(
+        "unhurried: efficient {efficient}, mean batch {mean:.1} rows, p99 {:?}",
+        r.p99(None)
+    );
+    assert!(mean >= 0.8 * efficient as f64, "mean batch {mean:.1} rows");
+    // Waits of at most a tenth of the budget: the p99 stays under a fifth of it.
+    assert!(r.p99(None) < FAST_BUDGET / 5, "p99 {:?}", r.p99(None));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_p99_near_the_budget_brings_back_the_short_wait() {
+    let mut policy = AdaptivePolicy::new(FAST_BUDGET, FAST_MAX_ROWS, fast_model());
+    let short = fast_curve(FAST_MAX_ROWS);
+    // Busy cores and a steady 1,000 rows a second: batches wait to grow.
+    policy.observe_cpu_load(0.5);
+    let mut now = tokio::time::Instant::now();
+    // How long a single queued row, just arrived, is held at most once the latencies of
+    // the last second were `latency`; and a tenth of the effective budget then (the
+    // feedback loop moves that budget too).
+    let mut held_after = |latency: Duration| {
+        for _ in 0..1000 {
+            now += MS;
+            policy.observe_arrival(1, now);
+            policy.observe_latency(latency, now);
+        }
+        let queue = QueueView {
+            requests: 1,
+            rows: 1,
+            oldest: Some(now),
+            earliest_deadline: None,
+            head_rows: 1,
+        };
+        let longest = policy.effective_budget() / 10;
+        assert!(longest > 2 * short, "{longest:?}");
+        match policy.decide(&queue, now) {
+            Decision::Wait { until: Some(t) } => (t - now, longest),
+            other => panic!("{other:?}"),
+        }
+    };
+    // Far inside the budget: up to a tenth of it. Then a p99 past three tenths: the short
+    // wait, a full batch's run. Back under a fifth: the long wait again.
+    let (held, longest) = held_after(10 * MS);
+    assert_eq!(held, longest);
+    assert_eq!(held_after(200 * MS).0, short);
+    assert_eq!(held_after(200 * MS).0, short);
+    let (held, _) = held_after(10 * MS);
+    assert_eq!(
+        held, short,
+        "the two-second window still holds a slow second"
+    );
+    held_after(10 * MS);
+    let (held, longest) = held_after(10 * MS);
+    assert_eq!(held, longest, "two fast seconds later");
 }
