@@ -43,6 +43,17 @@ fn sweep(server: &Server, dir: &TempDir, budget_ms: &str, max_rate: &str) -> ser
     serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap()
 }
 
+/// Runs `tandem ARGS`, which must fail with an error that names `flag`.
+fn refused(args: &[&str], flag: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{args:?} succeeded");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(flag), "{stderr}");
+}
+
 #[test]
 fn a_sweep_finds_the_highest_passing_rate_and_confirms_failures() {
     let repo = TempDir::new("bench");
@@ -76,14 +87,13 @@ fn a_sweep_finds_the_highest_passing_rate_and_confirms_failures() {
             .all(|r| r[0] == false && r[1]["offered_rps"] == 100.0)
     );
     // A body count out of range is refused before any load is sent.
-    let refused = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["bench", "load", "--url", &format!("http://{}", server.addr)])
-        .args(["--model", "m", "--bodies", "0"])
-        .output()
-        .unwrap();
-    assert!(!refused.status.success());
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(stderr.contains("--bodies"), "{stderr}");
+    let addr = format!("http://{}", server.addr);
+    refused(
+        &[
+            "bench", "load", "--url", &addr, "--model", "m", "--bodies", "0",
+        ],
+        "--bodies",
+    );
 
     // The server went on serving through all of it.
     server.assert_serves("m", 8);
@@ -121,20 +131,16 @@ fn bench_forward_reports_every_batch_size_and_what_it_evicted() {
     }
 
     // An eviction larger than the flag allows is refused before anything runs.
-    let refused = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args([
-            "bench",
-            "forward",
-            "--device",
-            "cpu",
-            "--evict-mib",
-            "5000",
-            "--model",
-        ])
-        .arg(&model)
-        .output()
-        .unwrap();
-    assert!(!refused.status.success());
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(stderr.contains("--evict-mib"), "{stderr}");
+    let model = model.to_str().unwrap();
+    let args = [
+        "bench",
+        "forward",
+        "--device",
+        "cpu",
+        "--evict-mib",
+        "5000",
+        "--model",
+        model,
+    ];
+    refused(&args, "--evict-mib");
 }

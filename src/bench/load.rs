@@ -15,14 +15,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use bytes::Bytes;
 use hdrhistogram::Histogram;
-use models::rng::SplitMix64;
 use serde::Serialize;
 use tokio::time::Instant;
 
 use super::server::{ServerSide, input_width, scrape_server};
 use super::{http1, schedule};
+use requests::{Target, targets};
+
+mod requests;
 use crate::cli::{LoadArgs, LoadShape};
 
 #[derive(Clone, Debug, Serialize)]
@@ -120,66 +121,6 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
 /// A request to send: its scheduled time.
 struct Job {
     at: Instant,
-}
-
-/// The request every job sends.
-struct Target {
-    /// Request line and headers, up to (not including) the blank line that ends them.
-    head: Vec<u8>,
-    body: Bytes,
-    /// With `--propagate-deadline`: the budget, whose remainder each request carries.
-    deadline_budget: Option<Duration>,
-    /// Without it every request is the same bytes, built once.
-    fixed: Option<Vec<u8>>,
-}
-
-impl Target {
-    fn new(
-        authority: &str,
-        path: &str,
-        body: Bytes,
-        header_len: Option<usize>,
-        deadline_budget: Option<Duration>,
-    ) -> Target {
-        let mut head = format!(
-            "POST {path} HTTP/1.1\r\nhost: {authority}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
-            body.len()
-        );
-        if let Some(n) = header_len {
-            head.push_str(&format!("inference-header-content-length: {n}\r\n"));
-        }
-        let head = head.into_bytes();
-        let fixed = deadline_budget
-            .is_none()
-            .then(|| [&head[..], b"\r\n", &body[..]].concat());
-        Target {
-            head,
-            body,
-            deadline_budget,
-            fixed,
-        }
-    }
-
-    /// The whole request for a job scheduled at `scheduled`; `scratch` holds it when it
-    /// differs from request to request.
-    fn request<'a>(&'a self, scratch: &'a mut Vec<u8>, scheduled: Instant) -> &'a [u8] {
-        if let Some(fixed) = &self.fixed {
-            return fixed;
-        }
-        scratch.clear();
-        scratch.extend_from_slice(&self.head);
-        if let Some(budget) = self.deadline_budget {
-            // What is left of the budget after waiting for a connection, as a caller that
-            // propagates its deadline sends it.
-            let left = budget.saturating_sub(scheduled.elapsed());
-            scratch.extend_from_slice(
-                format!("tandem-timeout-us: {}\r\n", left.as_micros()).as_bytes(),
-            );
-        }
-        scratch.extend_from_slice(b"\r\n");
-        scratch.extend_from_slice(&self.body);
-        scratch
-    }
 }
 
 pub async fn measure(args: &LoadArgs) -> anyhow::Result<LoadReport> {
@@ -395,65 +336,6 @@ fn mean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
-/// The most memory `--bodies` may take, all bodies together.
-const MAX_BODIES_BYTES: usize = 256 << 20;
-
-/// The requests to send in turn: `--bodies` of them, each with its own rows.
-fn targets(args: &LoadArgs, width: usize, authority: &str) -> anyhow::Result<Vec<Target>> {
-    let path = format!("/v2/models/{}/infer", args.model);
-    let deadline_budget = args
-        .propagate_deadline
-        .then(|| Duration::from_secs_f64(args.budget_ms / 1e3));
-    let count = usize::from(args.bodies.max(1));
-    let mut targets = Vec::with_capacity(count);
-    for i in 0..count as u64 {
-        // The first body is the one a single-body run sends.
-        let seed = args
-            .seed
-            .wrapping_add(i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        let (body, header_len) = payload(width, args.rows, args.binary, seed);
-        // Bodies differ in length by a few digits at most: the first one's tells.
-        anyhow::ensure!(
-            body.len().saturating_mul(count) <= MAX_BODIES_BYTES,
-            "--bodies {count} of about {} bytes each need more than {} MiB; send fewer",
-            body.len(),
-            MAX_BODIES_BYTES >> 20
-        );
-        targets.push(Target::new(
-            authority,
-            &path,
-            body,
-            header_len,
-            deadline_budget,
-        ));
-    }
-    Ok(targets)
-}
-
-/// One request body: random rows, as JSON or binary.
-fn payload(width: usize, rows: usize, binary: bool, seed: u64) -> (Bytes, Option<usize>) {
-    let mut rng = SplitMix64::new(seed);
-    let values: Vec<f32> = (0..width * rows).map(|_| rng.normal()).collect();
-    if binary {
-        let header = serde_json::json!({
-            "inputs": [{"name": "input-0", "datatype": "FP32", "shape": [rows, width],
-                        "parameters": {"binary_data_size": values.len() * 4}}],
-            "outputs": [{"name": "output-0", "parameters": {"binary_data": true}}]
-        })
-        .to_string();
-        let mut body = header.clone().into_bytes();
-        for v in &values {
-            body.extend_from_slice(&v.to_le_bytes());
-        }
-        (Bytes::from(body), Some(header.len()))
-    } else {
-        let body = serde_json::json!({
-            "inputs": [{"name": "input-0", "datatype": "FP32", "shape": [rows, width], "data": values}]
-        });
-        (Bytes::from(body.to_string()), None)
-    }
-}
-
 pub fn print_report(r: &LoadReport) {
     println!(
         "load  {} model {}  {:?} {:.0} req/s x {:.0} s  rows/request {}  {}  bodies {}",
@@ -487,85 +369,35 @@ pub fn print_report(r: &LoadReport) {
     );
 }
 
+/// Small arguments for the unit tests here and in `requests`.
+#[cfg(test)]
+fn test_args(shape: LoadShape) -> LoadArgs {
+    LoadArgs {
+        url: "http://h:1".into(),
+        model: "m".into(),
+        rate: 4.0,
+        duration: 2.0,
+        shape,
+        rows: 1,
+        binary: false,
+        budget_ms: 50.0,
+        connections: 1,
+        propagate_deadline: false,
+        max_in_flight: 1,
+        threads: 1,
+        seed: 1,
+        bodies: 1,
+        json: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn args(shape: LoadShape) -> LoadArgs {
-        LoadArgs {
-            url: "http://h:1".into(),
-            model: "m".into(),
-            rate: 4.0,
-            duration: 2.0,
-            shape,
-            rows: 1,
-            binary: false,
-            budget_ms: 50.0,
-            connections: 1,
-            propagate_deadline: false,
-            max_in_flight: 1,
-            threads: 1,
-            seed: 1,
-            bodies: 1,
-            json: None,
-        }
-    }
-
-    #[test]
-    fn every_body_has_its_own_rows_and_the_first_is_the_single_one() {
-        let mut a = args(LoadShape::Constant);
-        let single = targets(&a, 784, "h:1").unwrap();
-        a.bodies = 3;
-        let three = targets(&a, 784, "h:1").unwrap();
-        assert_eq!((single.len(), three.len()), (1, 3));
-        // `--bodies 1` sends what the generator always sent.
-        assert_eq!(three[0].body, single[0].body);
-        assert_ne!(three[0].body, three[1].body);
-        assert_ne!(three[1].body, three[2].body);
-        for t in &three {
-            let v: serde_json::Value = serde_json::from_slice(&t.body).unwrap();
-            assert_eq!(v["inputs"][0]["data"].as_array().unwrap().len(), 784);
-            let (headers, body_len) = parsed(t.fixed.as_ref().unwrap());
-            assert_eq!(body_len, t.body.len());
-            assert!(
-                headers
-                    .iter()
-                    .any(|(n, v)| n == "content-length" && *v == t.body.len().to_string())
-            );
-        }
-        // Bodies that would not fit the memory bound are refused, not allocated.
-        a.rows = 512;
-        a.bodies = 1024;
-        let e = targets(&a, 784, "h:1").err().expect("refused").to_string();
-        assert!(e.contains("send fewer"), "{e}");
-    }
-
-    fn parsed(request: &[u8]) -> (Vec<(String, String)>, usize) {
-        let mut headers = [httparse::EMPTY_HEADER; 16];
-        let mut r = httparse::Request::new(&mut headers);
-        let httparse::Status::Complete(head) = r.parse(request).expect("a valid request") else {
-            panic!("incomplete request head");
-        };
-        assert_eq!(
-            (r.method, r.path),
-            (Some("POST"), Some("/v2/models/m/infer"))
-        );
-        let headers = r
-            .headers
-            .iter()
-            .map(|h| {
-                (
-                    h.name.to_string(),
-                    String::from_utf8_lossy(h.value).into_owned(),
-                )
-            })
-            .collect();
-        (headers, request.len() - head)
-    }
-
     #[test]
     fn by_phase_groups_the_200s_by_where_in_their_second_they_were_sent() {
-        let args = args(LoadShape::Burst);
+        let args = test_args(LoadShape::Burst);
         let sample = |at_ms: u64, latency_ms: u64, status: u16| Sample {
             at: Duration::from_millis(at_ms),
             latency: Duration::from_millis(latency_ms),
@@ -588,54 +420,5 @@ mod tests {
         assert_eq!(r.by_phase[12].ok, 1);
         assert_eq!(r.by_phase[19].ok, 1);
         assert_eq!(r.by_phase.iter().map(|p| p.ok).sum::<u64>(), 4);
-    }
-
-    #[test]
-    fn requests_are_whole_http_requests_with_the_body_they_announce() {
-        let body = Bytes::from_static(b"{\"inputs\": []}");
-        let fixed = Target::new("h:1", "/v2/models/m/infer", body.clone(), Some(7), None);
-        let mut scratch = Vec::new();
-        let request = fixed.request(&mut scratch, Instant::now()).to_vec();
-        assert!(
-            scratch.is_empty(),
-            "a fixed request is built once, not per send"
-        );
-        let (headers, body_len) = parsed(&request);
-        assert_eq!(body_len, body.len());
-        assert!(request.ends_with(&body));
-        let value = |h: &[(String, String)], name: &str| {
-            h.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
-        };
-        assert_eq!(
-            value(&headers, "content-length"),
-            Some(body.len().to_string())
-        );
-        assert_eq!(
-            value(&headers, "inference-header-content-length"),
-            Some("7".into())
-        );
-        assert_eq!(value(&headers, "tandem-timeout-us"), None);
-
-        // With a propagated deadline each request carries what is left of the budget.
-        let budget = Duration::from_millis(50);
-        let propagating = Target::new(
-            "h:1",
-            "/v2/models/m/infer",
-            body.clone(),
-            None,
-            Some(budget),
-        );
-        let scheduled = Instant::now() - Duration::from_millis(20);
-        let request = propagating.request(&mut scratch, scheduled).to_vec();
-        let (headers, body_len) = parsed(&request);
-        assert_eq!(body_len, body.len());
-        let left: u64 = value(&headers, "tandem-timeout-us")
-            .expect("the deadline header")
-            .parse()
-            .expect("microseconds");
-        assert!(
-            (1..=30_000).contains(&left),
-            "{left} us left of 50 ms after 20 ms"
-        );
     }
 }
