@@ -9,18 +9,64 @@
 //! the decode; `cargo bench -p gateway --bench json`). The price is memory: a value takes
 //! at least two bytes of JSON (`1,`) and eight here, so a body's values need at most four
 //! times its size, which `limits.max_body_bytes` bounds.
+//!
+//! That staging buffer is reused: each thread keeps the last one it finished with (up to
+//! [`SCRATCH_MAX_VALUES`]), so a request's values land in memory the previous request
+//! just warmed instead of a fresh, growing allocation. On a CPU the model's weights share
+//! the last-level cache with everything the HTTP threads touch, and every line of fresh
+//! memory a request writes is a line of weights the next batch reads from DRAM again.
+
+use std::cell::Cell;
 
 use serde::de::{self, DeserializeSeed, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use super::datatype::{Datatype, ValueError};
 
-#[derive(Debug, Default)]
+/// The largest staging buffer a thread keeps for the next request (512 KiB of f64): a
+/// one-off giant body returns its memory instead of pinning it to the thread.
+const SCRATCH_MAX_VALUES: usize = 64 * 1024;
+
+thread_local! {
+    static SCRATCH: Cell<Vec<f64>> = const { Cell::new(Vec::new()) };
+}
+
+#[derive(Debug)]
 pub struct JsonData {
     /// Every leaf in row-major order; booleans as 1 and 0.
     values: Vec<f64>,
     first_bool: Option<usize>,
     first_number: Option<usize>,
+}
+
+impl Default for JsonData {
+    /// Empty, on this thread's staging buffer if it has one.
+    fn default() -> JsonData {
+        let mut values = SCRATCH.take();
+        values.clear();
+        JsonData {
+            values,
+            first_bool: None,
+            first_number: None,
+        }
+    }
+}
+
+impl Drop for JsonData {
+    /// Hands the staging buffer back to this thread for the next request (the larger one,
+    /// if a request had two `data` arrays and the thread kept the other meanwhile).
+    fn drop(&mut self) {
+        let values = std::mem::take(&mut self.values);
+        if values.capacity() > SCRATCH_MAX_VALUES {
+            return;
+        }
+        let kept = SCRATCH.take();
+        SCRATCH.set(if kept.capacity() >= values.capacity() {
+            kept
+        } else {
+            values
+        });
+    }
 }
 
 impl JsonData {
@@ -230,5 +276,24 @@ mod tests {
         assert!(serde_json::from_str::<JsonData>(r#"[1, "2"]"#).is_err());
         assert!(serde_json::from_str::<JsonData>(r#"[{"a": 1}]"#).is_err());
         assert!(serde_json::from_str::<JsonData>("[1, null]").is_err());
+    }
+
+    #[test]
+    fn the_staging_buffer_is_reused_unless_it_grew_too_large() {
+        // Tests share threads with nothing else here: each runs on its own thread.
+        let first = parse("[1, 2, 3, 4, 5, 6, 7, 8, 9]");
+        let capacity = first.values.capacity();
+        drop(first);
+        let second = parse("[1]");
+        assert_eq!(second.values.capacity(), capacity, "not the same buffer");
+        assert_eq!(second.into_model_f32(Datatype::Fp32).unwrap(), vec![1.0]);
+
+        let huge = JsonData {
+            values: vec![0.0; SCRATCH_MAX_VALUES + 1],
+            first_bool: None,
+            first_number: None,
+        };
+        drop(huge);
+        assert!(JsonData::default().values.capacity() <= SCRATCH_MAX_VALUES);
     }
 }
