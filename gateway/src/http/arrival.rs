@@ -140,23 +140,37 @@ impl AsyncRead for TimestampedStream {
             // SAFETY: `recv` only writes initialised bytes into the unfilled part, and we
             // mark as filled exactly the count it reports.
             let unfilled = unsafe { buf.unfilled_mut() };
-            match this
-                .inner
-                .try_io(Interest::READABLE, || this.recv(unfilled))
-            {
-                Ok((n, stamp)) => {
-                    if n > 0
-                        && let Some(at) = stamp.and_then(instant_of)
-                    {
-                        this.clock.record(at);
-                    }
-                    // SAFETY: the kernel initialised the first n bytes.
-                    unsafe { buf.assume_init(n) };
-                    buf.advance(n);
-                    return Poll::Ready(Ok(()));
+            let room = unfilled.len();
+            let mut read = None;
+            // A read that did not fill the buffer emptied the socket: the closure then
+            // reports WouldBlock after all, which makes tokio forget the readiness (as its
+            // own TcpStream does), so the next poll waits for the kernel's next edge instead
+            // of asking with a `recvmsg` that can only fail — one syscall less per request.
+            // The readiness is forgotten only if no new edge came meanwhile (tokio checks
+            // the event's tick), so no data is left unread.
+            let result = this.inner.try_io(Interest::READABLE, || {
+                let (n, stamp) = this.recv(unfilled)?;
+                read = Some((n, stamp));
+                if n > 0 && n < room {
+                    Err(io::ErrorKind::WouldBlock.into())
+                } else {
+                    Ok(())
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Poll::Ready(Err(e)),
+            });
+            if let Some((n, stamp)) = read {
+                if n > 0
+                    && let Some(at) = stamp.and_then(instant_of)
+                {
+                    this.clock.record(at);
+                }
+                // SAFETY: the kernel initialised the first n bytes.
+                unsafe { buf.assume_init(n) };
+                buf.advance(n);
+                return Poll::Ready(Ok(()));
+            }
+            match result {
+                Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Poll::Ready(Err(e)),
+                _ => continue, // not ready after all: wait for the next edge
             }
         }
     }
@@ -197,15 +211,20 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    #[tokio::test]
-    async fn reads_carry_the_kernels_receive_time() {
+    /// A client connected to a stamped server side over loopback.
+    async fn connected(clock: Arc<ArrivalClock>) -> (TcpStream, TimestampedStream) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+        let client = TcpStream::connect(listener.local_addr().unwrap())
             .await
             .unwrap();
         let (server, _) = listener.accept().await.unwrap();
+        (client, TimestampedStream::new(server, clock))
+    }
+
+    #[tokio::test]
+    async fn reads_carry_the_kernels_receive_time() {
         let clock = Arc::new(ArrivalClock::default());
-        let mut stream = TimestampedStream::new(server, clock.clone());
+        let (mut client, mut stream) = connected(clock.clone()).await;
         assert!(stream.stamped, "SO_TIMESTAMPNS refused");
         let mut buf = [0u8; 16];
         // The kernel turns receive stamping on for the whole stack a moment after the
@@ -247,5 +266,37 @@ mod tests {
         stream.write_all(b"reply").await.unwrap();
         let n = client.read(&mut buf).await.unwrap();
         assert_eq!(&buf[..n], b"reply");
+    }
+
+    /// A read that fills the buffer leaves the readiness set (more may be waiting); one
+    /// that does not clears it, and the next send wakes the reader again.
+    #[tokio::test]
+    async fn reads_get_every_byte_whether_or_not_they_fill_the_buffer() {
+        let (mut client, mut stream) = connected(Arc::new(ArrivalClock::default())).await;
+        let sent: Vec<u8> = (0..40).collect();
+        client.write_all(&sent).await.unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 16];
+        while got.len() < sent.len() {
+            let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+                .await
+                .expect("bytes already in the socket were not read")
+                .unwrap();
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(got, sent);
+        // The last read was short, so the readiness is gone: a later send must wake it.
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; 16];
+            let n = stream.read(&mut buf).await.unwrap();
+            buf[..n].to_vec()
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        client.write_all(b"later").await.unwrap();
+        let later = tokio::time::timeout(Duration::from_secs(5), reader)
+            .await
+            .expect("a send after a short read did not wake the reader")
+            .unwrap();
+        assert_eq!(later, b"later");
     }
 }
