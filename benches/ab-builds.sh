@@ -9,6 +9,10 @@
 #
 #     benches/ab-builds.sh OLD_BINARY NEW_BINARY      # RATE=6500 ROUNDS=4 DURATION=8
 #
+# BODIES=N sends N distinct request bodies in turn (default 1; 64 is what realistic
+# clients cost, see "Decoding a JSON request" in benches/README.md); IDLE=0 skips the runs
+# beside the busy loops.
+#
 # REPO=DIR serves another model repository (a model named mlp; default
 # target/bench-serve/repo, made here as the 784→1024→1024→10 f32 MLP if missing).
 #
@@ -20,9 +24,12 @@ new=${2:?usage: benches/ab-builds.sh OLD_BINARY NEW_BINARY}
 rate=${RATE:-6500}
 rounds=${ROUNDS:-4}
 duration=${DURATION:-8}
+bodies=${BODIES:-1}
+idle=${IDLE:-1}
 out=target/bench-ab
 repo=${REPO:-target/bench-serve/repo}
 mkdir -p "$out" "$repo/mlp/1"
+rm -f "$out"/old*.json "$out"/new*.json
 [ -f "$repo/mlp/1/model.safetensors" ] ||
   python3 scripts/make_mlp.py --dims 784,1024,1024,10 --seed 1 "$repo/mlp/1/model.safetensors"
 
@@ -59,7 +66,7 @@ run() { # name port pid round
   before=$(switches "$3")
   cpu0=$(ticks "$3")
   target/release/tandem bench load --url "http://127.0.0.1:$2" --model mlp --rate "$rate" \
-    --shape constant --duration "$duration" --connections 128 --budget-ms 50 --json "$json" \
+    --shape constant --duration "$duration" --connections 128 --budget-ms 50 --bodies "$bodies" --json "$json" \
     >/dev/null
   after=$(switches "$3")
   cpu1=$(ticks "$3")
@@ -94,6 +101,7 @@ pair() { # suffix round
 
 for round in $(seq "$rounds"); do
   pair "" "$round"
+  ((idle)) || continue
   chrt --idle 0 python3 -c 'while True: pass' &
   spinners=($!)
   chrt --idle 0 python3 -c 'while True: pass' &
@@ -107,12 +115,12 @@ for round in $(seq "$rounds"); do
 done
 
 python3 - "$out" "$rounds" <<'EOF'
-import json, statistics, sys
+import json, os, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 print(f"\nmedians of {rounds} rounds")
 print("| build | neighbour | p50 ms | p99 ms | switches/request | server CPU/request |")
 print("| --- | --- | ---: | ---: | ---: | ---: |")
-for name in ["old", "new", "old+idle", "new+idle"]:
+for name in ["old", "new"] + (["old+idle", "new+idle"] if os.path.exists(f"{out}/old+idle-1.json") else []):
     runs = [json.load(open(f"{out}/{name}-{i}.json")) for i in range(1, rounds + 1)]
     med = lambda k: statistics.median(r[k] for r in runs)
     build, _, idle = name.partition("+")
