@@ -9,7 +9,9 @@ within it, per round, with the median and best of each server and their ratios, 
 bootstrap interval of the ratio of medians (rounds resampled in pairs, since the two sweeps
 of a round saw the same moment of the host): how much of the ratio is round-to-round noise.
 Before each round it times tandem's forward pass alone (batch 128) and reports it as the
-host's speed: on this virtual machine that moves by 2x within a day, and the ratio with it.
+host's speed: on this virtual machine that moves by 2x within a day, and the ratio with it;
+and again at batch 64 with 8 MiB written between calls, which also moves with how much of
+the last-level cache the neighbours leave the weights.
 Writes target/bench-mlserver/*.json and report.md.
 
     python3 benches/compare_mlserver.py [--duration 4] [--rounds 3]
@@ -52,12 +54,17 @@ def sweep(url, lo, hi, args, out):
     return json.load(open(out)).get("best_goodput_rps") or 0.0
 
 
-def host_gflops(model, out):
-    """The host's speed right now: tandem's forward pass at batch 128, both cores, alone.
+def host_gflops(model, out, batch=128, evict_mib=0):
+    """The host's speed right now: tandem's forward pass, both cores, alone.
     This virtual machine's speed moves by 2x within a day, and tandem (both cores) feels it
-    more than MLServer (one Python worker), so every round records it beside its ratio."""
-    subprocess.run([TANDEM, "bench", "forward", "--model", model, "--batch", "128",
-                    "--seconds", "2", "--device", "cpu", "--json", out], check=True,
+    more than MLServer (one Python worker), so every round records it beside its ratio.
+    With `evict_mib`, that much other memory is written before each call: what the weights
+    keep of the last-level cache then moves with the neighbours' use of it, which is what a
+    serving process feels and the hot probe does not (benches/README.md, "Where the cores
+    go at saturation")."""
+    subprocess.run([TANDEM, "bench", "forward", "--model", model, "--batch", str(batch),
+                    "--seconds", "2", "--device", "cpu", "--evict-mib", str(evict_mib),
+                    "--json", out], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return json.load(open(out))["rows"][0]["gflops"]
 
@@ -99,10 +106,14 @@ def main():
         wait_ready("http://127.0.0.1:18090", mls, "MLServer")
         got = {"tandem": [], "mlserver": []}
         host = []
+        evicted = []
         for r in range(args.rounds):
             # Both servers idle meanwhile: the probe has the cores to itself.
             host.append(host_gflops(model, os.path.join(out, f"forward-{r + 1}.json")))
-            print(f"round {r + 1}  host: forward pass at batch 128 {host[-1]:.0f} GFLOP/s", flush=True)
+            evicted.append(host_gflops(model, os.path.join(out, f"forward-evicted-{r + 1}.json"),
+                                       batch=64, evict_mib=8))
+            print(f"round {r + 1}  host: forward pass at batch 128 {host[-1]:.0f} GFLOP/s, "
+                  f"at batch 64 with 8 MiB evicted between calls {evicted[-1]:.0f}", flush=True)
             for name, url, lo, hi in [("tandem", "http://127.0.0.1:18080", 2000, 32000),
                                       ("mlserver", "http://127.0.0.1:18090", 100, 3200)]:
                 g = sweep(url, lo, hi, args, os.path.join(out, f"sweep-{name}-{r + 1}.json"))
@@ -132,6 +143,9 @@ def main():
     lines.append("| host: forward GFLOP/s at batch 128 | "
                  + " | ".join(f"{g:.0f}" for g in host)
                  + f" | {statistics.median(host):.0f} | {max(host):.0f} |")
+    lines.append("| host: the same at batch 64, 8 MiB evicted between calls | "
+                 + " | ".join(f"{g:.0f}" for g in evicted)
+                 + f" | {statistics.median(evicted):.0f} | {max(evicted):.0f} |")
     lo, hi = ratio_interval(got["tandem"], got["mlserver"])
     lines.append(f"\nRatio of medians, 90% bootstrap interval over {args.rounds} round(s): "
                  f"{lo:.1f}x to {hi:.1f}x.")
