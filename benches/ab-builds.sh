@@ -66,8 +66,8 @@ run() { # name port pid round
   before=$(switches "$3")
   cpu0=$(ticks "$3")
   target/release/tandem bench load --url "http://127.0.0.1:$2" --model mlp --rate "$rate" \
-    --shape constant --duration "$duration" --connections 128 --budget-ms 50 --bodies "$bodies" --json "$json" \
-    >/dev/null
+    --shape constant --duration "$duration" --connections 128 --budget-ms 50 \
+    --bodies "$bodies" --json "$json" >/dev/null
   after=$(switches "$3")
   cpu1=$(ticks "$3")
   python3 - "$json" "$1" "$4" "$before" "$after" "$cpu0" "$cpu1" "$(getconf CLK_TCK)" <<'EOF'

@@ -16,9 +16,10 @@
 //! process the HTTP threads evict the weights from the caches between batches, so each
 //! batch streams them again; on 4 KiB pages a 7 MB layer spans ~1,800 pages, more than the
 //! TLB holds, and the page walks of that stream come on top of its misses. With 2 MiB pages
-//! the 784→1024→1024→10 MLP ran 5–15% faster with its weights evicted between calls
-//! (benches/README.md, "Huge pages for the weights"). The price is at most one partly used
-//! huge page per buffer; where the kernel gives no huge pages the advice changes nothing.
+//! the 784→1024→1024→10 MLP ran 4–14% faster at 16 rows with its weights evicted between
+//! calls, about the same at 64 rows and when hot (benches/README.md, "Where the cores go at
+//! saturation"). The price is at most one partly used huge page per buffer; where the
+//! kernel gives no huge pages the advice changes nothing.
 
 use std::alloc::{self, Layout};
 use std::fmt;
