@@ -80,6 +80,47 @@ fn health_server_and_model_metadata() {
 }
 
 #[test]
+fn head_is_get_without_the_body_and_405_names_the_methods() {
+    let f = fixture();
+    let s = &f.server;
+    let get = s.get("/v2/models/mlp");
+    // HEAD, then GET on the same keep-alive connection: had the HEAD answer carried its
+    // body, the second answer would be read from the middle of it.
+    let r = raw(
+        s.addr,
+        b"HEAD /v2/models/mlp HTTP/1.1\r\nHost: t\r\n\r\n\
+          GET /v2/health/live HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    assert_eq!(r.status, 200);
+    let length = get.body.len().to_string();
+    assert_eq!(r.header("content-length"), Some(length.as_str()));
+    assert!(
+        r.body.starts_with(b"HTTP/1.1 200 OK\r\n"),
+        "after the HEAD answer: {:?}",
+        r.text()
+    );
+    assert_eq!(request(s.addr, "HEAD", "/metrics", &[], b"").status, 200);
+    assert!(
+        request(s.addr, "HEAD", "/metrics", &[], b"")
+            .body
+            .is_empty()
+    );
+
+    for (method, path, allow) in [
+        ("DELETE", "/v2/models/mlp", "GET, HEAD"),
+        ("POST", "/v2/health/ready", "GET, HEAD"),
+        ("GET", "/v2/models/mlp/versions/1/infer", "POST"),
+        ("HEAD", "/v2/models/mlp/infer", "POST"),
+        ("PUT", "/v2/repository/index", "POST"),
+    ] {
+        let r = request(s.addr, method, path, &[], b"");
+        assert_eq!(r.status, 405, "{method} {path}");
+        assert_eq!(r.header("allow"), Some(allow), "{method} {path}");
+    }
+}
+
+#[test]
 fn json_nested_and_flat_match_the_reference_on_every_version() {
     let f = fixture();
     let s = &f.server;

@@ -30,8 +30,13 @@ pub enum ApiError {
     #[error("no route for {method} {path}")]
     NotFound { method: String, path: String },
 
-    #[error("method {method} not allowed on {path}")]
-    MethodNotAllowed { method: String, path: String },
+    /// `allow` lists the methods the path does take, for the `Allow` header.
+    #[error("method {method} not allowed on {path}; it takes {allow}")]
+    MethodNotAllowed {
+        method: String,
+        path: String,
+        allow: &'static str,
+    },
 
     #[error("request body exceeds the {limit}-byte limit")]
     BodyTooLarge { limit: usize },
@@ -128,6 +133,14 @@ impl ApiError {
             ApiError::Overloaded { retry_after, .. } => {
                 Some(retry_after.as_secs_f64().ceil().max(1.0) as u64)
             }
+            _ => None,
+        }
+    }
+
+    /// For 405: the methods the path takes.
+    pub fn allow(&self) -> Option<&'static str> {
+        match self {
+            ApiError::MethodNotAllowed { allow, .. } => Some(allow),
             _ => None,
         }
     }

@@ -54,10 +54,16 @@ pub async fn handle(
             let body = read_body(state, req).await?;
             change_log_filter(&body)
         }
-        (method, ["admin", "models"] | ["admin", "models", _, "slo"] | ["admin", "log"]) => {
+        (method, ["admin", "models"]) => Err(ApiError::MethodNotAllowed {
+            method: method.to_string(),
+            path: format!("/{}", segments.join("/")),
+            allow: "GET, HEAD",
+        }),
+        (method, ["admin", "models", _, "slo"] | ["admin", "log"]) => {
             Err(ApiError::MethodNotAllowed {
                 method: method.to_string(),
                 path: format!("/{}", segments.join("/")),
+                allow: "GET, HEAD, PUT",
             })
         }
         (method, _) => Err(ApiError::NotFound {

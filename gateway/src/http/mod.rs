@@ -69,11 +69,15 @@ impl AppState {
     }
 }
 
-/// `{"error": ...}` with the status (and `Retry-After`) the error maps to.
+/// `{"error": ...}` with the status (and `Retry-After`, `Allow`) the error maps to.
 pub fn error_response(e: &ApiError) -> Response<Full<Bytes>> {
     let mut resp = json_response(e.status(), e.body());
     if let Some(secs) = e.retry_after_secs() {
         resp.headers_mut().insert(header::RETRY_AFTER, secs.into());
+    }
+    if let Some(allow) = e.allow() {
+        resp.headers_mut()
+            .insert(header::ALLOW, header::HeaderValue::from_static(allow));
     }
     if matches!(e, ApiError::UnsupportedEncoding(_)) {
         resp.headers_mut().insert(

@@ -43,7 +43,14 @@ pub async fn handle(
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let result = match (metrics_only, &method, segments.as_slice()) {
+    // HEAD is GET without the body (RFC 9110 §9.3.2): routed as GET, and hyper, which
+    // remembers the method it parsed, sends the headers and holds the body back.
+    let mut req = req;
+    if method == Method::HEAD {
+        *req.method_mut() = Method::GET;
+    }
+    let routed = req.method().clone();
+    let result = match (metrics_only, &routed, segments.as_slice()) {
         (_, &Method::GET, ["metrics"]) => Ok(metrics(&state)),
         (true, _, _) => Err(not_found(&method, &path)),
         (_, &Method::GET, ["v2"]) => Ok(server_metadata()),
@@ -87,27 +94,33 @@ pub async fn handle(
             let segments: Vec<String> = segments.iter().map(|s| s.to_string()).collect();
             super::admin::handle(&state, req, peer, &segments).await
         }
-        _ if route_exists(&segments) => Err(ApiError::MethodNotAllowed {
-            method: method.to_string(),
-            path: path.clone(),
-        }),
-        _ => Err(not_found(&method, &path)),
+        _ => match allowed_methods(&segments) {
+            Some(allow) => Err(ApiError::MethodNotAllowed {
+                method: method.to_string(),
+                path: path.clone(),
+                allow,
+            }),
+            None => Err(not_found(&method, &path)),
+        },
     };
     result.unwrap_or_else(|e| error_response(&e))
 }
 
-/// Whether some method is routed at this path (so the answer is 405, not 404).
-fn route_exists(segments: &[&str]) -> bool {
-    const VERSION_ENDPOINTS: [&str; 4] = ["ready", "infer", "config", "stats"];
+/// The methods routed at this path, for a 405's `Allow` header; `None` where nothing is
+/// (a 404). `/admin/` answers its own.
+fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
+    const READ: &str = "GET, HEAD";
     match segments {
-        ["metrics"] | ["v2"] | ["v2", "health", "live" | "ready"] => true,
-        ["v2", "repository", "index"] => true,
-        ["v2", "repository", "models", _, "load" | "unload"] => true,
-        ["v2", "models", _] | ["v2", "models", _, "versions", _] => true,
-        ["v2", "models", _, last] | ["v2", "models", _, "versions", _, last] => {
-            VERSION_ENDPOINTS.contains(last)
-        }
-        _ => false,
+        ["metrics"] | ["v2"] | ["v2", "health", "live" | "ready"] => Some(READ),
+        ["v2", "repository", "index"] => Some("POST"),
+        ["v2", "repository", "models", _, "load" | "unload"] => Some("POST"),
+        ["v2", "models", _] | ["v2", "models", _, "versions", _] => Some(READ),
+        ["v2", "models", _, last] | ["v2", "models", _, "versions", _, last] => match *last {
+            "infer" => Some("POST"),
+            "ready" | "config" | "stats" => Some(READ),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
