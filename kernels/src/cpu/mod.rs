@@ -338,16 +338,16 @@ fn threads_for(rows: usize, inputs: usize, outputs: usize, threads: usize) -> us
     }
 }
 
-/// Runs `work` over `0..units` cut into at most `threads` contiguous ranges (each but the
+/// Runs `work` over `0..units` cut into at most `pieces` contiguous ranges (each but the
 /// last a multiple of `granule`): the first on this thread, the others on the current rayon
-/// pool, returning when all are done.
+/// pool, whose threads take them as they come free; returns when all are done.
 fn in_parallel(
     units: usize,
     granule: usize,
-    threads: usize,
+    pieces: usize,
     work: impl Fn(std::ops::Range<usize>) + Sync,
 ) {
-    let chunk = units.div_ceil(threads.max(1)).div_ceil(granule) * granule;
+    let chunk = units.div_ceil(pieces.max(1)).div_ceil(granule) * granule;
     if chunk >= units {
         work(0..units);
         return;
@@ -378,6 +378,31 @@ unsafe impl Sync for OutPtr {}
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn in_parallel_covers_every_unit_once_in_granules() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        for (units, granule, pieces) in [(64, 1, 8), (65, 1, 8), (1000, 4, 2), (7, 4, 8), (3, 1, 1)]
+        {
+            let seen = std::sync::Mutex::new(Vec::new());
+            pool.install(|| {
+                super::in_parallel(units, granule, pieces, |r| seen.lock().unwrap().push(r))
+            });
+            let mut ranges = seen.into_inner().unwrap();
+            ranges.sort_by_key(|r| r.start);
+            let case = format!("{units} units, granule {granule}, {pieces} pieces: {ranges:?}");
+            assert!(ranges.len() <= pieces, "{case}");
+            assert_eq!(ranges.first().map(|r| r.start), Some(0), "{case}");
+            assert_eq!(ranges.last().map(|r| r.end), Some(units), "{case}");
+            for pair in ranges.windows(2) {
+                assert_eq!(pair[0].end, pair[1].start, "{case}");
+                assert_eq!(pair[0].len() % granule, 0, "{case}");
+            }
+        }
+    }
+
     use super::test_support::{assert_close, reference, values};
     use super::*;
 

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Two builds of `tandem serve` side by side past saturation, loaded in turn: how many
+# requests per second each answers when offered more than the cores can serve (the
+# capacity that goodput at a budget sits under). Interleaved run by run, since this
+# machine's speed drifts by tens of percent within minutes.
+#
+#     benches/ab-capacity.sh OLD_BINARY NEW_BINARY      # RATE=20000 ROUNDS=6 DURATION=5
+#
+# Each run follows a second of the same load that is not measured, with 64 request bodies
+# in turn. REPO=DIR serves another model repository (a model named mlp; default
+# target/bench-serve/repo, made here as the 784→1024→1024→10 f32 MLP if missing).
+# Prints one line per run and each build's median, and the ratio per round.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+old=${1:?usage: benches/ab-capacity.sh OLD_BINARY NEW_BINARY}
+new=${2:?usage: benches/ab-capacity.sh OLD_BINARY NEW_BINARY}
+rate=${RATE:-20000}
+rounds=${ROUNDS:-6}
+duration=${DURATION:-5}
+repo=${REPO:-target/bench-serve/repo}
+out=target/bench-capacity
+mkdir -p "$out"
+cargo build --release --quiet
+tandem=target/release/tandem
+if [ ! -f "$repo/mlp/1/model.safetensors" ]; then
+    mkdir -p "$repo/mlp/1"
+    python3 scripts/make_mlp.py --dims 784,1024,1024,10 --seed 1 "$repo/mlp/1/model.safetensors"
+fi
+
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true; wait' EXIT
+for i in 0 1; do
+    bin=$old
+    [ $i = 1 ] && bin=$new
+    "$bin" serve --listen 127.0.0.1:$((18180 + i)) --device cpu --model-repository "$repo" \
+        --coloc-socket "$out/coloc-$i.sock" 2>"$out/serve-$i.log" &
+    pids+=($!)
+done
+for i in 0 1; do
+    for _ in $(seq 300); do
+        curl -sf http://127.0.0.1:$((18180 + i))/v2/models/mlp/ready >/dev/null && break
+        sleep 0.2
+    done
+done
+
+for r in $(seq "$rounds"); do
+    for i in 0 1; do
+        url=http://127.0.0.1:$((18180 + i))
+        "$tandem" bench load --url "$url" --model mlp --rate "$rate" --duration 1 --bodies 64 \
+            --json "$out/warm.json" >/dev/null 2>&1
+        "$tandem" bench load --url "$url" --model mlp --rate "$rate" --duration "$duration" \
+            --bodies 64 --json "$out/run-$r-$i.json" >/dev/null 2>&1
+    done
+done
+
+python3 - "$out" "$rounds" <<'EOF'
+import json, statistics, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+got = [[json.load(open(f"{out}/run-{r}-{i}.json"))["achieved_rps"] for i in (0, 1)]
+       for r in range(1, rounds + 1)]
+for r, (a, b) in enumerate(got, 1):
+    print(f"round {r}  old {a:8.0f}  new {b:8.0f} req/s  new/old {b / a:.3f}")
+ratios = [b / a for a, b in got]
+print(f"medians: old {statistics.median(a for a, _ in got):.0f}, "
+      f"new {statistics.median(b for _, b in got):.0f} req/s; "
+      f"median ratio {statistics.median(ratios):.3f}, new higher in "
+      f"{sum(x > 1 for x in ratios)} of {rounds}")
+EOF
