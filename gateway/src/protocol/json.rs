@@ -78,6 +78,8 @@ impl JsonData {
         self.values.is_empty()
     }
 
+    // Inlined with `json_de::Reader::parse_number`: see there.
+    #[inline(always)]
     fn push_number(&mut self, v: f64) {
         if self.first_number.is_none() {
             self.first_number = Some(self.values.len());
