@@ -143,6 +143,9 @@ impl<'de> DeserializeSeed<'de> for Flatten<'_> {
     }
 }
 
+// The number visits are inlined into the reader's number arm, like the parser itself
+// (`json_de::Reader::parse_number`): a value then goes from its digits to the staging buffer
+// without a call (`decode_varied` 1.5–6% faster again, three runs in turn).
 impl<'de> Visitor<'de> for Flatten<'_> {
     type Value = ();
 
@@ -155,6 +158,7 @@ impl<'de> Visitor<'de> for Flatten<'_> {
         Ok(())
     }
 
+    #[inline(always)]
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
         self.0.push_number(v as f64);
         // Beyond 2^53 an i64 loses bits in f64, and integer datatypes are checked against
@@ -162,11 +166,13 @@ impl<'de> Visitor<'de> for Flatten<'_> {
         Ok(())
     }
 
+    #[inline(always)]
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
         self.0.push_number(v as f64);
         Ok(())
     }
 
+    #[inline(always)]
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
         self.0.push_number(v);
         Ok(())
