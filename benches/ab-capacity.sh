@@ -37,10 +37,12 @@ for i in 0 1; do
     pids+=($!)
 done
 for i in 0 1; do
+    ready=0
     for _ in $(seq 300); do
-        curl -sf http://127.0.0.1:$((18180 + i))/v2/models/mlp/ready >/dev/null && break
+        curl -sf http://127.0.0.1:$((18180 + i))/v2/models/mlp/ready >/dev/null && ready=1 && break
         sleep 0.2
     done
+    [ $ready = 1 ] || { echo "server $i did not become ready; see $out/serve-$i.log" >&2; exit 1; }
 done
 
 for r in $(seq "$rounds"); do

@@ -378,6 +378,9 @@ unsafe impl Sync for OutPtr {}
 
 #[cfg(test)]
 mod tests {
+    use super::test_support::{assert_close, reference, values};
+    use super::*;
+
     #[test]
     fn in_parallel_covers_every_unit_once_in_granules() {
         let pool = rayon::ThreadPoolBuilder::new()
@@ -387,9 +390,7 @@ mod tests {
         for (units, granule, pieces) in [(64, 1, 8), (65, 1, 8), (1000, 4, 2), (7, 4, 8), (3, 1, 1)]
         {
             let seen = std::sync::Mutex::new(Vec::new());
-            pool.install(|| {
-                super::in_parallel(units, granule, pieces, |r| seen.lock().unwrap().push(r))
-            });
+            pool.install(|| in_parallel(units, granule, pieces, |r| seen.lock().unwrap().push(r)));
             let mut ranges = seen.into_inner().unwrap();
             ranges.sort_by_key(|r| r.start);
             let case = format!("{units} units, granule {granule}, {pieces} pieces: {ranges:?}");
@@ -402,9 +403,6 @@ mod tests {
             }
         }
     }
-
-    use super::test_support::{assert_close, reference, values};
-    use super::*;
 
     fn cases() -> impl Iterator<Item = (Activation, CpuKernel, usize)> {
         [Activation::Identity, Activation::Relu]
