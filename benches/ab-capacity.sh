@@ -9,7 +9,10 @@
 # Each run follows a second of the same load that is not measured, with 64 request bodies
 # in turn. REPO=DIR serves another model repository (a model named mlp; default
 # target/bench-serve/repo, made here as the 784→1024→1024→10 f32 MLP if missing).
-# Prints one line per run and each build's median, and the ratio per round.
+# SHAPE=constant|poisson|burst and CONNECTIONS=N (default 128) set the load; with more
+# connections than requests in flight, overload reaches the server instead of waiting in
+# the generator. Prints one line per run (answered, and answered within 50 ms) and each
+# build's median, and the ratio per round.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 old=${1:?usage: benches/ab-capacity.sh OLD_BINARY NEW_BINARY}
@@ -17,6 +20,8 @@ new=${2:?usage: benches/ab-capacity.sh OLD_BINARY NEW_BINARY}
 rate=${RATE:-20000}
 rounds=${ROUNDS:-6}
 duration=${DURATION:-5}
+shape=${SHAPE:-constant}
+connections=${CONNECTIONS:-128}
 repo=${REPO:-target/bench-serve/repo}
 out=target/bench-capacity
 mkdir -p "$out"
@@ -48,20 +53,24 @@ done
 for r in $(seq "$rounds"); do
     for i in 0 1; do
         url=http://127.0.0.1:$((18180 + i))
-        "$tandem" bench load --url "$url" --model mlp --rate "$rate" --duration 1 --bodies 64 \
-            --json "$out/warm.json" >/dev/null 2>&1
-        "$tandem" bench load --url "$url" --model mlp --rate "$rate" --duration "$duration" \
-            --bodies 64 --json "$out/run-$r-$i.json" >/dev/null 2>&1
+        load=(bench load --url "$url" --model mlp --rate "$rate" --shape "$shape"
+            --connections "$connections" --bodies 64)
+        "$tandem" "${load[@]}" --duration 1 --json "$out/warm.json" >/dev/null 2>&1
+        "$tandem" "${load[@]}" --duration "$duration" --json "$out/run-$r-$i.json" \
+            >/dev/null 2>&1
     done
 done
 
 python3 - "$out" "$rounds" <<'EOF'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
-got = [[json.load(open(f"{out}/run-{r}-{i}.json"))["achieved_rps"] for i in (0, 1)]
-       for r in range(1, rounds + 1)]
-for r, (a, b) in enumerate(got, 1):
-    print(f"round {r}  old {a:8.0f}  new {b:8.0f} req/s  new/old {b / a:.3f}")
+runs = [[json.load(open(f"{out}/run-{r}-{i}.json")) for i in (0, 1)]
+        for r in range(1, rounds + 1)]
+got = [[run["achieved_rps"] for run in pair] for pair in runs]
+for r, (a, b) in enumerate(runs, 1):
+    print(f"round {r}  old {a['achieved_rps']:8.0f} ({a['goodput_rps']:.0f} within 50 ms)"
+          f"  new {b['achieved_rps']:8.0f} ({b['goodput_rps']:.0f})"
+          f" req/s  new/old {b['achieved_rps'] / a['achieved_rps']:.3f}")
 ratios = [b / a for a, b in got]
 print(f"medians: old {statistics.median(a for a, _ in got):.0f}, "
       f"new {statistics.median(b for _, b in got):.0f} req/s; "

@@ -32,6 +32,12 @@ pub struct Health {
     /// this time (nanoseconds after `epoch()`), with this Retry-After.
     shed_until_ns: AtomicU64,
     shed_retry_ms: AtomicU64,
+    /// The policy's admission horizon in microseconds (0: none), and the earliest a
+    /// request could be answered (nanoseconds after `epoch()`; 0: whenever it arrived): one
+    /// that would be answered later than the horizon after its arrival is refused before
+    /// it is parsed.
+    horizon_us: AtomicU64,
+    earliest_answer_ns: AtomicU64,
 }
 
 /// A consistent-enough reading of [`Health`].
@@ -88,6 +94,45 @@ impl Health {
             .then(|| Duration::from_millis(self.shed_retry_ms.load(Ordering::Relaxed)))
     }
 
+    pub fn set_admission_horizon(&self, horizon: Option<Duration>) {
+        // A zero horizon is stored as one microsecond: 0 means "none".
+        let us = horizon.map_or(0, |h| (h.as_micros() as u64).max(1));
+        self.horizon_us.store(us, Ordering::Relaxed);
+    }
+
+    /// The earliest a request arriving now could be answered; `None` when now.
+    pub fn set_earliest_answer(&self, at: Option<Instant>) {
+        let ns = at.map_or(0, |t| {
+            (t.saturating_duration_since(epoch()).as_nanos() as u64).max(1)
+        });
+        self.earliest_answer_ns.store(ns, Ordering::Relaxed);
+    }
+
+    /// If a request that arrived at `arrived`, and whose handler started reading it at
+    /// `read_from`, cannot be answered within the admission horizon of its arrival: the
+    /// earliest it could be, counted from its arrival. With the device idle and nothing
+    /// queued the policy admits anything, and so does this, unless the request waited
+    /// unread past the horizon: then the front end, not the device, is behind, and a
+    /// request refused unparsed is what lets it catch up. (A slow upload is not "unread":
+    /// its handler starts with its headers.)
+    pub fn too_late(&self, arrived: Instant, read_from: Instant) -> Option<Duration> {
+        let horizon = Duration::from_micros(self.horizon_us.load(Ordering::Relaxed));
+        if horizon.is_zero() {
+            return None;
+        }
+        let now = Instant::now();
+        let earliest = match self.earliest_answer_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(now.max(epoch() + Duration::from_nanos(ns))),
+        };
+        let answer = earliest.unwrap_or(now).saturating_duration_since(arrived);
+        let late = match earliest {
+            None => read_from.saturating_duration_since(arrived) > horizon,
+            Some(_) => answer > horizon,
+        };
+        late.then_some(answer)
+    }
+
     pub fn read(&self) -> HealthReading {
         let now = Instant::now().saturating_duration_since(epoch()).as_nanos() as u64;
         let age = now.saturating_sub(self.observed_at_ns.load(Ordering::Relaxed));
@@ -122,5 +167,49 @@ mod tests {
         assert_eq!(h.read().observed_p99, None);
         h.shed_for(Duration::from_millis(50), Duration::from_secs(2));
         assert_eq!(h.shedding(), Some(Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn a_request_is_too_late_only_when_answered_past_the_horizon() {
+        let h = Health::default();
+        let ms = Duration::from_millis;
+        let now = Instant::now;
+        let long_ago = now() - ms(40);
+        h.set_earliest_answer(Some(now()));
+        assert_eq!(
+            h.too_late(long_ago, now()),
+            None,
+            "no horizon: nothing is late"
+        );
+        h.set_admission_horizon(Some(ms(100)));
+        assert_eq!(h.too_late(long_ago, now()), None);
+        // Waited past the horizon, with the device busy: even if read at once (a slow
+        // upload), the batcher would refuse it.
+        h.set_admission_horizon(Some(ms(30)));
+        assert!(
+            h.too_late(long_ago, long_ago)
+                .is_some_and(|after| after >= ms(40))
+        );
+        assert_eq!(h.too_late(now(), now()), None);
+        // Fresh, but the queue ahead ends past the horizon.
+        h.set_earliest_answer(Some(now() + ms(35)));
+        assert!(h.too_late(now(), now()).is_some_and(|after| after > ms(30)));
+        h.set_earliest_answer(Some(now() + ms(20)));
+        assert_eq!(h.too_late(now(), now()), None);
+        assert!(h.too_late(now() - ms(15), now()).is_some());
+        // An idle device admits a slow upload however late, but not a request that sat
+        // unread past the horizon.
+        h.set_earliest_answer(None);
+        assert_eq!(h.too_late(long_ago, long_ago + ms(1)), None);
+        assert!(
+            h.too_late(long_ago, now())
+                .is_some_and(|after| after >= ms(40))
+        );
+        // A zero horizon still refuses (it is not stored as "none").
+        h.set_earliest_answer(Some(now()));
+        h.set_admission_horizon(Some(Duration::ZERO));
+        assert!(h.too_late(now() - ms(1), now()).is_some());
+        h.set_admission_horizon(None);
+        assert_eq!(h.too_late(long_ago, now()), None);
     }
 }

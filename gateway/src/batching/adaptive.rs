@@ -351,6 +351,20 @@ impl BatchPolicy for AdaptivePolicy {
         };
     }
 
+    // The deadline `admit` plans to: the effective budget after arrival, less the response
+    // margin.
+    fn admission_horizon(&self) -> Option<Duration> {
+        Some(self.effective_budget().saturating_sub(self.response_margin))
+    }
+
+    // `admit`'s finish for one row, with its exception for an idle device.
+    fn earliest_answer(&self, queue: &QueueView, ahead: usize, now: Instant) -> Option<Instant> {
+        if queue.rows == 0 && self.remaining_busy(now).is_zero() {
+            return None;
+        }
+        Some(now + self.remaining_busy(now) + self.drain_time(ahead + 1))
+    }
+
     fn gauges(&self) -> PolicyGauges {
         PolicyGauges {
             predicted_batch: Some(self.model.predict_mean(self.efficient)),

@@ -74,6 +74,22 @@ pub trait BatchPolicy: Send {
     /// The share of its cores the server process used lately, in [0, 1].
     fn observe_cpu_load(&mut self, _share: f64) {}
 
+    /// How long after its arrival a request must be answered to be admitted (before its
+    /// own timeout, which only shortens it); `None` where the policy refuses nothing for
+    /// lateness.
+    fn admission_horizon(&self) -> Option<Duration> {
+        None
+    }
+
+    /// The earliest a one-row request of the most urgent priority, `ahead` rows ranked
+    /// before it, could be answered if it arrived at `now`; `None` where it would be
+    /// admitted however late (the adaptive policy's idle device). With the horizon, what
+    /// the HTTP front end refuses before it parses a body: a request whose earliest answer
+    /// is more than the horizon after its arrival is refused by `admit` whatever its body.
+    fn earliest_answer(&self, _queue: &QueueView, _ahead: usize, _now: Instant) -> Option<Instant> {
+        None
+    }
+
     /// What the policy believes now, for the metrics that explain its decisions.
     fn gauges(&self) -> PolicyGauges {
         PolicyGauges::default()

@@ -235,6 +235,12 @@ impl Batcher {
             metrics.queue_depth.set(self.state.len() as f64);
             self.health
                 .set_queue(self.state.len(), self.state.capacity());
+            let most_urgent = self.state.rows_ahead(1);
+            let answer = self
+                .policy
+                .earliest_answer(&self.state.view(), most_urgent, now);
+            self.health
+                .set_earliest_answer(answer.map(Instant::into_std));
             // With nothing completing the window ages out; keep the reading current.
             if now.saturating_duration_since(last_gauges) >= GAUGE_EVERY * 10 {
                 last_gauges = now;
@@ -309,6 +315,8 @@ impl Batcher {
         );
         self.health.set_budget(self.budget);
         self.health.set_observed_p99(p99);
+        self.health
+            .set_admission_horizon(self.policy.admission_horizon());
     }
 
     fn admit(&mut self, p: Pending, metrics: &BatcherMetrics) {

@@ -340,6 +340,28 @@ async fn infer(
     response
 }
 
+/// What a request refused for lateness is told to wait: the server cannot tell how long
+/// its backlog of unread requests takes to drain (the header's resolution is a second).
+const LATE_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// A request refused before its body was parsed: counted where the batcher counts its own
+/// refusals (the metric and the trainer coordinator's reading).
+fn refused_unparsed(
+    version: &ModelVersion,
+    message: String,
+    retry_after: Duration,
+    reason: &'static str,
+) -> ApiError {
+    metrics::counter!(names::REQUESTS_REJECTED, "model" => version.name.clone(), "reason" => reason)
+        .increment(1);
+    version.health.add_turned_away(1);
+    ApiError::Overloaded {
+        message,
+        retry_after,
+        reason,
+    }
+}
+
 async fn infer_on(
     state: &AppState,
     version: &Arc<ModelVersion>,
@@ -347,6 +369,8 @@ async fn infer_on(
     arrival: &ArrivalClock,
     arrived: &mut Instant,
 ) -> Result<Response<Full<Bytes>>, ApiError> {
+    // Until the kernel's stamp replaces it below: when hyper handed the headers over.
+    let read_from = *arrived;
     let header_len = match req.headers().get(BINARY_HEADER) {
         None => None,
         Some(v) => Some(
@@ -382,14 +406,40 @@ async fn infer_on(
     }
     // Shedding: refuse before parsing.
     if let Some(retry_after) = version.health.shedding() {
-        return Err(ApiError::Overloaded {
-            message: format!(
+        return Err(refused_unparsed(
+            version,
+            format!(
                 "over capacity: model {:?} is shedding load; retry after the queue drains",
                 version.name
             ),
             retry_after,
-            reason: "shed",
-        });
+            "shed",
+        ));
+    }
+    // A request that cannot be answered within the policy's horizon of its arrival even at
+    // the most urgent priority (the queue ahead is too long, or it waited too long in its
+    // socket) is refused unparsed: the batcher would refuse it whatever its body. Alone in
+    // front of an idle device the batcher admits anything, but one that sat unread past the
+    // horizon is refused here all the same: the front end is behind, and parsing bodies only
+    // to refuse them or answer them late takes the cores the next requests need, until every
+    // request arrives late (1,000 connections offering 20,000 req/s: 97% of the CPU went to
+    // the HTTP threads and 250–600 req/s were answered; benches/README.md, "Refused before
+    // parsing").
+    let late = version
+        .health
+        .too_late(arrived.into_std(), read_from.into_std());
+    if let Some(after) = late {
+        return Err(refused_unparsed(
+            version,
+            format!(
+                "over capacity: model {:?} could answer this request {:.1} ms after it \
+                 arrived at the earliest, past its budget; retry when the load eases",
+                version.name,
+                after.as_secs_f64() * 1e3
+            ),
+            LATE_RETRY_AFTER,
+            "late",
+        ));
     }
     // Inflated only now: a request refused above costs no decompression.
     let body = content_coding::decode(body, coding, limit).await?;
