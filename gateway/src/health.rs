@@ -16,6 +16,12 @@ fn epoch() -> Instant {
 /// recent request.
 const STALE_AFTER: Duration = Duration::from_millis(2500);
 
+/// How long a request must have sat unread before the front end counts as behind, whatever
+/// the budget: under a budget tighter than the runtime's own scheduling delays (the trainer
+/// tests squeeze it to a microsecond), a request a few microseconds unread says nothing of
+/// the front end, and alone in front of an idle device it is served.
+const FRONT_END_BEHIND: Duration = Duration::from_millis(2);
+
 #[derive(Debug, Default)]
 pub struct Health {
     budget_us: AtomicU64,
@@ -110,11 +116,12 @@ impl Health {
 
     /// If a request that arrived at `arrived`, and whose handler started reading it at
     /// `read_from`, cannot be answered within the admission horizon of its arrival: the
-    /// earliest it could be, counted from its arrival. With the device idle and nothing
-    /// queued the policy admits anything, and so does this, unless the request waited
-    /// unread past the horizon: then the front end, not the device, is behind, and a
-    /// request refused unparsed is what lets it catch up. (A slow upload is not "unread":
-    /// its handler starts with its headers.)
+    /// earliest it could be, counted from its arrival. Two ways: the queue ahead of it ends
+    /// past the horizon (the batcher would refuse it whatever its body), or it sat unread
+    /// in its socket past the horizon and [`FRONT_END_BEHIND`]. The second holds even where
+    /// the batcher would take it (alone in front of an idle device): the front end is
+    /// behind, and refusing such requests unparsed is what lets it catch up. (A slow upload
+    /// is not "unread": its handler starts with its headers.)
     pub fn too_late(&self, arrived: Instant, read_from: Instant) -> Option<Duration> {
         let horizon = Duration::from_micros(self.horizon_us.load(Ordering::Relaxed));
         if horizon.is_zero() {
@@ -122,15 +129,13 @@ impl Health {
         }
         let now = Instant::now();
         let earliest = match self.earliest_answer_ns.load(Ordering::Relaxed) {
-            0 => None,
-            ns => Some(now.max(epoch() + Duration::from_nanos(ns))),
+            0 => now,
+            ns => now.max(epoch() + Duration::from_nanos(ns)),
         };
-        let answer = earliest.unwrap_or(now).saturating_duration_since(arrived);
-        let late = match earliest {
-            None => read_from.saturating_duration_since(arrived) > horizon,
-            Some(_) => answer > horizon,
-        };
-        late.then_some(answer)
+        let answer = earliest.saturating_duration_since(arrived);
+        let unread = read_from.saturating_duration_since(arrived);
+        let behind = unread > horizon.max(FRONT_END_BEHIND);
+        (behind || answer > horizon && earliest > now).then_some(answer)
     }
 
     pub fn read(&self) -> HealthReading {
@@ -175,7 +180,6 @@ mod tests {
         let ms = Duration::from_millis;
         let now = Instant::now;
         let long_ago = now() - ms(40);
-        h.set_earliest_answer(Some(now()));
         assert_eq!(
             h.too_late(long_ago, now()),
             None,
@@ -183,32 +187,33 @@ mod tests {
         );
         h.set_admission_horizon(Some(ms(100)));
         assert_eq!(h.too_late(long_ago, now()), None);
-        // Waited past the horizon, with the device busy: even if read at once (a slow
-        // upload), the batcher would refuse it.
         h.set_admission_horizon(Some(ms(30)));
-        assert!(
-            h.too_late(long_ago, long_ago)
-                .is_some_and(|after| after >= ms(40))
-        );
-        assert_eq!(h.too_late(now(), now()), None);
-        // Fresh, but the queue ahead ends past the horizon.
-        h.set_earliest_answer(Some(now() + ms(35)));
-        assert!(h.too_late(now(), now()).is_some_and(|after| after > ms(30)));
-        h.set_earliest_answer(Some(now() + ms(20)));
-        assert_eq!(h.too_late(now(), now()), None);
-        assert!(h.too_late(now() - ms(15), now()).is_some());
-        // An idle device admits a slow upload however late, but not a request that sat
-        // unread past the horizon.
-        h.set_earliest_answer(None);
-        assert_eq!(h.too_late(long_ago, long_ago + ms(1)), None);
+        // Nothing queued: only a request that sat unread past the horizon is late, not a
+        // slow upload (read at once) nor one just read.
         assert!(
             h.too_late(long_ago, now())
                 .is_some_and(|after| after >= ms(40))
         );
-        // A zero horizon still refuses (it is not stored as "none").
-        h.set_earliest_answer(Some(now()));
+        assert_eq!(h.too_late(long_ago, long_ago + ms(1)), None);
+        assert_eq!(h.too_late(now(), now()), None);
+        // Queued: the queue ahead ends past the horizon, however fresh the request.
+        h.set_earliest_answer(Some(now() + ms(35)));
+        assert!(h.too_late(now(), now()).is_some_and(|after| after > ms(30)));
+        h.set_earliest_answer(Some(now() + ms(20)));
+        assert_eq!(h.too_late(now(), now()), None);
+        assert!(h.too_late(now() - ms(15), now() - ms(15)).is_some());
+        // A reading already past counts as "now".
+        h.set_earliest_answer(Some(now() - ms(5)));
+        assert_eq!(h.too_late(long_ago, long_ago), None);
+        h.set_earliest_answer(None);
+        // A horizon tighter than the front end's own delays: unread for less than
+        // FRONT_END_BEHIND is not late, with nothing queued; a zero horizon is not "none".
         h.set_admission_horizon(Some(Duration::ZERO));
-        assert!(h.too_late(now() - ms(1), now()).is_some());
+        assert_eq!(h.too_late(now() - ms(1), now()), None);
+        assert!(h.too_late(now() - ms(3), now()).is_some());
+        h.set_earliest_answer(Some(now() + ms(1)));
+        assert!(h.too_late(now(), now()).is_some());
+        h.set_earliest_answer(None);
         h.set_admission_horizon(None);
         assert_eq!(h.too_late(long_ago, now()), None);
     }

@@ -357,9 +357,14 @@ impl BatchPolicy for AdaptivePolicy {
         Some(self.effective_budget().saturating_sub(self.response_margin))
     }
 
-    // `admit`'s finish for one row, with its exception for an idle device.
+    // `admit`'s finish for one row, while requests wait. With none waiting a newcomer's
+    // answer hangs on the running batch alone, and a handler cannot see that batch end in
+    // time: the worker answers its requests before the batcher hears that it ended, so a
+    // client sending one request after another would find the device busy in every reading
+    // (and with a budget tighter than a batch, be refused where `admit`, which sees the
+    // device idle, takes it).
     fn earliest_answer(&self, queue: &QueueView, ahead: usize, now: Instant) -> Option<Instant> {
-        if queue.rows == 0 && self.remaining_busy(now).is_zero() {
+        if queue.rows == 0 {
             return None;
         }
         Some(now + self.remaining_busy(now) + self.drain_time(ahead + 1))

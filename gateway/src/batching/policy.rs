@@ -82,10 +82,10 @@ pub trait BatchPolicy: Send {
     }
 
     /// The earliest a one-row request of the most urgent priority, `ahead` rows ranked
-    /// before it, could be answered if it arrived at `now`; `None` where it would be
-    /// admitted however late (the adaptive policy's idle device). With the horizon, what
-    /// the HTTP front end refuses before it parses a body: a request whose earliest answer
-    /// is more than the horizon after its arrival is refused by `admit` whatever its body.
+    /// before it, could be answered if it arrived at `now`; `None` where the policy cannot
+    /// tell in advance (the adaptive policy: nothing waiting). With the horizon, what the
+    /// HTTP front end refuses before it parses a body: a request whose earliest answer is
+    /// more than the horizon after its arrival is refused by `admit` whatever its body.
     fn earliest_answer(&self, _queue: &QueueView, _ahead: usize, _now: Instant) -> Option<Instant> {
         None
     }

@@ -420,11 +420,11 @@ async fn infer_on(
     // the most urgent priority (the queue ahead is too long, or it waited too long in its
     // socket) is refused unparsed: the batcher would refuse it whatever its body. Alone in
     // front of an idle device the batcher admits anything, but one that sat unread past the
-    // horizon is refused here all the same: the front end is behind, and parsing bodies only
-    // to refuse them or answer them late takes the cores the next requests need, until every
-    // request arrives late (1,000 connections offering 20,000 req/s: 97% of the CPU went to
-    // the HTTP threads and 250–600 req/s were answered; benches/README.md, "Refused before
-    // parsing").
+    // horizon (and a couple of milliseconds) is refused here all the same: the front end is
+    // behind, and parsing bodies only to refuse them or answer them late takes the cores the
+    // next requests need, until every request arrives late (1,000 connections offering
+    // 20,000 req/s: 97% of the CPU went to the HTTP threads and 250–600 req/s were
+    // answered; benches/README.md, "Refused before parsing").
     let late = version
         .health
         .too_late(arrived.into_std(), read_from.into_std());
