@@ -150,6 +150,7 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
         "model version loaded and warmed up"
     );
     Ok(Arc::new(ModelVersion {
+        unparsed_refusals: crate::registry::UnparsedRefusals::new(&spec.name),
         name: spec.name,
         version: spec.version,
         source: spec.path,

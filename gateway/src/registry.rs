@@ -32,6 +32,26 @@ pub struct ModelVersion {
     pub responses: Arc<crate::batching::feedback::ResponseLatencies>,
     /// Triton's statistics extension: counts and times since this version loaded.
     pub stats: Arc<crate::stats::VersionStats>,
+    /// The rejection counters of the refusals the HTTP front end makes before parsing.
+    pub unparsed_refusals: UnparsedRefusals,
+}
+
+/// Handles to `tandem_requests_rejected_total` for refusals made before a body is parsed,
+/// made once per version: under overload these come by the thousand a second, and a
+/// counter looked up per refusal would allocate its labels each time.
+pub struct UnparsedRefusals {
+    pub shed: metrics::Counter,
+    pub late: metrics::Counter,
+}
+
+impl UnparsedRefusals {
+    pub fn new(model: &str) -> UnparsedRefusals {
+        let counter = |reason: &'static str| metrics::counter!(names::REQUESTS_REJECTED, "model" => model.to_string(), "reason" => reason);
+        UnparsedRefusals {
+            shed: counter("shed"),
+            late: counter("late"),
+        }
+    }
 }
 
 impl ModelVersion {

@@ -345,15 +345,16 @@ async fn infer(
 const LATE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// A request refused before its body was parsed: counted where the batcher counts its own
-/// refusals (the metric and the trainer coordinator's reading).
+/// refusals (`counter`, one of `version.unparsed_refusals`, and the trainer coordinator's
+/// reading).
 fn refused_unparsed(
     version: &ModelVersion,
+    counter: &metrics::Counter,
     message: String,
     retry_after: Duration,
     reason: &'static str,
 ) -> ApiError {
-    metrics::counter!(names::REQUESTS_REJECTED, "model" => version.name.clone(), "reason" => reason)
-        .increment(1);
+    counter.increment(1);
     version.health.add_turned_away(1);
     ApiError::Overloaded {
         message,
@@ -408,6 +409,7 @@ async fn infer_on(
     if let Some(retry_after) = version.health.shedding() {
         return Err(refused_unparsed(
             version,
+            &version.unparsed_refusals.shed,
             format!(
                 "over capacity: model {:?} is shedding load; retry after the queue drains",
                 version.name
@@ -431,6 +433,7 @@ async fn infer_on(
     if let Some(after) = late {
         return Err(refused_unparsed(
             version,
+            &version.unparsed_refusals.late,
             format!(
                 "over capacity: model {:?} could answer this request {:.1} ms after it \
                  arrived at the earliest, past its budget; retry when the load eases",
