@@ -63,6 +63,11 @@ fn slo_changes_take_effect_while_serving() {
     // The batcher took the new policy: its budget gauge says so.
     server.assert_serves("m", DIMS[0]);
     assert_eq!(metric(&server, "tandem_slo_p99_budget_seconds"), 0.01);
+    // What the adaptive policy predicts, and how far batches stray from it.
+    std::thread::sleep(Duration::from_millis(150));
+    server.assert_serves("m", DIMS[0]);
+    assert!(metric(&server, "tandem_predicted_batch_duration_seconds") > 0.0);
+    assert!(metric(&server, "tandem_predicted_batch_spread_ratio") > 0.0);
     // And validation uses the new limit.
     let five = inputs(5 * DIMS[0], 2);
     let r = server.post_json("/v2/models/m/infer", &infer_body(&five, 5));

@@ -25,6 +25,7 @@ pub const SLO_EFFECTIVE_BUDGET: &str = "tandem_slo_effective_budget_seconds";
 pub const OBSERVED_P99: &str = "tandem_observed_p99_seconds";
 pub const OBSERVED_THROUGHPUT: &str = "tandem_observed_throughput_requests_per_second";
 pub const PREDICTED_BATCH_DURATION: &str = "tandem_predicted_batch_duration_seconds";
+pub const PREDICTION_SPREAD: &str = "tandem_predicted_batch_spread_ratio";
 pub const DEVICE_ALLOWANCE: &str = "tandem_training_allowance";
 pub const TRAINERS_CONNECTED: &str = "tandem_trainers_connected";
 pub const TRAINER_ALLOWANCE: &str = "tandem_trainer_allowance";
@@ -118,6 +119,10 @@ fn describe() {
         PREDICTED_BATCH_DURATION,
         Unit::Seconds,
         "The latency model's prediction for a batch of efficient size."
+    );
+    describe_gauge!(
+        PREDICTION_SPREAD,
+        "How far recent batch times strayed from the latency model's prediction: mean absolute deviation, relative (its high quantile is the mean times 1 + 3 x this)."
     );
     describe_gauge!(
         DEVICE_ALLOWANCE,

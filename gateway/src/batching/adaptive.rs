@@ -373,6 +373,7 @@ impl BatchPolicy for AdaptivePolicy {
     fn gauges(&self) -> PolicyGauges {
         PolicyGauges {
             predicted_batch: Some(self.model.predict_mean(self.efficient)),
+            prediction_spread: Some(self.model.spread()),
             effective_budget: Some(self.effective_budget()),
         }
     }

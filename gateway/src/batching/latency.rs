@@ -136,6 +136,11 @@ impl LatencyModel {
     pub fn scale(&self) -> f64 {
         self.scale
     }
+
+    /// Mean absolute deviation of recent batches from the prediction, relative to it.
+    pub fn spread(&self) -> f64 {
+        self.spread
+    }
 }
 
 /// The line `seconds = fixed + per_row × rows` through the warm-up points, by Theil–Sen:

@@ -101,6 +101,8 @@ pub trait BatchPolicy: Send {
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PolicyGauges {
     pub predicted_batch: Option<Duration>,
+    /// The latency model's relative spread around its prediction.
+    pub prediction_spread: Option<f64>,
     pub effective_budget: Option<Duration>,
 }
 

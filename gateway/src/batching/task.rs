@@ -72,6 +72,7 @@ struct BatcherMetrics {
     observed_p99: Gauge,
     completions: Gauge,
     predicted_batch: Gauge,
+    prediction_spread: Gauge,
 }
 
 impl BatcherMetrics {
@@ -99,6 +100,7 @@ impl BatcherMetrics {
             observed_p99: metrics::gauge!(names::OBSERVED_P99, "model" => m.clone()),
             completions: metrics::gauge!(names::OBSERVED_THROUGHPUT, "model" => m.clone()),
             predicted_batch: metrics::gauge!(names::PREDICTED_BATCH_DURATION, "model" => m.clone()),
+            prediction_spread: metrics::gauge!(names::PREDICTION_SPREAD, "model" => m.clone()),
         }
     }
 
@@ -117,6 +119,8 @@ impl BatcherMetrics {
             |gauge: &Gauge, d: Option<Duration>| gauge.set(d.map_or(0.0, |d| d.as_secs_f64()));
         set(&self.effective_budget, policy.effective_budget);
         set(&self.predicted_batch, policy.predicted_batch);
+        self.prediction_spread
+            .set(policy.prediction_spread.unwrap_or(0.0));
         set(&self.budget, Some(budget));
         set(&self.observed_p99, observed_p99);
         self.completions.set(completions_per_second);
