@@ -428,3 +428,56 @@ async fn a_p99_near_the_budget_brings_back_the_short_wait() {
     let (held, longest) = held_after(10 * MS);
     assert_eq!(held, longest, "two fast seconds later");
 }
+
+/// Feeds `policy` a second's worth of latencies per call, one every 100 µs (10,000 req/s),
+/// the first `spiked` of them at `spike` and the rest at `usual`; returns the effective
+/// budget as a share of `budget` afterwards.
+fn headroom_after(
+    policy: &mut AdaptivePolicy,
+    now: &mut tokio::time::Instant,
+    budget: Duration,
+    spiked: usize,
+    spike: Duration,
+    usual: Duration,
+) -> f64 {
+    for i in 0..10_000 {
+        *now += Duration::from_micros(100);
+        policy.observe_latency(if i < spiked { spike } else { usual }, *now);
+    }
+    policy.effective_budget().as_secs_f64() / budget.as_secs_f64()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_brief_spike_shrinks_the_effective_budget_once() {
+    let budget = 10 * MS;
+    let mut policy = AdaptivePolicy::new(budget, 64, fast_model());
+    let mut now = tokio::time::Instant::now();
+    let start = policy.effective_budget().as_secs_f64() / budget.as_secs_f64();
+    // A second at 60% of the budget (between where it grows and where it shrinks).
+    let steady = headroom_after(&mut policy, &mut now, budget, 0, MS, 6 * MS);
+    assert_eq!(steady, start);
+    // 100 ms of latencies at 1.4x the budget, then 60% again for two seconds: the window
+    // holds the spike for a while, but the requests after the first shrink are back at
+    // 60%, so it shrinks once (an earlier form shrank four times a second for as long as
+    // the spike stayed in the window).
+    let after = headroom_after(&mut policy, &mut now, budget, 1000, 14 * MS, 6 * MS);
+    let later = headroom_after(&mut policy, &mut now, budget, 0, MS, 6 * MS);
+    assert!((after - start * 0.9).abs() < 1e-9, "{start} -> {after}");
+    assert_eq!(later, after);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lasting_violation_keeps_shrinking_the_effective_budget() {
+    let budget = 10 * MS;
+    let mut policy = AdaptivePolicy::new(budget, 64, fast_model());
+    let mut now = tokio::time::Instant::now();
+    // Every request at 1.4x the budget for two seconds: each look (four a second) sees new
+    // requests over it, and shrinks again.
+    headroom_after(&mut policy, &mut now, budget, 10_000, 14 * MS, 14 * MS);
+    let shrunk = headroom_after(&mut policy, &mut now, budget, 10_000, 14 * MS, 14 * MS);
+    assert!(shrunk < 0.8 * 0.9_f64.powi(5), "{shrunk}");
+    // Then far inside the budget: it grows back.
+    let grown = headroom_after(&mut policy, &mut now, budget, 0, MS, 2 * MS);
+    let grown = headroom_after(&mut policy, &mut now, budget, 0, MS, 2 * MS).max(grown);
+    assert!(grown > shrunk, "{shrunk} -> {grown}");
+}
