@@ -27,12 +27,10 @@
 //! budget can serve.
 //!
 //! Feedback: the effective budget (the share of the p99 budget the queue and the device
-//! may use; the rest is HTTP and transport) shrinks by 10% whenever the observed p99 — as
-//! the handlers answered, from kernel arrival — exceeds 80% of the budget, counting only
-//! requests that arrived after it last shrank (a spike is evidence once, not for as long as
-//! it stays in the window), and grows back by 2% while the p99 of the last two seconds
-//! stays under 50%. (At 90% and 60%, bursts at a 10 ms budget settled at a p99 of
-//! 10.4–10.6 ms.)
+//! may use; the rest is HTTP and transport) shrinks by 10% whenever the observed p99 of the
+//! last two seconds — as the handlers answered, from kernel arrival — exceeds 80% of the
+//! budget, and grows back by 2% while it stays under 50%. (At 90% and 60%, bursts at a
+//! 10 ms budget settled at a p99 of 10.4–10.6 ms.)
 
 use std::time::Duration;
 
@@ -77,9 +75,6 @@ pub struct AdaptivePolicy {
     window: LatencyWindow,
     headroom: f64,
     last_feedback: Option<Instant>,
-    /// When the headroom last shrank: only requests that arrived later show whether it
-    /// shrank enough.
-    shrunk_at: Option<Instant>,
     /// When the running batch is expected to end (none running: in the past).
     busy_until: Option<Instant>,
     /// Whether batches wait to grow (see the module docs), with hysteresis.
@@ -113,7 +108,6 @@ impl AdaptivePolicy {
             window: LatencyWindow::new(Duration::from_secs(2), 4096),
             headroom: HEADROOM_START,
             last_feedback: None,
-            shrunk_at: None,
             busy_until: None,
             cpu_load: 0.0,
             response_delays: LatencyWindow::new(Duration::from_millis(500), 2048),
@@ -166,22 +160,8 @@ impl AdaptivePolicy {
         } else if p99 > self.budget.mul_f64(HURRIED_ABOVE) {
             self.unhurried = false;
         }
-        // Shrink again only on requests that arrived after the last shrink: the window
-        // keeps a spike for as long as it spans, and shrinking at every look (four a
-        // second) on that same spike counted it several times — a 100 ms spike at 10,000
-        // req/s took the headroom from 0.8 to 0.65 (`a_brief_spike_shrinks_the_effective_
-        // budget_once`). What it does not change: where the p99 is mostly the front end's
-        // (1,000 connections, a 10 ms budget), shrinking sheds more without lowering it
-        // much, and the loop still winds down (benches/README.md, "Shrinking on evidence").
-        let since_shrink = match self.shrunk_at {
-            None => Some((p99, n)),
-            Some(t) => self.window.quantile_arrived_after(0.99, Some(t), now),
-        };
-        let violated =
-            since_shrink.is_some_and(|(p99, n)| n >= 50 && p99 > self.budget.mul_f64(SHRINK_ABOVE));
-        if violated {
+        if p99 > self.budget.mul_f64(SHRINK_ABOVE) {
             self.headroom = (self.headroom * 0.9).max(HEADROOM_MIN);
-            self.shrunk_at = Some(now);
         } else if p99 < self.budget.mul_f64(GROW_BELOW) {
             self.headroom = (self.headroom * 1.02).min(HEADROOM_MAX);
         }
