@@ -221,7 +221,9 @@ impl RateEstimator {
     }
 }
 
-/// Latencies of requests completed in the last `span`, for the observed p99.
+/// Latencies of requests completed in the last `span`, for the observed p99 — at most the
+/// last `capacity` of them, so at high rates a shorter span (the adaptive policy's 4,096 are
+/// the last 0.4 s at 10,000 req/s).
 #[derive(Clone, Debug)]
 pub struct LatencyWindow {
     span: Duration,
