@@ -259,11 +259,29 @@ impl LatencyWindow {
 
     /// The `q` quantile of the window and how many samples it holds.
     pub fn quantile(&mut self, q: f64, now: Instant) -> Option<(Duration, usize)> {
+        self.quantile_arrived_after(q, None, now)
+    }
+
+    /// The `q` quantile of the requests in the window that arrived after `after` (a sample
+    /// recorded at `t` with latency `d` arrived at `t - d`), and how many there are.
+    pub fn quantile_arrived_after(
+        &mut self,
+        q: f64,
+        after: Option<Instant>,
+        now: Instant,
+    ) -> Option<(Duration, usize)> {
         self.trim(now);
-        if self.samples.is_empty() {
+        let mut v: Vec<Duration> = self
+            .samples
+            .iter()
+            .filter(|(t, d)| {
+                after.is_none_or(|a| t.checked_sub(*d).is_some_and(|arrived| arrived > a))
+            })
+            .map(|(_, d)| *d)
+            .collect();
+        if v.is_empty() {
             return None;
         }
-        let mut v: Vec<Duration> = self.samples.iter().map(|(_, d)| *d).collect();
         v.sort_unstable();
         let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
         Some((v[rank - 1], v.len()))

@@ -428,3 +428,96 @@ async fn a_p99_near_the_budget_brings_back_the_short_wait() {
     let (held, longest) = held_after(10 * MS);
     assert_eq!(held, longest, "two fast seconds later");
 }
+
+/// Feeds `policy` a second's worth of latencies per call, one every 100 µs (10,000 req/s),
+/// the first `spiked` of them at `spike` and the rest at `usual`; returns the effective
+/// budget as a share of `budget` afterwards.
+fn headroom_after(
+    policy: &mut AdaptivePolicy,
+    now: &mut tokio::time::Instant,
+    budget: Duration,
+    spiked: usize,
+    spike: Duration,
+    usual: Duration,
+) -> f64 {
+    for i in 0..10_000 {
+        *now += Duration::from_micros(100);
+        policy.observe_latency(if i < spiked { spike } else { usual }, *now);
+    }
+    policy.effective_budget().as_secs_f64() / budget.as_secs_f64()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_brief_spike_shrinks_the_effective_budget_once() {
+    let budget = 10 * MS;
+    let mut policy = AdaptivePolicy::new(budget, 64, fast_model());
+    let mut now = tokio::time::Instant::now();
+    let start = policy.effective_budget().as_secs_f64() / budget.as_secs_f64();
+    // A second at 60% of the budget (between where it grows and where it shrinks).
+    let steady = headroom_after(&mut policy, &mut now, budget, 0, MS, 6 * MS);
+    assert_eq!(steady, start);
+    // 100 ms of latencies at 1.4x the budget, then 60% again for two seconds: the window
+    // holds the spike for a while, but the requests after the first shrink are back at
+    // 60%, so it shrinks once (an earlier form shrank four times a second for as long as
+    // the spike stayed in the window).
+    let after = headroom_after(&mut policy, &mut now, budget, 1000, 14 * MS, 6 * MS);
+    let later = headroom_after(&mut policy, &mut now, budget, 0, MS, 6 * MS);
+    assert!((after - start * 0.9).abs() < 1e-9, "{start} -> {after}");
+    assert_eq!(later, after);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lasting_violation_keeps_shrinking_the_effective_budget() {
+    let budget = 10 * MS;
+    let mut policy = AdaptivePolicy::new(budget, 64, fast_model());
+    let mut now = tokio::time::Instant::now();
+    // Every request at 1.4x the budget for two seconds: each look (four a second) sees new
+    // requests over it, and shrinks again.
+    headroom_after(&mut policy, &mut now, budget, 10_000, 14 * MS, 14 * MS);
+    let shrunk = headroom_after(&mut policy, &mut now, budget, 10_000, 14 * MS, 14 * MS);
+    assert!(shrunk < 0.8 * 0.9_f64.powi(5), "{shrunk}");
+    // Then far inside the budget: it grows back.
+    let grown = headroom_after(&mut policy, &mut now, budget, 0, MS, 2 * MS);
+    let grown = headroom_after(&mut policy, &mut now, budget, 0, MS, 2 * MS).max(grown);
+    assert!(grown > shrunk, "{shrunk} -> {grown}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn while_refusing_a_p99_well_inside_the_budget_grows_the_effective_budget_back() {
+    let budget = 10 * MS;
+    let refusing = |policy: &mut AdaptivePolicy, now: tokio::time::Instant| {
+        let queue = QueueView {
+            requests: 10_000,
+            rows: 10_000,
+            oldest: Some(now),
+            earliest_deadline: None,
+            head_rows: 1,
+        };
+        assert!(policy.admit(&queue, 10_000, 1, now, None, now).is_err());
+    };
+    for refuse in [false, true] {
+        let mut policy = AdaptivePolicy::new(budget, 64, fast_model());
+        let mut now = tokio::time::Instant::now();
+        // Shrunk by a lasting violation, then a p99 at 60% of the budget: between where it
+        // grows and where it shrinks.
+        headroom_after(&mut policy, &mut now, budget, 10_000, 14 * MS, 14 * MS);
+        let shrunk = headroom_after(&mut policy, &mut now, budget, 0, MS, 6 * MS);
+        let mut after = shrunk;
+        for _ in 0..12 {
+            // Quarter-second steps, refusing (or not) in each.
+            for _ in 0..2500 {
+                now += Duration::from_micros(100);
+                policy.observe_latency(6 * MS, now);
+            }
+            if refuse {
+                refusing(&mut policy, now);
+            }
+            after = policy.effective_budget().as_secs_f64() / budget.as_secs_f64();
+        }
+        if refuse {
+            assert!(after > shrunk * 1.2, "refusing: {shrunk} -> {after}");
+        } else {
+            assert_eq!(after, shrunk, "not refusing");
+        }
+    }
+}
