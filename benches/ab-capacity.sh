@@ -12,8 +12,8 @@
 # SHAPE=constant|poisson|burst and CONNECTIONS=N (default 128) set the load; with more
 # connections than requests in flight, overload reaches the server instead of waiting in
 # the generator. BUDGET_MS (default 50) is the servers' p99 budget and the goodput's.
-# Prints one line per run (answered, and answered within the budget) and each build's
-# medians, and the ratio per round.
+# Prints one line per run (answered, answered within the budget, the p99) and each
+# build's medians, the ratio per round, and how many runs kept the p99 within the budget.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 old=${1:?usage: benches/ab-capacity.sh OLD_BINARY NEW_BINARY}
@@ -75,9 +75,9 @@ runs = [[json.load(open(f"{out}/run-{r}-{i}.json")) for i in (0, 1)]
         for r in range(1, rounds + 1)]
 got = [[run["achieved_rps"] for run in pair] for pair in runs]
 for r, (a, b) in enumerate(runs, 1):
-    print(f"round {r}  old {a['achieved_rps']:8.0f} ({a['goodput_rps']:.0f} within {budget} ms)"
-          f"  new {b['achieved_rps']:8.0f} ({b['goodput_rps']:.0f})"
-          f" req/s  new/old {b['achieved_rps'] / a['achieved_rps']:.3f}")
+    print(f"round {r}  old {a['achieved_rps']:8.0f} ({a['goodput_rps']:.0f} within {budget} ms,"
+          f" p99 {a['p99_ms']:.1f})  new {b['achieved_rps']:8.0f} ({b['goodput_rps']:.0f},"
+          f" p99 {b['p99_ms']:.1f}) req/s  new/old {b['achieved_rps'] / a['achieved_rps']:.3f}")
 ratios = [b / a for a, b in got]
 print(f"medians: old {statistics.median(a for a, _ in got):.0f}, "
       f"new {statistics.median(b for _, b in got):.0f} req/s; "
@@ -86,4 +86,9 @@ print(f"medians: old {statistics.median(a for a, _ in got):.0f}, "
 good = [[run["goodput_rps"] for run in pair] for pair in runs]
 print(f"within {budget} ms, medians: old {statistics.median(a for a, _ in good):.0f}, "
       f"new {statistics.median(b for _, b in good):.0f} req/s")
+p99 = [[run["p99_ms"] for run in pair] for pair in runs]
+passed = [sum(pair[i] <= float(budget) for pair in p99) for i in (0, 1)]
+print(f"p99 (ms), medians: old {statistics.median(a for a, _ in p99):.1f}, new "
+      f"{statistics.median(b for _, b in p99):.1f}; within {budget} ms in {passed[0]} and "
+      f"{passed[1]} of {rounds} runs")
 EOF

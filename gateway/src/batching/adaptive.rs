@@ -27,10 +27,11 @@
 //! budget can serve.
 //!
 //! Feedback: the effective budget (the share of the p99 budget the queue and the device
-//! may use; the rest is HTTP and transport) shrinks by 10% whenever the observed p99 — as
-//! the handlers answered, from kernel arrival — exceeds 80% of the budget, counting only
-//! requests that arrived after it last shrank (a spike is evidence once, not for as long as
-//! it stays in the window), and grows back by 2% at each look (four a second) while the p99
+//! may use; the rest is HTTP and transport) shrinks whenever the observed p99 — as the
+//! handlers answered, from kernel arrival — exceeds 80% of the budget, by 80% of the budget
+//! over that p99 (at least 10%, at most 25%), counting only requests that arrived after it
+//! last shrank (a spike is evidence once, not for as long as it stays in the window), and
+//! grows back by 2% at each look (four a second) while the p99
 //! of the last two seconds stays under 50% — or under 70% while `admit` is refusing
 //! requests, since then a shrunk budget costs requests and not only latency. (At 90% and
 //! 60% for everything, bursts at a 10 ms budget settled at a p99 of 10.4–10.6 ms.)
@@ -63,6 +64,9 @@ const HEADROOM_MAX: f64 = 0.85;
 /// and below which it grows back.
 const SHRINK_ABOVE: f64 = 0.8;
 const GROW_BELOW: f64 = 0.5;
+/// The most and the least one shrink takes off the effective budget (factors).
+const SHRINK_MOST: f64 = 0.75;
+const SHRINK_LEAST: f64 = 0.9;
 /// While requests are being refused, it also grows back below this share: a p99 between
 /// half and 80% of the budget would otherwise hold a shrunk effective budget, and its
 /// refusals, for good.
@@ -186,10 +190,16 @@ impl AdaptivePolicy {
             None => Some((p99, n)),
             Some(t) => self.window.quantile_arrived_after(0.99, Some(t), now),
         };
-        let violated =
-            since_shrink.is_some_and(|(p99, n)| n >= 50 && p99 > self.budget.mul_f64(SHRINK_ABOVE));
-        if violated {
-            self.headroom = (self.headroom * 0.9).max(HEADROOM_MIN);
+        let shrink_above = self.budget.mul_f64(SHRINK_ABOVE);
+        let violation = since_shrink
+            .filter(|&(p99, n)| n >= 50 && p99 > shrink_above)
+            .map(|(p99, _)| p99);
+        if let Some(p99) = violation {
+            // In proportion to how far over it is, between 10% and 25%: one look per
+            // violation must do what several did when a spike counted at every look.
+            let factor =
+                (shrink_above.as_secs_f64() / p99.as_secs_f64()).clamp(SHRINK_MOST, SHRINK_LEAST);
+            self.headroom = (self.headroom * factor).max(HEADROOM_MIN);
             self.shrunk_at = Some(now);
         } else if p99 < self.budget.mul_f64(GROW_BELOW)
             || (refused && p99 < self.budget.mul_f64(GROW_WHILE_REFUSING_BELOW))

@@ -458,12 +458,35 @@ async fn a_brief_spike_shrinks_the_effective_budget_once() {
     assert_eq!(steady, start);
     // 100 ms of latencies at 1.4x the budget, then 60% again for two seconds: the window
     // holds the spike for a while, but the requests after the first shrink are back at
-    // 60%, so it shrinks once (an earlier form shrank four times a second for as long as
-    // the spike stayed in the window).
+    // 60%, so it shrinks once, by the most one shrink takes (an earlier form shrank by 10%
+    // four times a second for as long as the spike stayed in the window).
     let after = headroom_after(&mut policy, &mut now, budget, 1000, 14 * MS, 6 * MS);
     let later = headroom_after(&mut policy, &mut now, budget, 0, MS, 6 * MS);
-    assert!((after - start * 0.9).abs() < 1e-9, "{start} -> {after}");
+    assert!((after - start * 0.75).abs() < 1e-9, "{start} -> {after}");
     assert_eq!(later, after);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shrink_is_in_proportion_to_how_far_the_p99_is_over() {
+    let budget = 10 * MS;
+    // One look's worth of requests at each p99; the loop aims under 80% of the budget.
+    let after_one_look = |latency: Duration| {
+        let mut policy = AdaptivePolicy::new(budget, 64, fast_model());
+        let start = policy.effective_budget();
+        let mut now = tokio::time::Instant::now();
+        for _ in 0..3000 {
+            now += Duration::from_micros(100);
+            policy.observe_latency(latency, now);
+        }
+        policy.effective_budget().as_secs_f64() / start.as_secs_f64()
+    };
+    assert_eq!(after_one_look(7 * MS), 1.0, "under 80%: no shrink");
+    let slightly = after_one_look(Duration::from_micros(8500));
+    assert!((slightly - 0.9).abs() < 1e-9, "at least 10% off: {slightly}");
+    let more = after_one_look(10 * MS);
+    assert!((more - 0.8).abs() < 1e-9, "8/10 of it: {more}");
+    let far = after_one_look(20 * MS);
+    assert!((far - 0.75).abs() < 1e-9, "at most 25% off: {far}");
 }
 
 #[tokio::test(start_paused = true)]
