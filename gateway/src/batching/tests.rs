@@ -482,7 +482,10 @@ async fn a_shrink_is_in_proportion_to_how_far_the_p99_is_over() {
     };
     assert_eq!(after_one_look(7 * MS), 1.0, "under 80%: no shrink");
     let slightly = after_one_look(Duration::from_micros(8500));
-    assert!((slightly - 0.9).abs() < 1e-9, "at least 10% off: {slightly}");
+    assert!(
+        (slightly - 0.9).abs() < 1e-9,
+        "at least 10% off: {slightly}"
+    );
     let more = after_one_look(10 * MS);
     assert!((more - 0.8).abs() < 1e-9, "8/10 of it: {more}");
     let far = after_one_look(20 * MS);
