@@ -92,6 +92,20 @@ def server_p99_ms(url, model):
     return float(m.group(1)) * 1e3 if m else None
 
 
+def rejected_by_reason(url, model):
+    """The server's count of requests it answered with an error before compute, by reason
+    (shed, late, expired, ...): which of its checks turned the 429s away."""
+    text = urllib.request.urlopen(url + "/metrics").read().decode()
+    pattern = r'^tandem_requests_rejected_total\{([^}]*)\} (\S+)$'
+    counts = {}
+    for labels, value in re.findall(pattern, text, re.M):
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        if fields.get("model") == model:
+            reason = fields.get("reason", "?")
+            counts[reason] = counts.get(reason, 0) + int(float(value))
+    return counts
+
+
 def refusals(args):
     """Answers that are not goodput but not failures either: 429 (shed), and with
     propagated deadlines 504 (the caller's deadline passed before its turn)."""
@@ -112,9 +126,12 @@ def load(url, model, shape, budget, rate, args, out):
     # warm-up latency model and an empty feedback window).
     if args.warmup > 0:
         run(args.warmup, out + ".warmup.json")
+    before = rejected_by_reason(url, model)
     run(args.duration, out)
     r = json.load(open(out))
     r["server_p99_ms"] = server_p99_ms(url, model)
+    after = rejected_by_reason(url, model)
+    r["rejected"] = {k: v - before.get(k, 0) for k, v in after.items() if v > before.get(k, 0)}
     failed = sum(v for k, v in r["outcomes"].items() if k not in refusals(args))
     ok = r["outcomes"].get("200", 0)
     passed = failed == 0 and ok > 0 and r["p99_ms"] <= budget
@@ -175,7 +192,8 @@ def main():
                                          "policy": name, "round": round_, "passed": passed,
                                          "goodput": goodput, "p99_ms": r["p99_ms"],
                                          "server_p99_ms": r["server_p99_ms"],
-                                         "outcomes": r["outcomes"]})
+                                         "outcomes": r["outcomes"],
+                                         "rejected": r["rejected"]})
                             point[name].append((passed, goodput, r["p99_ms"], r["outcomes"]))
                             time.sleep(1)
                     line = []
