@@ -124,8 +124,9 @@ def load(url, model, shape, budget, rate, args, out):
     # Every policy first gets the same load unmeasured: what is compared is each one's
     # steady state, not the moment after a switch (a new adaptive policy starts from the
     # warm-up latency model and an empty feedback window).
-    if args.warmup > 0:
-        run(args.warmup, out + ".warmup.json")
+    warmup = args.warmup if args.warmup is not None else (4.0 if shape == "burst" else 1.0)
+    if warmup > 0:
+        run(warmup, out + ".warmup.json")
     before = rejected_by_reason(url, model)
     run(args.duration, out)
     r = json.load(open(out))
@@ -148,8 +149,10 @@ def main():
     p.add_argument("--shapes", default="constant,poisson,burst")
     p.add_argument("--delays-us", default="500,2000,8000")
     p.add_argument("--rounds", type=int, default=1)
-    p.add_argument("--warmup", type=float, default=1.0,
-                   help="seconds of the same load, not measured, before each run")
+    p.add_argument("--warmup", type=float, default=None,
+                   help="seconds of the same load, not measured, before each run (default: "
+                        "1, and 4 for bursts: one burst comes a second, and each switch starts "
+                        "a fresh adaptive policy whose loop takes a few bursts to settle)")
     p.add_argument("--pin", action="store_true",
                    help="the load generator on core 0, the server on the others")
     p.add_argument("--propagate-deadline", action="store_true",
