@@ -83,19 +83,21 @@ def set_policy(url, model, change):
         assert r.status == 200
 
 
-def server_p99_ms(url, model):
+def metrics_text(url):
+    return urllib.request.urlopen(url + "/metrics").read().decode()
+
+
+def server_p99_ms(text, model):
     """The p99 the server itself reports for the last two seconds (what its feedback loop
     reads), to set beside the client's."""
-    text = urllib.request.urlopen(url + "/metrics").read().decode()
     m = re.search(r'^tandem_observed_p99_seconds\{model="%s"\} (\S+)$' % re.escape(model),
                   text, re.M)
     return float(m.group(1)) * 1e3 if m else None
 
 
-def rejected_by_reason(url, model):
+def rejected_by_reason(text, model):
     """The server's count of requests it answered with an error before compute, by reason
     (shed, late, expired, ...): which of its checks turned the 429s away."""
-    text = urllib.request.urlopen(url + "/metrics").read().decode()
     pattern = r'^tandem_requests_rejected_total\{([^}]*)\} (\S+)$'
     counts = {}
     for labels, value in re.findall(pattern, text, re.M):
@@ -127,11 +129,12 @@ def load(url, model, shape, budget, rate, args, out):
     warmup = args.warmup if args.warmup is not None else (4.0 if shape == "burst" else 1.0)
     if warmup > 0:
         run(warmup, out + ".warmup.json")
-    before = rejected_by_reason(url, model)
+    before = rejected_by_reason(metrics_text(url), model)
     run(args.duration, out)
     r = json.load(open(out))
-    r["server_p99_ms"] = server_p99_ms(url, model)
-    after = rejected_by_reason(url, model)
+    text = metrics_text(url)
+    r["server_p99_ms"] = server_p99_ms(text, model)
+    after = rejected_by_reason(text, model)
     r["rejected"] = {k: v - before.get(k, 0) for k, v in after.items() if v > before.get(k, 0)}
     failed = sum(v for k, v in r["outcomes"].items() if k not in refusals(args))
     ok = r["outcomes"].get("200", 0)

@@ -340,7 +340,6 @@ async fn a_shed_closes_the_door_when_fresh_requests_would_miss_too() {
         shed.door_closed_for,
         shed.retry_after
     );
-    assert!(shed.door_closed_for < shed.retry_after - MS * 50);
 }
 
 /// A device fast next to its budget: 2 ms + 1 ms per 16 rows, a full batch of 64 in 6 ms,
