@@ -1,0 +1,367 @@
+#!/usr/bin/env python3
+"""Offline checks of everything under deploy/: the Dockerfiles, the Kubernetes manifests
+(rendered, validated against Kubernetes' and the vendored CRDs' schemas, and broken
+fixtures rejected), the Prometheus rules (promtool check and unit tests), the Grafana
+dashboard, and every PromQL expression among them (parsed by promtool; every metric it
+reads present in a live scrape of tandem serve).
+
+    deploy/checks/run.py [--scrape FILE] [--tandem BIN] [--require-tools]
+    deploy/checks/run.py --write     # regenerate deploy/k8s/base/prometheusrule.yaml
+
+--scrape is the text of GET /metrics from a running server that has served requests and
+has a trainer connected (tests/operations.rs makes one); without it the metric names are
+not checked. --tandem is the binary whose --help lists the flags (else src/cli.rs is
+read). A missing external tool (promtool, kubectl or kustomize, cargo) skips the checks
+that need it, unless --require-tools (or TANDEM_REQUIRE_TOOLS) is given.
+
+Prints one line per check and a closing `N passed, N failed` line; exits 1 on a failure.
+"""
+
+import argparse
+import os
+import sys
+import tomllib
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import yaml  # noqa: E402
+
+import dashboard  # noqa: E402
+import docker  # noqa: E402
+import flags as flagmod  # noqa: E402
+import manifests  # noqa: E402
+import promql  # noqa: E402
+from common import DEPLOY, Missing, Report, rel, run, tool  # noqa: E402
+
+RULES = DEPLOY / "prometheus" / "tandem.rules.yml"
+RULE_TESTS = DEPLOY / "prometheus" / "tests"
+PROMETHEUS_RULE = DEPLOY / "k8s" / "base" / "prometheusrule.yaml"
+DASHBOARD = DEPLOY / "grafana" / "tandem.json"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+class Context:
+    """What the checks share: the known flags, the rendered manifests, the expressions
+    collected for the PromQL check."""
+
+    def __init__(self, args):
+        self.args = args
+        self.flags = None
+        self.rendered = {}
+        self.exprs = []
+        self.recorded = set()
+
+
+# -- the PrometheusRule generated from the rules file ------------------------------------
+
+
+class _Literal(str):
+    pass
+
+
+def _literal(dumper, value):
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
+
+
+def prometheus_rule_text() -> str:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+
+    def lit(node):
+        if isinstance(node, dict):
+            return {k: lit(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [lit(v) for v in node]
+        if isinstance(node, str) and ("\n" in node or len(node) > 80):
+            return _Literal(node)
+        return node
+
+    doc = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": "tandem", "labels": {"app.kubernetes.io/name": "tandem"}},
+        "spec": {"groups": lit(groups)},
+    }
+    dumper = yaml.SafeDumper
+    dumper.add_representer(_Literal, _literal)
+    body = yaml.dump(doc, Dumper=dumper, sort_keys=False, width=100)
+    return (
+        "# Generated from deploy/prometheus/tandem.rules.yml by `deploy/checks/run.py --write`:\n"
+        "# edit that file, not this one (the checks fail while the two differ).\n" + body
+    )
+
+
+# -- the checks ---------------------------------------------------------------------------
+
+
+def check_flags(ctx, report):
+    if ctx.args.tandem:
+        ctx.flags = flagmod.from_binary(ctx.args.tandem)
+        report.note(f"flags from {ctx.args.tandem} --help")
+    else:
+        ctx.flags = flagmod.from_source()
+        report.note("flags from src/cli.rs (no --tandem binary given)")
+    for sub in flagmod.SUBCOMMANDS:
+        if not ctx.flags.get(sub):
+            report.fail(f"found no flags of `tandem {sub}`")
+
+
+def check_dockerfiles(ctx, report):
+    docker.check(ctx.flags, report)
+
+
+def check_configs(ctx, report):
+    """The tandem.toml files the images and manifests ship are TOML; the Rust test
+    (tests/operations.rs) starts the server with each, which checks their keys."""
+    for path in sorted(DEPLOY.rglob("tandem.toml")):
+        try:
+            tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as e:
+            report.fail(f"{rel(path)}: {e}")
+
+
+def check_rules(ctx, report):
+    promtool = tool("promtool", "PROMTOOL")
+    out = run([promtool, "check", "rules", str(RULES)])
+    if out.returncode != 0:
+        report.fail(f"promtool check rules {rel(RULES)}:\n{out.stdout}{out.stderr}")
+    tests = sorted(RULE_TESTS.glob("*.yml"))
+    if not tests:
+        report.fail(f"{rel(RULE_TESTS)}: no unit tests")
+    out = run([promtool, "test", "rules", *map(str, tests)])
+    if out.returncode != 0:
+        report.fail(f"promtool test rules:\n{out.stdout}{out.stderr}")
+    # Every alert has a unit test that expects it to fire.
+    tested = set()
+    for t in tests:
+        for case in yaml.safe_load(t.read_text()).get("tests", []):
+            for a in case.get("alert_rule_test", []):
+                if a.get("exp_alerts"):
+                    tested.add(a["alertname"])
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    for g in groups:
+        for r in g["rules"]:
+            if "alert" in r and r["alert"] not in tested:
+                report.fail(f"alert {r['alert']}: no unit test expects it to fire")
+            if "record" in r:
+                ctx.recorded.add(r["record"])
+            name = r.get("record") or r.get("alert")
+            ctx.exprs.append(promql.Expr(f"{rel(RULES)} {name}", r["expr"]))
+
+
+def check_prometheus_rule_in_sync(ctx, report):
+    want = prometheus_rule_text()
+    if ctx.args.write:
+        PROMETHEUS_RULE.write_text(want)
+        report.note(f"wrote {rel(PROMETHEUS_RULE)}")
+    elif not PROMETHEUS_RULE.exists() or PROMETHEUS_RULE.read_text() != want:
+        report.fail(f"{rel(PROMETHEUS_RULE)} differs from {rel(RULES)}: run deploy/checks/run.py --write")
+
+
+def check_manifests(ctx, report):
+    for k in manifests.KUSTOMIZATIONS:
+        try:
+            docs = manifests.render(DEPLOY / k)
+        except RuntimeError as e:
+            report.fail(f"deploy/{k} does not render:\n{e}")
+            continue
+        ctx.rendered[k] = docs
+        for doc in docs:
+            for problem in manifests.validate(doc):
+                report.fail(f"deploy/{k} {manifests.name_of(doc)}: {problem}")
+        report.note(f"deploy/{k}: {len(docs)} objects")
+
+
+def _containers(doc):
+    spec = doc.get("spec", {})
+    pod = spec.get("template", {}).get("spec", {})
+    if doc.get("kind") == "ServingRuntime":
+        pod = spec
+    if doc.get("kind") == "InferenceService":
+        pod = spec.get("predictor", {})
+    return pod.get("containers", []) + pod.get("initContainers", [])
+
+
+def check_manifest_contents(ctx, report):
+    """What the schemas cannot say: flags that exist, the probes and shutdown timing that
+    tandem.toml implies, the GPU request, the trainer's socket."""
+    for k, docs in ctx.rendered.items():
+        for doc in docs:
+            where = f"deploy/{k} {manifests.name_of(doc)}"
+            for c in _containers(doc):
+                words = (c.get("command") or []) + (c.get("args") or [])
+                if not c.get("command") and words[:1] and words[0] not in flagmod.SUBCOMMANDS:
+                    continue
+                for sub, used in flagmod.invocations(words):
+                    flagmod.check_invocation(ctx.flags, sub, used, f"{where} container {c['name']}", report)
+            if doc.get("kind") == "Deployment":
+                check_deployment(k, doc, where, report)
+            if doc.get("kind") == "ScaledObject":
+                for t in doc["spec"]["triggers"]:
+                    if t["type"] == "prometheus":
+                        ctx.exprs.append(promql.Expr(f"{where} trigger", t["metadata"]["query"]))
+            if doc.get("kind") == "InferenceService":
+                for m in doc["spec"]["predictor"].get("autoScaling", {}).get("metrics", []):
+                    q = m.get("external", {}).get("metric", {}).get("query")
+                    if q:
+                        ctx.exprs.append(promql.Expr(f"{where} autoScaling", q))
+            if doc.get("kind") == "ServingRuntime":
+                c = doc["spec"]["containers"][0]
+                if "/mnt/models" not in c.get("args", []) or "v2" not in doc["spec"].get("protocolVersions", []):
+                    report.fail(f"{where}: must serve protocol v2 from --model-repository /mnt/models")
+
+
+def check_deployment(k, doc, where, report):
+    pod = doc["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    tandem = containers.get("tandem")
+    if not tandem:
+        report.fail(f"{where}: no container named tandem")
+        return
+    if tandem.get("readinessProbe", {}).get("httpGet", {}).get("path") != "/v2/health/ready":
+        report.fail(f"{where}: readinessProbe must be GET /v2/health/ready")
+    if tandem.get("livenessProbe", {}).get("httpGet", {}).get("path") != "/v2/health/live":
+        report.fail(f"{where}: livenessProbe must be GET /v2/health/live")
+    # The shutdown budget: preStop, then tandem's drain and grace, within the kubelet's
+    # terminationGracePeriodSeconds.
+    config_maps = {}
+    # The ConfigMap is a sibling document; find its tandem.toml through the volume.
+    for v in pod.get("volumes", []):
+        if "configMap" in v:
+            config_maps[v["name"]] = v["configMap"]["name"]
+    limits = _tandem_limits(k, config_maps.get("config"))
+    pre_stop = tandem.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
+    tgps = pod.get("terminationGracePeriodSeconds", 30)
+    need = pre_stop + (limits.get("shutdown_drain_ms", 0) + limits.get("shutdown_grace_ms", 30000)) / 1000
+    if tgps <= need:
+        report.fail(f"{where}: terminationGracePeriodSeconds {tgps} leaves no margin after "
+                    f"preStop {pre_stop} s + drain + grace = {need:g} s")
+    if not pre_stop:
+        report.fail(f"{where}: no preStop sleep: Services keep routing for a few seconds after deletion")
+    device = tandem["args"][tandem["args"].index("--device") + 1] if "--device" in tandem.get("args", []) else "auto"
+    gpus = tandem.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
+    if device.startswith("cuda") and not gpus:
+        report.fail(f"{where}: --device {device} without an nvidia.com/gpu limit")
+    if gpus and not device.startswith("cuda"):
+        report.fail(f"{where}: an nvidia.com/gpu limit but --device {device}")
+    trainer = containers.get("trainer")
+    if trainer:
+        script = " ".join((trainer.get("command") or []) + (trainer.get("args") or []))
+        args = tandem.get("args", [])
+        socket = args[args.index("--coloc-socket") + 1] if "--coloc-socket" in args else None
+        if not socket:
+            report.fail(f"{where}: the gateway names no --coloc-socket for its trainer")
+        elif socket not in script:
+            report.fail(f"{where}: the trainer does not use the gateway's socket {socket}")
+        if not pod.get("shareProcessNamespace"):
+            report.fail(f"{where}: a trainer beside the gateway needs shareProcessNamespace "
+                        "(the gateway signals the trainer's pid)")
+
+
+_LIMITS = {}
+
+
+def _tandem_limits(k, config_map_name):
+    """[limits] of the tandem.toml in the rendered ConfigMap."""
+    return _LIMITS.get((k, config_map_name), {})
+
+
+def collect_limits(ctx):
+    for k, docs in ctx.rendered.items():
+        for doc in docs:
+            if doc.get("kind") == "ConfigMap" and "tandem.toml" in doc.get("data", {}):
+                cfg = tomllib.loads(doc["data"]["tandem.toml"])
+                _LIMITS[(k, doc["metadata"]["name"])] = cfg.get("limits", {})
+
+
+def check_dashboard(ctx, report):
+    ctx.exprs.extend(dashboard.check(DASHBOARD, report))
+
+
+def check_promql(ctx, report):
+    promtool = tool("promtool", "PROMTOOL")
+    promql.parse_all(promtool, ctx.exprs, report)
+    scraped = None
+    if ctx.args.scrape:
+        scraped = promql.scrape_names(Path(ctx.args.scrape).read_text())
+    else:
+        report.note("no --scrape: metric names not checked against a live server")
+    promql.check_names(ctx.exprs, ctx.recorded, scraped, report)
+    report.note(f"{len(ctx.exprs)} expressions")
+
+
+def check_fixtures(ctx, report):
+    """Each broken manifest under fixtures/ must be rejected by the same validation, with
+    the problem its `# expect:` line names."""
+    fixtures = sorted(FIXTURES.glob("*.yaml"))
+    if not fixtures:
+        report.fail(f"{rel(FIXTURES)}: no fixtures")
+    for f in fixtures:
+        text = f.read_text()
+        expect = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("# expect:")]
+        problems = []
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                problems += manifests.validate(doc)
+        if not problems:
+            report.fail(f"{rel(f)}: accepted, but it is broken")
+            continue
+        for e in expect:
+            if not any(e in p for p in problems):
+                report.fail(f"{rel(f)}: rejected, but not for {e!r}: {problems}")
+
+
+CHECKS = [
+    ("tandem flags", check_flags),
+    ("Dockerfiles", check_dockerfiles),
+    ("tandem.toml files", check_configs),
+    ("Prometheus rules and unit tests", check_rules),
+    ("PrometheusRule in sync with the rules", check_prometheus_rule_in_sync),
+    ("manifests render and validate", check_manifests),
+    ("manifests' flags, probes, shutdown, GPU, trainer", check_manifest_contents),
+    ("broken fixtures rejected", check_fixtures),
+    ("Grafana dashboard", check_dashboard),
+    ("PromQL parses; metrics exist", check_promql),
+]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scrape", help="a live /metrics text of tandem serve")
+    p.add_argument("--tandem", help="the tandem binary, whose --help lists its flags")
+    p.add_argument("--require-tools", action="store_true",
+                   default=bool(os.environ.get("TANDEM_REQUIRE_TOOLS")))
+    p.add_argument("--write", action="store_true", help="regenerate the PrometheusRule")
+    args = p.parse_args(argv)
+    ctx = Context(args)
+    passed = failed = skipped = 0
+    for name, fn in CHECKS:
+        report = Report(name)
+        try:
+            fn(ctx, report)
+        except Missing as e:
+            if args.require_tools:
+                report.fail(f"{e} (tools are required)")
+            else:
+                report.skipped = str(e)
+        except Exception as e:  # a check that cannot finish has failed, and says where
+            report.fail(f"{type(e).__name__}: {e}")
+        if name.startswith("manifests render"):
+            collect_limits(ctx)
+        if report.skipped:
+            skipped += 1
+            print(f"SKIPPED {name}: {report.skipped}")
+        elif report.problems:
+            failed += 1
+            print(f"FAILED  {name}")
+            for problem in report.problems:
+                print("    " + problem.replace("\n", "\n    "))
+        else:
+            passed += 1
+            print(f"ok      {name}" + (f"  ({'; '.join(report.notes)})" if report.notes else ""))
+    print(f"checks: {passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
