@@ -60,8 +60,8 @@ def host_gflops(model, out, batch=128, evict_mib=0):
     more than MLServer (one Python worker), so every round records it beside its ratio.
     With `evict_mib`, that much other memory is written before each call: what the weights
     keep of the last-level cache then moves with the neighbours' use of it, which is what a
-    serving process feels and the hot probe does not (benches/README.md, "Where the cores
-    go at saturation")."""
+    serving process feels and the hot probe does not (docs/performance.md, "Goodput over
+    HTTP")."""
     subprocess.run([TANDEM, "bench", "forward", "--model", model, "--batch", str(batch),
                     "--seconds", "2", "--device", "cpu", "--evict-mib", str(evict_mib),
                     "--json", out], check=True,

@@ -5,11 +5,8 @@ in pairs of rounds (`ratio_interval`, as compare_mlserver.py reports it), and th
 resampled ratios at or under the goal's 1.07x.
 
     python3 benches/pool_coloc.py constant-1.json constant-2.json ...
-    python3 benches/pool_coloc.py --recorded constant [more.json ...]
 
-`--recorded SHAPE` adds the per-round figures of the three nine-round runs that
-benches/README.md tables (commits fbfceed, c945b0c and 80f25bb), whose JSON files were not
-kept; JSON files are `tandem bench coloc --json` output.
+The files are `tandem bench coloc --json` output of one load shape.
 """
 import argparse
 import json
@@ -23,20 +20,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare_mlserver import ratio_interval  # noqa: E402
 
 GOAL = 1.07
-
-# (a) serving alone, (c) managed trainer: p99 per round in ms, as benches/README.md prints them.
-RECORDED = {
-    "constant": [
-        ([3.1, 2.7, 1.8, 3.5, 5.1, 3.4, 4.3, 5.6, 5.0], [3.6, 5.6, 2.7, 3.3, 4.2, 3.0, 6.1, 3.7, 5.5]),
-        ([1.8, 3.2, 3.8, 2.2, 2.1, 4.4, 2.9, 2.7, 2.8], [2.2, 2.0, 2.4, 5.2, 2.4, 6.5, 4.1, 4.0, 3.6]),
-        ([3.5, 2.3, 2.3, 2.7, 2.7, 4.8, 3.9, 3.1, 3.7], [2.7, 3.0, 2.1, 4.1, 3.5, 4.6, 2.7, 3.7, 5.0]),
-    ],
-    "burst": [
-        ([6.6, 5.6, 5.1, 3.8, 3.1, 2.8, 3.0, 3.8, 6.9], [7.6, 6.6, 4.0, 6.6, 7.5, 3.9, 4.3, 8.3, 9.6]),
-        ([3.9, 4.9, 4.5, 3.1, 2.7, 3.5, 3.9, 3.9, 3.6], [7.1, 3.4, 4.2, 3.7, 4.7, 3.9, 4.0, 6.9, 2.9]),
-        ([6.9, 3.9, 3.7, 4.7, 4.9, 4.6, 4.2, 4.6, 5.7], [7.8, 4.4, 6.0, 3.9, 6.7, 5.1, 5.2, 3.9, 4.7]),
-    ],
-}
 
 
 def rounds_of(path):
@@ -56,13 +39,9 @@ def share_within_goal(top, bottom, resamples=4000, seed=7):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--recorded", choices=sorted(RECORDED))
-    p.add_argument("runs", nargs="*", help="`tandem bench coloc --json` files of one shape")
+    p.add_argument("runs", nargs="+", help="`tandem bench coloc --json` files of one shape")
     args = p.parse_args()
-    runs = list(RECORDED[args.recorded]) if args.recorded else []
-    runs += [rounds_of(f) for f in args.runs]
-    if not runs:
-        p.error("no rounds: give JSON files or --recorded")
+    runs = [rounds_of(f) for f in args.runs]
     alone = [v for a, _ in runs for v in a]
     managed = [v for _, c in runs for v in c]
     ratio = statistics.median(managed) / statistics.median(alone)
