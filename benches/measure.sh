@@ -54,7 +54,11 @@ while (($#)); do
 done
 
 pids=()
-cleanup() { ((${#pids[@]})) && kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null || true; }
+cleanup() {
+  ((${#pids[@]})) && kill "${pids[@]}" 2>/dev/null
+  wait 2>/dev/null
+  rm -f "$out/coloc-$$.sock"
+}
 trap cleanup EXIT
 
 url=${URL:-}
