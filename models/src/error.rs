@@ -51,6 +51,38 @@ pub enum LoadError {
 
     #[error("cannot place the model on the device: {0}")]
     Device(#[from] KernelError),
+
+    /// A file a text encoder's folder must hold is absent.
+    #[error(
+        "{path} is missing: a text encoder folder needs config.json, model.safetensors and tokenizer.json"
+    )]
+    MissingFile { path: PathBuf },
+
+    /// A configuration file that is not valid JSON or lacks a field the encoder needs.
+    #[error("{path}: {reason}")]
+    Config { path: PathBuf, reason: String },
+
+    /// A configuration that is well formed but asks for something tandem does not serve:
+    /// another architecture, activation, position embedding, pooling or module.
+    #[error("{path}: {what} is not supported ({supported})")]
+    Unsupported {
+        path: PathBuf,
+        what: String,
+        supported: &'static str,
+    },
+
+    #[error("tensor {name} is missing from {path} ({expected})")]
+    MissingEncoderTensor {
+        path: PathBuf,
+        name: String,
+        expected: String,
+    },
+
+    #[error("unexpected tensor {name} in {path}: not part of the encoder config.json describes")]
+    UnexpectedEncoderTensor { path: PathBuf, name: String },
+
+    #[error("{path} is not a tokenizer tandem can use: {reason}")]
+    Tokenizer { path: PathBuf, reason: String },
 }
 
 #[derive(Debug, Error)]
@@ -68,4 +100,9 @@ pub enum ModelError {
 
     #[error("compute failed: {0}")]
     Kernel(#[from] KernelError),
+
+    /// Token sequences a text encoder cannot run: empty, too long, or ids outside its
+    /// vocabulary. The message names the sequence and the limit.
+    #[error("invalid tokens: {0}")]
+    InvalidTokens(String),
 }

@@ -8,12 +8,14 @@
 //! CPU or a GPU through `kernels`.
 
 pub mod checkpoint;
+pub mod encoder;
 mod error;
 pub mod mlp;
 pub mod rng;
 pub mod train;
 
 pub use checkpoint::{Checkpoint, LayerWeights, WeightData};
+pub use encoder::{Encoder, PackedTokens, TextTokenizer, l2_normalize_rows};
 pub use error::{LoadError, ModelError};
 pub use kernels::{Device, DeviceSpec};
 pub use mlp::Mlp;

@@ -14,13 +14,22 @@
 //! with `cargo bench --bench gemm` (see benches/README.md).
 
 mod aligned;
+mod attention;
+#[cfg(test)]
+mod encoder_bench;
+mod gelu;
+mod layer_norm;
 mod packed;
 mod small_batch;
 #[cfg(test)]
 mod test_support;
+mod vmath;
 
 pub use aligned::{Aligned, AlignedVec, Element};
+pub use attention::{AttentionScratch, AttentionShape, attention};
+pub use gelu::gelu_in_place;
 use gemm::Parallelism;
+pub use layer_norm::{NormParams, add_layer_norm};
 pub use packed::{PANEL, PackedLinear};
 
 use crate::{Activation, KernelError};

@@ -1,0 +1,86 @@
+//! GELU with the exact error function (BERT's `gelu`), in place: `x · Φ(x)`, through the
+//! fits in [`super::vmath`], accurate to f32 in both tails.
+
+use super::in_parallel;
+use super::vmath::{self, has_avx2_fma};
+
+/// Values below which one thread does the whole pass.
+const PARALLEL_MIN_VALUES: usize = 16 * 1024;
+/// Work is handed out in runs of this many values (a multiple of 8 keeps the lanes whole).
+const GRANULE: usize = 1024;
+
+/// `x = gelu(x)` over every value, on up to `threads` threads of the current rayon pool.
+pub fn gelu_in_place(x: &mut [f32], threads: usize) {
+    let pieces = if x.len() < PARALLEL_MIN_VALUES {
+        1
+    } else {
+        threads.max(1)
+    };
+    let len = x.len();
+    let out = super::OutPtr(x.as_mut_ptr());
+    in_parallel(len.div_ceil(GRANULE), 1, pieces, |granules| {
+        let out = &out;
+        let start = granules.start * GRANULE;
+        let end = (granules.end * GRANULE).min(len);
+        // SAFETY: start..end lies inside x, and the ranges in_parallel hands out are
+        // disjoint, so no other thread touches these values.
+        let part = unsafe { std::slice::from_raw_parts_mut(out.0.add(start), end - start) };
+        gelu_slice(part);
+    });
+}
+
+fn gelu_slice(x: &mut [f32]) {
+    let whole = x.len() / 8 * 8;
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: AVX2 and FMA are present (checked above); only the first `whole` values,
+        // a multiple of 8, are touched.
+        unsafe { avx2::gelu(&mut x[..whole]) };
+        x[whole..].iter_mut().for_each(|v| *v = vmath::gelu(*v));
+        return;
+    }
+    x.iter_mut().for_each(|v| *v = vmath::gelu(*v));
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use crate::cpu::vmath::avx2::gelu as gelu8;
+
+    /// # Safety
+    /// The CPU supports AVX2 and FMA; `x.len()` is a multiple of 8.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn gelu(x: &mut [f32]) {
+        let p = x.as_mut_ptr();
+        for i in (0..x.len()).step_by(8) {
+            // SAFETY: i + 8 <= x.len().
+            unsafe { _mm256_storeu_ps(p.add(i), gelu8(_mm256_loadu_ps(p.add(i)))) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_value_is_transformed_once_on_any_split() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        for len in [0, 5, 8, 1023, 40_000] {
+            let x0: Vec<f32> = (0..len).map(|i| (i as f32 * 0.37).sin() * 6.0).collect();
+            let mut x = x0.clone();
+            pool.install(|| gelu_in_place(&mut x, 2));
+            for (g, v) in x.iter().zip(&x0) {
+                let want = vmath::gelu(*v);
+                assert!(
+                    (g - want).abs() <= 4.0 * f32::EPSILON * want.abs().max(1e-30),
+                    "gelu({v}) = {g}, want {want}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The encoder on the CPU: every dense layer runs once over all the batch's tokens packed
+//! end to end (`kernels::cpu::PackedLinear`, weights in panels in their stored precision),
+//! attention per sequence and head on its own length (`kernels::cpu::attention`), layer
+//! norms and GELU in place. Activations live in buffers the encoder owns, grown to the
+//! largest batch seen, so a forward pass allocates nothing once warm.
+
+use kernels::Activation;
+use kernels::cpu::{
+    AlignedVec, AttentionScratch, AttentionShape, NormParams, PackedLinear, add_layer_norm,
+    attention, gelu_in_place,
+};
+
+use super::config::{EncoderConfig, Pooling};
+use super::packed::PackedTokens;
+use super::weights::{Dense, Embeddings, EncoderWeights, Norm};
+use crate::{LoadError, ModelError};
+
+pub(super) struct CpuEncoder {
+    config: EncoderConfig,
+    embeddings: Embeddings,
+    layers: Vec<CpuLayer>,
+    scratch: Scratch,
+    pub(super) threads: usize,
+}
+
+struct CpuLayer {
+    qkv: PackedLinear,
+    attention_out: PackedLinear,
+    attention_norm: Norm,
+    ffn_up: PackedLinear,
+    ffn_down: PackedLinear,
+    ffn_norm: Norm,
+}
+
+/// Activations, `[tokens, width]` each.
+#[derive(Default)]
+struct Scratch {
+    /// The hidden states, updated in place layer by layer.
+    x: AlignedVec,
+    qkv: AlignedVec,
+    /// Attention's output, before its dense layer.
+    ctx: AlignedVec,
+    /// A dense layer's output on its way into the residual sum.
+    sum: AlignedVec,
+    intermediate: AlignedVec,
+    attention: AttentionScratch,
+}
+
+fn packed(d: &Dense) -> Result<PackedLinear, LoadError> {
+    Ok(PackedLinear::new(
+        d.weight.host(),
+        &d.bias,
+        d.inputs,
+        d.outputs,
+    )?)
+}
+
+impl CpuEncoder {
+    pub(super) fn new(config: &EncoderConfig, weights: EncoderWeights) -> Result<Self, LoadError> {
+        let layers = weights
+            .layers
+            .iter()
+            .map(|l| {
+                Ok(CpuLayer {
+                    qkv: packed(&l.qkv)?,
+                    attention_out: packed(&l.attention_out)?,
+                    attention_norm: l.attention_norm.clone(),
+                    ffn_up: packed(&l.ffn_up)?,
+                    ffn_down: packed(&l.ffn_down)?,
+                    ffn_norm: l.ffn_norm.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>, LoadError>>()?;
+        Ok(CpuEncoder {
+            config: config.clone(),
+            embeddings: weights.embeddings,
+            layers,
+            scratch: Scratch::default(),
+            threads: rayon::current_num_threads(),
+        })
+    }
+
+    /// Runs validated `tokens` and writes `[sequences, hidden]` pooled states.
+    pub(super) fn forward(
+        &mut self,
+        tokens: &PackedTokens,
+        output: &mut [f32],
+    ) -> Result<(), ModelError> {
+        let c = &self.config;
+        let (t, h) = (tokens.tokens(), c.hidden);
+        let s = &mut self.scratch;
+        s.x.resize(t * h);
+        s.qkv.resize(t * 3 * h);
+        s.ctx.resize(t * h);
+        s.sum.resize(t * h);
+        s.intermediate.resize(t * c.intermediate);
+        embed(&self.embeddings, c, tokens, &mut s.x);
+        add_layer_norm(
+            &mut s.x,
+            None,
+            params(&self.embeddings.norm, c),
+            self.threads,
+        )?;
+        for layer in &self.layers {
+            run_layer(layer, c, tokens, s, self.threads)?;
+        }
+        pool(&s.x, tokens, h, c.pooling, output);
+        Ok(())
+    }
+}
+
+fn params<'a>(norm: &'a Norm, c: &EncoderConfig) -> NormParams<'a> {
+    NormParams {
+        gamma: &norm.gamma,
+        beta: &norm.beta,
+        eps: c.layer_norm_eps,
+    }
+}
+
+/// `x[t] = word[id] + position[t's place in its sequence] + token_type[type id]`.
+fn embed(e: &Embeddings, c: &EncoderConfig, tokens: &PackedTokens, x: &mut [f32]) {
+    let h = c.hidden;
+    for seq in 0..tokens.sequences() {
+        let range = tokens.range(seq);
+        let start = range.start;
+        for t in range {
+            let word = &e.word[tokens.ids[t] as usize * h..][..h];
+            let position = &e.position[(t - start) * h..][..h];
+            let kind = &e.token_type[tokens.type_ids[t] as usize * h..][..h];
+            let out = &mut x[t * h..(t + 1) * h];
+            for (((o, w), p), k) in out.iter_mut().zip(word).zip(position).zip(kind) {
+                *o = w + p + k;
+            }
+        }
+    }
+}
+
+fn run_layer(
+    l: &CpuLayer,
+    c: &EncoderConfig,
+    tokens: &PackedTokens,
+    s: &mut Scratch,
+    threads: usize,
+) -> Result<(), ModelError> {
+    let t = tokens.tokens();
+    let id = Activation::Identity;
+    l.qkv.forward(&s.x, t, &mut s.qkv, id, threads)?;
+    let shape = AttentionShape {
+        hidden: c.hidden,
+        heads: c.heads,
+    };
+    attention(
+        &s.qkv,
+        &tokens.offsets,
+        shape,
+        &mut s.ctx,
+        &mut s.attention,
+        threads,
+    )?;
+    l.attention_out
+        .forward(&s.ctx, t, &mut s.sum, id, threads)?;
+    add_layer_norm(
+        &mut s.x,
+        Some(&s.sum),
+        params(&l.attention_norm, c),
+        threads,
+    )?;
+    l.ffn_up
+        .forward(&s.x, t, &mut s.intermediate, id, threads)?;
+    gelu_in_place(&mut s.intermediate, threads);
+    l.ffn_down
+        .forward(&s.intermediate, t, &mut s.sum, id, threads)?;
+    add_layer_norm(&mut s.x, Some(&s.sum), params(&l.ffn_norm, c), threads)?;
+    Ok(())
+}
+
+/// One vector per sequence from its token states: their mean, or the first (`[CLS]`).
+fn pool(x: &[f32], tokens: &PackedTokens, h: usize, pooling: Pooling, output: &mut [f32]) {
+    for (seq, out) in output.chunks_exact_mut(h).enumerate() {
+        let range = tokens.range(seq);
+        match pooling {
+            Pooling::Cls => out.copy_from_slice(&x[range.start * h..][..h]),
+            Pooling::Mean => {
+                out.fill(0.0);
+                let n = range.len() as f32;
+                for row in x[range.start * h..range.end * h].chunks_exact(h) {
+                    for (o, v) in out.iter_mut().zip(row) {
+                        *o += v;
+                    }
+                }
+                out.iter_mut().for_each(|o| *o /= n);
+            }
+        }
+    }
+}

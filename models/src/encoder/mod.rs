@@ -1,0 +1,213 @@
+//! BERT-family sentence encoders served from a sentence-transformers folder: text in,
+//! one embedding per text out.
+//!
+//! - [`config`]: what the folder's JSON files say (architecture, limits, pooling,
+//!   normalisation), refusing what tandem would run differently;
+//! - [`weights`]: `model.safetensors`, validated against the config;
+//! - [`tokenizer`]: `tokenizer.json` through the `tokenizers` crate, with tandem's padding
+//!   (none) and truncation (the model's limit, or a refusal);
+//! - [`packed`]: a batch as sequences packed end to end, the only input the encoder runs;
+//! - `cpu` and `cuda`: the forward pass on each device. Every dense layer runs once over
+//!   all the tokens of a batch and attention runs per sequence on its own length, so a
+//!   batch costs what its tokens cost: no padding.
+//!
+//! Tokenization is separate from the model ([`TextTokenizer`] is `Send + Sync`, the encoder
+//! is owned by one worker thread), so that the gateway can tokenize where it validates.
+
+pub mod config;
+mod cpu;
+mod cuda;
+pub mod packed;
+pub mod synthetic;
+pub mod tokenizer;
+pub mod weights;
+
+use std::path::Path;
+
+use kernels::Device;
+
+pub use config::{EncoderConfig, Pooling};
+pub use packed::PackedTokens;
+pub use tokenizer::{EncodeError, Encoded, TextTokenizer};
+pub use weights::EncoderWeights;
+
+use crate::{LoadError, ModelError};
+
+/// A sentence encoder placed on one device, ready to run packed batches.
+pub struct Encoder {
+    config: EncoderConfig,
+    device: Device,
+    backend: Backend,
+}
+
+enum Backend {
+    Cpu(Box<cpu::CpuEncoder>),
+    Cuda(Box<cuda::CudaEncoder>),
+}
+
+/// Whether `dir` looks like a text encoder's folder (rather than, say, an MLP version):
+/// it holds `config.json` and `model.safetensors`.
+pub fn is_encoder_dir(dir: &Path) -> bool {
+    dir.join("config.json").is_file() && dir.join("model.safetensors").is_file()
+}
+
+impl Encoder {
+    /// Reads, validates and places the encoder of a sentence-transformers folder. The
+    /// folder must also hold `tokenizer.json` (read by [`TextTokenizer::from_dir`]).
+    pub fn load(dir: &Path, device: &Device) -> Result<Encoder, LoadError> {
+        let config = EncoderConfig::read(dir)?;
+        config::required(dir, "tokenizer.json")?;
+        let weights = EncoderWeights::read(&config::required(dir, "model.safetensors")?, &config)?;
+        Encoder::new(config, weights, device)
+    }
+
+    /// Places weights already read and validated against `config`.
+    pub fn new(
+        config: EncoderConfig,
+        weights: EncoderWeights,
+        device: &Device,
+    ) -> Result<Encoder, LoadError> {
+        let backend = match device {
+            Device::Cpu => Backend::Cpu(Box::new(cpu::CpuEncoder::new(&config, weights)?)),
+            Device::Cuda(d) => Backend::Cuda(Box::new(cuda::CudaEncoder::new(
+                &config,
+                &weights,
+                d.clone(),
+            )?)),
+        };
+        Ok(Encoder {
+            config,
+            device: device.clone(),
+            backend,
+        })
+    }
+
+    pub fn config(&self) -> &EncoderConfig {
+        &self.config
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Values per embedding.
+    pub fn hidden(&self) -> usize {
+        self.config.hidden
+    }
+
+    /// The longest sequence a forward pass takes, in tokens, special tokens included.
+    pub fn max_seq_len(&self) -> usize {
+        self.config.max_seq_len
+    }
+
+    /// Whether the folder's modules end in `Normalize`, so that its embeddings are served
+    /// L2-normalised unless a request says otherwise.
+    pub fn normalize_by_default(&self) -> bool {
+        self.config.normalize
+    }
+
+    /// On the CPU, how many threads of the current rayon pool a forward pass may use.
+    pub fn set_threads(&mut self, threads: usize) {
+        if let Backend::Cpu(m) = &mut self.backend {
+            m.threads = threads.max(1);
+        }
+    }
+
+    /// Floating-point operations of a forward pass over `tokens`: the dense layers per
+    /// token and attention per sequence (growing with the square of its length).
+    pub fn flops(&self, tokens: &PackedTokens) -> u64 {
+        let c = &self.config;
+        let (h, i) = (c.hidden as u64, c.intermediate as u64);
+        let dense_macs = 4 * h * h + 2 * h * i;
+        let per_layer =
+            2 * dense_macs * tokens.tokens() as u64 + 4 * h * tokens.sum_squared_lengths();
+        per_layer * c.layers as u64
+    }
+
+    /// Runs a packed batch and writes one pooled embedding per sequence into `output`
+    /// (`[sequences, hidden]`, row-major), not normalised: see [`l2_normalize_rows`].
+    pub fn forward_packed(
+        &mut self,
+        tokens: &PackedTokens,
+        output: &mut [f32],
+    ) -> Result<(), ModelError> {
+        self.check(tokens, output)?;
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        match &mut self.backend {
+            Backend::Cpu(m) => m.forward(tokens, output),
+            Backend::Cuda(m) => m.forward(tokens, output),
+        }
+    }
+
+    /// Refuses a batch the forward pass could not run: malformed packing, empty or
+    /// over-long sequences, ids outside the vocabularies, a wrongly sized output.
+    fn check(&self, tokens: &PackedTokens, output: &mut [f32]) -> Result<(), ModelError> {
+        let c = &self.config;
+        let expected = tokens.sequences() * c.hidden;
+        if output.len() != expected {
+            return Err(ModelError::OutputSize {
+                expected,
+                given: output.len(),
+            });
+        }
+        let invalid = |m: String| Err(ModelError::InvalidTokens(m));
+        let o = &tokens.offsets;
+        if o.first() != Some(&0)
+            || o.last() != Some(&tokens.ids.len())
+            || tokens.type_ids.len() != tokens.ids.len()
+            || o.windows(2).any(|w| w[1] < w[0])
+        {
+            return invalid(format!(
+                "offsets must run from 0 to the {} ids without decreasing, with as many type ids ({})",
+                tokens.ids.len(),
+                tokens.type_ids.len()
+            ));
+        }
+        for (seq, len) in tokens.lengths().enumerate() {
+            if len == 0 || len > c.max_seq_len {
+                return invalid(format!(
+                    "sequence {seq} has {len} tokens, expected 1 to {}",
+                    c.max_seq_len
+                ));
+            }
+        }
+        if let Some(t) = tokens
+            .ids
+            .iter()
+            .position(|&id| id as usize >= c.vocab_size)
+        {
+            return invalid(format!(
+                "token id {} at packed position {t} is outside the vocabulary of {}",
+                tokens.ids[t], c.vocab_size
+            ));
+        }
+        if let Some(t) = tokens
+            .type_ids
+            .iter()
+            .position(|&k| k as usize >= c.type_vocab_size)
+        {
+            return invalid(format!(
+                "token type id {} at packed position {t} is not below {}",
+                tokens.type_ids[t], c.type_vocab_size
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Scales every row of `out` (rows of `width` values) to unit Euclidean length; a row of
+/// zeros stays zeros.
+pub fn l2_normalize_rows(out: &mut [f32], width: usize) {
+    if width == 0 {
+        return;
+    }
+    for row in out.chunks_exact_mut(width) {
+        let norm = row.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt();
+        if norm > 0.0 {
+            let inv = (1.0 / norm) as f32;
+            row.iter_mut().for_each(|v| *v *= inv);
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! A batch of token sequences packed end to end, with no padding: what the encoder runs.
+
+use super::tokenizer::Encoded;
+
+/// Sequences packed end to end: sequence `i` is `ids[offsets[i]..offsets[i + 1]]` (and the
+/// same range of `type_ids`). `offsets` starts at 0 and has one entry more than there are
+/// sequences.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PackedTokens {
+    pub ids: Vec<u32>,
+    pub type_ids: Vec<u32>,
+    pub offsets: Vec<usize>,
+}
+
+impl Default for PackedTokens {
+    fn default() -> Self {
+        PackedTokens {
+            ids: Vec::new(),
+            type_ids: Vec::new(),
+            offsets: vec![0],
+        }
+    }
+}
+
+impl PackedTokens {
+    pub fn new() -> PackedTokens {
+        PackedTokens::default()
+    }
+
+    /// Room for `sequences` sequences of `tokens` tokens in all.
+    pub fn with_capacity(sequences: usize, tokens: usize) -> PackedTokens {
+        let mut offsets = Vec::with_capacity(sequences + 1);
+        offsets.push(0);
+        PackedTokens {
+            ids: Vec::with_capacity(tokens),
+            type_ids: Vec::with_capacity(tokens),
+            offsets,
+        }
+    }
+
+    /// Appends one tokenized input as the next sequence.
+    pub fn push(&mut self, encoded: &Encoded) {
+        self.push_ids(&encoded.ids, &encoded.type_ids);
+    }
+
+    /// Appends one sequence given as ids and type ids of the same length.
+    ///
+    /// # Panics
+    /// If the lengths differ: a caller bug, not an input error.
+    pub fn push_ids(&mut self, ids: &[u32], type_ids: &[u32]) {
+        assert_eq!(
+            ids.len(),
+            type_ids.len(),
+            "ids and type ids differ in length"
+        );
+        self.ids.extend_from_slice(ids);
+        self.type_ids.extend_from_slice(type_ids);
+        self.offsets.push(self.ids.len());
+    }
+
+    /// Empties the batch, keeping its memory.
+    pub fn clear(&mut self) {
+        self.ids.clear();
+        self.type_ids.clear();
+        self.offsets.clear();
+        self.offsets.push(0);
+    }
+
+    /// Tokens in all sequences.
+    pub fn tokens(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn sequences(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sequences() == 0
+    }
+
+    /// The token range of sequence `i`.
+    pub fn range(&self, i: usize) -> std::ops::Range<usize> {
+        self.offsets[i]..self.offsets[i + 1]
+    }
+
+    /// Sequence lengths, in order.
+    pub fn lengths(&self) -> impl ExactSizeIterator<Item = usize> + '_ {
+        self.offsets.windows(2).map(|w| w[1] - w[0])
+    }
+
+    /// The sum of squared sequence lengths: what attention costs grow with.
+    pub fn sum_squared_lengths(&self) -> u64 {
+        self.lengths().map(|n| (n * n) as u64).sum()
+    }
+
+    /// The longest sequence, in tokens; 0 for an empty batch.
+    pub fn max_len(&self) -> usize {
+        self.lengths().max().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packs_end_to_end_and_measures() {
+        let mut p = PackedTokens::new();
+        assert!(p.is_empty());
+        assert_eq!((p.tokens(), p.sequences(), p.max_len()), (0, 0, 0));
+        p.push_ids(&[101, 7, 102], &[0, 0, 0]);
+        p.push(&Encoded {
+            ids: vec![101, 102],
+            type_ids: vec![0, 0],
+            full_len: 2,
+        });
+        assert_eq!(p.offsets, vec![0, 3, 5]);
+        assert_eq!((p.tokens(), p.sequences(), p.max_len()), (5, 2, 3));
+        assert_eq!(p.range(1), 3..5);
+        assert_eq!(p.sum_squared_lengths(), 13);
+        p.clear();
+        assert_eq!(p, PackedTokens::new());
+    }
+}

@@ -1,0 +1,282 @@
+//! A tiny random BERT in a sentence-transformers folder, for tests that must run without
+//! a download: the files a real snapshot has (config, weights, a WordPiece tokenizer over
+//! a small English vocabulary, modules, pooling and sentence configs), with weights drawn
+//! from a seeded generator. It runs the same code as a real model; only its outputs mean
+//! nothing.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use kernels::DType;
+use safetensors::Dtype;
+use safetensors::tensor::TensorView;
+use serde_json::json;
+
+use super::config::Pooling;
+use crate::rng::SplitMix64;
+
+/// What the synthetic folder holds.
+#[derive(Clone, Debug)]
+pub struct SyntheticSpec {
+    pub layers: usize,
+    pub hidden: usize,
+    pub heads: usize,
+    pub intermediate: usize,
+    pub max_position_embeddings: usize,
+    /// `sentence_bert_config.json`'s `max_seq_length`.
+    pub max_seq_length: usize,
+    /// Matrices stored in this precision; embeddings, biases and norms always f32.
+    pub dtype: DType,
+    /// Tensor names start with `bert.`.
+    pub bert_prefix: bool,
+    pub pooling: Pooling,
+    /// `modules.json` lists a `Normalize` module.
+    pub normalize: bool,
+    pub seed: u64,
+}
+
+impl Default for SyntheticSpec {
+    fn default() -> Self {
+        SyntheticSpec {
+            layers: 2,
+            hidden: 32,
+            heads: 4,
+            intermediate: 64,
+            max_position_embeddings: 64,
+            max_seq_length: 48,
+            dtype: DType::F32,
+            bert_prefix: false,
+            pooling: Pooling::Mean,
+            normalize: true,
+            seed: 7,
+        }
+    }
+}
+
+/// Special tokens first (BERT's order of ids differs, which the tokenizer must not care
+/// about), then whole words, then word pieces.
+const SPECIALS: [&str; 5] = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"];
+const WORDS: &str = "a the man woman is are was eating eat food bread piece of and in on \
+    to with for it this that cat dog runs run fast slow big small red blue green one two \
+    three . , ! ? ' - ( ) 0 1 2 3 4 5 6 7 8 9 b c d e f g h i j k l m n o p q r s t u v w x y z";
+const PIECES: &str = "##s ##ing ##ed ##er ##ly ##a ##b ##c ##d ##e ##f ##g ##h ##i ##j ##k ##l \
+    ##m ##n ##o ##p ##q ##r ##s ##t ##u ##v ##w ##x ##y ##z ##0 ##1 ##2 ##3 ##4 ##5 ##6 ##7 \
+    ##8 ##9";
+
+/// The vocabulary, in id order (duplicates dropped).
+fn vocabulary() -> Vec<&'static str> {
+    let mut seen = std::collections::HashSet::new();
+    SPECIALS
+        .iter()
+        .copied()
+        .chain(WORDS.split_whitespace())
+        .chain(PIECES.split_whitespace())
+        .filter(|t| seen.insert(*t))
+        .collect()
+}
+
+/// Writes the folder (created if needed).
+pub fn write_synthetic(dir: &Path, spec: &SyntheticSpec) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir.join("1_Pooling"))?;
+    let vocab = vocabulary();
+    let write_json = |file: &str, value: serde_json::Value| {
+        std::fs::write(dir.join(file), serde_json::to_vec_pretty(&value)?)
+    };
+    write_json("config.json", config_json(spec, vocab.len()))?;
+    write_json("tokenizer.json", tokenizer_json(&vocab))?;
+    write_json("modules.json", modules_json(spec.normalize))?;
+    write_json(
+        "sentence_bert_config.json",
+        json!({"max_seq_length": spec.max_seq_length, "do_lower_case": false}),
+    )?;
+    write_json(
+        "1_Pooling/config.json",
+        json!({
+            "word_embedding_dimension": spec.hidden,
+            "pooling_mode_cls_token": spec.pooling == Pooling::Cls,
+            "pooling_mode_mean_tokens": spec.pooling == Pooling::Mean,
+            "pooling_mode_max_tokens": false,
+            "pooling_mode_mean_sqrt_len_tokens": false,
+        }),
+    )?;
+    std::fs::write(dir.join("model.safetensors"), weights(spec, vocab.len()))
+}
+
+fn config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
+    json!({
+        "architectures": ["BertModel"],
+        "model_type": "bert",
+        "hidden_act": "gelu",
+        "hidden_size": spec.hidden,
+        "intermediate_size": spec.intermediate,
+        "layer_norm_eps": 1e-12,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "num_attention_heads": spec.heads,
+        "num_hidden_layers": spec.layers,
+        "pad_token_id": 0,
+        "position_embedding_type": "absolute",
+        "type_vocab_size": 2,
+        "vocab_size": vocab,
+    })
+}
+
+fn modules_json(normalize: bool) -> serde_json::Value {
+    let mut modules = vec![
+        json!({"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}),
+        json!({"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}),
+    ];
+    if normalize {
+        modules.push(json!({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}));
+    }
+    serde_json::Value::Array(modules)
+}
+
+/// A BERT WordPiece tokenizer as transformers saves one (lower-casing, CJK split,
+/// `[CLS] a [SEP] b [SEP]`), over `vocab`.
+fn tokenizer_json(vocab: &[&str]) -> serde_json::Value {
+    let ids: HashMap<&str, usize> = vocab.iter().enumerate().map(|(i, t)| (*t, i)).collect();
+    let added: Vec<_> = SPECIALS
+        .iter()
+        .map(|t| {
+            json!({"id": ids[t], "content": t, "single_word": false, "lstrip": false,
+                   "rstrip": false, "normalized": false, "special": true})
+        })
+        .collect();
+    let special = |t: &str, type_id: u32| json!({"SpecialToken": {"id": t, "type_id": type_id}});
+    let sequence = |s: &str, type_id: u32| json!({"Sequence": {"id": s, "type_id": type_id}});
+    json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": {"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true,
+                       "strip_accents": null, "lowercase": true},
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [special("[CLS]", 0), sequence("A", 0), special("[SEP]", 0)],
+            "pair": [special("[CLS]", 0), sequence("A", 0), special("[SEP]", 0),
+                     sequence("B", 1), special("[SEP]", 1)],
+            "special_tokens": {
+                "[CLS]": {"id": "[CLS]", "ids": [ids["[CLS]"]], "tokens": ["[CLS]"]},
+                "[SEP]": {"id": "[SEP]", "ids": [ids["[SEP]"]], "tokens": ["[SEP]"]},
+            },
+        },
+        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
+        "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                  "max_input_chars_per_word": 100, "vocab": ids},
+    })
+}
+
+/// The weights in safetensors, named as `BertModel` names them.
+fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
+    let mut rng = SplitMix64::new(spec.seed);
+    let (h, i) = (spec.hidden, spec.intermediate);
+    let mut tensors: Vec<(String, Vec<usize>, Vec<f32>, bool)> = Vec::new();
+    let mut add = |name: String, shape: Vec<usize>, scale: f32, offset: f32, matrix: bool| {
+        let n = shape.iter().product();
+        let values = (0..n).map(|_| offset + rng.normal() * scale).collect();
+        tensors.push((name, shape, values, matrix));
+    };
+    add(
+        "embeddings.word_embeddings.weight".into(),
+        vec![vocab, h],
+        0.5,
+        0.0,
+        false,
+    );
+    let positions = spec.max_position_embeddings;
+    add(
+        "embeddings.position_embeddings.weight".into(),
+        vec![positions, h],
+        0.3,
+        0.0,
+        false,
+    );
+    add(
+        "embeddings.token_type_embeddings.weight".into(),
+        vec![2, h],
+        0.3,
+        0.0,
+        false,
+    );
+    add(
+        "embeddings.LayerNorm.weight".into(),
+        vec![h],
+        0.1,
+        1.0,
+        false,
+    );
+    add("embeddings.LayerNorm.bias".into(), vec![h], 0.1, 0.0, false);
+    for l in 0..spec.layers {
+        let p = format!("encoder.layer.{l}");
+        let dense = [
+            ("attention.self.query", h, h),
+            ("attention.self.key", h, h),
+            ("attention.self.value", h, h),
+            ("attention.output.dense", h, h),
+            ("intermediate.dense", h, i),
+            ("output.dense", i, h),
+        ];
+        for (name, inputs, outputs) in dense {
+            let scale = 1.0 / (inputs as f32).sqrt();
+            add(
+                format!("{p}.{name}.weight"),
+                vec![outputs, inputs],
+                scale,
+                0.0,
+                true,
+            );
+            add(format!("{p}.{name}.bias"), vec![outputs], 0.1, 0.0, false);
+        }
+        for norm in ["attention.output.LayerNorm", "output.LayerNorm"] {
+            add(format!("{p}.{norm}.weight"), vec![h], 0.1, 1.0, false);
+            add(format!("{p}.{norm}.bias"), vec![h], 0.1, 0.0, false);
+        }
+    }
+    serialize(spec, tensors)
+}
+
+fn serialize(spec: &SyntheticSpec, tensors: Vec<(String, Vec<usize>, Vec<f32>, bool)>) -> Vec<u8> {
+    let encoded: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = tensors
+        .into_iter()
+        .map(|(name, shape, values, matrix)| {
+            let name = if spec.bert_prefix {
+                format!("bert.{name}")
+            } else {
+                name
+            };
+            let dtype = if matrix { spec.dtype } else { DType::F32 };
+            let (dt, bytes) = match dtype {
+                DType::F32 => (
+                    Dtype::F32,
+                    values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                ),
+                DType::F16 => (
+                    Dtype::F16,
+                    values
+                        .iter()
+                        .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+                        .collect(),
+                ),
+                DType::BF16 => (
+                    Dtype::BF16,
+                    values
+                        .iter()
+                        .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+                        .collect(),
+                ),
+            };
+            (name, dt, shape, bytes)
+        })
+        .collect();
+    let views: Vec<(String, TensorView<'_>)> = encoded
+        .iter()
+        .map(|(name, dtype, shape, bytes)| {
+            let view = TensorView::new(*dtype, shape.clone(), bytes)
+                .expect("shape and byte length agree by construction");
+            (name.clone(), view)
+        })
+        .collect();
+    safetensors::serialize(views, None).expect("serializing in-memory tensors cannot fail")
+}

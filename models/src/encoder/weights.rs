@@ -1,0 +1,292 @@
+//! The weights of a BERT encoder from `model.safetensors`, validated against its config.
+//!
+//! Names may carry the `bert.` prefix (a checkpoint saved from a task model) or not (a bare
+//! `BertModel`); LayerNorm parameters may be spelled `gamma`/`beta` as in old checkpoints.
+//! Every tensor the config implies must be present with exactly its shape; anything else
+//! is refused by name, except the position ids buffer and the pooler, which the encoder
+//! does not use. Matrices keep their stored precision (f32, f16 or bf16) for the device to
+//! lay out; embeddings, biases and norms are widened to f32.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use kernels::DType;
+use safetensors::tensor::TensorView;
+use safetensors::{Dtype, SafeTensors};
+
+use super::config::EncoderConfig;
+use crate::{LoadError, WeightData};
+
+/// A matrix `[outputs, inputs]` (PyTorch's `nn.Linear` layout) and its biases.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dense {
+    pub inputs: usize,
+    pub outputs: usize,
+    pub weight: WeightData,
+    pub bias: Vec<f32>,
+}
+
+/// A layer norm's scale and shift.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Norm {
+    pub gamma: Vec<f32>,
+    pub beta: Vec<f32>,
+}
+
+/// One transformer layer. Query, key and value are one matrix `[3 * hidden, hidden]`
+/// (queries, then keys, then values), so a single product makes all three.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerWeights {
+    pub qkv: Dense,
+    pub attention_out: Dense,
+    pub attention_norm: Norm,
+    pub ffn_up: Dense,
+    pub ffn_down: Dense,
+    pub ffn_norm: Norm,
+}
+
+/// The embedding tables (`[rows, hidden]`, f32) and their layer norm.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Embeddings {
+    pub word: Vec<f32>,
+    pub position: Vec<f32>,
+    pub token_type: Vec<f32>,
+    pub norm: Norm,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct EncoderWeights {
+    pub embeddings: Embeddings,
+    pub layers: Vec<LayerWeights>,
+}
+
+impl EncoderWeights {
+    /// Reads and validates `path` against `config`.
+    pub fn read(path: &Path, config: &EncoderConfig) -> Result<EncoderWeights, LoadError> {
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let tensors = SafeTensors::deserialize(&bytes).map_err(|e| LoadError::Format {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        let mut found = Found::index(path, &tensors)?;
+        let embeddings = found.embeddings(config)?;
+        let layers = (0..config.layers)
+            .map(|i| found.layer(i, config))
+            .collect::<Result<Vec<_>, _>>()?;
+        found.refuse_leftovers()?;
+        Ok(EncoderWeights { embeddings, layers })
+    }
+}
+
+/// The file's tensors by canonical name, taken out as the encoder asks for them.
+struct Found<'a> {
+    path: PathBuf,
+    tensors: HashMap<String, TensorView<'a>>,
+}
+
+impl<'a> Found<'a> {
+    fn index(path: &Path, file: &'a SafeTensors<'a>) -> Result<Found<'a>, LoadError> {
+        let mut tensors = HashMap::new();
+        for (name, view) in file.iter() {
+            let canonical = canonical_name(name);
+            if is_ignored(&canonical) {
+                continue;
+            }
+            if tensors.insert(canonical.clone(), view).is_some() {
+                return Err(LoadError::Format {
+                    path: path.to_path_buf(),
+                    reason: format!("tensor {canonical} appears twice (with and without bert.)"),
+                });
+            }
+        }
+        Ok(Found {
+            path: path.to_path_buf(),
+            tensors,
+        })
+    }
+
+    /// The tensor `name`, checked to have `shape`.
+    fn take(&mut self, name: &str, shape: &[usize]) -> Result<TensorView<'a>, LoadError> {
+        let view = self
+            .tensors
+            .remove(name)
+            .ok_or_else(|| LoadError::MissingEncoderTensor {
+                path: self.path.clone(),
+                name: name.to_string(),
+                expected: format!("expected shape {shape:?} from config.json"),
+            })?;
+        if view.shape() != shape {
+            return Err(LoadError::Shape {
+                name: name.to_string(),
+                expected: format!("{shape:?} from config.json"),
+                given: view.shape().to_vec(),
+            });
+        }
+        Ok(view)
+    }
+
+    /// A tensor widened to f32.
+    fn f32(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
+        let view = self.take(name, shape)?;
+        let values = decode(name, &view)?.to_f32();
+        check_finite(name, &values)?;
+        Ok(values)
+    }
+
+    fn norm(&mut self, prefix: &str, hidden: usize) -> Result<Norm, LoadError> {
+        Ok(Norm {
+            gamma: self.f32(&format!("{prefix}.weight"), &[hidden])?,
+            beta: self.f32(&format!("{prefix}.bias"), &[hidden])?,
+        })
+    }
+
+    fn dense(&mut self, prefix: &str, inputs: usize, outputs: usize) -> Result<Dense, LoadError> {
+        let name = format!("{prefix}.weight");
+        let view = self.take(&name, &[outputs, inputs])?;
+        let weight = decode(&name, &view)?;
+        check_finite(&name, &weight.to_f32())?;
+        Ok(Dense {
+            inputs,
+            outputs,
+            weight,
+            bias: self.f32(&format!("{prefix}.bias"), &[outputs])?,
+        })
+    }
+
+    fn embeddings(&mut self, c: &EncoderConfig) -> Result<Embeddings, LoadError> {
+        let h = c.hidden;
+        Ok(Embeddings {
+            word: self.f32("embeddings.word_embeddings.weight", &[c.vocab_size, h])?,
+            position: self.f32(
+                "embeddings.position_embeddings.weight",
+                &[c.max_position_embeddings, h],
+            )?,
+            token_type: self.f32(
+                "embeddings.token_type_embeddings.weight",
+                &[c.type_vocab_size, h],
+            )?,
+            norm: self.norm("embeddings.LayerNorm", h)?,
+        })
+    }
+
+    fn layer(&mut self, i: usize, c: &EncoderConfig) -> Result<LayerWeights, LoadError> {
+        let (h, inter) = (c.hidden, c.intermediate);
+        let p = format!("encoder.layer.{i}");
+        let q = self.dense(&format!("{p}.attention.self.query"), h, h)?;
+        let k = self.dense(&format!("{p}.attention.self.key"), h, h)?;
+        let v = self.dense(&format!("{p}.attention.self.value"), h, h)?;
+        Ok(LayerWeights {
+            qkv: stack(&[q, k, v]),
+            attention_out: self.dense(&format!("{p}.attention.output.dense"), h, h)?,
+            attention_norm: self.norm(&format!("{p}.attention.output.LayerNorm"), h)?,
+            ffn_up: self.dense(&format!("{p}.intermediate.dense"), h, inter)?,
+            ffn_down: self.dense(&format!("{p}.output.dense"), inter, h)?,
+            ffn_norm: self.norm(&format!("{p}.output.LayerNorm"), h)?,
+        })
+    }
+
+    /// Refuses the first tensor (in name order) that nothing asked for.
+    fn refuse_leftovers(self) -> Result<(), LoadError> {
+        match self.tensors.into_keys().min() {
+            Some(name) => Err(LoadError::UnexpectedEncoderTensor {
+                path: self.path,
+                name,
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The name without `bert.`, with old LayerNorm spellings (`gamma`, `beta`) modernised.
+fn canonical_name(name: &str) -> String {
+    let name = name.strip_prefix("bert.").unwrap_or(name);
+    if name.contains("LayerNorm.") {
+        if let Some(base) = name.strip_suffix(".gamma") {
+            return format!("{base}.weight");
+        }
+        if let Some(base) = name.strip_suffix(".beta") {
+            return format!("{base}.bias");
+        }
+    }
+    name.to_string()
+}
+
+/// Tensors a checkpoint may hold that the encoder does not use.
+fn is_ignored(canonical: &str) -> bool {
+    canonical == "embeddings.position_ids" || canonical.starts_with("pooler.")
+}
+
+/// Matrices with the same input width, one above the other, in their common precision
+/// when they share one and f32 otherwise.
+fn stack(parts: &[Dense]) -> Dense {
+    let dtypes: Vec<DType> = parts.iter().map(|d| d.weight.dtype()).collect();
+    let weight = match dtypes[0] {
+        DType::F16 if dtypes.iter().all(|d| *d == DType::F16) => WeightData::F16(
+            parts
+                .iter()
+                .flat_map(|d| match &d.weight {
+                    WeightData::F16(w) => w.clone(),
+                    _ => unreachable!("all f16, checked above"),
+                })
+                .collect(),
+        ),
+        DType::BF16 if dtypes.iter().all(|d| *d == DType::BF16) => WeightData::BF16(
+            parts
+                .iter()
+                .flat_map(|d| match &d.weight {
+                    WeightData::BF16(w) => w.clone(),
+                    _ => unreachable!("all bf16, checked above"),
+                })
+                .collect(),
+        ),
+        _ => WeightData::F32(parts.iter().flat_map(|d| d.weight.to_f32()).collect()),
+    };
+    Dense {
+        inputs: parts[0].inputs,
+        outputs: parts.iter().map(|d| d.outputs).sum(),
+        weight,
+        bias: parts.iter().flat_map(|d| d.bias.iter().copied()).collect(),
+    }
+}
+
+/// The tensor's values in their stored precision; F32, F16 and BF16 only.
+fn decode(name: &str, view: &TensorView<'_>) -> Result<WeightData, LoadError> {
+    let data = view.data();
+    Ok(match view.dtype() {
+        Dtype::F32 => WeightData::F32(
+            data.chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        ),
+        Dtype::F16 => WeightData::F16(
+            data.chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]))
+                .collect(),
+        ),
+        Dtype::BF16 => WeightData::BF16(
+            data.chunks_exact(2)
+                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]))
+                .collect(),
+        ),
+        other => {
+            return Err(LoadError::UnsupportedDtype {
+                name: name.to_string(),
+                dtype: format!("{other:?}"),
+            });
+        }
+    })
+}
+
+fn check_finite(name: &str, values: &[f32]) -> Result<(), LoadError> {
+    match values.iter().position(|v| !v.is_finite()) {
+        Some(index) => Err(LoadError::NonFinite {
+            name: name.to_string(),
+            index,
+            value: values[index],
+        }),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,552 @@
+//! The text encoder's forward pass against a float64 reference written from the
+//! architecture in numpy (tests/python/bert_reference.py, run with $TANDEM_PYTHON), on a
+//! tiny random BERT written here (no download) and on all-MiniLM-L6-v2 (fetched by
+//! scripts/fetch-models.sh; $TANDEM_MINILM_DIR or the cache). The same bodies run on the
+//! CPU and, where a device exists, on CUDA. A test whose model or Python is absent says
+//! `SKIPPED <test>: <reason>`, unless TANDEM_REQUIRE_TOOLS is set, when it fails.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use kernels::{DType, Device};
+use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
+use models::encoder::{Encoded, Encoder, PackedTokens, Pooling, TextTokenizer, l2_normalize_rows};
+use models::rng::SplitMix64;
+
+// ---------------------------------------------------------------------------------------
+// What the tests need from outside: the model folder, Python, scratch folders.
+
+fn require_tools() -> bool {
+    std::env::var_os("TANDEM_REQUIRE_TOOLS").is_some()
+}
+
+/// Says why `test` skips, or fails it when TANDEM_REQUIRE_TOOLS is set.
+fn skip<T>(test: &str, reason: &str) -> Option<T> {
+    assert!(
+        !require_tools(),
+        "{test}: {reason} (TANDEM_REQUIRE_TOOLS is set)"
+    );
+    kernels::cuda::report_skip(test, reason);
+    None
+}
+
+/// all-MiniLM-L6-v2's folder: $TANDEM_MINILM_DIR, or where scripts/fetch-models.sh puts it.
+fn minilm_dir(test: &str) -> Option<PathBuf> {
+    let dir = match std::env::var_os("TANDEM_MINILM_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => {
+            let cache = std::env::var_os("TANDEM_CACHE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                        .join(".cache/tandem")
+                });
+            cache.join("models/all-minilm-l6-v2")
+        }
+    };
+    if dir.join("model.safetensors").is_file() {
+        Some(dir)
+    } else {
+        skip(
+            test,
+            &format!(
+                "no all-MiniLM-L6-v2 in {} (run scripts/fetch-models.sh)",
+                dir.display()
+            ),
+        )
+    }
+}
+
+fn python(test: &str) -> Option<PathBuf> {
+    match std::env::var_os("TANDEM_PYTHON") {
+        Some(p) => Some(PathBuf::from(p)),
+        None => skip(test, "TANDEM_PYTHON is not set (scripts/test.sh sets it)"),
+    }
+}
+
+fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/python")
+        .join(name)
+}
+
+/// A folder under the system's temporary directory, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("tandem-encoder-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs tests/python/bert_reference.py with `args` and `stdin`, returning its stdout.
+fn run_python(python: &Path, args: &[&str], stdin: &[u8]) -> Vec<u8> {
+    let mut child = Command::new(python)
+        .arg(script("bert_reference.py"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "bert_reference.py {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// The reference's pooled (not normalised) embeddings of `seqs`.
+fn reference(python: &Path, dir: &Path, seqs: &[Encoded], pooling: Pooling) -> Vec<Vec<f64>> {
+    let request = serde_json::json!({
+        "sequences": seqs
+            .iter()
+            .map(|e| serde_json::json!({"ids": e.ids, "type_ids": e.type_ids}))
+            .collect::<Vec<_>>(),
+        "pooling": if pooling == Pooling::Cls { "cls" } else { "mean" },
+    });
+    let stdout = run_python(
+        python,
+        &["embed", dir.to_str().unwrap()],
+        request.to_string().as_bytes(),
+    );
+    let reply: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
+    serde_json::from_value(reply["embeddings"].clone()).unwrap()
+}
+
+// ---------------------------------------------------------------------------------------
+// Helpers on embeddings.
+
+fn pack(seqs: &[Encoded]) -> PackedTokens {
+    let mut p = PackedTokens::new();
+    seqs.iter().for_each(|e| p.push(e));
+    p
+}
+
+fn embed(encoder: &mut Encoder, seqs: &[Encoded]) -> Vec<f32> {
+    let mut out = vec![f32::NAN; seqs.len() * encoder.hidden()];
+    encoder.forward_packed(&pack(seqs), &mut out).unwrap();
+    out
+}
+
+fn cosine(a: &[f32], b: &[f64]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * y).sum();
+    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|y| y * y).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+/// Every embedding of `got` within `min_cosine` of the reference.
+fn assert_cosines(got: &[f32], want: &[Vec<f64>], min_cosine: f64, context: &str) {
+    let h = want[0].len();
+    assert_eq!(got.len(), want.len() * h, "{context}: output size");
+    for (i, (g, w)) in got.chunks_exact(h).zip(want).enumerate() {
+        assert!(
+            g.iter().all(|v| v.is_finite()),
+            "{context}: sequence {i} not finite"
+        );
+        let c = cosine(g, w);
+        assert!(
+            c >= min_cosine,
+            "{context}: sequence {i} has cosine {c:.8} < {min_cosine}"
+        );
+    }
+}
+
+fn encode_all(tokenizer: &TextTokenizer, texts: &[&str]) -> Vec<Encoded> {
+    texts
+        .iter()
+        .map(|t| tokenizer.encode(t, true).unwrap())
+        .collect()
+}
+
+/// Sequences of random ids in `lo..hi` framed by `cls` and `sep`, of the given lengths.
+fn random_sequences(lengths: &[usize], lo: u32, hi: u32, cls: u32, sep: u32) -> Vec<Encoded> {
+    let mut rng = SplitMix64::new(99);
+    lengths
+        .iter()
+        .map(|&n| {
+            let mut ids: Vec<u32> = (0..n)
+                .map(|_| lo + rng.below((hi - lo) as usize) as u32)
+                .collect();
+            ids[0] = cls;
+            if n > 1 {
+                ids[n - 1] = sep;
+            }
+            Encoded {
+                type_ids: vec![0; n],
+                full_len: n,
+                ids,
+            }
+        })
+        .collect()
+}
+
+/// max |a − b| / max |b| per embedding, the worst over all.
+fn worst_relative_difference(a: &[f32], b: &[f32], h: usize) -> f64 {
+    a.chunks_exact(h)
+        .zip(b.chunks_exact(h))
+        .map(|(x, y)| {
+            let scale = y.iter().fold(0f64, |m, v| m.max(v.abs() as f64));
+            let diff = x
+                .iter()
+                .zip(y)
+                .fold(0f64, |m, (p, q)| m.max((p - q).abs() as f64));
+            diff / scale
+        })
+        .fold(0.0, f64::max)
+}
+
+const SENTENCES: [&str; 12] = [
+    "A man is eating food.",
+    "A man is eating a piece of bread.",
+    "The girl is carrying a baby.",
+    "A man is riding a horse.",
+    "Two men pushed carts through the woods.",
+    "Café crème brûlée, naïve façade — résumé.",
+    "北京是中国的首都。",
+    "Emoji 🙂🚀 and symbols ∑ ≠ ∞",
+    "x",
+    "",
+    "The quick brown fox jumps over the lazy dog, again and again, until the dog finally \
+     gets up, stretches, and wanders off to find a quieter place to sleep in the afternoon sun.",
+    "In 1969, Apollo 11 landed on the Moon; Neil Armstrong and Buzz Aldrin walked on its \
+     surface while Michael Collins orbited above in the command module Columbia.",
+];
+
+fn long_text() -> String {
+    "Attention is computed per sequence on its own length, so a long input costs its tokens. "
+        .repeat(30)
+}
+
+// ---------------------------------------------------------------------------------------
+// The tiny synthetic BERT: no download needed.
+
+fn synthetic(tag: &str, spec: &SyntheticSpec) -> TempDir {
+    let dir = TempDir::new(tag);
+    write_synthetic(&dir.0, spec).unwrap();
+    dir
+}
+
+const SYNTHETIC_TEXTS: [&str; 6] = [
+    "a man is eating food.",
+    "the big red dog runs fast, the small cat runs slow!",
+    "x",
+    "",
+    "one two three four five six seven eight nine 0 1 2 3 4 5 6 7 8 9 quickly",
+    "the woman was eating a piece of bread with the man in the green house",
+];
+
+fn check_synthetic(device: &Device, test: &str, spec: SyntheticSpec) {
+    let Some(python) = python(test) else { return };
+    let dir = synthetic(
+        &format!("{}-{:?}", test.replace("::", "-"), spec.dtype),
+        &spec,
+    );
+    let tokenizer = TextTokenizer::from_dir(&dir.0, spec.max_seq_length).unwrap();
+    let mut seqs = encode_all(&tokenizer, &SYNTHETIC_TEXTS);
+    seqs.push(
+        tokenizer
+            .encode_pair("a cat", "the dog runs", true)
+            .unwrap(),
+    );
+    seqs.push(
+        tokenizer
+            .encode(&"a b c d e f g ".repeat(20), true)
+            .unwrap(),
+    );
+    let mut encoder = Encoder::load(&dir.0, device).unwrap();
+    let got = embed(&mut encoder, &seqs);
+    // The reference runs on the f32 weights the 16-bit ones were rounded from.
+    let f32_dir = synthetic(
+        &format!("{}-ref", test.replace("::", "-")),
+        &SyntheticSpec {
+            dtype: DType::F32,
+            ..spec.clone()
+        },
+    );
+    let want = reference(&python, &f32_dir.0, &seqs, spec.pooling);
+    let min = if spec.dtype == DType::F32 {
+        0.99999
+    } else {
+        0.999
+    };
+    assert_cosines(
+        &got,
+        &want,
+        min,
+        &format!("{test} {device:?} {:?}", spec.dtype),
+    );
+}
+
+fn check_synthetic_packing(device: &Device) {
+    let spec = SyntheticSpec::default();
+    let dir = synthetic(
+        &format!("packing-{}", device.label().replace(':', "")),
+        &spec,
+    );
+    let mut encoder = Encoder::load(&dir.0, device).unwrap();
+    let lengths: Vec<usize> = (1..=spec.max_seq_length).rev().step_by(3).collect();
+    let seqs = random_sequences(&lengths, 5, 60, 2, 3);
+    let together = embed(&mut encoder, &seqs);
+    let h = encoder.hidden();
+    let mut alone = Vec::new();
+    for s in &seqs {
+        alone.extend(embed(&mut encoder, std::slice::from_ref(s)));
+    }
+    let worst = worst_relative_difference(&together, &alone, h);
+    assert!(
+        worst <= 1e-5,
+        "{device:?}: packed and alone differ by {worst:e}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// all-MiniLM-L6-v2.
+
+fn minilm_texts(tokenizer: &TextTokenizer) -> Vec<Encoded> {
+    let mut seqs = encode_all(tokenizer, &SENTENCES);
+    let long = long_text();
+    seqs.push(tokenizer.encode(&long, true).unwrap());
+    seqs.push(
+        tokenizer
+            .encode_pair("How many people live in Berlin?", &long, true)
+            .unwrap(),
+    );
+    seqs
+}
+
+fn check_minilm_f32(device: &Device, test: &str) {
+    let (Some(dir), Some(python)) = (minilm_dir(test), python(test)) else {
+        return;
+    };
+    let mut encoder = Encoder::load(&dir, device).unwrap();
+    let tokenizer = TextTokenizer::from_dir(&dir, encoder.max_seq_len()).unwrap();
+    let seqs = minilm_texts(&tokenizer);
+    assert_eq!(
+        seqs.last().unwrap().len(),
+        256,
+        "the long pair is truncated to 256"
+    );
+    let got = embed(&mut encoder, &seqs);
+    let want = reference(&python, &dir, &seqs, Pooling::Mean);
+    assert_cosines(&got, &want, 0.99999, &format!("{test} {device:?}"));
+}
+
+fn check_minilm_16bit(device: &Device, test: &str) {
+    let (Some(dir), Some(python)) = (minilm_dir(test), python(test)) else {
+        return;
+    };
+    let tokenizer = TextTokenizer::from_dir(&dir, 256).unwrap();
+    let seqs = minilm_texts(&tokenizer);
+    let want = reference(&python, &dir, &seqs, Pooling::Mean);
+    for dtype in ["F16", "BF16"] {
+        let copy = TempDir::new(&format!("{}-{dtype}", test.replace("::", "-")));
+        let args = [
+            "convert",
+            dir.to_str().unwrap(),
+            copy.0.to_str().unwrap(),
+            dtype,
+        ];
+        run_python(&python, &args, b"");
+        let mut encoder = Encoder::load(&copy.0, device).unwrap();
+        let got = embed(&mut encoder, &seqs);
+        assert_cosines(&got, &want, 0.999, &format!("{test} {device:?} {dtype}"));
+    }
+}
+
+fn check_minilm_packing(device: &Device, test: &str) {
+    let Some(dir) = minilm_dir(test) else { return };
+    let mut encoder = Encoder::load(&dir, device).unwrap();
+    let lengths = [
+        37, 1, 2, 256, 3, 5, 8, 13, 16, 17, 24, 31, 32, 33, 47, 64, 65, 100, 127, 128, 129, 200,
+        255, 9, 10, 11, 12,
+    ];
+    let seqs = random_sequences(&lengths, 1000, 30000, 101, 102);
+    let together = embed(&mut encoder, &seqs);
+    let mut alone = Vec::new();
+    for s in &seqs {
+        alone.extend(embed(&mut encoder, std::slice::from_ref(s)));
+    }
+    let worst = worst_relative_difference(&together, &alone, encoder.hidden());
+    assert!(
+        worst <= 1e-5,
+        "{test} {device:?}: packed and alone differ by {worst:e}"
+    );
+}
+
+fn check_minilm_pair_score(device: &Device, test: &str) {
+    let Some(dir) = minilm_dir(test) else { return };
+    let mut encoder = Encoder::load(&dir, device).unwrap();
+    assert!(encoder.normalize_by_default());
+    let tokenizer = TextTokenizer::from_dir(&dir, encoder.max_seq_len()).unwrap();
+    let seqs = encode_all(&tokenizer, &SENTENCES[..2]);
+    let mut out = embed(&mut encoder, &seqs);
+    l2_normalize_rows(&mut out, encoder.hidden());
+    let (a, b) = out.split_at(encoder.hidden());
+    let score: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    assert!(
+        (score - 0.7553).abs() <= 0.0005,
+        "{test} {device:?}: score {score}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Every check on every device.
+
+macro_rules! on_every_device {
+    ($name:ident, |$device:ident, $test:ident| $body:expr) => {
+        mod $name {
+            use super::*;
+
+            #[test]
+            fn cpu() {
+                let $device = &Device::Cpu;
+                let $test = concat!(stringify!($name), "::cpu");
+                $body
+            }
+
+            #[test]
+            fn cuda() {
+                let $test = concat!(stringify!($name), "::cuda");
+                if let Some(d) = kernels::cuda::device_for_test($test) {
+                    let $device = &Device::Cuda(d);
+                    $body
+                }
+            }
+        }
+    };
+}
+
+on_every_device!(synthetic_f32_mean, |device, test| check_synthetic(
+    device,
+    test,
+    SyntheticSpec::default()
+));
+on_every_device!(synthetic_bert_prefix_cls, |device, test| check_synthetic(
+    device,
+    test,
+    SyntheticSpec {
+        bert_prefix: true,
+        pooling: Pooling::Cls,
+        seed: 8,
+        ..SyntheticSpec::default()
+    }
+));
+on_every_device!(synthetic_f16, |device, test| check_synthetic(
+    device,
+    test,
+    SyntheticSpec {
+        dtype: DType::F16,
+        ..SyntheticSpec::default()
+    }
+));
+on_every_device!(synthetic_bf16, |device, test| check_synthetic(
+    device,
+    test,
+    SyntheticSpec {
+        dtype: DType::BF16,
+        ..SyntheticSpec::default()
+    }
+));
+on_every_device!(synthetic_packing, |device, _test| check_synthetic_packing(
+    device
+));
+on_every_device!(minilm_f32, |device, test| check_minilm_f32(device, test));
+on_every_device!(minilm_16bit, |device, test| check_minilm_16bit(
+    device, test
+));
+on_every_device!(minilm_packing, |device, test| check_minilm_packing(
+    device, test
+));
+on_every_device!(minilm_pair_score, |device, test| check_minilm_pair_score(
+    device, test
+));
+
+// ---------------------------------------------------------------------------------------
+// What the forward pass refuses, and what it reports.
+
+#[test]
+fn invalid_batches_are_errors_not_panics() {
+    let spec = SyntheticSpec::default();
+    let dir = synthetic("invalid", &spec);
+    let mut encoder = Encoder::load(&dir.0, &Device::Cpu).unwrap();
+    let h = encoder.hidden();
+    let ok = random_sequences(&[4], 5, 60, 2, 3);
+    let mut out = vec![0.0; h];
+    encoder.forward_packed(&pack(&ok), &mut out).unwrap();
+    let err = encoder
+        .forward_packed(&pack(&ok), &mut out[..h - 1])
+        .unwrap_err();
+    assert!(err.to_string().contains(&format!("expected {h}")), "{err}");
+    let packed = |ids: Vec<u32>, type_ids: Vec<u32>, offsets: Vec<usize>| PackedTokens {
+        ids,
+        type_ids,
+        offsets,
+    };
+    let cases = [
+        (
+            packed(vec![2, 9999, 3], vec![0; 3], vec![0, 3]),
+            "outside the vocabulary",
+        ),
+        (
+            packed(vec![2, 5, 3], vec![0, 2, 0], vec![0, 3]),
+            "token type id 2",
+        ),
+        (
+            packed(vec![2, 5, 3], vec![0; 3], vec![0, 0, 3]),
+            "sequence 0 has 0 tokens",
+        ),
+        (
+            packed(vec![2, 5, 3], vec![0; 3], vec![0, 2]),
+            "offsets must run",
+        ),
+        (
+            packed(vec![2; 49], vec![0; 49], vec![0, 49]),
+            "has 49 tokens, expected 1 to 48",
+        ),
+    ];
+    for (tokens, message) in cases {
+        let mut out = vec![0.0; tokens.sequences() * h];
+        let err = encoder
+            .forward_packed(&tokens, &mut out)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(message), "{err} (wanted {message:?})");
+    }
+    let mut none: [f32; 0] = [];
+    encoder
+        .forward_packed(&PackedTokens::new(), &mut none)
+        .unwrap();
+}
+
+#[test]
+fn flops_count_dense_layers_per_token_and_attention_per_sequence() {
+    let dir = synthetic("flops", &SyntheticSpec::default());
+    let encoder = Encoder::load(&dir.0, &Device::Cpu).unwrap();
+    let tokens = pack(&random_sequences(&[3, 5], 5, 60, 2, 3));
+    // hidden 32, intermediate 64, 2 layers: 2·(4·32² + 2·32·64) per token, 4·32·Σn² per layer.
+    let per_token = 2 * (4 * 32 * 32 + 2 * 32 * 64);
+    let want = 2 * (per_token * 8 + 4 * 32 * (9 + 25));
+    assert_eq!(encoder.flops(&tokens), want as u64);
+}
+
+#[test]
+fn l2_normalisation_gives_unit_rows_and_leaves_zero_rows() {
+    let mut rows = vec![3.0, 4.0, 0.0, 0.0, 1.0, 0.0];
+    l2_normalize_rows(&mut rows, 2);
+    assert_eq!(rows, vec![0.6, 0.8, 0.0, 0.0, 1.0, 0.0]);
+}

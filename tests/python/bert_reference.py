@@ -1,0 +1,179 @@
+"""A float64 reference of a BERT-family sentence encoder, written from the architecture.
+
+Not from sentence-transformers or torch: the weights are read with `safetensors.numpy` and
+every step (embeddings, attention, feed-forward, layer norms, pooling) is spelled out in
+numpy, so the Rust encoder is checked against an independent implementation.
+
+Commands (JSON on stdin, JSON on stdout):
+
+  embed DIR     stdin {"sequences": [{"ids": [...], "type_ids": [...]}, ...],
+                       "pooling": "mean" | "cls"}
+                stdout {"embeddings": [[...], ...]}  (pooled, not normalised, float64)
+  convert SRC DST DTYPE
+                copies the model folder SRC to DST with every floating-point tensor of
+                model.safetensors stored as DTYPE (F16 or BF16, rounded to nearest even);
+                prints nothing
+"""
+
+import json
+import math
+import shutil
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import load_file
+
+SKIPPED = ("embeddings.position_ids",)
+
+
+def load_weights(folder):
+    """The tensors as float64, names without the `bert.` prefix."""
+    raw = load_file(str(Path(folder) / "model.safetensors"))
+    weights = {}
+    for name, value in raw.items():
+        name = name[len("bert.") :] if name.startswith("bert.") else name
+        if name in SKIPPED or name.startswith("pooler."):
+            continue
+        weights[name] = value.astype(np.float64)
+    return weights
+
+
+def layer_norm(x, gamma, beta, eps):
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * gamma + beta
+
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def gelu(x):
+    """GELU with the exact error function (BERT's `gelu`, not the tanh approximation)."""
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)).astype(np.float64))
+
+
+def linear(x, w, prefix):
+    return x @ w[prefix + ".weight"].T + w[prefix + ".bias"]
+
+
+def softmax(s):
+    s = s - s.max(axis=-1, keepdims=True)
+    e = np.exp(s)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def attention(x, w, p, heads):
+    n, hidden = x.shape
+    d = hidden // heads
+    q = linear(x, w, p + ".self.query").reshape(n, heads, d).transpose(1, 0, 2)
+    k = linear(x, w, p + ".self.key").reshape(n, heads, d).transpose(1, 0, 2)
+    v = linear(x, w, p + ".self.value").reshape(n, heads, d).transpose(1, 0, 2)
+    probs = softmax(q @ k.transpose(0, 2, 1) / math.sqrt(d))  # [heads, n, n]
+    context = (probs @ v).transpose(1, 0, 2).reshape(n, hidden)
+    return linear(context, w, p + ".output.dense")
+
+
+def encode(ids, type_ids, w, cfg):
+    eps = cfg["layer_norm_eps"]
+    n = len(ids)
+    x = (
+        w["embeddings.word_embeddings.weight"][ids]
+        + w["embeddings.position_embeddings.weight"][np.arange(n)]
+        + w["embeddings.token_type_embeddings.weight"][type_ids]
+    )
+    x = layer_norm(
+        x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], eps
+    )
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"encoder.layer.{i}"
+        a = attention(x, w, p + ".attention", cfg["num_attention_heads"])
+        x = layer_norm(
+            x + a,
+            w[p + ".attention.output.LayerNorm.weight"],
+            w[p + ".attention.output.LayerNorm.bias"],
+            eps,
+        )
+        h = gelu(linear(x, w, p + ".intermediate.dense"))
+        x = layer_norm(
+            x + linear(h, w, p + ".output.dense"),
+            w[p + ".output.LayerNorm.weight"],
+            w[p + ".output.LayerNorm.bias"],
+            eps,
+        )
+    return x
+
+
+def embed(folder):
+    request = json.load(sys.stdin)
+    cfg = json.loads((Path(folder) / "config.json").read_text())
+    w = load_weights(folder)
+    out = []
+    for seq in request["sequences"]:
+        states = encode(np.array(seq["ids"]), np.array(seq["type_ids"]), w, cfg)
+        pooled = states[0] if request.get("pooling", "mean") == "cls" else states.mean(0)
+        out.append(pooled.tolist())
+    json.dump({"embeddings": out}, sys.stdout)
+
+
+def f32_to_16_bits(values, dtype):
+    """float32 array -> uint16 bits of F16 or BF16, rounded to nearest even."""
+    if dtype == "F16":
+        return values.astype(np.float16).view(np.uint16)
+    bits = values.astype(np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return rounded.astype(np.uint16)
+
+
+def write_safetensors(path, tensors):
+    """tensors: name -> (dtype string, shape, bytes). The format is a little-endian u64
+    header length, a JSON header, then the data; written by hand because numpy has no
+    bfloat16."""
+    header, offset, blobs = {}, 0, []
+    for name, (dtype, shape, data) in tensors.items():
+        header[name] = {
+            "dtype": dtype,
+            "shape": list(shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
+        offset += len(data)
+        blobs.append(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+
+
+def convert(src, dst, dtype):
+    if dtype not in ("F16", "BF16"):
+        sys.exit(f"convert: dtype must be F16 or BF16, not {dtype}")
+    src, dst = Path(src), Path(dst)
+    shutil.copytree(src, dst, dirs_exist_ok=True)
+    raw = load_file(str(src / "model.safetensors"))
+    tensors = {}
+    for name, value in raw.items():
+        if value.dtype == np.float32:
+            bits = f32_to_16_bits(value, dtype)
+            tensors[name] = (dtype, value.shape, bits.tobytes())
+        elif value.dtype == np.int64:
+            tensors[name] = ("I64", value.shape, value.tobytes())
+        else:
+            sys.exit(f"convert: {name} has dtype {value.dtype}, expected float32 or int64")
+    write_safetensors(dst / "model.safetensors", tensors)
+
+
+def main(argv):
+    if len(argv) == 3 and argv[1] == "embed":
+        embed(argv[2])
+    elif len(argv) == 5 and argv[1] == "convert":
+        convert(argv[2], argv[3], argv[4])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
