@@ -1,0 +1,306 @@
+//! Loading a text encoder's folder: what loads (prefixes, 16-bit weights, old LayerNorm
+//! names, the configs' limits and modules) and what is refused, with a message that names
+//! the file, the tensor or the value. All on the tiny synthetic BERT: no download.
+
+use std::path::{Path, PathBuf};
+
+use kernels::{DType, Device};
+use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
+use models::encoder::{Encoder, Pooling, is_encoder_dir};
+use safetensors::SafeTensors;
+use safetensors::tensor::TensorView;
+
+/// A fresh synthetic folder, removed when dropped.
+struct Folder(PathBuf);
+
+impl Folder {
+    fn new(tag: &str, spec: &SyntheticSpec) -> Folder {
+        let dir = std::env::temp_dir().join(format!("tandem-load-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        write_synthetic(&dir, spec).unwrap();
+        Folder(dir)
+    }
+
+    fn path(&self, file: &str) -> PathBuf {
+        self.0.join(file)
+    }
+
+    /// Rewrites a JSON file through `edit`.
+    fn edit_json(&self, file: &str, edit: impl FnOnce(&mut serde_json::Value)) {
+        let path = self.path(file);
+        let mut value: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        edit(&mut value);
+        std::fs::write(&path, serde_json::to_vec(&value).unwrap()).unwrap();
+    }
+
+    /// Rewrites model.safetensors through `edit` on (name, dtype, shape, bytes).
+    fn edit_tensors(&self, edit: impl FnOnce(&mut Vec<Tensor>)) {
+        let bytes = std::fs::read(self.path("model.safetensors")).unwrap();
+        let file = SafeTensors::deserialize(&bytes).unwrap();
+        let mut tensors: Vec<Tensor> = file
+            .iter()
+            .map(|(name, v)| Tensor {
+                name: name.to_string(),
+                dtype: v.dtype(),
+                shape: v.shape().to_vec(),
+                bytes: v.data().to_vec(),
+            })
+            .collect();
+        edit(&mut tensors);
+        let views: Vec<(String, TensorView<'_>)> = tensors
+            .iter()
+            .map(|t| {
+                let view = TensorView::new(t.dtype, t.shape.clone(), &t.bytes).unwrap();
+                (t.name.clone(), view)
+            })
+            .collect();
+        let out = safetensors::serialize(views, None).unwrap();
+        std::fs::write(self.path("model.safetensors"), out).unwrap();
+    }
+
+    fn load_error(&self) -> String {
+        match Encoder::load(&self.0, &Device::Cpu) {
+            Ok(_) => panic!("{} loaded", self.0.display()),
+            Err(e) => e.to_string(),
+        }
+    }
+}
+
+impl Drop for Folder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Tensor {
+    name: String,
+    dtype: safetensors::Dtype,
+    shape: Vec<usize>,
+    bytes: Vec<u8>,
+}
+
+fn spec() -> SyntheticSpec {
+    SyntheticSpec::default()
+}
+
+fn assert_contains(message: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(message.contains(part), "{message:?} lacks {part:?}");
+    }
+}
+
+#[test]
+fn a_synthetic_folder_loads_with_what_its_configs_say() {
+    let f = Folder::new("plain", &spec());
+    assert!(is_encoder_dir(&f.0));
+    let e = Encoder::load(&f.0, &Device::Cpu).unwrap();
+    assert_eq!((e.hidden(), e.max_seq_len()), (32, 48));
+    assert!(e.normalize_by_default());
+    assert_eq!(e.config().pooling, Pooling::Mean);
+    assert!(!is_encoder_dir(Path::new("/nonexistent")));
+}
+
+#[test]
+fn prefixes_16_bit_weights_and_old_norm_names_load() {
+    for (tag, dtype, prefix) in [("bf16", DType::BF16, true), ("f16", DType::F16, false)] {
+        let spec = SyntheticSpec {
+            dtype,
+            bert_prefix: prefix,
+            pooling: Pooling::Cls,
+            normalize: false,
+            ..spec()
+        };
+        let f = Folder::new(tag, &spec);
+        f.edit_tensors(|ts| {
+            for t in ts.iter_mut() {
+                t.name = t
+                    .name
+                    .replace("LayerNorm.weight", "LayerNorm.gamma")
+                    .replace("LayerNorm.bias", "LayerNorm.beta");
+            }
+            // What BertModel checkpoints carry beside the encoder.
+            for name in ["embeddings.position_ids", "pooler.dense.bias"] {
+                ts.push(Tensor {
+                    name: name.into(),
+                    dtype: safetensors::Dtype::F32,
+                    shape: vec![2],
+                    bytes: vec![0; 8],
+                });
+            }
+        });
+        let e = Encoder::load(&f.0, &Device::Cpu).unwrap();
+        assert!(!e.normalize_by_default());
+        assert_eq!(e.config().pooling, Pooling::Cls);
+    }
+}
+
+#[test]
+fn max_seq_length_is_capped_by_the_position_table_and_defaults_to_512() {
+    let f = Folder::new(
+        "limit",
+        &SyntheticSpec {
+            max_seq_length: 1000,
+            ..spec()
+        },
+    );
+    assert_eq!(Encoder::load(&f.0, &Device::Cpu).unwrap().max_seq_len(), 64);
+    std::fs::remove_file(f.path("sentence_bert_config.json")).unwrap();
+    std::fs::remove_file(f.path("modules.json")).unwrap();
+    std::fs::remove_dir_all(f.path("1_Pooling")).unwrap();
+    let e = Encoder::load(&f.0, &Device::Cpu).unwrap();
+    assert_eq!(
+        e.max_seq_len(),
+        64,
+        "512 by default, capped at 64 positions"
+    );
+    assert!(!e.normalize_by_default(), "no modules.json: no Normalize");
+    assert_eq!(e.config().pooling, Pooling::Mean);
+}
+
+#[test]
+fn missing_files_are_named() {
+    for file in ["tokenizer.json", "config.json", "model.safetensors"] {
+        let f = Folder::new(&format!("missing-{file}"), &spec());
+        std::fs::remove_file(f.path(file)).unwrap();
+        assert_contains(&f.load_error(), &[file, "is missing"]);
+    }
+}
+
+#[test]
+fn a_tensor_of_the_wrong_shape_is_named_with_both_shapes() {
+    let f = Folder::new("shape", &spec());
+    f.edit_tensors(|ts| {
+        let t = ts
+            .iter_mut()
+            .find(|t| t.name == "encoder.layer.1.intermediate.dense.weight")
+            .unwrap();
+        t.shape = vec![32, 64];
+    });
+    assert_contains(
+        &f.load_error(),
+        &[
+            "encoder.layer.1.intermediate.dense.weight",
+            "[32, 64]",
+            "[64, 32]",
+        ],
+    );
+}
+
+#[test]
+fn missing_and_unexpected_tensors_are_named() {
+    let f = Folder::new("missing-tensor", &spec());
+    f.edit_tensors(|ts| ts.retain(|t| t.name != "encoder.layer.0.attention.self.key.bias"));
+    assert_contains(
+        &f.load_error(),
+        &["encoder.layer.0.attention.self.key.bias", "missing"],
+    );
+    let f = Folder::new("extra-tensor", &spec());
+    f.edit_tensors(|ts| {
+        ts.push(Tensor {
+            name: "encoder.layer.2.output.dense.bias".into(),
+            dtype: safetensors::Dtype::F32,
+            shape: vec![32],
+            bytes: vec![0; 128],
+        })
+    });
+    assert_contains(
+        &f.load_error(),
+        &["unexpected tensor encoder.layer.2.output.dense.bias"],
+    );
+}
+
+#[test]
+fn integer_and_non_finite_weights_are_refused() {
+    let f = Folder::new("dtype", &spec());
+    f.edit_tensors(|ts| {
+        let t = ts
+            .iter_mut()
+            .find(|t| t.name.ends_with("query.bias"))
+            .unwrap();
+        t.dtype = safetensors::Dtype::I32;
+    });
+    assert_contains(&f.load_error(), &["query.bias", "I32"]);
+    let f = Folder::new("nan", &spec());
+    f.edit_tensors(|ts| {
+        let t = ts
+            .iter_mut()
+            .find(|t| t.name.ends_with("0.output.dense.weight"))
+            .unwrap();
+        t.bytes[8..12].copy_from_slice(&f32::NAN.to_le_bytes());
+    });
+    assert_contains(
+        &f.load_error(),
+        &["output.dense.weight", "non-finite", "index 2"],
+    );
+}
+
+#[test]
+fn other_architectures_activations_and_positions_are_refused_by_name() {
+    let cases: [(&str, serde_json::Value, &[&str]); 5] = [
+        (
+            "model_type",
+            "roberta".into(),
+            &["model_type \"roberta\"", "config.json"],
+        ),
+        (
+            "architectures",
+            serde_json::json!(["BertForMaskedLM"]),
+            &["architecture \"BertForMaskedLM\""],
+        ),
+        ("hidden_act", "relu".into(), &["hidden_act \"relu\""]),
+        (
+            "position_embedding_type",
+            "relative_key".into(),
+            &["position_embedding_type \"relative_key\""],
+        ),
+        (
+            "num_attention_heads",
+            5.into(),
+            &["not a multiple of num_attention_heads 5"],
+        ),
+    ];
+    for (key, value, parts) in cases {
+        let f = Folder::new(&format!("arch-{key}"), &spec());
+        f.edit_json("config.json", |c| c[key] = value.clone());
+        assert_contains(&f.load_error(), parts);
+    }
+    let f = Folder::new("no-field", &spec());
+    f.edit_json("config.json", |c| {
+        c.as_object_mut().unwrap().remove("hidden_size");
+    });
+    assert_contains(&f.load_error(), &["config.json", "hidden_size"]);
+}
+
+#[test]
+fn unsupported_pooling_and_modules_are_refused() {
+    let f = Folder::new("pool-max", &spec());
+    f.edit_json("1_Pooling/config.json", |c| {
+        c["pooling_mode_mean_tokens"] = false.into();
+        c["pooling_mode_max_tokens"] = true.into();
+    });
+    assert_contains(
+        &f.load_error(),
+        &["1_Pooling", "pooling max", "mean and cls"],
+    );
+    let f = Folder::new("pool-two", &spec());
+    f.edit_json("1_Pooling/config.json", |c| {
+        c["pooling_mode_cls_token"] = true.into()
+    });
+    assert_contains(&f.load_error(), &["pooling cls + mean"]);
+    let f = Folder::new("module-dense", &spec());
+    f.edit_json("modules.json", |m| {
+        m.as_array_mut().unwrap().insert(
+            2,
+            serde_json::json!({"idx": 2, "name": "2", "path": "2_Dense",
+                               "type": "sentence_transformers.models.Dense"}),
+        )
+    });
+    assert_contains(
+        &f.load_error(),
+        &[
+            "modules.json",
+            "module \"sentence_transformers.models.Dense\"",
+        ],
+    );
+}

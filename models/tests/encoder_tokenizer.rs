@@ -1,0 +1,351 @@
+//! `TextTokenizer` against Python's `tokenizers` (tests/python/tokenizer_parity.py, run with
+//! $TANDEM_PYTHON) on all-MiniLM-L6-v2's own tokenizer.json: single texts and pairs in many
+//! scripts, accents, emoji, odd whitespace and control characters, and inputs past the
+//! limit with and without truncation. And, with no download, what the wrapper itself
+//! promises: padding and truncation replaced, refusals that say how long the input was.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
+use models::encoder::{EncodeError, TextTokenizer};
+
+fn skip<T>(test: &str, reason: &str) -> Option<T> {
+    assert!(
+        std::env::var_os("TANDEM_REQUIRE_TOOLS").is_none(),
+        "{test}: {reason} (TANDEM_REQUIRE_TOOLS is set)"
+    );
+    kernels::cuda::report_skip(test, reason);
+    None
+}
+
+fn minilm_dir(test: &str) -> Option<PathBuf> {
+    let dir = match std::env::var_os("TANDEM_MINILM_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => std::env::var_os("TANDEM_CACHE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tandem")
+            })
+            .join("models/all-minilm-l6-v2"),
+    };
+    if dir.join("tokenizer.json").is_file() {
+        Some(dir)
+    } else {
+        skip(
+            test,
+            &format!(
+                "no all-MiniLM-L6-v2 in {} (run scripts/fetch-models.sh)",
+                dir.display()
+            ),
+        )
+    }
+}
+
+const TEXTS: &[&str] = &[
+    "A man is eating food.",
+    "The quick brown fox jumps over the lazy dog.",
+    "HELLO WORLD, Hello World, hello world",
+    "iPhone, eBay, McDonald's and O'Reilly",
+    "Café crème brûlée, naïve façade — résumé, coöperate",
+    "e\u{301}te\u{301} (combining accents) vs été",
+    "Straße, Fußgänger, ÄÖÜ äöü",
+    "İstanbul ıi ŞşĞğ",
+    "¿Dónde está la biblioteca? ¡Allí!",
+    "Ελληνικά γράμματα: αβγδ ΑΒΓΔ",
+    "Русский текст с ёжиком",
+    "العربية من اليمين إلى اليسار",
+    "עברית עם ניקוד",
+    "हिन्दी पाठ यहाँ है",
+    "ภาษาไทยไม่มีช่องว่าง",
+    "日本語のテキストとカタカナ、ひらがな",
+    "한국어 텍스트입니다",
+    "北京是中国的首都。上海是最大的城市。",
+    "Mixed 中文 and English 混合",
+    "Emoji 🙂🚀🎉 and more 😂😂😂",
+    "Family 👨‍👩‍👧‍👦 and flags 🇫🇷🇯🇵, skin tones 👍🏽",
+    "Math ∑ ∫ ≠ ≤ ∞ √2 π ≈ 3.14159",
+    "Currency €100, £50, ¥1000, $3.50, ₹20",
+    "https://example.com/path?q=1&r=two#frag",
+    "mail me at someone.name+tag@example.co.uk",
+    "fn main() { println!(\"{}\", x[0] * 2); }",
+    "1,234,567.89 and 2024-11-30 at 12:34:56",
+    "!!!???...,,,;;;:::",
+    "“Smart quotes” and ‘single’ ones — dashes – and … ellipsis",
+    "ﬁnance ﬂow (ligatures) and ＦＵＬＬ ｗｉｄｔｈ",
+    "soft\u{ad}hyphen and zero\u{200b}width and bom\u{feff}here",
+    "non\u{a0}breaking\u{a0}spaces and ideographic\u{3000}space",
+    "tabs\tand\tnewlines\nand\r\nwindows lines",
+    "   leading and trailing spaces   ",
+    "multiple     inner      spaces",
+    "control \u{7} bell \u{1b} escape \u{0} nul",
+    "",
+    " ",
+    "\n\t\r",
+    "x",
+    "a",
+    "[CLS] [SEP] [MASK] [PAD] [UNK] literal special tokens",
+    "supercalifragilisticexpialidocious antidisestablishmentarianism",
+    "pneumonoultramicroscopicsilicovolcanoconiosispneumonoultramicroscopicsilicovolcanoconiosispneumonoultramicroscopicsilicovolcanoconiosis",
+    "The cat sat on the mat. The dog sat on the log. The frog sat on the bog.",
+    "Don't, can't, won't, shouldn't've, y'all",
+    "#hashtag @mention $TICKER %percent ^caret &amp; *star",
+    "C++ C# F# .NET node.js Vue.js",
+    "3.5mm 10kg 5km/h 100°C -40°F",
+    "Ünïcödé Ñoño Øresund Åland Ærø",
+    "Tiếng Việt có dấu",
+    "Ελληνικά και English και 日本語 μαζί",
+    "Zalgo t̷̢̧e̴̡x̸̨t̵",
+    "\u{2028}line separator\u{2029}paragraph separator",
+    "Repeated words words words words words words",
+    "Numbers 0 1 2 3 4 5 6 7 8 9 10 100 1000 10000 100000",
+];
+
+const PAIRS: &[(&str, &str)] = &[
+    (
+        "How many people live in Berlin?",
+        "Berlin has a population of 3,520,031 registered inhabitants.",
+    ),
+    (
+        "What is the capital of France?",
+        "Paris is the capital and most populous city of France.",
+    ),
+    ("", "An empty first text"),
+    ("An empty second text", ""),
+    ("日本の首都は？", "東京は日本の首都です。"),
+    ("emoji 🙂", "more emoji 🚀🎉"),
+    ("Café?", "Crème brûlée."),
+    ("query", "passage with\ttabs\nand newlines"),
+];
+
+fn long_text(words: usize) -> String {
+    let base = [
+        "retrieval",
+        "augmented",
+        "generation",
+        "needs",
+        "fast",
+        "embeddings",
+        "for",
+        "every",
+        "passage,",
+        "naïvely",
+        "über",
+        "東京",
+        "🙂",
+    ];
+    (0..words)
+        .map(|i| base[i % base.len()])
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Every case, each once with truncation and once without: (a, b).
+fn cases() -> Vec<(String, Option<String>)> {
+    let mut cases: Vec<(String, Option<String>)> =
+        TEXTS.iter().map(|t| (t.to_string(), None)).collect();
+    cases.extend(
+        PAIRS
+            .iter()
+            .map(|(a, b)| (a.to_string(), Some(b.to_string()))),
+    );
+    for words in [100, 260, 1000] {
+        cases.push((long_text(words), None));
+    }
+    // Pairs past the limit: one long text, and both long (longest-first cuts both).
+    cases.push(("a short question?".into(), Some(long_text(400))));
+    cases.push((long_text(300), Some("a short passage".into())));
+    cases.push((long_text(200), Some(long_text(180))));
+    cases
+}
+
+#[derive(serde::Deserialize)]
+struct PyEncoding {
+    ids: Vec<u32>,
+    type_ids: Vec<u32>,
+}
+
+fn python_ids(
+    python: &Path,
+    tokenizer: &Path,
+    max_len: usize,
+    cases: &[(String, Option<String>)],
+) -> Vec<PyEncoding> {
+    let request = serde_json::json!({
+        "tokenizer": tokenizer,
+        "max_len": max_len,
+        "cases": cases
+            .iter()
+            .flat_map(|(a, b)| [true, false].map(|t| serde_json::json!({"a": a, "b": b, "truncate": t})))
+            .collect::<Vec<_>>(),
+    });
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/tokenizer_parity.py");
+    let mut child = Command::new(python)
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(request.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "tokenizer_parity.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn ids_match_python_tokenizers_on_varied_texts_and_pairs() {
+    let test = "ids_match_python_tokenizers_on_varied_texts_and_pairs";
+    let Some(dir) = minilm_dir(test) else { return };
+    let Some(python) = std::env::var_os("TANDEM_PYTHON").map(PathBuf::from) else {
+        skip::<()>(test, "TANDEM_PYTHON is not set (scripts/test.sh sets it)");
+        return;
+    };
+    let max = 256;
+    let tokenizer = TextTokenizer::from_dir(&dir, max).unwrap();
+    let cases = cases();
+    assert!(cases.len() >= 64, "only {} cases", cases.len());
+    let want = python_ids(&python, &dir.join("tokenizer.json"), max, &cases);
+    let mut truncated = 0;
+    for (i, (a, b)) in cases.iter().enumerate() {
+        let (cut, whole) = (&want[2 * i], &want[2 * i + 1]);
+        let encode = |truncate| match b {
+            Some(b) => tokenizer.encode_pair(a, b, truncate),
+            None => tokenizer.encode(a, truncate),
+        };
+        let got = encode(true).unwrap();
+        let case = format!("case {i} ({a:.40?}, {b:.40?})");
+        assert_eq!(got.ids, cut.ids, "{case}: ids with truncation");
+        assert_eq!(
+            got.type_ids, cut.type_ids,
+            "{case}: type ids with truncation"
+        );
+        assert_eq!(got.full_len, whole.ids.len(), "{case}: full length");
+        match encode(false) {
+            Ok(got) => {
+                assert_eq!(got.ids, whole.ids, "{case}: ids without truncation");
+                assert_eq!(got.type_ids, whole.type_ids, "{case}: type ids");
+            }
+            Err(EncodeError::TooLong { tokens, max: m }) => {
+                assert!(whole.ids.len() > max, "{case}: refused but fits");
+                assert_eq!((tokens, m), (whole.ids.len(), max), "{case}: refusal");
+                truncated += 1;
+            }
+            Err(e) => panic!("{case}: {e}"),
+        }
+    }
+    assert!(truncated >= 5, "only {truncated} cases ran past the limit");
+}
+
+#[test]
+fn the_files_own_padding_and_truncation_are_replaced() {
+    let Some(dir) = minilm_dir("the_files_own_padding_and_truncation_are_replaced") else {
+        return;
+    };
+    // MiniLM's tokenizer.json pads and truncates at 128.
+    let tokenizer = TextTokenizer::from_dir(&dir, 256).unwrap();
+    let short = tokenizer.encode("A man is eating food.", false).unwrap();
+    assert_eq!(
+        short.ids,
+        vec![101, 1037, 2158, 2003, 5983, 2833, 1012, 102]
+    );
+    let long = tokenizer.encode(&long_text(150), false).unwrap();
+    assert!(long.len() > 128 && long.len() <= 256, "{}", long.len());
+    let cut = tokenizer.encode(&long_text(1000), true).unwrap();
+    assert_eq!(cut.len(), 256);
+    assert_eq!(*cut.ids.last().unwrap(), 102, "the limit keeps [SEP]");
+    assert!(cut.truncated());
+}
+
+fn synthetic_tokenizer(tag: &str, max: usize) -> (PathBuf, TextTokenizer) {
+    let dir = std::env::temp_dir().join(format!("tandem-tokenizer-{tag}-{}", std::process::id()));
+    write_synthetic(&dir, &SyntheticSpec::default()).unwrap();
+    let tokenizer = TextTokenizer::from_dir(&dir, max).unwrap();
+    (dir, tokenizer)
+}
+
+#[test]
+fn empty_text_is_cls_sep_and_pairs_get_type_ids() {
+    let (dir, tokenizer) = synthetic_tokenizer("basics", 48);
+    let empty = tokenizer.encode("", false).unwrap();
+    assert_eq!((empty.ids, empty.type_ids), (vec![2, 3], vec![0, 0]));
+    let pair = tokenizer.encode_pair("a cat", "the dog", false).unwrap();
+    assert_eq!(pair.ids.len(), 7);
+    assert_eq!(pair.type_ids, vec![0, 0, 0, 0, 1, 1, 1]);
+    assert_eq!(pair.ids.iter().filter(|&&id| id == 3).count(), 2);
+    let unknown = tokenizer
+        .encode("zzzzzzzzzzzzzzzzzzzzzzzzzzzz 東", false)
+        .unwrap();
+    assert!(unknown.ids.contains(&1), "{:?}", unknown.ids);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn over_long_input_is_refused_with_its_length_or_truncated() {
+    let (dir, tokenizer) = synthetic_tokenizer("limits", 10);
+    let text = "a b c d e f g h i j k l";
+    let err = tokenizer.encode(text, false).unwrap_err();
+    assert_eq!(
+        err,
+        EncodeError::TooLong {
+            tokens: 14,
+            max: 10
+        }
+    );
+    assert_eq!(err.to_string(), "the input has 14 tokens, at most 10 fit");
+    let cut = tokenizer.encode(text, true).unwrap();
+    assert_eq!((cut.len(), cut.full_len), (10, 14));
+    let pair = tokenizer
+        .encode_pair("a b", "c d e f g h i j", true)
+        .unwrap();
+    assert_eq!(pair.len(), 10);
+    assert_eq!(
+        pair.type_ids.iter().filter(|&&t| t == 0).count(),
+        4,
+        "the shorter text is kept whole"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn shared_across_threads() {
+    let (dir, tokenizer) = synthetic_tokenizer("threads", 48);
+    let want = tokenizer.encode("the man is eating bread", true).unwrap();
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..100 {
+                    assert_eq!(
+                        tokenizer.encode("the man is eating bread", true).unwrap(),
+                        want
+                    );
+                }
+            });
+        }
+    });
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_folder_without_tokenizer_json_or_with_a_tiny_limit_is_refused() {
+    let (dir, _) = synthetic_tokenizer("missing", 48);
+    let err = TextTokenizer::from_dir(&dir, 4).unwrap_err().to_string();
+    assert!(err.contains("leaves no room"), "{err}");
+    std::fs::write(dir.join("tokenizer.json"), "{not json").unwrap();
+    let err = TextTokenizer::from_dir(&dir, 48).unwrap_err().to_string();
+    assert!(err.contains("tokenizer.json is not a tokenizer"), "{err}");
+    std::fs::remove_file(dir.join("tokenizer.json")).unwrap();
+    let err = TextTokenizer::from_dir(&dir, 48).unwrap_err().to_string();
+    assert!(err.contains("tokenizer.json is missing"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
