@@ -3,23 +3,24 @@
 //!
 //! The input is the output of the fused query/key/value product, `[tokens, 3 · hidden]`:
 //! queries in columns `0..hidden`, keys in `hidden..2·hidden`, values after them, head `h`
-//! at `h·d..(h+1)·d` within each. The work is cut into (sequence, head) units, which write
-//! disjoint parts of `ctx`, and the units into pieces of about equal cost (attention grows
-//! with the square of a sequence's length) that the rayon pool's threads take as they come
-//! free.
+//! at `h·d..(h+1)·d` within each. A first pass copies it head-major (`[3][heads][tokens][d]`):
+//! in place, a head's values for one token come every `3 · hidden` floats, on a new page
+//! each, a stride the prefetchers do not follow and that maps a head onto a few cache sets;
+//! head-major, a sequence's queries, keys or values for one head are one contiguous run.
 //!
-//! Per unit, the keys are first copied transposed (`[d][length]`), so that a block of
-//! scores is a register-tiled product like the dense layers' (6 queries × 16 keys, twelve
-//! accumulators, no horizontal sums); then each row of the block goes through the softmax
-//! (exponentials from [`super::vmath`]); then the probabilities multiply the values, read
-//! in place (a head's values for one token are `d` contiguous floats), and the row is
-//! divided by its sum at the end. A block of [`QUERY_BLOCK`] queries keeps its scores in L1
-//! or L2, whatever the length.
+//! The work is cut into (sequence, head) units, which write disjoint parts of `ctx`, and the
+//! units into pieces of about equal cost (attention grows with the square of a sequence's
+//! length) that the rayon pool's threads take as they come free. Per unit, the keys are
+//! copied transposed (`[d][length]`), so that a block of scores is a register-tiled product
+//! like the dense layers' (6 queries × 16 keys, twelve accumulators, no horizontal sums);
+//! each row of the block goes through the softmax (exponentials from [`super::vmath`]); the
+//! probabilities multiply the values, and each row is divided by its sum at the end. A
+//! block of [`QUERY_BLOCK`] queries keeps its scores in L1 or L2, whatever the length.
 
 use std::ops::Range;
 
-use super::AlignedVec;
 use super::vmath::{self, has_avx2_fma};
+use super::{AlignedVec, OutPtr, in_parallel};
 use crate::KernelError;
 
 /// Queries whose scores are computed, normalised and applied together.
@@ -30,6 +31,8 @@ const KEY_TILE: usize = 16;
 const PIECES_PER_THREAD: usize = 4;
 /// Below this many multiply-adds in all, the call runs on one thread.
 const PARALLEL_MIN_MACS: usize = 256 * 1024;
+/// Below this many values, the head-major copy runs on one thread.
+const PARALLEL_MIN_VALUES: usize = 64 * 1024;
 
 /// The heads and the width they split.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,15 +47,17 @@ impl AttentionShape {
     }
 }
 
-/// Buffers reused across calls: per piece, the transposed keys and a block of scores; and
-/// the pieces themselves. Grown to the largest batch seen, never shrunk.
+/// Buffers reused across calls: the head-major copy of the input; per piece, the
+/// transposed keys and a block of scores; and the pieces themselves. Grown to the largest
+/// batch seen, never shrunk.
 #[derive(Default)]
 pub struct AttentionScratch {
+    heads: AlignedVec,
     buffers: Vec<AlignedVec>,
     pieces: Vec<Range<usize>>,
 }
 
-/// One unit: sequence `tokens` of the batch, head `head`.
+/// One unit: sequence `start..start + len` of the batch, head `head`.
 #[derive(Clone, Copy)]
 struct Unit {
     start: usize,
@@ -63,7 +68,9 @@ struct Unit {
 /// What every unit of a call shares.
 #[derive(Clone, Copy)]
 struct Call<'a> {
-    qkv: &'a [f32],
+    /// The input head-major: `[3][heads][tokens][d]`.
+    heads: &'a [f32],
+    tokens: usize,
     shape: AttentionShape,
     /// `ctx`, `[tokens, hidden]`; units write disjoint rows × columns.
     ctx: CtxPtr,
@@ -72,6 +79,14 @@ struct Call<'a> {
     padded: usize,
     /// Whether the AVX2 kernels run (the CPU has them and d is a multiple of 8).
     simd: bool,
+}
+
+impl Call<'_> {
+    /// Where value `c` of token `t`'s query (`part` 0), key (1) or value (2) for `head` is.
+    #[inline(always)]
+    fn at(&self, part: usize, head: usize, t: usize) -> usize {
+        ((part * self.shape.heads + head) * self.tokens + t) * self.shape.head_dim()
+    }
 }
 
 /// The output shared by the threads of one call.
@@ -113,28 +128,28 @@ fn attention_with(
     if longest == 0 {
         return Ok(());
     }
+    let tokens = *offsets.last().expect("checked");
+    scratch.heads.resize(qkv.len());
+    to_head_major(qkv, tokens, shape, &mut scratch.heads, threads);
     let d = shape.head_dim();
-    let padded = longest.div_ceil(KEY_TILE) * KEY_TILE;
-    let macs: usize = offsets
-        .windows(2)
-        .map(|w| (w[1] - w[0]).pow(2))
-        .sum::<usize>()
-        * 2
-        * shape.hidden;
-    let pieces = if macs < PARALLEL_MIN_MACS {
+    // Rows of keys and scores `padded` floats apart; an odd number of tiles keeps that
+    // stride off powers of two, which would map a column of them onto a few cache sets.
+    let tiles = longest.div_ceil(KEY_TILE);
+    let padded = (tiles + 1 - tiles % 2) * KEY_TILE;
+    let squares: usize = offsets.windows(2).map(|w| (w[1] - w[0]).pow(2)).sum();
+    let pieces = if squares * 2 * shape.hidden < PARALLEL_MIN_MACS {
         1
     } else {
         threads.max(1) * PIECES_PER_THREAD
     };
     split(offsets, shape.heads, pieces, &mut scratch.pieces);
-    let per_piece = d * padded + QUERY_BLOCK * padded;
     if scratch.buffers.len() < scratch.pieces.len() {
-        scratch
-            .buffers
-            .resize_with(scratch.pieces.len(), AlignedVec::default);
+        let count = scratch.pieces.len();
+        scratch.buffers.resize_with(count, AlignedVec::default);
     }
     let call = Call {
-        qkv,
+        heads: &scratch.heads,
+        tokens,
         shape,
         ctx: CtxPtr(ctx.as_mut_ptr()),
         scale: 1.0 / (d as f32).sqrt(),
@@ -142,8 +157,8 @@ fn attention_with(
         simd,
     };
     let run = |range: Range<usize>, buffer: &mut AlignedVec| {
-        if buffer.len() < per_piece {
-            buffer.resize(per_piece);
+        if buffer.len() < piece_len(d, padded) {
+            buffer.resize(piece_len(d, padded));
         }
         for u in range {
             let (seq, head) = (u / shape.heads, u % shape.heads);
@@ -152,9 +167,9 @@ fn attention_with(
                 len: offsets[seq + 1] - offsets[seq],
                 head,
             };
-            // SAFETY: `check` bounded every sequence inside qkv and ctx; this unit writes
-            // only its sequence's rows and its head's columns of ctx, which no other unit
-            // writes; the buffer holds d·padded + QUERY_BLOCK·padded values.
+            // SAFETY: `check` bounded every sequence inside qkv (so inside its head-major
+            // copy) and ctx; this unit writes only its sequence's rows and its head's
+            // columns of ctx, which no other unit writes; the buffer holds piece_len values.
             unsafe { run_unit(call, unit, buffer) };
         }
     };
@@ -168,6 +183,36 @@ fn attention_with(
         run(first.clone(), first_buffer);
     });
     Ok(())
+}
+
+/// `out[part][head][t][c] = qkv[t][part · hidden + head · d + c]`, token ranges in parallel.
+fn to_head_major(
+    qkv: &[f32],
+    tokens: usize,
+    shape: AttentionShape,
+    out: &mut [f32],
+    threads: usize,
+) {
+    let (h, d) = (shape.hidden, shape.head_dim());
+    let pieces = if qkv.len() < PARALLEL_MIN_VALUES {
+        1
+    } else {
+        threads.max(1)
+    };
+    let dst = OutPtr(out.as_mut_ptr());
+    in_parallel(tokens, 1, pieces, |range| {
+        let dst = &dst;
+        for t in range {
+            let row = &qkv[t * 3 * h..(t + 1) * 3 * h];
+            for (k, values) in row.chunks_exact(d).enumerate() {
+                // Chunk k of the row is part k / heads, head k % heads.
+                let at = (k * tokens + t) * d;
+                // SAFETY: at + d <= 3 · hidden · tokens = out.len(); the token ranges are
+                // disjoint, so no other thread writes these values.
+                unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), dst.0.add(at), d) };
+            }
+        }
+    });
 }
 
 fn check(
@@ -229,31 +274,43 @@ fn split(offsets: &[usize], heads: usize, pieces: usize, out: &mut Vec<Range<usi
     out.push(start..units);
 }
 
+/// Floats of scratch one piece needs for sequences of up to `padded` keys.
+fn piece_len(d: usize, padded: usize) -> usize {
+    d * padded + QUERY_BLOCK * padded
+}
+
+/// A unit's working buffers.
+struct Block<'a> {
+    /// `[d][padded]`: key `j`'s value `c` at `c · padded + j`, zeros past the sequence.
+    keys: &'a mut [f32],
+    /// `[QUERY_BLOCK][padded]`: the block's scores, then its probabilities.
+    scores: &'a mut [f32],
+}
+
 /// Attention of one head over one sequence.
 ///
 /// # Safety
-/// The sequence lies inside `qkv` and `ctx`; no other thread writes this unit's part of
-/// `ctx`; `buffer` holds at least `d·padded + QUERY_BLOCK·padded` values.
+/// The sequence lies inside the head-major input and `ctx`; no other thread writes this
+/// unit's part of `ctx`; `buffer` holds at least [`piece_len`] values.
 unsafe fn run_unit(call: Call<'_>, unit: Unit, buffer: &mut AlignedVec) {
-    let d = call.shape.head_dim();
-    let (keys, scores) = buffer.split_at_mut(d * call.padded);
-    transpose_keys(call, unit, keys);
+    let (keys, scores) = buffer.split_at_mut(call.shape.head_dim() * call.padded);
+    let mut block = Block { keys, scores };
+    transpose_keys(call, unit, block.keys);
     let mut q = 0;
     while q < unit.len {
         let rows = QUERY_BLOCK.min(unit.len - q);
         // SAFETY: forwarded contract; rows q..q+rows belong to this unit.
-        unsafe { query_block(call, unit, q..q + rows, keys, scores) };
+        unsafe { query_block(call, unit, q..q + rows, &mut block) };
         q += rows;
     }
 }
 
-/// `keys[c · padded + j]` = key `j`'s value `c` for this head; zeros past the sequence.
+/// `keys[c · padded + j]` = key `j`'s value `c`; zeros past the sequence to a whole tile.
 fn transpose_keys(call: Call<'_>, unit: Unit, keys: &mut [f32]) {
-    let (h, d, p) = (call.shape.hidden, call.shape.head_dim(), call.padded);
-    let stride = 3 * h;
-    let base = unit.start * stride + h + unit.head * d;
-    for j in 0..unit.len {
-        let key = &call.qkv[base + j * stride..][..d];
+    let (d, p) = (call.shape.head_dim(), call.padded);
+    let first = call.at(1, unit.head, unit.start);
+    let source = &call.heads[first..first + unit.len * d];
+    for (j, key) in source.chunks_exact(d).enumerate() {
         for (c, v) in key.iter().enumerate() {
             keys[c * p + j] = *v;
         }
@@ -264,42 +321,30 @@ fn transpose_keys(call: Call<'_>, unit: Unit, keys: &mut [f32]) {
     }
 }
 
-/// Scores, softmax and the weighted values for the queries `rows` of a unit.
+/// Scores, softmax and the weighted values for the queries `rows` of a unit, whose keys
+/// are in `block`.
 ///
 /// # Safety
 /// As [`run_unit`].
-unsafe fn query_block(
-    call: Call<'_>,
-    unit: Unit,
-    rows: Range<usize>,
-    keys: &[f32],
-    scores: &mut [f32],
-) {
+unsafe fn query_block(call: Call<'_>, unit: Unit, rows: Range<usize>, block: &mut Block<'_>) {
     #[cfg(target_arch = "x86_64")]
     if call.simd {
         // SAFETY: AVX2 and FMA are present and d is a multiple of 8 (`simd` says so); the
         // rest is the caller's contract.
         unsafe {
-            avx2::scores(call, unit, rows.clone(), keys, scores);
-            avx2::softmax_values(call, unit, rows, scores);
+            avx2::scores(call, unit, rows.clone(), block);
+            avx2::softmax_values(call, unit, rows, block);
         }
         return;
     }
     // SAFETY: the caller's contract.
-    unsafe { portable::query_block(call, unit, rows, keys, scores) }
-}
-
-/// Index of value `c` of token `t`'s query (`part` 0), key (1) or value (2) for a head.
-#[inline(always)]
-fn at(call: &Call<'_>, t: usize, part: usize, head: usize, c: usize) -> usize {
-    let h = call.shape.hidden;
-    t * 3 * h + part * h + head * call.shape.head_dim() + c
+    unsafe { portable::query_block(call, unit, rows, block) }
 }
 
 mod portable {
     use std::ops::Range;
 
-    use super::{Call, Unit, at, vmath};
+    use super::{Block, Call, Unit, vmath};
 
     /// # Safety
     /// As [`super::run_unit`].
@@ -307,20 +352,20 @@ mod portable {
         call: Call<'_>,
         unit: Unit,
         rows: Range<usize>,
-        keys: &[f32],
-        scores: &mut [f32],
+        block: &mut Block<'_>,
     ) {
         let (d, p, n) = (call.shape.head_dim(), call.padded, unit.len);
+        let values = &call.heads[call.at(2, unit.head, unit.start)..][..n * d];
         for (r, i) in rows.enumerate() {
-            let row = &mut scores[r * p..r * p + n];
-            let q = &call.qkv[at(&call, unit.start + i, 0, unit.head, 0)..][..d];
+            let row = &mut block.scores[r * p..r * p + n];
+            let q = &call.heads[call.at(0, unit.head, unit.start + i)..][..d];
             for (j, s) in row.iter_mut().enumerate() {
-                *s = q
+                let dot: f32 = q
                     .iter()
                     .enumerate()
-                    .map(|(c, qc)| qc * keys[c * p + j])
-                    .sum::<f32>()
-                    * call.scale;
+                    .map(|(c, qc)| qc * block.keys[c * p + j])
+                    .sum();
+                *s = dot * call.scale;
             }
             let max = row.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
             let mut sum = 0.0;
@@ -329,15 +374,16 @@ mod portable {
                 sum += *s;
             }
             let inv = 1.0 / sum;
-            let out = unit.start + i;
+            let out = (unit.start + i) * call.shape.hidden + unit.head * d;
             for c in 0..d {
-                let mut acc = 0.0;
-                for (j, pj) in row.iter().enumerate() {
-                    acc += pj * call.qkv[at(&call, unit.start + j, 2, unit.head, c)];
-                }
-                let h = call.shape.hidden;
-                // SAFETY: row `out` and column head·d + c lie in this unit's part of ctx.
-                unsafe { *call.ctx.0.add(out * h + unit.head * d + c) = acc * inv };
+                let acc: f32 = row
+                    .iter()
+                    .zip(values.chunks_exact(d))
+                    .map(|(pj, v)| pj * v[c])
+                    .sum();
+                // SAFETY: row `unit.start + i` and column head·d + c lie in this unit's part
+                // of ctx.
+                unsafe { *call.ctx.0.add(out + c) = acc * inv };
             }
         }
     }
@@ -348,36 +394,39 @@ mod avx2 {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
-    use super::{Call, KEY_TILE, Unit, at};
+    use super::{Block, Call, KEY_TILE, QUERY_BLOCK, Unit};
     use crate::cpu::vmath;
     use crate::cpu::vmath::avx2::{exp, hmax, hsum};
 
-    /// `scores[r][j] = scale · q(rows.start + r) · k(j)` for every key tile.
+    /// `scores[r][j] = scale · query(rows.start + r) · key j` for every key tile.
     ///
     /// # Safety
-    /// AVX2 and FMA are present; d is a multiple of 8; as [`super::run_unit`] otherwise.
+    /// AVX2 and FMA are present; d is a multiple of 8; the block's keys were filled for this
+    /// unit.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn scores(
         call: Call<'_>,
         unit: Unit,
         rows: Range<usize>,
-        keys: &[f32],
-        scores: &mut [f32],
+        block: &mut Block<'_>,
     ) {
         let tiles = unit.len.div_ceil(KEY_TILE);
+        let n = rows.len();
         for tile in 0..tiles {
-            let mut r = rows.start;
-            while r < rows.end {
-                let left = rows.end - r;
-                // SAFETY: rows r.. r+n lie in the block; the tile lies in the padded keys.
+            let mut r = 0;
+            while r < n {
+                let left = n - r;
+                let q = call.at(0, unit.head, unit.start + rows.start + r);
+                // SAFETY: rows r..r + min(left, 6) lie in the block and the unit; the tile
+                // lies in the padded keys.
                 unsafe {
                     match left {
-                        1 => score_tile::<1>(call, unit, r, rows.start, tile, keys, scores),
-                        2 => score_tile::<2>(call, unit, r, rows.start, tile, keys, scores),
-                        3 => score_tile::<3>(call, unit, r, rows.start, tile, keys, scores),
-                        4 => score_tile::<4>(call, unit, r, rows.start, tile, keys, scores),
-                        5 => score_tile::<5>(call, unit, r, rows.start, tile, keys, scores),
-                        _ => score_tile::<6>(call, unit, r, rows.start, tile, keys, scores),
+                        1 => score_tile::<1>(call, q, r, tile, block),
+                        2 => score_tile::<2>(call, q, r, tile, block),
+                        3 => score_tile::<3>(call, q, r, tile, block),
+                        4 => score_tile::<4>(call, q, r, tile, block),
+                        5 => score_tile::<5>(call, q, r, tile, block),
+                        _ => score_tile::<6>(call, q, r, tile, block),
                     }
                 }
                 r += left.min(6);
@@ -385,41 +434,38 @@ mod avx2 {
         }
     }
 
+    /// Scores of the R queries from `heads[q..]` (block rows `r..r+R`) against keys
+    /// `tile·16..+16`: per step of d, two key vectors and one broadcast query value a row.
     #[inline(always)]
     unsafe fn score_tile<const R: usize>(
         call: Call<'_>,
-        unit: Unit,
-        row: usize,
-        first: usize,
+        q: usize,
+        r: usize,
         tile: usize,
-        keys: &[f32],
-        scores: &mut [f32],
+        block: &mut Block<'_>,
     ) {
         let (d, p) = (call.shape.head_dim(), call.padded);
         let j = tile * KEY_TILE;
-        // SAFETY (whole block): queries row..row+R of this unit and values c < d lie in
-        // qkv; keys[c·p + j .. + 16] lie in the padded transposed keys (j + 16 <= p);
-        // the scores rows (row - first) < QUERY_BLOCK are p wide.
+        // SAFETY (whole block): R query rows of d values from heads[q..] lie in the unit;
+        // keys c·p + j + 16 <= d·p; score rows r + R <= QUERY_BLOCK, p wide, with
+        // j + 16 <= p. Keys and scores start on cache lines and p, j are multiples of 16, so
+        // the aligned accesses are.
         unsafe {
-            let q = call
-                .qkv
-                .as_ptr()
-                .add(at(&call, unit.start + row, 0, unit.head, 0));
-            let q_stride = 3 * call.shape.hidden;
-            let k = keys.as_ptr().add(j);
+            let qp = call.heads.as_ptr().add(q);
+            let k = block.keys.as_ptr().add(j);
             let mut acc = [[_mm256_setzero_ps(); 2]; R];
             for c in 0..d {
                 let k0 = _mm256_load_ps(k.add(c * p));
                 let k1 = _mm256_load_ps(k.add(c * p + 8));
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    let qv = _mm256_broadcast_ss(&*q.add(r * q_stride + c));
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let qv = _mm256_broadcast_ss(&*qp.add(i * d + c));
                     acc[0] = _mm256_fmadd_ps(qv, k0, acc[0]);
                     acc[1] = _mm256_fmadd_ps(qv, k1, acc[1]);
                 }
             }
             let scale = _mm256_set1_ps(call.scale);
-            for (r, acc) in acc.iter().enumerate() {
-                let s = scores.as_mut_ptr().add((row - first + r) * p + j);
+            for (i, acc) in acc.iter().enumerate() {
+                let s = block.scores.as_mut_ptr().add((r + i) * p + j);
                 _mm256_store_ps(s, _mm256_mul_ps(acc[0], scale));
                 _mm256_store_ps(s.add(8), _mm256_mul_ps(acc[1], scale));
             }
@@ -430,41 +476,41 @@ mod avx2 {
     /// values and writes the rows of ctx divided by their sums.
     ///
     /// # Safety
-    /// As [`scores`].
+    /// As [`scores`]; no other thread writes this unit's part of ctx.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn softmax_values(
         call: Call<'_>,
         unit: Unit,
         rows: Range<usize>,
-        scores: &mut [f32],
+        block: &mut Block<'_>,
     ) {
         let p = call.padded;
-        let mut sums = [0f32; super::QUERY_BLOCK];
-        for r in 0..rows.len() {
-            // SAFETY: the row holds p >= unit.len scores.
-            sums[r] = unsafe { softmax_row(&mut scores[r * p..r * p + unit.len]) };
+        let mut sums = [0f32; QUERY_BLOCK];
+        for (r, sum) in sums.iter_mut().enumerate().take(rows.len()) {
+            // SAFETY: AVX2 and FMA are enabled here.
+            *sum = unsafe { softmax_row(&mut block.scores[r * p..r * p + unit.len]) };
         }
         let d = call.shape.head_dim();
         let mut c = 0;
         while c < d {
-            let width = (d - c).min(32) / 8;
+            let wide = d - c >= 32;
             let mut r = 0;
             while r < rows.len() {
                 let n = (rows.len() - r).min(3);
-                // SAFETY: rows and columns within the unit, as above.
+                // SAFETY: rows r..r+n of the block, columns c..c+32 (or +8) within d.
                 unsafe {
-                    match (n, width) {
-                        (3, 4) => pv_tile::<3, 4>(call, unit, rows.start, r, c, scores, &sums),
-                        (2, 4) => pv_tile::<2, 4>(call, unit, rows.start, r, c, scores, &sums),
-                        (1, 4) => pv_tile::<1, 4>(call, unit, rows.start, r, c, scores, &sums),
-                        (3, _) => pv_tile::<3, 1>(call, unit, rows.start, r, c, scores, &sums),
-                        (2, _) => pv_tile::<2, 1>(call, unit, rows.start, r, c, scores, &sums),
-                        _ => pv_tile::<1, 1>(call, unit, rows.start, r, c, scores, &sums),
+                    match (n, wide) {
+                        (3, true) => pv_tile::<3, 4>(call, unit, rows.start, r, c, block, &sums),
+                        (2, true) => pv_tile::<2, 4>(call, unit, rows.start, r, c, block, &sums),
+                        (1, true) => pv_tile::<1, 4>(call, unit, rows.start, r, c, block, &sums),
+                        (3, false) => pv_tile::<3, 1>(call, unit, rows.start, r, c, block, &sums),
+                        (2, false) => pv_tile::<2, 1>(call, unit, rows.start, r, c, block, &sums),
+                        _ => pv_tile::<1, 1>(call, unit, rows.start, r, c, block, &sums),
                     }
                 }
                 r += n;
             }
-            c += if width == 4 { 32 } else { 8 };
+            c += if wide { 32 } else { 8 };
         }
     }
 
@@ -497,7 +543,9 @@ mod avx2 {
         }
     }
 
-    /// ctx rows `first + r .. + R`, columns `c .. c + 8·V` of this head.
+    /// ctx rows `first + r .. + R` of the unit, columns `c .. c + 8·V` of its head. The R
+    /// probabilities of a key are broadcast once and each value vector is loaded as it is
+    /// used, so that the 3 × 4 tile fits the sixteen registers without spilling.
     #[inline(always)]
     unsafe fn pv_tile<const R: usize, const V: usize>(
         call: Call<'_>,
@@ -505,35 +553,33 @@ mod avx2 {
         first: usize,
         r: usize,
         c: usize,
-        scores: &[f32],
+        block: &Block<'_>,
         sums: &[f32],
     ) {
-        let p = call.padded;
-        let stride = 3 * call.shape.hidden;
-        // SAFETY (whole block): values of tokens j < unit.len at columns c..c+8V <= d lie
-        // in qkv; score rows r..r+R of the block hold unit.len values; ctx rows of this
-        // unit at this head's columns are its own to write.
+        let (d, p) = (call.shape.head_dim(), call.padded);
+        // SAFETY (whole block): value rows j < unit.len at columns c..c+8V <= d lie in the
+        // unit's head-major values; score rows r..r+R of the block hold unit.len values;
+        // ctx rows of this unit at this head's columns are its own to write.
         unsafe {
             let v = call
-                .qkv
+                .heads
                 .as_ptr()
-                .add(at(&call, unit.start, 2, unit.head, c));
-            let s = scores.as_ptr().add(r * p);
+                .add(call.at(2, unit.head, unit.start) + c);
+            let s = block.scores.as_ptr().add(r * p);
             let mut acc = [[_mm256_setzero_ps(); V]; R];
             for j in 0..unit.len {
-                let mut vv = [_mm256_setzero_ps(); V];
-                for (x, vv) in vv.iter_mut().enumerate() {
-                    *vv = _mm256_loadu_ps(v.add(j * stride + 8 * x));
+                let mut pj = [_mm256_setzero_ps(); R];
+                for (i, pj) in pj.iter_mut().enumerate() {
+                    *pj = _mm256_broadcast_ss(&*s.add(i * p + j));
                 }
-                for (i, acc) in acc.iter_mut().enumerate() {
-                    let pj = _mm256_broadcast_ss(&*s.add(i * p + j));
-                    for (a, vv) in acc.iter_mut().zip(&vv) {
-                        *a = _mm256_fmadd_ps(pj, *vv, *a);
+                for x in 0..V {
+                    let vv = _mm256_loadu_ps(v.add(j * d + 8 * x));
+                    for (acc, pj) in acc.iter_mut().zip(&pj) {
+                        acc[x] = _mm256_fmadd_ps(*pj, vv, acc[x]);
                     }
                 }
             }
             let h = call.shape.hidden;
-            let d = call.shape.head_dim();
             for (i, acc) in acc.iter().enumerate() {
                 let inv = _mm256_set1_ps(1.0 / sums[r + i]);
                 let row = unit.start + first + r + i;

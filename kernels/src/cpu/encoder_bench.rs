@@ -23,6 +23,69 @@ fn seconds(mut f: impl FnMut(), reps: usize) -> f64 {
     best
 }
 
+/// CPU time of the calling thread: on a shared machine, the time this thread ran, which
+/// other processes' load does not inflate (only one thread may do the work).
+fn thread_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec, which ts is.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// Like `seconds`, in this thread's CPU time: for single-threaded measurements.
+fn cpu_seconds(mut f: impl FnMut(), reps: usize) -> f64 {
+    f();
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let t = thread_cpu_seconds();
+        for _ in 0..reps {
+            f();
+        }
+        best = best.min((thread_cpu_seconds() - t) / reps as f64);
+    }
+    best
+}
+
+/// One thread, in CPU time: the dense kernels' FLOP rate on a core, whatever else runs.
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn dense_kernel_choice_one_core() {
+    // Pieces a kernel spawns run on this pool's one thread, which is the one measured.
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    pool.install(dense_one_core);
+}
+
+fn dense_one_core() {
+    for &(k, n) in &SHAPES {
+        let w = values(k * n, 1);
+        let b = values(n, 2);
+        let packed = PackedLinear::new(HostWeights::F32(&w), &b, k, n).unwrap();
+        for rows in [8usize, 16, 32, 64, 128, 256, 512, 1024, 2048] {
+            let x = AlignedVec::from_slice(&values(rows * k, 3));
+            let mut y = AlignedVec::default();
+            y.resize(rows * n);
+            let flop = 2.0 * (rows * k * n) as f64;
+            let reps = (1e9 / flop).clamp(1.0, 100.0) as usize;
+            let id = Activation::Identity;
+            let tp = cpu_seconds(|| packed.forward(&x, rows, &mut y, id, 1).unwrap(), reps);
+            let a = MatRef::new(&x, rows, k);
+            let bt = MatRef::new(&w, n, k).t();
+            let tg = cpu_seconds(|| matmul(&mut y, a, bt, false, 1), reps);
+            println!(
+                "{k:>5}x{n:<5} rows {rows:>5}: packed {:6.1} GFLOP/s, gemm {:6.1} GFLOP/s (one core)",
+                flop / tp / 1e9,
+                flop / tg / 1e9
+            );
+        }
+    }
+}
+
 #[test]
 #[ignore = "a measurement, run by hand"]
 fn dense_kernel_choice() {
@@ -64,4 +127,179 @@ fn dense_kernel_choice() {
             );
         }
     }
+}
+
+/// Where one MiniLM-sized encoder layer spends its time, op by op, on packed batches of
+/// equal-length sequences: one thread, in CPU time.
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn layer_breakdown() {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    pool.install(layer_breakdown_one_core);
+}
+
+fn layer_breakdown_one_core() {
+    use super::{AttentionScratch, AttentionShape, NormParams, add_layer_norm, attention};
+    let seconds = |f: &mut dyn FnMut(), reps| cpu_seconds(f, reps);
+    let threads = 1;
+    let (h, inter) = (384usize, 1536usize);
+    let dense = |k: usize, n: usize, seed| {
+        PackedLinear::new(
+            HostWeights::F32(&values(k * n, seed)),
+            &values(n, seed + 1),
+            k,
+            n,
+        )
+        .unwrap()
+    };
+    let (qkv_w, out_w, up_w, down_w) = (
+        dense(h, 3 * h, 1),
+        dense(h, h, 3),
+        dense(h, inter, 5),
+        dense(inter, h, 7),
+    );
+    let gamma = vec![1.0f32; h];
+    let beta = vec![0.0f32; h];
+    let norm = NormParams {
+        gamma: &gamma,
+        beta: &beta,
+        eps: 1e-12,
+    };
+    for (batch, len) in [(1usize, 13usize), (8, 13), (32, 13), (1, 256), (8, 256)] {
+        let t = batch * len;
+        let offsets: Vec<usize> = (0..=batch).map(|i| i * len).collect();
+        let x = AlignedVec::from_slice(&values(t * h, 9));
+        let mut x2 = x.clone();
+        let mut qkv = AlignedVec::from_slice(&values(t * 3 * h, 10));
+        let mut ctx = AlignedVec::from_slice(&values(t * h, 11));
+        let mut sum = AlignedVec::from_slice(&values(t * h, 12));
+        let up0 = AlignedVec::from_slice(&values(t * inter, 13));
+        let mut up = up0.clone();
+        let mut scratch = AttentionScratch::default();
+        let shape = AttentionShape {
+            hidden: h,
+            heads: 12,
+        };
+        let id = Activation::Identity;
+        let reps = (200_000 / t).clamp(3, 200);
+        let ops: Vec<(&str, f64, f64)> = vec![
+            (
+                "qkv",
+                seconds(
+                    &mut || qkv_w.forward(&x, t, &mut qkv, id, threads).unwrap(),
+                    reps,
+                ),
+                2.0 * (t * h * 3 * h) as f64,
+            ),
+            (
+                "attention",
+                seconds(
+                    &mut || {
+                        attention(&qkv, &offsets, shape, &mut ctx, &mut scratch, threads).unwrap()
+                    },
+                    reps,
+                ),
+                4.0 * (batch * len * len * h) as f64,
+            ),
+            (
+                "attn_out",
+                seconds(
+                    &mut || out_w.forward(&ctx, t, &mut sum, id, threads).unwrap(),
+                    reps,
+                ),
+                2.0 * (t * h * h) as f64,
+            ),
+            (
+                "norm",
+                seconds(
+                    &mut || add_layer_norm(&mut x2, Some(&sum), norm, threads).unwrap(),
+                    reps,
+                ),
+                0.0,
+            ),
+            (
+                "ffn_up",
+                seconds(
+                    &mut || up_w.forward(&x, t, &mut up, id, threads).unwrap(),
+                    reps,
+                ),
+                2.0 * (t * h * inter) as f64,
+            ),
+            (
+                "gelu",
+                seconds(
+                    &mut || {
+                        // Fresh values: repeated GELUs drive negative values to subnormals,
+                        // which the CPU handles a hundred times slower.
+                        up.copy_from_slice(&up0);
+                        super::gelu_in_place(&mut up, threads)
+                    },
+                    reps,
+                ) - seconds(&mut || up.copy_from_slice(&up0), reps),
+                0.0,
+            ),
+            (
+                "ffn_down",
+                seconds(
+                    &mut || down_w.forward(&up, t, &mut sum, id, threads).unwrap(),
+                    reps,
+                ),
+                2.0 * (t * h * inter) as f64,
+            ),
+        ];
+        let total: f64 = ops.iter().map(|o| o.1).sum::<f64>() + ops[3].1;
+        let flops: f64 = ops.iter().map(|o| o.2).sum();
+        println!(
+            "batch {batch} x {len} tokens: {:.3} ms per layer, {:.1} GFLOP/s",
+            total * 1e3,
+            flops / total / 1e9
+        );
+        for (name, s, f) in &ops {
+            println!(
+                "  {name:>9}: {:7.1} us {:5.1}% {:6.1} GFLOP/s",
+                s * 1e6,
+                100.0 * s / total,
+                f / s / 1e9
+            );
+        }
+    }
+}
+
+/// Attention alone, one thread, in CPU time, at a few lengths.
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn attention_one_core() {
+    use super::{AttentionScratch, AttentionShape, attention};
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    pool.install(|| {
+        let h = 384;
+        let shape = AttentionShape {
+            hidden: h,
+            heads: 12,
+        };
+        for (batch, len) in [(32usize, 13usize), (8, 64), (2, 256), (1, 512)] {
+            let t = batch * len;
+            let offsets: Vec<usize> = (0..=batch).map(|i| i * len).collect();
+            let qkv = AlignedVec::from_slice(&values(t * 3 * h, 10));
+            let mut ctx = AlignedVec::from_slice(&values(t * h, 11));
+            let mut scratch = AttentionScratch::default();
+            let flop = 4.0 * (batch * len * len * h) as f64;
+            let reps = (2e8 / flop).clamp(2.0, 200.0) as usize;
+            let s = cpu_seconds(
+                || attention(&qkv, &offsets, shape, &mut ctx, &mut scratch, 1).unwrap(),
+                reps,
+            );
+            println!(
+                "attention {batch} x {len}: {:8.1} us, {:5.1} GFLOP/s (one core)",
+                s * 1e6,
+                flop / s / 1e9
+            );
+        }
+    });
 }
