@@ -135,7 +135,7 @@ fn a_trainer_that_never_acks_is_stopped_then_continued() {
     wait_until("cleanup", Duration::from_secs(10), || {
         connected(&s.server) == 0.0
     });
-    some_requests(&s.server, 5);
+    serves_again(&s.server);
 }
 
 #[test]
@@ -153,6 +153,7 @@ fn garbage_floods_are_disconnected_and_serving_goes_on() {
     );
     assert_eq!(connected(&s.server), 0.0);
     some_requests(&s.server, 20);
+    serves_again(&s.server);
     // A well-behaved trainer can join after it.
     let mut good = fake_trainer(&s.socket, "well-behaved", None);
     wait_until("a new trainer", Duration::from_secs(10), || {
@@ -184,7 +185,7 @@ fn a_hello_naming_another_pid_never_gets_that_process_signalled() {
     fake.wait().unwrap();
     victim.kill().unwrap();
     victim.wait().unwrap();
-    some_requests(&s.server, 5);
+    serves_again(&s.server);
 }
 
 #[test]
@@ -200,6 +201,7 @@ fn kill_9_of_a_trainer_is_cleaned_up() {
         connected(&s.server) == 0.0
     });
     some_requests(&s.server, 20);
+    serves_again(&s.server);
     assert_eq!(s.server.get("/v2/health/ready").status, 200);
 }
 
@@ -375,5 +377,117 @@ fn rising_load_pauses_the_trainer_and_falling_load_lets_it_run_again() {
     );
     fake.kill().unwrap();
     fake.wait().unwrap();
-    some_requests(&s.server, 5);
+    serves_again(&s.server);
+}
+
+/// A slot is taken when a connection is accepted, not when it says hello: `max_trainers`
+/// holds before any hello, and two connections accepted together never share a slot (they
+/// used to, and the second hello replaced the first trainer's record).
+#[test]
+fn connections_take_their_own_slots_when_accepted_and_the_limit_holds_before_hello() {
+    let s = start_with("cpu", "max_trainers = 2");
+    let mut conns: Vec<RawTrainer> = (0..4).map(|_| RawTrainer::connect(&s.socket)).collect();
+    // Let the gateway accept all four before anyone says hello.
+    std::thread::sleep(Duration::from_millis(300));
+    let welcomes: Vec<Option<serde_json::Value>> = conns
+        .iter_mut()
+        .enumerate()
+        .map(|(i, c)| c.hello(&format!("raw-{i}")))
+        .collect();
+    let ids: Vec<String> = welcomes
+        .iter()
+        .flatten()
+        .map(|w| w["trainer_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 2, "welcomed: {welcomes:?}");
+    assert_ne!(ids[0], ids[1], "two trainers share a slot: {ids:?}");
+    assert!(
+        welcomes[0].is_some() && welcomes[1].is_some(),
+        "{welcomes:?}"
+    );
+    wait_until("two trainers connected", Duration::from_secs(5), || {
+        connected(&s.server) == 2.0
+    });
+    drop(conns);
+    wait_until("cleanup", Duration::from_secs(10), || {
+        connected(&s.server) == 0.0
+    });
+}
+
+/// A trainer the gateway stopped is continued however its record goes: another
+/// connection's hello can no longer take its slot, and relaxing the budget continues it.
+#[test]
+fn a_stopped_trainer_stays_in_its_slot_when_another_connection_says_hello() {
+    let s = start();
+    // Accepted first, silent: under the old slot choice it was given the same slot as the
+    // trainer accepted after it.
+    let mut early = RawTrainer::connect(&s.socket);
+    std::thread::sleep(Duration::from_millis(200));
+    let mut fake = fake_trainer(&s.socket, "never-ack", None);
+    wait_until("the fake trainer to join", Duration::from_secs(10), || {
+        connected(&s.server) == 1.0
+    });
+    squeeze(&s.server);
+    wait_for_sigstop(&s.server, fake.id());
+    assert!(
+        early.hello("late").is_some(),
+        "the early connection was refused"
+    );
+    wait_until("both connected", Duration::from_secs(5), || {
+        connected(&s.server) == 2.0
+    });
+    relax(&s.server);
+    wait_until(
+        "SIGCONT of the stopped trainer",
+        Duration::from_secs(10),
+        || {
+            some_requests(&s.server, 2);
+            process_state(fake.id()) != 'T'
+        },
+    );
+    fake.kill().unwrap();
+    fake.wait().unwrap();
+    serves_again(&s.server);
+}
+
+/// The trainer socket's folder must be ours and writable by no one else: under /tmp another
+/// user could make it first and put their own socket in it for our trainers to talk to.
+#[test]
+fn a_socket_folder_others_may_write_to_or_own_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("coloc-perms");
+    write_version(&dir.path().join("models"), "digits", 1, &DIMS, 1);
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let refused = |socket_dir: &std::path::Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--device", "cpu"])
+            .arg("--model-repository")
+            .arg(dir.path().join("models"))
+            .arg("--coloc-socket")
+            .arg(socket_dir.join("coloc.sock"))
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "it started");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let log = refused(&shared);
+    assert!(
+        log.contains("refusing the trainer socket directory"),
+        "{log}"
+    );
+    assert!(log.contains("write"), "{log}");
+    // Another owner (only root can hand a folder to someone else).
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } == 0 {
+        let theirs = dir.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let c = std::ffi::CString::new(theirs.to_str().unwrap()).unwrap();
+        // SAFETY: chown(2) on a NUL-terminated path we made.
+        assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+        let log = refused(&theirs);
+        assert!(log.contains("owned by uid 65534"), "{log}");
+    }
 }

@@ -29,7 +29,12 @@ fn new_versions_hot_load_under_load_and_a_corrupt_one_is_ignored() {
     let repo = TempDir::new("hotload");
     let models_dir = repo.path().join("models");
     let mut versions = vec![write_version(&models_dir, "m", 1, &DIMS, 1)];
-    let server = Server::start(&["--config", &config(&repo, "keep_versions = 2\n")]);
+    // A budget nothing here misses: what this test checks is that loading and unloading
+    // versions fails no request, not how an overloaded host sheds.
+    let server = Server::start(&[
+        "--config",
+        &config(&repo, "keep_versions = 2\n[defaults]\np99_ms = 2000.0\n"),
+    ]);
     let addr = server.addr;
     // The warm-up's timings, one per batch-size bucket, are in the log for operators.
     // (Ready means warmed up; the log's reader thread may still be a line behind.)

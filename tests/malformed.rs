@@ -117,9 +117,58 @@ fn cases() -> Vec<Case> {
         c("deflate cut short", Body::Encoded("deflate", zlib(&input("FP32", json!([1, w]), ok_row.clone()).to_string().into_bytes())[..40].to_vec()), 400, &["deflate"]),
         c("brotli", Body::Encoded("br", b"whatever".to_vec()), 415, &["br", "gzip, deflate"]),
         c("two codings", Body::Encoded("deflate, gzip", b"whatever".to_vec()), 415, &["deflate and gzip"]),
+        c("INT64 below its range", Body::Raw(raw_data("INT64", "-9223372036854775809")), 400, &["element 0", "range"]),
+        c("UINT64 beyond its range", Body::Raw(raw_data("UINT64", "18446744073709551616")), 400, &["element 0", "range"]),
+        c("INT64 not exact in f64", Body::Raw(raw_data("INT64", "9007199254740993")), 400, &["element 0", "exactly"]),
+        c("binary INT64 max", Body::Binary(binary_header("INT64", json!([1, w]), w * 8), None, ints(i64::MAX.to_le_bytes())), 400, &["element 0", "exactly"]),
+        c("binary UINT64 max", Body::Binary(binary_header("UINT64", json!([1, w]), w * 8), None, ints(u64::MAX.to_le_bytes())), 400, &["element 0", "exactly"]),
+        c("data far longer than its shape", Body::Json(input("FP32", json!([1, w]), json!(vec![1.0; 5000]))), 400, &["more than the 12 values"]),
+        Case { name: "bad percent-encoding", method: "POST", path: "/v2/models/%zz/infer", body: Body::Json(input("FP32", json!([1, w]), ok_row.clone())), status: 400, mentions: &["percent-encoded"] },
+        c("gzip of empty members", Body::Encoded("gzip", empty_gzip_members(3000)), 400, &["gzip members"]),
         // About 16 KB that inflates to 16 MB, against a 64 KiB limit.
         c("deflate bomb", Body::Encoded("deflate", zlib(&vec![b' '; 16 << 20])), 413, &["deflate", "65536"]),
     ]
+}
+
+/// A JSON request whose first of 12 values is `first`, written as given.
+fn raw_data(datatype: &str, first: &str) -> Vec<u8> {
+    format!(
+        "{{\"inputs\":[{{\"name\":\"input-0\",\"datatype\":\"{datatype}\",\"shape\":[1,12],\"data\":[{first}{}]}}]}}",
+        ",1".repeat(11)
+    )
+    .into_bytes()
+}
+
+/// 12 binary 64-bit values: `first`, then ones.
+fn ints(first: [u8; 8]) -> Vec<u8> {
+    let mut bytes = first.to_vec();
+    for _ in 0..11 {
+        bytes.extend_from_slice(&1u64.to_le_bytes());
+    }
+    bytes
+}
+
+/// `n` gzip members holding nothing, then one holding a request.
+fn empty_gzip_members(n: usize) -> Vec<u8> {
+    use std::io::Write;
+    let gzip = |data: &[u8]| {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    };
+    let empty = gzip(b"");
+    let mut body: Vec<u8> = empty
+        .iter()
+        .copied()
+        .cycle()
+        .take(empty.len() * n)
+        .collect();
+    body.extend(gzip(
+        &input("FP32", json!([1, 12]), json!([row()]))
+            .to_string()
+            .into_bytes(),
+    ));
+    body
 }
 
 fn zlib(data: &[u8]) -> Vec<u8> {

@@ -94,11 +94,29 @@ impl Default for ColocConfig {
     }
 }
 
-/// What the device costs, for cost-per-inference figures.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+/// What the device costs, for cost-per-inference figures (`crate::cost`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct CostConfig {
+    /// What the device costs an hour; 0 turns the ledger off.
     pub device_hour_usd: f64,
+    /// `tandem_cost_per_inference_usd` covers this many seconds.
+    pub window_s: u64,
+}
+
+impl Default for CostConfig {
+    fn default() -> Self {
+        CostConfig {
+            device_hour_usd: 0.0,
+            window_s: 60,
+        }
+    }
+}
+
+impl CostConfig {
+    pub fn window(&self) -> Duration {
+        Duration::from_secs(self.window_s)
+    }
 }
 
 /// Who may use `/admin/`: loopback clients always; others only with this bearer token.
@@ -234,37 +252,91 @@ impl ModelSettings {
         Duration::from_secs_f64(self.p99_ms / 1000.0)
     }
 
-    /// Checks ranges; `at` names the section for the message.
+    /// Checks ranges; `at` names the section for the message. Every number has an upper
+    /// bound too: the same settings arrive from the admin API and from files, and a value
+    /// no one means (a queue of 2^62 requests, a delay of u64::MAX) must be refused there,
+    /// not crash or stall the server later.
     pub fn validate(&self, at: &str) -> Result<(), ConfigError> {
-        let fail = |what: String| Err(ConfigError::Invalid(format!("{at}.{what}")));
-        if self.max_batch_size == 0 || self.max_batch_size > 65536 {
-            return fail(format!(
-                "max_batch_size must be 1..=65536, got {}",
-                self.max_batch_size
-            ));
+        let r = Ranges(at);
+        r.int(
+            "max_batch_size",
+            self.max_batch_size as u64,
+            1,
+            MAX_BATCH_SIZE,
+        )?;
+        r.float("p99_ms", self.p99_ms, MIN_P99_MS, MAX_P99_MS)?;
+        r.int(
+            "max_queue_delay_us",
+            self.max_queue_delay_us,
+            0,
+            MAX_QUEUE_DELAY_US,
+        )?;
+        r.int(
+            "queue_capacity",
+            self.queue_capacity as u64,
+            1,
+            MAX_QUEUE_CAPACITY,
+        )?;
+        r.int("replicas", self.replicas as u64, 1, MAX_REPLICAS)?;
+        r.int(
+            "priority_levels",
+            self.priority_levels as u64,
+            1,
+            MAX_PRIORITY_LEVELS,
+        )?;
+        r.int(
+            "default_priority",
+            self.default_priority as u64,
+            1,
+            self.priority_levels as u64,
+        )?;
+        r.int("default_timeout_us", self.default_timeout_us, 0, HOUR_US)
+    }
+}
+
+/// The largest accepted model settings (see [`ModelSettings::validate`]).
+pub const MAX_BATCH_SIZE: u64 = 65_536;
+/// One microsecond: tighter than anything a server can meet, which is what the trainer
+/// tests use to squeeze serving.
+pub const MIN_P99_MS: f64 = 0.001;
+pub const MAX_P99_MS: f64 = 3_600_000.0;
+pub const MAX_QUEUE_DELAY_US: u64 = 10_000_000;
+pub const MAX_QUEUE_CAPACITY: u64 = 1_000_000;
+pub const MAX_REPLICAS: u64 = 64;
+pub const MAX_PRIORITY_LEVELS: u64 = 1_000;
+const HOUR_US: u64 = 3_600_000_000;
+const HOUR_MS: u64 = 3_600_000;
+
+/// Range checks whose messages name `section.key`, the range and the value.
+struct Ranges<'a>(&'a str);
+
+impl Ranges<'_> {
+    fn int(&self, key: &str, value: u64, lo: u64, hi: u64) -> Result<(), ConfigError> {
+        if (lo..=hi).contains(&value) {
+            return Ok(());
         }
-        if !(self.p99_ms.is_finite() && self.p99_ms > 0.0 && self.p99_ms <= 3_600_000.0) {
-            return fail(format!(
-                "p99_ms must be a positive number of milliseconds, got {}",
-                self.p99_ms
-            ));
+        Err(ConfigError::Invalid(format!(
+            "{}{key} must be {lo}..={hi}, got {value}",
+            self.prefix()
+        )))
+    }
+
+    fn float(&self, key: &str, value: f64, lo: f64, hi: f64) -> Result<(), ConfigError> {
+        if value.is_finite() && (lo..=hi).contains(&value) {
+            return Ok(());
         }
-        if self.queue_capacity == 0 {
-            return fail("queue_capacity must be >= 1".into());
+        Err(ConfigError::Invalid(format!(
+            "{}{key} must be a number in {lo}..={hi}, got {value}",
+            self.prefix()
+        )))
+    }
+
+    fn prefix(&self) -> String {
+        if self.0.is_empty() {
+            String::new()
+        } else {
+            format!("{}.", self.0)
         }
-        if self.replicas == 0 || self.replicas > 64 {
-            return fail(format!("replicas must be 1..=64, got {}", self.replicas));
-        }
-        if self.priority_levels == 0 {
-            return fail("priority_levels must be >= 1".into());
-        }
-        if self.default_priority == 0 || self.default_priority > self.priority_levels {
-            return fail(format!(
-                "default_priority must be 1..={}, got {}",
-                self.priority_levels, self.default_priority
-            ));
-        }
-        Ok(())
     }
 }
 
@@ -398,77 +470,73 @@ impl Config {
         s
     }
 
-    /// Checks what serde cannot: positive sizes, something to serve.
+    /// Checks what serde cannot: every number within its range, something to serve.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.defaults.validate("defaults")?;
         for (name, o) in &self.models {
             o.apply(&self.defaults)
                 .validate(&format!("models.{name}"))?;
         }
-        let check = |ok: bool, what: &str| {
-            if ok {
-                Ok(())
-            } else {
-                Err(ConfigError::Invalid(what.to_string()))
-            }
-        };
-        check(
-            self.model_repository.is_some() || self.models.values().any(|m| m.path.is_some()),
-            "nothing to serve: set model_repository or a [models.NAME] path (or --model NAME=PATH)",
-        )?;
-        for (name, o) in &self.models {
-            let s = o.apply(&self.defaults);
-            check(
-                s.max_batch_size >= 1,
-                &format!("models.{name}.max_batch_size must be >= 1"),
-            )?;
-            check(
-                s.queue_capacity >= 1,
-                &format!("models.{name}.queue_capacity must be >= 1"),
-            )?;
-            check(
-                s.replicas >= 1,
-                &format!("models.{name}.replicas must be >= 1"),
-            )?;
+        if self.model_repository.is_none() && self.models.values().all(|m| m.path.is_none()) {
+            return Err(ConfigError::Invalid(
+                "nothing to serve: set model_repository or a [models.NAME] path (or --model NAME=PATH)"
+                    .into(),
+            ));
         }
-        check(
-            self.defaults.max_batch_size >= 1,
-            "defaults.max_batch_size must be >= 1",
+        let top = Ranges("");
+        top.int("keep_versions", self.keep_versions as u64, 1, 100)?;
+        top.int("repository_poll_ms", self.repository_poll_ms, 0, HOUR_MS)?;
+        top.int("cpu_threads", self.cpu_threads as u64, 0, 1024)?;
+        self.limits.validate()?;
+        self.coloc.validate()?;
+        let cost = Ranges("cost");
+        cost.float("device_hour_usd", self.cost.device_hour_usd, 0.0, 1e6)?;
+        cost.int("window_s", self.cost.window_s, 1, 3600)
+    }
+}
+
+impl Limits {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let r = Ranges("limits");
+        r.int("max_body_bytes", self.max_body_bytes as u64, 1024, 1 << 30)?;
+        r.int("max_connections", self.max_connections as u64, 1, 100_000)?;
+        r.int(
+            "header_read_timeout_ms",
+            self.header_read_timeout_ms,
+            1,
+            HOUR_MS,
         )?;
-        check(
-            self.defaults.queue_capacity >= 1,
-            "defaults.queue_capacity must be >= 1",
+        r.int(
+            "body_read_timeout_ms",
+            self.body_read_timeout_ms,
+            1,
+            HOUR_MS,
         )?;
-        check(
-            self.defaults.replicas >= 1,
-            "defaults.replicas must be >= 1",
+        r.int(
+            "response_write_timeout_ms",
+            self.response_write_timeout_ms,
+            1,
+            HOUR_MS,
         )?;
-        check(
-            self.defaults.priority_levels >= 1,
-            "defaults.priority_levels must be >= 1",
-        )?;
-        check(self.keep_versions >= 1, "keep_versions must be >= 1")?;
-        check(
-            self.limits.max_connections >= 1,
-            "limits.max_connections must be >= 1",
-        )?;
-        check(
-            self.limits.header_read_timeout_ms >= 1
-                && self.limits.body_read_timeout_ms >= 1
-                && self.limits.response_write_timeout_ms >= 1,
-            "limits.header_read_timeout_ms, body_read_timeout_ms and response_write_timeout_ms must be >= 1",
-        )?;
-        check(
-            self.limits.max_body_bytes >= 1024,
-            "limits.max_body_bytes must be >= 1024",
-        )?;
-        check(
-            self.coloc
-                .max_duty_cycle
-                .is_none_or(|d| d > 0.0 && d <= 1.0),
-            "coloc.max_duty_cycle must be in (0, 1]",
-        )?;
-        Ok(())
+        r.int("request_timeout_ms", self.request_timeout_ms, 1, HOUR_MS)?;
+        r.int("shutdown_drain_ms", self.shutdown_drain_ms, 0, HOUR_MS)?;
+        r.int("shutdown_grace_ms", self.shutdown_grace_ms, 0, HOUR_MS)
+    }
+}
+
+impl ColocConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let r = Ranges("coloc");
+        r.int("ack_within_ms", self.ack_within_ms, 1, 60_000)?;
+        r.int("heartbeat_ms", self.heartbeat_ms, 1, 60_000)?;
+        r.int("tick_ms", self.tick_ms, 10, 10_000)?;
+        r.int("max_trainers", self.max_trainers as u64, 1, 64)?;
+        match self.max_duty_cycle {
+            Some(d) if !(d > 0.0 && d <= 1.0) => Err(ConfigError::Invalid(format!(
+                "coloc.max_duty_cycle must be in (0, 1], got {d}"
+            ))),
+            _ => Ok(()),
+        }
     }
 }
 

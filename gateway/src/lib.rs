@@ -8,6 +8,7 @@
 pub mod batching;
 pub mod coloc;
 pub mod config;
+pub mod cost;
 pub mod error;
 pub mod health;
 pub mod http;
@@ -18,6 +19,7 @@ pub mod protocol;
 pub mod registry;
 pub mod repository;
 pub mod repository_control;
+pub mod shutdown;
 pub mod stats;
 pub mod usage;
 pub mod validate;
@@ -132,21 +134,33 @@ pub async fn run_with_reload(
         }
         None => None,
     };
+    let lent_time = Arc::new(cost::LentTime::default());
+    let ledger = (config.cost.device_hour_usd > 0.0).then(|| {
+        tokio::spawn(cost::run(
+            cost::CostLedger::new(config.cost.device_hour_usd, config.cost.window()),
+            state.registry.clone(),
+            lent_time.clone(),
+            shutdown::Shutdown::new(stop_http.subscribe()),
+        ))
+    });
     let sampler = tokio::spawn(sample_busy(busy.clone(), device.label()));
     let usage_sampler = tokio::spawn(sample_usage());
     let coordinator = match start_coordinator(&config) {
         Ok(Some((listener, path))) => {
             tracing::info!(socket = %path.display(), "trainer coordinator listening");
-            Some(tokio::spawn(coloc::run(
-                listener,
-                config.coloc.clone(),
-                config
+            let context = coloc::Context {
+                config: config.coloc.clone(),
+                max_duty_cycle: config
                     .coloc
                     .duty_cycle_cap(matches!(device, kernels::Device::Cpu)),
-                config.cost.device_hour_usd,
-                state.registry.clone(),
-                coloc::ServingShare::new(&device, busy.clone()),
-                http_shutdown_for_coloc(&stop_http),
+                lent_time: lent_time.clone(),
+                registry: state.registry.clone(),
+                serving_share: coloc::ServingShare::new(&device, busy.clone()),
+            };
+            Some(tokio::spawn(coloc::run(
+                listener,
+                context,
+                shutdown::Shutdown::new(stop_http.subscribe()),
             )))
         }
         Ok(None) => None,
@@ -254,6 +268,9 @@ pub async fn run_with_reload(
     if let Some(c) = coordinator {
         let _ = c.await;
     }
+    if let Some(l) = ledger {
+        let _ = l.await;
+    }
     tracing::info!("stopped");
     Ok(())
 }
@@ -332,11 +349,6 @@ fn apply_reload(state: &AppState, new: Config) -> Option<Arc<Config>> {
     }
     tracing::info!("configuration reloaded");
     Some(new)
-}
-
-/// The coordinator stops with the HTTP servers (continuing any trainer it stopped).
-fn http_shutdown_for_coloc(stop: &watch::Sender<bool>) -> watch::Receiver<bool> {
-    stop.subscribe()
 }
 
 /// Binds the trainer socket. An explicit path that cannot be bound is an error; the default

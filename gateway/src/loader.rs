@@ -52,6 +52,11 @@ pub fn policy_for(settings: &ModelSettings, warmup: &[(usize, Duration)]) -> Box
 /// ready.
 pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
     let started = std::time::Instant::now();
+    // Every path here (a repository version, a single file) runs settings past their
+    // bounds first: a value out of range must fail this load, not the process.
+    spec.settings
+        .validate(&spec.name)
+        .map_err(|e| e.to_string())?;
     let s = &spec.settings;
     let replicas = s.replicas.max(1);
     let (batch_tx, batch_rx) = std::sync::mpsc::sync_channel(replicas);

@@ -86,10 +86,6 @@ fn describe() {
         PROCESS_CONTEXT_SWITCHES,
         "Context switches of the server process, every thread, waits and preemptions."
     );
-    describe_gauge!(
-        MODEL_VERSION_LOADED,
-        "1 for each model version loaded and serving."
-    );
     describe_counter!(MODEL_LOADS, "Model version loads, by outcome (ok, error).");
     describe_gauge!(CONNECTIONS, "Open HTTP connections.");
     describe_counter!(
@@ -109,11 +105,11 @@ fn describe() {
     describe_gauge!(
         OBSERVED_P99,
         Unit::Seconds,
-        "p99 of arrival-to-response latency over the last two seconds, under any policy."
+        "p99 of arrival-to-response latency over the last 2 s, under any policy (from a sample of at most 4,096 latencies, each weighted by the completions it stands for)."
     );
     describe_gauge!(
         OBSERVED_THROUGHPUT,
-        "Requests completed per second over the last two seconds."
+        "Requests completed per second over the last 2 s (an exact count, at any rate)."
     );
     describe_gauge!(
         PREDICTED_BATCH_DURATION,
@@ -192,4 +188,48 @@ pub fn install() -> PrometheusHandle {
             handle
         })
         .clone()
+}
+
+/// `tandem_model_version_loaded{model,version} 1` for every version loaded now, rendered
+/// from the registry at each scrape: a version that is unloaded leaves the scrape with it,
+/// so a trainer that checkpoints every few seconds does not grow `/metrics` without bound
+/// (the recorder can set a gauge to 0 but never remove it).
+pub fn render_loaded_versions(versions: &[(String, u64)]) -> String {
+    use std::fmt::Write;
+    let mut out = String::from("\n");
+    out += &format!(
+        "# HELP {MODEL_VERSION_LOADED} 1 for each model version loaded and serving now.\n# TYPE {MODEL_VERSION_LOADED} gauge\n"
+    );
+    for (model, version) in versions {
+        let _ = writeln!(
+            out,
+            "{MODEL_VERSION_LOADED}{{model=\"{}\",version=\"{version}\"}} 1",
+            escape_label(model)
+        );
+    }
+    out
+}
+
+/// A label value as the exposition format spells it: backslash, quote and newline escaped.
+fn escape_label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loaded_versions_render_with_escaped_labels() {
+        let text = render_loaded_versions(&[("m".into(), 2), ("a\"b\\c".into(), 1)]);
+        assert!(text.contains("tandem_model_version_loaded{model=\"m\",version=\"2\"} 1\n"));
+        assert!(text.contains("model=\"a\\\"b\\\\c\""), "{text}");
+        assert!(
+            text.trim_start()
+                .starts_with("# HELP tandem_model_version_loaded")
+        );
+    }
 }

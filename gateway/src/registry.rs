@@ -143,7 +143,6 @@ impl Registry {
     }
 
     pub fn insert(&self, v: Arc<ModelVersion>) {
-        metrics::gauge!(names::MODEL_VERSION_LOADED, "model" => v.name.clone(), "version" => v.version.to_string()).set(1.0);
         self.write()
             .entry(v.name.clone())
             .or_default()
@@ -156,9 +155,6 @@ impl Registry {
         let removed = versions.remove(&version);
         if versions.is_empty() {
             models.remove(model);
-        }
-        if removed.is_some() {
-            metrics::gauge!(names::MODEL_VERSION_LOADED, "model" => model.to_string(), "version" => version.to_string()).set(0.0);
         }
         removed
     }

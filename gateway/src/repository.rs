@@ -54,7 +54,7 @@ pub fn scan(root: &Path) -> std::io::Result<BTreeMap<String, RepoModel>> {
             let Some(number) = vpath
                 .file_name()
                 .and_then(|n| n.to_str())
-                .and_then(|n| n.parse::<u64>().ok())
+                .and_then(version_number)
             else {
                 continue;
             };
@@ -79,6 +79,14 @@ pub fn scan(root: &Path) -> std::io::Result<BTreeMap<String, RepoModel>> {
         out.insert(name, model);
     }
     Ok(out)
+}
+
+/// A version folder's number: plain decimal digits without a leading zero (`7`, not `+7`
+/// or `007`, which `str::parse` would also read as 7 and so collide with it).
+fn version_number(name: &str) -> Option<u64> {
+    let plain =
+        !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()) && !name.starts_with('0');
+    plain.then(|| name.parse().ok()).flatten()
 }
 
 /// Keeps the registry in step with the repository, `config.toml` included: a changed one
@@ -236,6 +244,13 @@ impl Watcher {
                 tracing::info!(model = %name, "model removed from the repository; unloaded");
             }
         }
+        // Failures of versions whose folders are gone are forgotten: a trainer that
+        // checkpoints every few seconds must not grow this record without bound.
+        self.failed.retain(|(name, version), _| {
+            found
+                .get(name)
+                .is_some_and(|m| m.versions.contains_key(version))
+        });
         self.control.set_index(self.index(&found));
         (serving, missing)
     }
@@ -284,7 +299,7 @@ mod tests {
     fn scan_finds_numbered_versions_with_a_model_file() {
         let dir = std::env::temp_dir().join(format!("tandem-scan-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        for v in ["1", "2", "x", "0"] {
+        for v in ["1", "2", "x", "0", "+4", "005", "-6", " 7"] {
             std::fs::create_dir_all(dir.join("m").join(v)).unwrap();
             std::fs::write(dir.join("m").join(v).join(MODEL_FILE), b"").unwrap();
         }

@@ -68,8 +68,9 @@ pub struct VersionStats {
     compute_output: Tally,
     /// Rows answered (Triton's inferences: a request of n rows is n).
     inference_count: AtomicU64,
-    /// Batches run.
+    /// Batches run, and the device time they took (copy in and forward pass).
     execution_count: AtomicU64,
+    device_ns: AtomicU64,
     last_inference_ms: AtomicU64,
     /// Written once per batch by the worker, read by the stats endpoint.
     batches: Mutex<BTreeMap<usize, BatchTally>>,
@@ -96,12 +97,23 @@ impl VersionStats {
     /// A batch of `rows` run by a worker: the rows' copy in, the forward pass, the split out.
     pub fn executed(&self, rows: usize, input: Duration, infer: Duration, output: Duration) {
         self.execution_count.fetch_add(1, Relaxed);
+        self.device_ns.fetch_add(nanos(input + infer), Relaxed);
         let mut batches = self.batches.lock().unwrap_or_else(|p| p.into_inner());
         let b = batches.entry(rows).or_default();
         b.count += 1;
         b.input_ns += nanos(input);
         b.infer_ns += nanos(infer);
         b.output_ns += nanos(output);
+    }
+
+    /// Requests answered 200 so far.
+    pub fn answered(&self) -> u64 {
+        self.success.count.load(Relaxed)
+    }
+
+    /// Device time this version's batches have taken so far.
+    pub fn device_time(&self) -> Duration {
+        Duration::from_nanos(self.device_ns.load(Relaxed))
     }
 
     fn touch(&self) {

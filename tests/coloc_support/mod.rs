@@ -124,11 +124,29 @@ pub fn set_budget(server: &Server, p99_ms: f64) {
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
-/// Requests flowing, so the controller has latencies to judge; all must succeed.
+/// Sends `n` requests, so the controller has latencies to judge. These run while the budget
+/// may be squeezed below anything achievable, where the server is right to refuse some (a
+/// request that sat a few milliseconds in its socket under a 1 µs budget is `late`): a 429
+/// is the pressure this exists to create and counts as sent. Any other answer fails.
 pub fn some_requests(server: &Server, n: usize) {
     for _ in 0..n {
-        server.assert_serves("digits", DIMS[0]);
+        let r = server.post_json(
+            "/v2/models/digits/infer",
+            &infer_body(&inputs(DIMS[0], 1), 1),
+        );
+        assert!(
+            matches!(r.status, 200 | 429),
+            "digits answered {}: {}",
+            r.status,
+            r.text()
+        );
     }
+}
+
+/// Asserts that digits serves again once the budget allows it, within a bounded wait that
+/// honours `Retry-After`.
+pub fn serves_again(server: &Server) {
+    server.assert_serves_within("digits", DIMS[0], Duration::from_secs(10));
 }
 
 /// Tightens the budget below any achievable latency and keeps requests coming until the
@@ -141,8 +159,10 @@ pub fn squeeze(server: &Server) {
     });
 }
 
+/// Gives serving a budget nothing here misses, and waits until a request is answered 200.
 pub fn relax(server: &Server) {
     set_budget(server, 1000.0);
+    serves_again(server);
 }
 
 /// The state letter of a process (R, S, T = stopped, ...), from /proc.
@@ -239,4 +259,42 @@ pub fn join_python_client_with(s: &Setup, script: &str, args: &[&str]) -> Child 
         connected(&s.server) == 1.0
     });
     child
+}
+
+/// A raw connection to the trainer socket that says nothing until told to: what a trainer
+/// looks like between being accepted and saying hello.
+pub struct RawTrainer {
+    stream: std::os::unix::net::UnixStream,
+}
+
+impl RawTrainer {
+    pub fn connect(socket: &Path) -> RawTrainer {
+        let stream = std::os::unix::net::UnixStream::connect(socket).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        RawTrainer { stream }
+    }
+
+    /// Says hello; the gateway's first line back (a welcome), or `None` if it closed the
+    /// connection instead.
+    pub fn hello(&mut self, name: &str) -> Option<serde_json::Value> {
+        use std::io::{BufRead, Write};
+        let hello = json!({"type": "hello", "version": 1, "name": name, "pid": std::process::id(),
+                           "device": "cpu", "max_streams": 1, "memory_bytes": 1 << 20});
+        // A write to a connection the gateway already closed fails: that is the answer too.
+        if self
+            .stream
+            .write_all(format!("{hello}\n").as_bytes())
+            .is_err()
+        {
+            return None;
+        }
+        let mut line = String::new();
+        let mut reader = std::io::BufReader::new(&self.stream);
+        match reader.read_line(&mut line) {
+            Ok(n) if n > 0 => serde_json::from_str(&line).ok(),
+            _ => None,
+        }
+    }
 }

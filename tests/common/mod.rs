@@ -217,7 +217,7 @@ pub struct Server {
 
 impl Server {
     /// Starts `tandem serve --listen 127.0.0.1:0 --device cpu ARGS...` (ARGS may name
-    /// another device) and waits until it is ready.
+    /// another device or address) and waits until it is ready.
     pub fn start(args: &[&str]) -> Server {
         let server = Server::spawn(args);
         server.wait_ready(Duration::from_secs(60));
@@ -245,7 +245,10 @@ impl Server {
             N.fetch_add(1, Ordering::Relaxed)
         ));
         let mut command = Command::new(env!("CARGO_BIN_EXE_tandem"));
-        command.args(["serve", "--listen", "127.0.0.1:0"]);
+        command.arg("serve");
+        if !args.contains(&"--listen") {
+            command.args(["--listen", "127.0.0.1:0"]);
+        }
         if !args.contains(&"--device") {
             command.args(["--device", "cpu"]);
         }
@@ -345,6 +348,34 @@ impl Server {
 
     pub fn post_json(&self, path: &str, body: &serde_json::Value) -> HttpResponse {
         post_json(self.addr, path, body)
+    }
+
+    /// Asserts that a single-row infer on `model` is answered 200 within `within`, where a
+    /// 429 (the server still draining an overload, or a budget just relaxed) is retried
+    /// after its `Retry-After` (capped by what is left of `within`). Any other answer fails.
+    pub fn assert_serves_within(&self, model: &str, width: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let r = self.post_json(
+                &format!("/v2/models/{model}/infer"),
+                &infer_body(&inputs(width, 1), 1),
+            );
+            let left = deadline.saturating_duration_since(Instant::now());
+            match r.status {
+                200 => return,
+                429 if !left.is_zero() => {
+                    let wait = r
+                        .header("retry-after")
+                        .and_then(|s| s.parse::<u64>().ok())
+                        .map_or(Duration::from_millis(100), Duration::from_secs);
+                    std::thread::sleep(wait.min(left));
+                }
+                other => panic!(
+                    "{model} is not served within {within:?}: {other} {}",
+                    r.text()
+                ),
+            }
+        }
     }
 
     /// Asserts that one single-row infer on `model` (input width `width`) answers 200: the

@@ -59,15 +59,27 @@ mod tests {
     #[test]
     fn a_spinning_thread_shows_as_load() {
         let mut load = CpuLoad::new();
+        let wall = Instant::now();
+        let cpu = || crate::usage::process_usage().expect("getrusage").cpu;
+        let before = cpu();
         assert_eq!(load.sample(), None);
-        let spin_until = Instant::now() + Duration::from_millis(200);
+        // Spin until this process has used 200 ms of CPU (bounded in wall time): on a host
+        // whose other cores are busy the thread gets less than a whole core, and the share
+        // it did get is what the sample must report.
         let mut x = 0u64;
-        while Instant::now() < spin_until {
-            x = std::hint::black_box(x.wrapping_add(1));
+        while cpu().saturating_sub(before) < Duration::from_millis(200)
+            && wall.elapsed() < Duration::from_secs(10)
+        {
+            for _ in 0..10_000 {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
         }
+        let used = cpu().saturating_sub(before).as_secs_f64();
         let busy = load.sample().expect("a sample");
-        // One thread spun: a whole core's share, less the test harness's noise.
-        assert!(busy > 0.5 / load.cores, "busy {busy}");
+        let expected = used / (wall.elapsed().as_secs_f64() * load.cores);
+        assert!(used > 0.1, "the spinner got {used} s of CPU");
+        // Other test threads of this process only add to it.
+        assert!(busy >= 0.8 * expected, "busy {busy}, expected {expected}");
         assert!(busy <= 1.0);
         assert!(load.sample().is_none(), "too soon");
     }

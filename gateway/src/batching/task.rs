@@ -171,7 +171,7 @@ impl Batcher {
     /// Runs until every request sender is gone and the queue is empty.
     pub async fn run(mut self) {
         let metrics = BatcherMetrics::new(&self.model);
-        let mut window = LatencyWindow::new(Duration::from_secs(2), 4096);
+        let mut window = LatencyWindow::sampled(Duration::from_secs(2), 4096);
         self.refresh(&metrics, &mut window, Instant::now());
         let mut last_gauges = Instant::now();
         let mut idle = self.workers;

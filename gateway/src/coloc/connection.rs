@@ -4,34 +4,36 @@
 
 use std::time::Duration;
 
+use coloc_protocol::{
+    self as protocol, Ack, Directive, GatewayMessage, Hello, Report, TrainerMessage, VERSION,
+    Welcome,
+};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use trainer::protocol::{
-    self, Ack, Directive, GatewayMessage, Hello, Report, TrainerMessage, VERSION, Welcome,
-};
 
+use super::slots::Tag;
 use crate::config::ColocConfig;
 
 /// What a connection tells the coordinator.
 pub enum Event {
     Joined {
-        slot: usize,
+        tag: Tag,
         hello: Hello,
         peer_pid: i32,
         outbound: mpsc::Sender<Outbound>,
     },
     Ack {
-        slot: usize,
+        tag: Tag,
         ack: Ack,
     },
     Report {
-        slot: usize,
+        tag: Tag,
         report: Report,
     },
     Left {
-        slot: usize,
+        tag: Tag,
         why: String,
     },
 }
@@ -48,20 +50,22 @@ const MAX_STRIKES: u32 = 10;
 /// Lines per second beyond which a trainer is flooding.
 const MAX_LINES_PER_SECOND: u32 = 200;
 
+/// Serves one connection; whatever ends it, the coordinator hears that it left, so its
+/// slot is freed.
 pub async fn run(
     stream: UnixStream,
-    slot: usize,
+    tag: Tag,
     peer_pid: i32,
     config: ColocConfig,
     events: mpsc::Sender<Event>,
 ) {
-    let why = serve(stream, slot, peer_pid, &config, &events).await;
-    let _ = events.send(Event::Left { slot, why }).await;
+    let why = serve(stream, tag, peer_pid, &config, &events).await;
+    let _ = events.send(Event::Left { tag, why }).await;
 }
 
 async fn serve(
     stream: UnixStream,
-    slot: usize,
+    tag: Tag,
     peer_pid: i32,
     config: &ColocConfig,
     events: &mpsc::Sender<Event>,
@@ -85,7 +89,7 @@ async fn serve(
     };
     let welcome = GatewayMessage::Welcome(Welcome {
         version: VERSION,
-        trainer_id: format!("t{slot}-{peer_pid}"),
+        trainer_id: format!("t{}-{peer_pid}", tag.slot),
         heartbeat_ms: config.heartbeat_ms,
     });
     if write.write_all(&protocol::encode(&welcome)).await.is_err() {
@@ -94,7 +98,7 @@ async fn serve(
     let (out_tx, mut out_rx) = mpsc::channel::<Outbound>(16);
     if events
         .send(Event::Joined {
-            slot,
+            tag,
             hello,
             peer_pid,
             outbound: out_tx,
@@ -133,8 +137,8 @@ async fn serve(
                     return format!("flooding: over {MAX_LINES_PER_SECOND} lines in a second");
                 }
                 let event = match serde_json::from_str::<TrainerMessage>(&line) {
-                    Ok(TrainerMessage::Ack(ack)) => Event::Ack { slot, ack },
-                    Ok(TrainerMessage::Report(report)) => Event::Report { slot, report },
+                    Ok(TrainerMessage::Ack(ack)) => Event::Ack { tag, ack },
+                    Ok(TrainerMessage::Report(report)) => Event::Report { tag, report },
                     Ok(TrainerMessage::Hello(_)) | Err(_) => {
                         strikes += 1;
                         if strikes > MAX_STRIKES {

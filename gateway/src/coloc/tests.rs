@@ -1,6 +1,15 @@
 //! The coordinator's supervision of one trainer, against a real process.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use coloc_protocol::Hello;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::allowance::{AllowanceController, Pressure, Thresholds};
+use super::guardian::Guardian;
+use super::trainer_slot::{Lending, Terms, TrainerSlot};
 
 fn state(pid: u32) -> char {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -62,13 +71,21 @@ fn a_pause_sent_before_serving_was_measured_is_enforced_only_once_serving_needs_
         worst_latency_ratio: 0.2,
         ..Default::default()
     };
+    fn lending(c: &AllowanceController, a: f64, terms: Terms) -> Lending<'_> {
+        Lending {
+            controller: c,
+            allowance: a,
+            before: a,
+            terms,
+        }
+    }
     let a = c.update(calm, t0);
-    supervise(0, &mut t, &c, a, a, terms, t0);
+    t.supervise(&lending(&c, a, terms), t0);
     assert!(t.last.as_ref().is_some_and(|(d, _)| d.pause));
     // Long past the deadline, unacknowledged, but serving has shown no need.
     let later = t0 + Duration::from_millis(900);
     let a = c.update(calm, later);
-    supervise(0, &mut t, &c, a, a, terms, later + Duration::from_secs(4));
+    t.supervise(&lending(&c, a, terms), later + Duration::from_secs(4));
     assert!(!t.stopped);
     assert_ne!(state(child.id()), 'T');
     // Pressure: the pause is now serving's need, and its deadline has long passed.
@@ -80,7 +97,7 @@ fn a_pause_sent_before_serving_was_measured_is_enforced_only_once_serving_needs_
         },
         pressed,
     );
-    supervise(0, &mut t, &c, a, a, terms, pressed);
+    t.supervise(&lending(&c, a, terms), pressed);
     let stopped = t.stopped;
     // The kernel stops it when it next handles the signal, a moment later.
     let mut seen = state(child.id());
@@ -91,7 +108,7 @@ fn a_pause_sent_before_serving_was_measured_is_enforced_only_once_serving_needs_
         std::thread::sleep(std::time::Duration::from_millis(10));
         seen = state(child.id());
     }
-    continue_process(&mut t);
+    t.continue_process();
     assert!(stopped);
     assert_eq!(seen, 'T');
 }

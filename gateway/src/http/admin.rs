@@ -92,7 +92,7 @@ fn show_log_filter() -> Result<Response<Full<Bytes>>, ApiError> {
 
 fn change_log_filter(body: &[u8]) -> Result<Response<Full<Bytes>>, ApiError> {
     let filter = log_filter()?;
-    let change: LogChange = serde_json::from_slice(body)
+    let change: LogChange = crate::protocol::json_de::from_slice(body)
         .map_err(|e| ApiError::Malformed(format!("invalid log filter change: {e}")))?;
     let before = filter.current();
     // Logged under the filter it replaces, which is the one that shows it.
@@ -124,10 +124,12 @@ pub(super) fn authorize<B>(
                 ))
             }
         }
-        None if peer.ip().is_loopback() => Ok(()),
+        // A dual-stack listener (`[::]:PORT`) sees an IPv4 loopback client as
+        // `::ffff:127.0.0.1`: compare the canonical address.
+        None if peer.ip().to_canonical().is_loopback() => Ok(()),
         None => Err(ApiError::Forbidden(format!(
             "only loopback clients may use it (you are {}); set [admin] token to allow others",
-            peer.ip()
+            peer.ip().to_canonical()
         ))),
     }
 }
@@ -194,7 +196,7 @@ fn show(state: &AppState, model: &str) -> Result<Response<Full<Bytes>>, ApiError
 
 fn change(state: &AppState, model: &str, body: &[u8]) -> Result<Response<Full<Bytes>>, ApiError> {
     let newest = state.registry.resolve(model, None)?;
-    let change: SloChange = serde_json::from_slice(body)
+    let change: SloChange = crate::protocol::json_de::from_slice(body)
         .map_err(|e| ApiError::Malformed(format!("invalid SLO change: {e}")))?;
     let overrides = ModelOverrides {
         policy: change.policy,

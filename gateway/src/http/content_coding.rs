@@ -6,9 +6,12 @@
 //!
 //! Decompression is bounded the way an uncompressed body is: the decoded bytes may not pass
 //! `limits.max_body_bytes`, so a small "bomb" costs at most that much memory and the time to
-//! inflate it, never more. It runs on the connection's task in slices, yielding to the
-//! runtime between them, so inflating a large body does not hold up other connections.
-//! An uncompressed body never comes here: its bytes go to the decoder as read.
+//! inflate it, never more. Work that produces nothing is bounded too: at most
+//! [`MAX_GZIP_MEMBERS`] gzip members, and a body whose compressed form is larger than what
+//! it decodes to (empty members or empty deflate blocks, by the thousand) is refused. A
+//! body over [`INLINE_DECODE`] bytes is decoded on the blocking pool, so inflating it never
+//! holds up the runtime's other connections. An uncompressed body never comes here: its
+//! bytes go to the decoder as read.
 //!
 //! Responses are compressed when the client's `Accept-Encoding` asks for gzip or deflate
 //! (as `response_compression_algorithm` does) and the body is at least [`MIN_COMPRESSED`]
@@ -19,7 +22,7 @@ use std::io::{Read, Write};
 
 use bytes::Bytes;
 use flate2::Compression;
-use flate2::bufread::{MultiGzDecoder, ZlibDecoder};
+use flate2::bufread::{GzDecoder, ZlibDecoder};
 use flate2::write::{GzEncoder, ZlibEncoder};
 use http::HeaderMap;
 use http::header::{ACCEPT_ENCODING, CONTENT_ENCODING};
@@ -29,8 +32,20 @@ use crate::error::ApiError;
 /// What `Accept-Encoding` says to a client whose coding we refuse.
 pub const ACCEPTED: &str = "gzip, deflate";
 
-/// Decoded bytes produced between two yields to the runtime.
+/// Encoded bytes produced between two yields to the runtime.
 const SLICE: usize = 256 << 10;
+
+/// Compressed bodies up to this size are decoded on the connection's task: at most this
+/// much input bounds the work, whatever it holds. Larger ones go to the blocking pool.
+const INLINE_DECODE: usize = 64 << 10;
+
+/// Gzip members in one body at most. Clients send one; a stream of thousands of empty
+/// members is work without output.
+pub const MAX_GZIP_MEMBERS: usize = 64;
+
+/// A compressed body may be larger than what it decodes to by its headers' worth
+/// (incompressible data, a short body), but not by more than this.
+const MAX_EXPANSION_SLACK: usize = 4096;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Coding {
@@ -150,14 +165,26 @@ pub async fn encode(body: Vec<u8>, coding: Coding) -> Vec<u8> {
 
 /// The body as sent before `coding` was applied, at most `limit` bytes of it.
 pub async fn decode(body: Bytes, coding: Coding, limit: usize) -> Result<Bytes, ApiError> {
-    match coding {
-        Coding::Identity => Ok(body),
-        Coding::Gzip => inflate(MultiGzDecoder::new(&body[..]), coding, limit).await,
+    if coding == Coding::Identity {
+        return Ok(body);
+    }
+    if body.len() <= INLINE_DECODE {
+        return decode_now(&body, coding, limit);
+    }
+    tokio::task::spawn_blocking(move || decode_now(&body, coding, limit))
+        .await
+        .map_err(|_| corrupt(coding, "the decoder failed".into()))?
+}
+
+fn decode_now(body: &[u8], coding: Coding, limit: usize) -> Result<Bytes, ApiError> {
+    let decoded = match coding {
+        Coding::Identity => return Ok(Bytes::copy_from_slice(body)),
+        Coding::Gzip => gunzip(body, limit)?,
         Coding::Deflate => {
-            let mut decoder = ZlibDecoder::new(&body[..]);
-            let decoded = inflate(&mut decoder, coding, limit).await?;
+            let mut decoder = ZlibDecoder::new(body);
+            let decoded = inflate(&mut decoder, coding, limit)?;
             // The zlib format ends with its checksum; bytes after it are not part of the
-            // body (gzip's reader already refuses them as a bad next member).
+            // body.
             if !decoder.get_ref().is_empty() {
                 return Err(corrupt(
                     coding,
@@ -167,32 +194,64 @@ pub async fn decode(body: Bytes, coding: Coding, limit: usize) -> Result<Bytes, 
                     ),
                 ));
             }
-            Ok(decoded)
+            decoded
         }
+    };
+    if body.len() > decoded.len() + decoded.len() / 8 + MAX_EXPANSION_SLACK {
+        return Err(corrupt(
+            coding,
+            format!(
+                "{} compressed bytes decode to only {}: the body is mostly empty blocks",
+                body.len(),
+                decoded.len()
+            ),
+        ));
     }
+    Ok(Bytes::from(decoded))
 }
 
-async fn inflate(mut reader: impl Read, coding: Coding, limit: usize) -> Result<Bytes, ApiError> {
+/// Gzip members one after the other (RFC 1952 §2.2), at most [`MAX_GZIP_MEMBERS`].
+fn gunzip(mut body: &[u8], limit: usize) -> Result<Vec<u8>, ApiError> {
     let mut out = Vec::new();
-    loop {
-        // Read up to one byte past the limit, so that a body of exactly `limit` passes and
-        // one byte more is refused without inflating the rest.
-        let room = (limit + 1).saturating_sub(out.len()).min(SLICE) as u64;
-        let before = out.len();
-        (&mut reader)
-            .take(room)
-            .read_to_end(&mut out)
-            .map_err(|e| corrupt(coding, e.to_string()))?;
+    let mut members = 0;
+    while !body.is_empty() || members == 0 {
+        members += 1;
+        if members > MAX_GZIP_MEMBERS {
+            return Err(corrupt(
+                Coding::Gzip,
+                format!("more than {MAX_GZIP_MEMBERS} gzip members"),
+            ));
+        }
+        let mut member = GzDecoder::new(body);
+        let room = limit.saturating_sub(out.len());
+        out.extend_from_slice(&inflate(&mut member, Coding::Gzip, room)?);
         if out.len() > limit {
-            return Err(ApiError::DecodedBodyTooLarge {
-                coding: coding.name(),
-                limit,
-            });
+            return Err(too_large(Coding::Gzip, limit));
         }
-        if (out.len() - before) < room as usize {
-            return Ok(Bytes::from(out));
-        }
-        tokio::task::yield_now().await;
+        body = member.into_inner();
+    }
+    Ok(out)
+}
+
+/// Reads `reader` to its end, refusing more than `limit` bytes.
+fn inflate(reader: &mut impl Read, coding: Coding, limit: usize) -> Result<Vec<u8>, ApiError> {
+    let mut out = Vec::new();
+    // Up to one byte past the limit, so that a body of exactly `limit` passes and one byte
+    // more is refused without inflating the rest.
+    reader
+        .take(limit as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| corrupt(coding, e.to_string()))?;
+    if out.len() > limit {
+        return Err(too_large(coding, limit));
+    }
+    Ok(out)
+}
+
+fn too_large(coding: Coding, limit: usize) -> ApiError {
+    ApiError::DecodedBodyTooLarge {
+        coding: coding.name(),
+        limit,
     }
 }
 
@@ -336,6 +395,41 @@ mod tests {
         assert!(e.to_string().contains(&limit.to_string()), "{e}");
         let one_more = gzip(&sample(limit + 1));
         assert!(run(decode(Bytes::from(one_more), Coding::Gzip, limit)).is_err());
+    }
+
+    #[test]
+    fn bodies_of_empty_members_or_blocks_are_refused_quickly() {
+        // 100,000 empty gzip members, then a real one: refused at the member cap, without
+        // reading them all.
+        let empty = gzip(b"");
+        let mut body: Vec<u8> = empty
+            .iter()
+            .copied()
+            .cycle()
+            .take(empty.len() * 100_000)
+            .collect();
+        body.extend(gzip(b"{\"inputs\": []}"));
+        let started = std::time::Instant::now();
+        let e = run(decode(Bytes::from(body), Coding::Gzip, 1 << 24)).unwrap_err();
+        assert_eq!(e.status(), http::StatusCode::BAD_REQUEST, "{e}");
+        assert!(e.to_string().contains("members"), "{e}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        // A few members are fine.
+        let few = [gzip(b"{\"a\":"), gzip(b""), gzip(b"1}")].concat();
+        assert_eq!(
+            &run(decode(Bytes::from(few), Coding::Gzip, 1024)).unwrap()[..],
+            b"{\"a\":1}"
+        );
+        // A deflate stream of empty stored blocks: 5 bytes each, no output.
+        let mut raw = vec![0x78, 0x01];
+        for _ in 0..200_000 {
+            raw.extend_from_slice(&[0x00, 0x00, 0x00, 0xff, 0xff]);
+        }
+        raw.extend_from_slice(&[0x03, 0x00]); // a final empty fixed block
+        raw.extend_from_slice(&1u32.to_be_bytes()); // adler32 of nothing
+        let e = run(decode(Bytes::from(raw), Coding::Deflate, 1 << 24)).unwrap_err();
+        assert_eq!(e.status(), http::StatusCode::BAD_REQUEST, "{e}");
+        assert!(e.to_string().contains("empty blocks"), "{e}");
     }
 
     #[test]

@@ -168,7 +168,8 @@ fn parse_optional<T: Default + serde::de::DeserializeOwned>(
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    serde_json::from_slice(body).map_err(|e| ApiError::Malformed(format!("invalid {what}: {e}")))
+    crate::protocol::json_de::from_slice(body)
+        .map_err(|e| ApiError::Malformed(format!("invalid {what}: {e}")))
 }
 
 #[cfg(test)]

@@ -42,7 +42,18 @@ pub async fn handle(
 ) -> Response<Full<Bytes>> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    // Segments as the client meant them: tritonclient percent-encodes a model named `a b`
+    // as `a%20b`.
+    let decoded: Vec<String> = match path
+        .trim_matches('/')
+        .split('/')
+        .map(percent_decode)
+        .collect()
+    {
+        Ok(d) => d,
+        Err(e) => return error_response(&e),
+    };
+    let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
     // HEAD is GET without the body (RFC 9110 §9.3.2): routed as GET, and hyper, which
     // remembers the method it parsed, sends the headers and holds the body back.
     let mut req = req;
@@ -106,6 +117,33 @@ pub async fn handle(
     result.unwrap_or_else(|e| error_response(&e))
 }
 
+/// A path segment with its `%XX` escapes decoded; the result must be UTF-8.
+fn percent_decode(segment: &str) -> Result<String, ApiError> {
+    if !segment.contains('%') {
+        return Ok(segment.to_string());
+    }
+    let bad = || {
+        ApiError::Malformed(format!(
+            "the path segment {segment:?} is not valid percent-encoded UTF-8"
+        ))
+    };
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3).ok_or_else(bad)?;
+            let digit = |b: u8| (b as char).to_digit(16).ok_or_else(bad);
+            out.push((digit(hex[0])? * 16 + digit(hex[1])?) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| bad())
+}
+
 /// The methods routed at this path, for a 405's `Allow` header; `None` where nothing is
 /// (a 404). `/admin/` answers its own.
 fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
@@ -138,7 +176,15 @@ fn empty(status: StatusCode) -> Response<Full<Bytes>> {
 }
 
 fn metrics(state: &AppState) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(state.metrics.render())));
+    let loaded: Vec<(String, u64)> = state
+        .registry
+        .all()
+        .iter()
+        .map(|v| (v.name.clone(), v.version))
+        .collect();
+    let mut text = state.metrics.render();
+    text.push_str(&names::render_loaded_versions(&loaded));
+    let mut r = Response::new(Full::new(Bytes::from(text)));
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("text/plain; version=0.0.4"),

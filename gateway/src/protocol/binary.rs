@@ -53,15 +53,16 @@ pub fn decode(bytes: &[u8], datatype: Datatype, name: &str) -> Result<Vec<f32>, 
             Datatype::Uint32 => u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
             Datatype::Int64 => {
                 let v = i64::from_le_bytes(le8(c));
-                // Beyond 2^53 the f64 would round; such a value is never exact in f32.
-                if v.unsigned_abs() > 1 << 53 && (v as f32) as i64 != v {
+                // Beyond 2^53 the f64 would round; such a value is exact in f32 only if
+                // f32 holds it (compared in i128: `as i64` saturates i64::MAX's 2^63 back).
+                if v.unsigned_abs() > 1 << 53 && (v as f32) as i128 != v as i128 {
                     return Err(bad(i, "cannot be represented exactly as FP32".into()));
                 }
                 v as f64
             }
             Datatype::Uint64 => {
                 let v = u64::from_le_bytes(le8(c));
-                if v > 1 << 53 && (v as f32) as u64 != v {
+                if v > 1 << 53 && (v as f32) as u128 != v as u128 {
                     return Err(bad(i, "cannot be represented exactly as FP32".into()));
                 }
                 v as f64

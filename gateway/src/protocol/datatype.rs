@@ -72,19 +72,25 @@ impl Datatype {
         }
     }
 
-    /// The integer range of an integer type.
+    /// The integer range of an integer type: lowest value, and the first value above it
+    /// (exclusive, so that the 64-bit bounds, 2^63 and 2^64, are exact in f64).
     fn int_range(self) -> Option<(f64, f64)> {
+        const TWO_63: f64 = 9_223_372_036_854_775_808.0;
         Some(match self {
-            Datatype::Int8 => (i8::MIN as f64, i8::MAX as f64),
-            Datatype::Int16 => (i16::MIN as f64, i16::MAX as f64),
-            Datatype::Int32 => (i32::MIN as f64, i32::MAX as f64),
-            Datatype::Int64 => (i64::MIN as f64, i64::MAX as f64),
-            Datatype::Uint8 => (0.0, u8::MAX as f64),
-            Datatype::Uint16 => (0.0, u16::MAX as f64),
-            Datatype::Uint32 => (0.0, u32::MAX as f64),
-            Datatype::Uint64 => (0.0, u64::MAX as f64),
+            Datatype::Int8 => (i8::MIN as f64, i8::MAX as f64 + 1.0),
+            Datatype::Int16 => (i16::MIN as f64, i16::MAX as f64 + 1.0),
+            Datatype::Int32 => (i32::MIN as f64, i32::MAX as f64 + 1.0),
+            Datatype::Int64 => (-TWO_63, TWO_63),
+            Datatype::Uint8 => (0.0, u8::MAX as f64 + 1.0),
+            Datatype::Uint16 => (0.0, u16::MAX as f64 + 1.0),
+            Datatype::Uint32 => (0.0, u32::MAX as f64 + 1.0),
+            Datatype::Uint64 => (0.0, 2.0 * TWO_63),
             _ => return None,
         })
+    }
+
+    pub fn is_integer(self) -> bool {
+        self.int_range().is_some()
     }
 
     /// Converts one value given as f64 (JSON numbers, or binary values widened exactly) into
@@ -97,7 +103,7 @@ impl Datatype {
             if v.fract() != 0.0 {
                 return Err(ValueError::NotInteger);
             }
-            if v < lo || v > hi {
+            if v < lo || v >= hi {
                 return Err(ValueError::OutOfRange);
             }
             let f = v as f32;

@@ -37,6 +37,15 @@ pub struct JsonData {
     values: Vec<f64>,
     first_bool: Option<usize>,
     first_number: Option<usize>,
+    /// The first integer given in the text that f64 holds only rounded, and so f32 too
+    /// (beyond 2^53), and the first number beyond every 64-bit integer (read as f64: it
+    /// may round onto the range's bound). Integer datatypes refuse them; float datatypes
+    /// take the rounded value, as they take any decimal.
+    first_inexact_integer: Option<usize>,
+    first_beyond_64_bits: Option<usize>,
+    /// At most this many values are read: the declared shape's count, where it came
+    /// before `data` ([`JsonData::limited`]).
+    limit: Option<usize>,
 }
 
 impl Default for JsonData {
@@ -48,6 +57,9 @@ impl Default for JsonData {
             values,
             first_bool: None,
             first_number: None,
+            first_inexact_integer: None,
+            first_beyond_64_bits: None,
+            limit: None,
         }
     }
 }
@@ -76,6 +88,12 @@ impl JsonData {
 
     pub fn is_empty(&self) -> bool {
         self.values.is_empty()
+    }
+
+    fn mark(slot: &mut Option<usize>, at: usize) {
+        if slot.is_none() {
+            *slot = Some(at);
+        }
     }
 
     // Inlined with `json_de::Reader::parse_number`: see there.
@@ -107,6 +125,15 @@ impl JsonData {
         if let Some(i) = self.first_bool {
             return fail(i, &format!("is a boolean; {datatype} data must be numbers"));
         }
+        if datatype.is_integer() {
+            let beyond = self
+                .first_beyond_64_bits
+                .map(|i| (i, ValueError::OutOfRange));
+            let inexact = self.first_inexact_integer.map(|i| (i, ValueError::Inexact));
+            if let Some((i, why)) = beyond.into_iter().chain(inexact).min_by_key(|(i, _)| *i) {
+                return fail(i, &why.to_string());
+            }
+        }
         if matches!(datatype, Datatype::Fp32 | Datatype::Fp64) {
             // The common case, without a branch per value: convert all, then look for the
             // one that overflowed f32.
@@ -126,7 +153,18 @@ impl JsonData {
 
 impl<'de> Deserialize<'de> for JsonData {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        JsonData::limited(deserializer, None)
+    }
+}
+
+impl JsonData {
+    /// Reads the values, refusing the array at the first value past `limit`.
+    pub fn limited<'de, D: Deserializer<'de>>(
+        deserializer: D,
+        limit: Option<usize>,
+    ) -> Result<JsonData, D::Error> {
         let mut data = JsonData::default();
+        data.limit = limit;
         deserializer.deserialize_any(Flatten(&mut data))?;
         Ok(data)
     }
@@ -160,27 +198,48 @@ impl<'de> Visitor<'de> for Flatten<'_> {
 
     #[inline(always)]
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+        // Beyond 2^53 an i64 loses bits in f64; what the model reads is an f32, exact only
+        // where f32 holds the value (compared in i128, where nothing saturates).
+        if v.unsigned_abs() > 1 << 53 && (v as f32) as i128 != v as i128 {
+            let at = self.0.values.len();
+            JsonData::mark(&mut self.0.first_inexact_integer, at);
+        }
         self.0.push_number(v as f64);
-        // Beyond 2^53 an i64 loses bits in f64, and integer datatypes are checked against
-        // that rounded value; the model reads an f32, which holds even fewer.
         Ok(())
     }
 
     #[inline(always)]
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+        if v > 1 << 53 && (v as f32) as u128 != v as u128 {
+            let at = self.0.values.len();
+            JsonData::mark(&mut self.0.first_inexact_integer, at);
+        }
         self.0.push_number(v as f64);
         Ok(())
     }
 
     #[inline(always)]
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
+        // The reader gives integers that fit 64 bits as i64 or u64; an f64 this large
+        // was written past them (and may have rounded onto the bound).
+        if v <= -9_223_372_036_854_775_808.0 || v >= 18_446_744_073_709_551_616.0 {
+            let at = self.0.values.len();
+            JsonData::mark(&mut self.0.first_beyond_64_bits, at);
+        }
         self.0.push_number(v);
         Ok(())
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let data = self.0;
-        while seq.next_element_seed(Flatten(&mut *data))?.is_some() {}
+        while seq.next_element_seed(Flatten(&mut *data))?.is_some() {
+            if data.limit.is_some_and(|limit| data.values.len() > limit) {
+                return Err(de::Error::custom(format_args!(
+                    "data holds more than the {} values its shape declares",
+                    data.limit.unwrap_or_default()
+                )));
+            }
+        }
         Ok(())
     }
 }
@@ -296,11 +355,8 @@ mod tests {
         assert_eq!(second.values.capacity(), capacity, "not the same buffer");
         assert_eq!(second.into_model_f32(Datatype::Fp32).unwrap(), vec![1.0]);
 
-        let huge = JsonData {
-            values: vec![0.0; SCRATCH_MAX_VALUES + 1],
-            first_bool: None,
-            first_number: None,
-        };
+        let mut huge = JsonData::default();
+        huge.values = vec![0.0; SCRATCH_MAX_VALUES + 1];
         drop(huge);
         assert!(JsonData::default().values.capacity() <= SCRATCH_MAX_VALUES);
     }

@@ -532,9 +532,59 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
         visitor.visit_newtype_struct(self)
     }
 
+    /// Only an object. serde's derived structs also take an array, filling the fields by
+    /// position (serde_json allows it); no protocol of this server defines one, and a
+    /// positional `[null, [input]]` must not pass for a request.
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        self.skip_whitespace();
+        match self.peek() {
+            Some(b'[') => Err(self.error(&format!(
+                "expected a JSON object for {}, got an array",
+                describe(name)
+            ))),
+            // Objects, and whatever else the visitor refuses with its own message.
+            _ => self.deserialize_any(visitor),
+        }
+    }
+
+    /// Unit variants, spelled as strings (`"static"`): all the enums clients send.
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        use serde::de::IntoDeserializer;
+        self.skip_whitespace();
+        if self.peek() != Some(b'"') {
+            return Err(self.error("expected a string"));
+        }
+        match self.parse_string()? {
+            Text::Borrowed(s) => visitor.visit_enum(s.into_deserializer()),
+            Text::Owned(s) => visitor.visit_enum(s.into_deserializer()),
+        }
+    }
+
     serde::forward_to_deserialize_any! {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
-        unit unit_struct seq tuple tuple_struct map struct enum identifier ignored_any
+        unit unit_struct seq tuple tuple_struct map identifier ignored_any
+    }
+}
+
+/// A struct's name as a reader of the error knows it: `InferRequest` → "the inference
+/// request".
+fn describe(name: &'static str) -> String {
+    match name {
+        "InferRequest" => "the inference request".into(),
+        "InputTensor" => "an input tensor".into(),
+        "RequestedOutput" => "a requested output".into(),
+        "RequestParameters" | "TensorParameters" => "parameters".into(),
+        _ => "this value".into(),
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub mod binary;
 pub mod datatype;
+mod input_tensor;
 pub mod json;
 pub mod json_de;
 pub mod response;
@@ -26,16 +27,15 @@ pub struct InferRequest {
     pub parameters: RequestParameters,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// One input. Deserialized by hand (`input_tensor`) so that `data` after `shape` — the
+/// order every client writes — is read no further than the count the shape declares.
+#[derive(Debug)]
 pub struct InputTensor {
     pub name: String,
     pub datatype: String,
     pub shape: Vec<i64>,
-    #[serde(default)]
     pub parameters: TensorParameters,
     /// Absent when the tensor travels in the binary extension.
-    #[serde(default)]
     pub data: Option<JsonData>,
 }
 

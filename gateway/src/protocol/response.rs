@@ -60,6 +60,17 @@ pub fn encode(
     values: &[f32],
 ) -> Result<Encoded, ApiError> {
     let any_binary = outputs.iter().any(|o| o.binary);
+    // JSON has no infinity or NaN (serde_json would write `null`, which no client reads as
+    // a number): such an output is a model failure in JSON, and travels as binary data.
+    if let Some(o) = outputs.iter().find(|o| !o.binary)
+        && let Some(i) = values.iter().position(|v| !v.is_finite())
+    {
+        return Err(ApiError::ModelFailure(format!(
+            "output {:?}: element {i} is {}, which JSON cannot carry; request it as binary \
+             data (parameters.binary_data_output) to receive it",
+            o.name, values[i]
+        )));
+    }
     let response = Response {
         model_name: fields.model_name,
         model_version: fields.model_version,

@@ -1,4 +1,4 @@
-//! The co-location protocol, version 1: newline-delimited JSON over a Unix stream socket.
+//! tandem's co-location protocol, version 1: newline-delimited JSON over a Unix stream socket.
 //!
 //! trainer → gateway: `hello` first, then `ack` for every directive once obeyed and
 //! `report` at least every heartbeat. gateway → trainer: `welcome`, then `directive`s.
