@@ -4,6 +4,7 @@
 //! Every entry point checks that the CUDA libraries load before touching cudarc, because
 //! cudarc panics when a library it calls into is absent.
 
+pub mod encoder;
 pub mod linear;
 pub mod sources;
 

@@ -31,8 +31,14 @@ pub const TRAIN: KernelSource = KernelSource {
     functions: &["relu_backward", "softmax_xent", "column_sums", "adam_step"],
 };
 
+pub const ENCODER: KernelSource = KernelSource {
+    name: "encoder",
+    code: include_str!("../../cuda/encoder.cu"),
+    functions: &["embed", "add_layer_norm", "bias_gelu", "attention", "pool"],
+};
+
 /// Every source, so that a test can compile them all (CI does, without a GPU).
-pub const ALL: &[&KernelSource] = &[&CONVERT, &BIAS_ACT, &TRAIN];
+pub const ALL: &[&KernelSource] = &[&CONVERT, &BIAS_ACT, &TRAIN, &ENCODER];
 
 /// Whether NVRTC can be loaded. cudarc panics on a call into a library that is absent, so
 /// every path that compiles checks this first.
