@@ -209,10 +209,33 @@ fn to_head_major(
                 let at = (k * tokens + t) * d;
                 // SAFETY: at + d <= 3 · hidden · tokens = out.len(); the token ranges are
                 // disjoint, so no other thread writes these values.
-                unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), dst.0.add(at), d) };
+                unsafe { copy_run(values, dst.0.add(at)) };
             }
         }
     });
+}
+
+/// Copies `src` to `dst` in runs of eight: a head's few dozen values, which a call to
+/// `memcpy` per head would cost more than it moves.
+///
+/// # Safety
+/// `dst` points to `src.len()` writable values that do not overlap `src`.
+#[inline(always)]
+unsafe fn copy_run(src: &[f32], dst: *mut f32) {
+    let mut runs = src.chunks_exact(8);
+    let mut at = dst;
+    for run in &mut runs {
+        let run: &[f32; 8] = run.try_into().expect("chunks of eight");
+        // SAFETY: eight values of dst, inside the caller's range.
+        unsafe {
+            at.cast::<[f32; 8]>().write_unaligned(*run);
+            at = at.add(8);
+        }
+    }
+    for (i, v) in runs.remainder().iter().enumerate() {
+        // SAFETY: inside the caller's range.
+        unsafe { *at.add(i) = *v };
+    }
 }
 
 fn check(
@@ -395,7 +418,6 @@ mod avx2 {
     use std::ops::Range;
 
     use super::{Block, Call, KEY_TILE, QUERY_BLOCK, Unit};
-    use crate::cpu::vmath;
     use crate::cpu::vmath::avx2::{exp, hmax, hsum};
 
     /// `scores[r][j] = scale · query(rows.start + r) · key j` for every key tile.
@@ -514,32 +536,42 @@ mod avx2 {
         }
     }
 
-    /// `row = exp(row - max(row))`; returns the sum.
+    /// `row = exp(row - max(row))`; returns the sum. A tail of fewer than eight values is
+    /// one masked vector, as short sequences end in one.
     #[target_feature(enable = "avx2,fma")]
     unsafe fn softmax_row(row: &mut [f32]) -> f32 {
         let n = row.len();
         let whole = n / 8 * 8;
+        let tail = n - whole;
         let p = row.as_mut_ptr();
-        // SAFETY (whole block): offsets below `whole` <= n.
+        // SAFETY (whole block): offsets below `whole` <= n; the masked accesses touch only
+        // the `tail` values past it.
         unsafe {
-            let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
+            let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(tail as i32), lanes);
+            let neg = _mm256_set1_ps(f32::NEG_INFINITY);
+            let rest = _mm256_blendv_ps(
+                neg,
+                _mm256_maskload_ps(p.add(whole), mask),
+                _mm256_castsi256_ps(mask),
+            );
+            let mut m = rest;
             for i in (0..whole).step_by(8) {
                 m = _mm256_max_ps(m, _mm256_loadu_ps(p.add(i)));
             }
-            let max = row[whole..].iter().fold(hmax(m), |a, b| a.max(*b));
-            let mv = _mm256_set1_ps(max);
+            let mv = _mm256_set1_ps(hmax(m));
             let mut sum = _mm256_setzero_ps();
             for i in (0..whole).step_by(8) {
                 let e = exp(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), mv));
                 _mm256_storeu_ps(p.add(i), e);
                 sum = _mm256_add_ps(sum, e);
             }
-            let mut total = hsum(sum);
-            for v in &mut row[whole..] {
-                *v = vmath::exp(*v - max);
-                total += *v;
+            if tail > 0 {
+                let e = _mm256_and_ps(exp(_mm256_sub_ps(rest, mv)), _mm256_castsi256_ps(mask));
+                _mm256_maskstore_ps(p.add(whole), mask, e);
+                sum = _mm256_add_ps(sum, e);
             }
-            total
+            hsum(sum)
         }
     }
 

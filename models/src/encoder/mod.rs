@@ -211,3 +211,9 @@ pub fn l2_normalize_rows(out: &mut [f32], width: usize) {
         }
     }
 }
+
+/// A worker thread owns an encoder, moved there from the thread that loaded it.
+const _: () = {
+    const fn movable<T: Send>() {}
+    movable::<Encoder>();
+};
