@@ -303,3 +303,30 @@ fn attention_one_core() {
         }
     });
 }
+
+/// GELU alone, one thread, CPU time: cycles per value at the machine's nominal 2.45 GHz.
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn gelu_one_core() {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    pool.install(|| {
+        let n = 13 * 1536;
+        let x0 = AlignedVec::from_slice(&values(n, 5));
+        let mut x = x0.clone();
+        let reps = 2000;
+        let copy = cpu_seconds(|| x.copy_from_slice(&x0), reps);
+        let both = cpu_seconds(
+            || {
+                x.copy_from_slice(&x0);
+                super::gelu_in_place(&mut x, 1)
+            },
+            reps,
+        );
+        let per_value = (both - copy) / n as f64;
+        println!(
+            "gelu: {:.2} ns per value, {:.1} cycles at 2.45 GHz",
+            per_value * 1e9,
+            per_value * 2.45e9
+        );
+    });
+}
