@@ -17,9 +17,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> anyhow::Result<()> {
     if std::env::args_os()
         .nth(1)
-        .is_some_and(|a| a == gateway::coloc::guardian::ARG)
+        .is_some_and(|a| a == gateway::guardian::ARG)
     {
-        gateway::coloc::guardian::main();
+        gateway::guardian::main();
         return Ok(());
     }
     let cli = cli::Cli::parse();

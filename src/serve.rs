@@ -38,7 +38,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // This executable is the coordinator's guardian too (`main`), so that a trainer it
     // stopped is continued even if this process is killed.
     if let Ok(exe) = std::env::current_exe() {
-        gateway::coloc::guardian::enable(exe);
+        gateway::guardian::enable(exe);
     }
     raise_open_file_limit(config.limits.max_connections as u64 + FILES_BESIDE_CONNECTIONS);
     let mut runtime = tokio::runtime::Builder::new_multi_thread();

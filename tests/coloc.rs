@@ -295,12 +295,23 @@ fn rising_load_pauses_the_trainer_and_falling_load_lets_it_run_again() {
             }
         }
     });
-    wait_until(
-        "training allowed while idle",
-        Duration::from_secs(15),
-        || metric(&s.server, "tandem_training_allowance", None).unwrap_or(0.0) >= 0.5,
-    );
+    // Waited for as the trainer reads it: a directive lending half the device or more.
+    let lent_half = || {
+        directives
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|d| d["type"] == "directive" && d["allowance"].as_f64().unwrap_or(0.0) >= 0.5)
+    };
+    if !poll_until(Duration::from_secs(20), lent_half) {
+        panic!(
+            "no directive lent half the device while idle: {:?}\nserver log:\n{}",
+            directives.lock().unwrap(),
+            s.server.log()
+        );
+    }
     // Rising load: far more than the heavy model can serve.
+    let before_load = directives.lock().unwrap().len();
     let mut load = Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args([
             "bench",
@@ -314,11 +325,14 @@ fn rising_load_pauses_the_trainer_and_falling_load_lets_it_run_again() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
+    // A pause sent after the load began (the one at join, before anything was measured,
+    // does not count).
     let paused = poll_until(Duration::from_secs(8), || {
         directives
             .lock()
             .unwrap()
             .iter()
+            .skip(before_load)
             .any(|d| d["pause"] == true)
     });
     if !paused {

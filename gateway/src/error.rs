@@ -1,31 +1,29 @@
-//! One error chain, one status table: every way a request can fail is an [`ApiError`], and
-//! [`ApiError::status`] and [`ApiError::reason`] are the only places that map it to an HTTP
-//! status and to the `reason` label of the metrics.
+//! One error chain, one status table. Each layer has its own error —
+//! [`RequestError`] (decoding, validation), [`LookupError`] (the registry), [`InferError`]
+//! (admission and inference) — joined here into [`ApiError`] with `#[from]`, alongside what
+//! only HTTP can get wrong. [`ApiError::status`], [`ApiError::body`] and
+//! [`ApiError::retry_after`] are the only places that map an error to what the client sees;
+//! the metrics `reason` of a refusal is [`crate::infer::Refusal::reason`].
 
 use std::time::Duration;
 
 use http::StatusCode;
 use thiserror::Error;
 
+use crate::infer::{InferError, Refusal};
+pub use crate::protocol::RequestError;
+use crate::registry::{Busy, LookupError};
+
 #[derive(Debug, Error)]
 pub enum ApiError {
-    /// The body is not what the protocol allows: bad JSON, a lying binary size, ...
-    #[error("{0}")]
-    Malformed(String),
+    #[error(transparent)]
+    Request(#[from] RequestError),
 
-    /// Well-formed, but not what the model takes: wrong name, shape, datatype or value.
-    #[error("{0}")]
-    Invalid(String),
+    #[error(transparent)]
+    Lookup(#[from] LookupError),
 
-    #[error("unknown model {model:?}")]
-    UnknownModel { model: String },
-
-    #[error("model {model:?} has no loaded version {version:?} (loaded: {loaded})")]
-    UnknownVersion {
-        model: String,
-        version: String,
-        loaded: String,
-    },
+    #[error(transparent)]
+    Infer(#[from] InferError),
 
     #[error("no route for {method} {path}")]
     NotFound { method: String, path: String },
@@ -49,92 +47,77 @@ pub enum ApiError {
     #[error("{0}")]
     UnsupportedEncoding(String),
 
-    /// Shed before queueing: the queue is full or the deadline cannot be met.
-    #[error("{message}")]
-    Overloaded {
-        message: String,
-        retry_after: Duration,
-        reason: &'static str,
-    },
-
-    #[error("{0}")]
-    Unavailable(String),
-
-    /// The request's deadline passed while it waited.
-    #[error("request deadline passed after {waited_ms} ms in the queue")]
-    DeadlineExceeded { waited_ms: u64 },
-
-    #[error("request timed out after {0:?}")]
-    Timeout(Duration),
-
     /// The client sent its headers but not its whole body in time.
     #[error("the request body did not arrive within {0:?}")]
     BodyTimeout(Duration),
 
-    #[error("model failed: {0}")]
-    ModelFailure(String),
+    /// Not ready, draining, or busy with an earlier change.
+    #[error("{0}")]
+    Unavailable(String),
 
     #[error("admin API: {0}")]
     Forbidden(String),
 
     #[error("admin API: {0}")]
     Unauthorized(String),
+
+    /// What the server got wrong itself (a handler panicked).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<Busy> for ApiError {
+    fn from(b: Busy) -> ApiError {
+        ApiError::Unavailable(b.to_string())
+    }
 }
 
 impl ApiError {
+    pub fn malformed(message: impl Into<String>) -> ApiError {
+        RequestError::Malformed(message.into()).into()
+    }
+
+    pub fn invalid(message: impl Into<String>) -> ApiError {
+        RequestError::Invalid(message.into()).into()
+    }
+
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::Malformed(_) | ApiError::Invalid(_) => StatusCode::BAD_REQUEST,
-            ApiError::UnknownModel { .. }
-            | ApiError::UnknownVersion { .. }
-            | ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::Request(_) => StatusCode::BAD_REQUEST,
+            ApiError::Lookup(_) | ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::Infer(e) => match e {
+                InferError::Refused(Refusal::Expired { .. }) | InferError::Timeout(_) => {
+                    StatusCode::GATEWAY_TIMEOUT
+                }
+                InferError::Refused(_) => StatusCode::TOO_MANY_REQUESTS,
+                InferError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+                InferError::Model(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            },
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::BodyTooLarge { .. } | ApiError::DecodedBodyTooLarge { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
             ApiError::UnsupportedEncoding(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::DeadlineExceeded { .. } | ApiError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            ApiError::ModelFailure(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
-    /// The bounded `reason` label for metrics.
-    pub fn reason(&self) -> &'static str {
+    /// For 429: when to come back.
+    pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            ApiError::Malformed(_) => "malformed",
-            ApiError::Invalid(_) => "invalid",
-            ApiError::UnknownModel { .. } => "unknown_model",
-            ApiError::UnknownVersion { .. } => "unknown_version",
-            ApiError::NotFound { .. } => "not_found",
-            ApiError::MethodNotAllowed { .. } => "method_not_allowed",
-            ApiError::BodyTooLarge { .. } | ApiError::DecodedBodyTooLarge { .. } => {
-                "body_too_large"
-            }
-            ApiError::UnsupportedEncoding(_) => "unsupported_encoding",
-            ApiError::Overloaded { reason, .. } => reason,
-            ApiError::Unavailable(_) => "unavailable",
-            ApiError::DeadlineExceeded { .. } => "expired",
-            ApiError::Timeout(_) => "timeout",
-            ApiError::BodyTimeout(_) => "body_timeout",
-            ApiError::ModelFailure(_) => "model_failure",
-            ApiError::Forbidden(_) => "forbidden",
-            ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::Infer(InferError::Refused(r)) => r.retry_after(),
+            _ => None,
         }
     }
 
     /// For 429: whole seconds to wait, at least one (the header's resolution).
     pub fn retry_after_secs(&self) -> Option<u64> {
-        match self {
-            ApiError::Overloaded { retry_after, .. } => {
-                Some(retry_after.as_secs_f64().ceil().max(1.0) as u64)
-            }
-            _ => None,
-        }
+        self.retry_after()
+            .map(|d| d.as_secs_f64().ceil().max(1.0) as u64)
     }
 
     /// For 405: the methods the path takes.
@@ -155,5 +138,31 @@ impl ApiError {
     pub fn body(&self) -> Vec<u8> {
         serde_json::to_vec(&serde_json::json!({ "error": self.to_string() }))
             .unwrap_or_else(|_| b"{\"error\":\"internal error\"}".to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_layer_maps_to_its_status() {
+        let refused = |r: Refusal| ApiError::from(InferError::from(r));
+        let shed = refused(Refusal::Shed {
+            message: "m".into(),
+            retry_after: Duration::from_millis(1500),
+        });
+        assert_eq!(shed.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(shed.retry_after_secs(), Some(2));
+        let expired = refused(Refusal::Expired { waited_ms: 3 });
+        assert_eq!(expired.status(), StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(expired.retry_after_secs(), None);
+        assert_eq!(ApiError::malformed("x").status(), StatusCode::BAD_REQUEST);
+        let unknown = ApiError::from(LookupError::UnknownModel { model: "m".into() });
+        assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+        assert_eq!(
+            ApiError::from(InferError::Model("x".into())).status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
     }
 }

@@ -1,29 +1,33 @@
 //! tandem's gateway: the Open Inference Protocol v2 over HTTP (JSON and Triton's binary
-//! extension), per-model queues with a batching policy, model workers on OS threads, a
-//! model repository that hot-loads new versions, and Prometheus metrics.
+//! extension), an inference core that admits, queues and answers requests, per-model
+//! batchers with a batching policy, model workers on OS threads, a model repository that
+//! hot-loads new versions, a trainer coordinator, a cost ledger, and Prometheus metrics.
 //!
 //! [`run`] takes the whole [`Config`], a bound listener and a shutdown signal; the binary's
-//! `serve` command is a thin wrapper around it.
+//! `serve` command is a thin wrapper around it. Everything else is private but for what
+//! the binary, the benches and the fuzz targets reach: the configuration, the log filter,
+//! the co-location guardian, and the v2 request decoder.
 
-pub mod batching;
-pub mod coloc;
+mod batching;
+mod coloc;
 pub mod config;
-pub mod cost;
-pub mod error;
-pub mod health;
-pub mod http;
+mod cost;
+mod error;
+mod http;
+mod infer;
 mod loader;
 pub mod log_control;
-pub mod metrics;
+mod metrics;
 pub mod protocol;
-pub mod registry;
-pub mod repository;
-pub mod repository_control;
-pub mod shutdown;
-pub mod stats;
-pub mod usage;
-pub mod validate;
-pub mod worker;
+mod registry;
+mod repository;
+mod repository_control;
+mod shutdown;
+mod signals;
+mod stats;
+mod usage;
+mod validate;
+mod worker;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -31,14 +35,17 @@ use std::time::Duration;
 
 use kernels::{DeviceSpec, Selection};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 
+pub use coloc::guardian;
 pub use config::Config;
 use http::AppState;
 use loader::LoadSpec;
 use registry::Registry;
 use repository::Watcher;
-use repository_control::RepositoryControl;
+use repository_control::{PassRequest, RepositoryControl};
+use shutdown::Shutdown;
 use worker::BusyMeter;
 
 #[derive(Debug, thiserror::Error)]
@@ -74,7 +81,7 @@ pub async fn run(
     listener: TcpListener,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), StartError> {
-    let (_keep, reload) = tokio::sync::mpsc::channel(1);
+    let (_keep, reload) = mpsc::channel(1);
     run_with_reload(config, listener, shutdown, reload).await
 }
 
@@ -83,202 +90,238 @@ pub async fn run(
 pub async fn run_with_reload(
     config: Config,
     listener: TcpListener,
-    mut shutdown: watch::Receiver<bool>,
-    mut reload: tokio::sync::mpsc::Receiver<Config>,
+    shutdown: watch::Receiver<bool>,
+    reload: mpsc::Receiver<Config>,
 ) -> Result<(), StartError> {
-    config.validate()?;
-    let config = Arc::new(config);
-    let spec: DeviceSpec = config.device.parse()?;
-    let selection = Selection::select(spec)?;
-    tracing::info!(device = %selection.device.label(), reason = %selection.reason, "device selected");
-    let device = selection.device;
+    let mut gateway = Gateway::start(config, listener).await?;
+    gateway.load_models().await?;
+    gateway.serve(Shutdown::new(shutdown), reload).await;
+    gateway.stop().await;
+    Ok(())
+}
 
-    // Load and unload through the HTTP API reach the repository watcher this way.
-    let (control, mut pass_requests) = match config.model_repository {
-        Some(_) => {
-            let (control, requests) = RepositoryControl::new();
-            (Some(Arc::new(control)), Some(requests))
-        }
-        None => (None, None),
-    };
-    let state = Arc::new(AppState {
-        registry: Arc::new(Registry::default()),
-        config: std::sync::RwLock::new(config.clone()),
-        metrics: metrics::install(),
-        ready: false.into(),
-        draining: false.into(),
-        repository: control.clone(),
-    });
-    let busy = Arc::new(BusyMeter::default());
+/// A running gateway: its shared state and the tasks to stop when it does.
+struct Gateway {
+    config: Arc<Config>,
+    state: Arc<AppState>,
+    device: kernels::Device,
+    busy: Arc<BusyMeter>,
+    /// Load and unload through the HTTP API reach the repository watcher this way.
+    control: Option<Arc<RepositoryControl>>,
+    pass_requests: Option<mpsc::Receiver<PassRequest>>,
+    watcher: Option<Watcher>,
+    /// Turning it true stops the HTTP servers, the coordinator and the ledger.
+    stop: watch::Sender<bool>,
+    /// Stopped with `stop`, awaited in order.
+    servers: Vec<JoinHandle<()>>,
+    /// Aborted at the end: they only sample.
+    samplers: Vec<JoinHandle<()>>,
+}
 
-    // The HTTP API answers from the start (liveness yes, readiness no) while models load.
-    let (stop_http, http_shutdown) = watch::channel(false);
-    let server = tokio::spawn(http::serve(
-        listener,
-        state.clone(),
-        http_shutdown.clone(),
-        false,
-    ));
-    let metrics_server = match config.metrics_listen {
-        Some(addr) => {
+impl Gateway {
+    /// Validates the configuration, picks the device and starts answering: liveness yes,
+    /// readiness no, while models load.
+    async fn start(config: Config, listener: TcpListener) -> Result<Gateway, StartError> {
+        config.validate()?;
+        let config = Arc::new(config);
+        let selection = Selection::select(config.device.parse::<DeviceSpec>()?)?;
+        tracing::info!(device = %selection.device.label(), reason = %selection.reason, "device selected");
+        let (control, pass_requests) = match config.model_repository {
+            Some(_) => {
+                let (control, requests) = RepositoryControl::new();
+                (Some(Arc::new(control)), Some(requests))
+            }
+            None => (None, None),
+        };
+        let state = Arc::new(AppState {
+            registry: Arc::new(Registry::default()),
+            config: std::sync::RwLock::new(config.clone()),
+            metrics: metrics::install(),
+            ready: false.into(),
+            draining: false.into(),
+            repository: control.clone(),
+        });
+        let (stop, _) = watch::channel(false);
+        let mut gateway = Gateway {
+            config,
+            state,
+            device: selection.device,
+            busy: Arc::new(BusyMeter::default()),
+            control,
+            pass_requests,
+            watcher: None,
+            stop,
+            servers: Vec::new(),
+            samplers: Vec::new(),
+        };
+        gateway.start_http(listener).await?;
+        gateway.start_background()?;
+        Ok(gateway)
+    }
+
+    fn shutdown(&self) -> Shutdown {
+        Shutdown::new(self.stop.subscribe())
+    }
+
+    async fn start_http(&mut self, listener: TcpListener) -> Result<(), StartError> {
+        let main = http::serve(listener, self.state.clone(), self.shutdown(), false);
+        self.servers.push(tokio::spawn(main));
+        if let Some(addr) = self.config.metrics_listen {
             let l = TcpListener::bind(addr)
                 .await
                 .map_err(|source| StartError::MetricsListen { addr, source })?;
             tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "metrics listening");
-            Some(tokio::spawn(http::serve(
-                l,
-                state.clone(),
-                http_shutdown,
-                true,
-            )))
+            let metrics_only = http::serve(l, self.state.clone(), self.shutdown(), true);
+            self.servers.push(tokio::spawn(metrics_only));
         }
-        None => None,
-    };
-    let lent_time = Arc::new(cost::LentTime::default());
-    let ledger = (config.cost.device_hour_usd > 0.0).then(|| {
-        tokio::spawn(cost::run(
-            cost::CostLedger::new(config.cost.device_hour_usd, config.cost.window()),
-            state.registry.clone(),
-            lent_time.clone(),
-            shutdown::Shutdown::new(stop_http.subscribe()),
-        ))
-    });
-    let sampler = tokio::spawn(sample_busy(busy.clone(), device.label()));
-    let usage_sampler = tokio::spawn(sample_usage());
-    let coordinator = match start_coordinator(&config) {
-        Ok(Some((listener, path))) => {
+        Ok(())
+    }
+
+    /// The cost ledger, the samplers and the trainer coordinator.
+    fn start_background(&mut self) -> Result<(), StartError> {
+        let lent_time = Arc::new(cost::LentTime::default());
+        if self.config.cost.device_hour_usd > 0.0 {
+            let ledger =
+                cost::CostLedger::new(self.config.cost.device_hour_usd, self.config.cost.window());
+            let registry = self.state.registry.clone();
+            let run = cost::run(ledger, registry, lent_time.clone(), self.shutdown());
+            self.servers.push(tokio::spawn(run));
+        }
+        let label = self.device.label();
+        self.samplers
+            .push(tokio::spawn(sample_busy(self.busy.clone(), label)));
+        self.samplers.push(tokio::spawn(sample_usage()));
+        if let Some((listener, path)) = start_coordinator(&self.config)? {
             tracing::info!(socket = %path.display(), "trainer coordinator listening");
             let context = coloc::Context {
-                config: config.coloc.clone(),
-                max_duty_cycle: config
-                    .coloc
-                    .duty_cycle_cap(matches!(device, kernels::Device::Cpu)),
-                lent_time: lent_time.clone(),
-                registry: state.registry.clone(),
-                serving_share: coloc::ServingShare::new(&device, busy.clone()),
+                config: self.config.coloc.clone(),
+                max_duty_cycle: self.config.coloc.duty_cycle_cap(!self.device.is_cuda()),
+                lent_time,
+                registry: self.state.registry.clone(),
+                serving_share: coloc::ServingShare::new(&self.device, self.busy.clone()),
             };
-            Some(tokio::spawn(coloc::run(
-                listener,
-                context,
-                shutdown::Shutdown::new(stop_http.subscribe()),
-            )))
+            let run = coloc::run(listener, context, self.shutdown());
+            self.servers.push(tokio::spawn(run));
         }
-        Ok(None) => None,
-        Err(e) => return Err(e),
-    };
-
-    // Single-file models: version 1 each; failing to load one is fatal at start-up.
-    for (name, entry) in &config.models {
-        let Some(path) = &entry.path else { continue };
-        let spec = LoadSpec {
-            name: name.clone(),
-            version: 1,
-            path: path.clone(),
-            settings: config.settings_for(name, None, None),
-            repo_overrides: None,
-            device: device.clone(),
-            cpu_threads: config.cpu_threads,
-            busy: busy.clone(),
-        };
-        let v = loader::load(spec)
-            .await
-            .map_err(|reason| StartError::Model {
-                model: name.clone(),
-                path: path.display().to_string(),
-                reason,
-            })?;
-        state.registry.insert(v);
+        Ok(())
     }
 
-    let mut watcher = config
-        .model_repository
-        .as_ref()
-        .zip(control)
-        .map(|(root, control)| {
-            Watcher::new(
-                root.clone(),
-                config.clone(),
-                state.registry.clone(),
-                device.clone(),
-                busy.clone(),
-                control,
-            )
-        });
-    let mut missing = Vec::new();
-    if let Some(w) = &mut watcher {
-        let (serving, m) = w.sync().await;
-        tracing::info!(?serving, "model repository loaded");
-        missing = m;
+    /// Single-file models (version 1 each; failing to load one is fatal at start-up), then
+    /// the repository's; readiness once every model serves.
+    async fn load_models(&mut self) -> Result<(), StartError> {
+        for (name, entry) in &self.config.models {
+            let Some(path) = &entry.path else { continue };
+            let spec = LoadSpec {
+                name: name.clone(),
+                version: 1,
+                path: path.clone(),
+                settings: self.config.settings_for(name, None, None),
+                repo_overrides: None,
+                device: self.device.clone(),
+                cpu_threads: self.config.cpu_threads,
+                busy: self.busy.clone(),
+            };
+            let v = loader::load(spec)
+                .await
+                .map_err(|reason| StartError::Model {
+                    model: name.clone(),
+                    path: path.display().to_string(),
+                    reason,
+                })?;
+            self.state.registry.insert(v);
+        }
+        self.watcher = self
+            .config
+            .model_repository
+            .as_ref()
+            .zip(self.control.clone())
+            .map(|(root, control)| {
+                Watcher::new(
+                    root.clone(),
+                    self.config.clone(),
+                    self.state.registry.clone(),
+                    self.device.clone(),
+                    self.busy.clone(),
+                    control,
+                )
+            });
+        self.sync_repository().await;
+        tracing::info!(ready = self.state.is_ready(), "serving");
+        Ok(())
     }
-    set_readiness(&state, &missing);
-    tracing::info!(ready = state.is_ready(), "serving");
 
-    let poll = Duration::from_millis(config.repository_poll_ms.max(10));
-    let mut reload_open = true;
-    loop {
-        tokio::select! {
-            _ = http::signalled(&mut shutdown) => break,
-            new = reload.recv(), if reload_open => match new {
-                Some(new) => {
-                    if let (Some(new), Some(w)) = (apply_reload(&state, new), &mut watcher) {
-                        w.config = new;
+    /// One pass of the repository watcher, and readiness after it.
+    async fn sync_repository(&mut self) {
+        let mut missing = Vec::new();
+        if let Some(w) = &mut self.watcher {
+            missing = w.sync().await.1;
+        }
+        set_readiness(&self.state, &missing);
+    }
+
+    /// Until shutdown: reloads, repository polls, and the passes loads and unloads ask for.
+    async fn serve(&mut self, mut shutdown: Shutdown, mut reload: mpsc::Receiver<Config>) {
+        let poll = Duration::from_millis(self.config.repository_poll_ms.max(10));
+        let mut reload_open = true;
+        loop {
+            tokio::select! {
+                _ = shutdown.wait() => break,
+                new = reload.recv(), if reload_open => match new {
+                    Some(new) => self.reload(new),
+                    None => reload_open = false,
+                },
+                _ = tokio::time::sleep(poll), if self.watcher.is_some() => {
+                    self.sync_repository().await;
+                }
+                Some(first) = next_pass_request(&mut self.pass_requests) => {
+                    let waiting = match &mut self.pass_requests {
+                        Some(r) => repository_control::with_waiting(first, r),
+                        None => vec![first],
+                    };
+                    self.sync_repository().await;
+                    for done in waiting {
+                        let _ = done.send(());
                     }
                 }
-                None => reload_open = false,
-            },
-            _ = tokio::time::sleep(poll), if watcher.is_some() => {
-                if let Some(w) = &mut watcher {
-                    let (_, missing) = w.sync().await;
-                    set_readiness(&state, &missing);
-                }
-            }
-            Some(first) = next_pass_request(&mut pass_requests) => {
-                let waiting = match &mut pass_requests {
-                    Some(r) => repository_control::with_waiting(first, r),
-                    None => vec![first],
-                };
-                if let Some(w) = &mut watcher {
-                    let (_, missing) = w.sync().await;
-                    set_readiness(&state, &missing);
-                }
-                for done in waiting {
-                    let _ = done.send(());
-                }
             }
         }
     }
 
-    // A load or unload asked for from now on is answered "shutting down", not left waiting.
-    drop(pass_requests);
-    state.draining.store(true, Ordering::Release);
-    let drain = config.limits.shutdown_drain();
-    tracing::info!(
-        drain_ms = drain.as_millis() as u64,
-        "shutting down: readiness is now 503"
-    );
-    tokio::time::sleep(drain).await;
-    tracing::info!("listener closed; finishing in-flight requests");
-    let _ = stop_http.send(true);
-    let _ = server.await;
-    if let Some(m) = metrics_server {
-        let _ = m.await;
+    fn reload(&mut self, new: Config) {
+        if let (Some(new), Some(w)) = (apply_reload(&self.state, new), &mut self.watcher) {
+            w.config = new;
+        }
     }
-    sampler.abort();
-    usage_sampler.abort();
-    if let Some(c) = coordinator {
-        let _ = c.await;
+
+    /// Readiness 503 for `shutdown_drain_ms`, then the listeners close and in-flight
+    /// requests finish; stopped trainers are continued.
+    async fn stop(mut self) {
+        // A load or unload asked for from now on is answered "shutting down", not left
+        // waiting.
+        drop(self.pass_requests.take());
+        self.state.draining.store(true, Ordering::Release);
+        let drain = self.config.limits.shutdown_drain();
+        tracing::info!(
+            drain_ms = drain.as_millis() as u64,
+            "shutting down: readiness is now 503"
+        );
+        tokio::time::sleep(drain).await;
+        tracing::info!("listener closed; finishing in-flight requests");
+        let _ = self.stop.send(true);
+        for server in self.servers.drain(..) {
+            let _ = server.await;
+        }
+        for sampler in &self.samplers {
+            sampler.abort();
+        }
+        tracing::info!("stopped");
     }
-    if let Some(l) = ledger {
-        let _ = l.await;
-    }
-    tracing::info!("stopped");
-    Ok(())
 }
 
 /// The next pass a load or unload asked for; never, without a repository.
 async fn next_pass_request(
-    requests: &mut Option<tokio::sync::mpsc::Receiver<repository_control::PassRequest>>,
-) -> Option<repository_control::PassRequest> {
+    requests: &mut Option<mpsc::Receiver<PassRequest>>,
+) -> Option<PassRequest> {
     match requests {
         Some(r) => r.recv().await,
         None => std::future::pending().await,

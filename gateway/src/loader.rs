@@ -10,12 +10,12 @@ use kernels::Device;
 use models::{Mlp, Model};
 use tokio::sync::mpsc;
 
-use crate::batching::adaptive::AdaptivePolicy;
 use crate::batching::latency::LatencyModel;
-use crate::batching::policy::{BatchPolicy, StaticPolicy};
+use crate::batching::policy::for_settings;
 use crate::batching::state::QueueState;
 use crate::batching::task::Batcher;
-use crate::config::{ModelSettings, PolicyKind};
+use crate::config::ModelSettings;
+use crate::infer::{Core, Door};
 use crate::metrics as names;
 use crate::registry::ModelVersion;
 use crate::worker::{self, BusyMeter, WorkerSpec};
@@ -30,22 +30,6 @@ pub struct LoadSpec {
     /// CPU threads per forward pass (0: all).
     pub cpu_threads: usize,
     pub busy: Arc<BusyMeter>,
-}
-
-/// The batching policy a model's settings ask for; the adaptive one starts from the
-/// version's warm-up timings.
-pub fn policy_for(settings: &ModelSettings, warmup: &[(usize, Duration)]) -> Box<dyn BatchPolicy> {
-    match settings.policy {
-        PolicyKind::Static => Box::new(StaticPolicy {
-            max_batch_rows: settings.max_batch_size,
-            max_queue_delay: Duration::from_micros(settings.max_queue_delay_us),
-        }),
-        PolicyKind::Adaptive => Box::new(AdaptivePolicy::new(
-            settings.budget(),
-            settings.max_batch_size,
-            LatencyModel::from_warmup(warmup),
-        )),
-    }
 }
 
 /// Loads, warms up and starts serving a version; returns its handle once every replica is
@@ -116,7 +100,8 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
         return Err("model has an empty input or output".into());
     }
 
-    let health = Arc::new(crate::health::Health::default());
+    let signals = Arc::new(crate::signals::Signals::default());
+    let door = Arc::new(Door::default());
     let responses = Arc::new(crate::batching::feedback::ResponseLatencies::default());
     let (req_tx, req_rx) = mpsc::channel(s.queue_capacity);
     let (upd_tx, upd_rx) = mpsc::channel(4);
@@ -126,14 +111,16 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
         done: done_rx,
         batches: Box::new(batch_tx),
         workers: replicas,
-        policy: policy_for(s, &info.warmup),
+        policy: for_settings(s, &info.warmup),
         updates: upd_rx,
         state: QueueState::new(s.queue_capacity, s.max_batch_size),
         full_retry_after: Duration::from_secs(1),
-        health: health.clone(),
+        signals: signals.clone(),
+        door: door.clone(),
         budget: s.budget(),
         cpu_load: Some(crate::batching::cpu_load::CpuLoad::new()),
         responses: Some(responses.clone()),
+        device: LatencyModel::from_warmup(&info.warmup),
     };
     tokio::spawn(batcher.run());
     metrics::counter!(names::MODEL_LOADS, "model" => spec.name.clone(), "outcome" => "ok")
@@ -155,17 +142,13 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
         "model version loaded and warmed up"
     );
     Ok(Arc::new(ModelVersion {
-        unparsed_refusals: crate::registry::UnparsedRefusals::new(&spec.name),
+        core: Core::new(&spec.name, req_tx, door, signals, responses),
         name: spec.name,
         version: spec.version,
-        source: spec.path,
         info,
         repo_overrides: std::sync::Mutex::new(spec.repo_overrides),
         settings: std::sync::Mutex::new(spec.settings),
-        requests: req_tx,
         updates: upd_tx,
-        health,
-        responses,
         stats,
     }))
 }

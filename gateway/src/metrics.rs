@@ -26,6 +26,7 @@ pub const OBSERVED_P99: &str = "tandem_observed_p99_seconds";
 pub const OBSERVED_THROUGHPUT: &str = "tandem_observed_throughput_requests_per_second";
 pub const PREDICTED_BATCH_DURATION: &str = "tandem_predicted_batch_duration_seconds";
 pub const PREDICTION_SPREAD: &str = "tandem_predicted_batch_spread_ratio";
+pub const LOAD_RATIO: &str = "tandem_load_ratio";
 pub const DEVICE_ALLOWANCE: &str = "tandem_training_allowance";
 pub const TRAINERS_CONNECTED: &str = "tandem_trainers_connected";
 pub const TRAINER_ALLOWANCE: &str = "tandem_trainer_allowance";
@@ -106,6 +107,10 @@ fn describe() {
         OBSERVED_P99,
         Unit::Seconds,
         "p99 of arrival-to-response latency over the last 2 s, under any policy (from a sample of at most 4,096 latencies, each weighted by the completions it stands for)."
+    );
+    describe_gauge!(
+        LOAD_RATIO,
+        "The autoscaling signal: requests offered over the last 5 s (refused ones included) divided by the rate the model can serve within its p99 budget (the lower of the device's, from the latency model, and the cores', at 85% busy). Scale out above 1."
     );
     describe_gauge!(
         OBSERVED_THROUGHPUT,

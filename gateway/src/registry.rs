@@ -3,72 +3,66 @@
 //! queued for it and then shuts down, so swapping versions fails no request.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
+use thiserror::Error;
 use tokio::sync::mpsc;
 
-use crate::batching::Pending;
 use crate::batching::task::PolicyUpdate;
 use crate::config::{ModelOverrides, ModelSettings};
-use crate::error::ApiError;
-use crate::metrics as names;
+use crate::infer::Core;
 use crate::worker::ReplicaInfo;
+
+/// A name or version that matches nothing loaded.
+#[derive(Debug, Error)]
+pub enum LookupError {
+    #[error("unknown model {model:?}")]
+    UnknownModel { model: String },
+    #[error("model {model:?} has no loaded version {version:?} (loaded: {loaded})")]
+    UnknownVersion {
+        model: String,
+        version: String,
+        loaded: String,
+    },
+}
+
+/// A version's settings could not be switched now.
+#[derive(Debug, Error)]
+#[error("model {model:?} version {version} is busy applying earlier changes; retry")]
+pub struct Busy {
+    pub model: String,
+    pub version: u64,
+}
 
 /// One loaded, warmed-up model version and the way into its queue.
 pub struct ModelVersion {
     pub name: String,
     pub version: u64,
-    pub source: PathBuf,
     pub info: ReplicaInfo,
     /// The repository's `config.toml` for this model, as last applied to this version.
     pub repo_overrides: std::sync::Mutex<Option<ModelOverrides>>,
     pub settings: std::sync::Mutex<ModelSettings>,
-    pub requests: mpsc::Sender<Pending>,
+    /// Admission, submission and the wait for answers.
+    pub core: Core,
+    /// Live settings changes, to the batcher.
     pub updates: mpsc::Sender<PolicyUpdate>,
-    /// Written by the batcher, read by the trainer coordinator.
-    pub health: Arc<crate::health::Health>,
-    /// Where the handler records each answered request's latency for the batcher.
-    pub responses: Arc<crate::batching::feedback::ResponseLatencies>,
     /// Triton's statistics extension: counts and times since this version loaded.
     pub stats: Arc<crate::stats::VersionStats>,
-    /// The rejection counters of the refusals the HTTP front end makes before parsing.
-    pub unparsed_refusals: UnparsedRefusals,
-}
-
-/// Handles to `tandem_requests_rejected_total` for refusals made before a body is parsed,
-/// made once per version: under overload these come by the thousand a second, and a
-/// counter looked up per refusal would allocate its labels each time.
-pub struct UnparsedRefusals {
-    pub shed: metrics::Counter,
-    pub late: metrics::Counter,
-}
-
-impl UnparsedRefusals {
-    pub fn new(model: &str) -> UnparsedRefusals {
-        let counter = |reason: &'static str| metrics::counter!(names::REQUESTS_REJECTED, "model" => model.to_string(), "reason" => reason);
-        UnparsedRefusals {
-            shed: counter("shed"),
-            late: counter("late"),
-        }
-    }
 }
 
 impl ModelVersion {
     /// Switches this version to `settings`: a new policy goes to its batcher, which takes
     /// it before its next batch.
-    pub fn apply(&self, settings: ModelSettings) -> Result<(), ApiError> {
-        let policy = crate::loader::policy_for(&settings, &self.info.warmup);
+    pub fn apply(&self, settings: ModelSettings) -> Result<(), Busy> {
+        let policy = crate::batching::policy::for_settings(&settings, &self.info.warmup);
         let update = PolicyUpdate {
             policy,
             queue_capacity: settings.queue_capacity,
             budget: settings.budget(),
         };
-        self.updates.try_send(update).map_err(|_| {
-            ApiError::Unavailable(format!(
-                "model {:?} version {} is busy applying earlier changes; retry",
-                self.name, self.version
-            ))
+        self.updates.try_send(update).map_err(|_| Busy {
+            model: self.name.clone(),
+            version: self.version,
         })?;
         *self.settings.lock().unwrap_or_else(|p| p.into_inner()) = settings;
         Ok(())
@@ -117,9 +111,9 @@ impl Registry {
         &self,
         model: &str,
         version: Option<&str>,
-    ) -> Result<Arc<ModelVersion>, ApiError> {
+    ) -> Result<Arc<ModelVersion>, LookupError> {
         let models = self.read();
-        let unknown = || ApiError::UnknownModel {
+        let unknown = || LookupError::UnknownModel {
             model: model.to_string(),
         };
         let versions = models.get(model).ok_or_else(unknown)?;
@@ -130,7 +124,7 @@ impl Registry {
                 .ok()
                 .and_then(|n| versions.get(&n))
                 .cloned()
-                .ok_or_else(|| ApiError::UnknownVersion {
+                .ok_or_else(|| LookupError::UnknownVersion {
                     model: model.to_string(),
                     version: v.to_string(),
                     loaded: versions

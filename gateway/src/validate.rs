@@ -7,7 +7,7 @@ use std::time::Duration;
 use models::{INPUT_NAME, OUTPUT_NAME};
 
 use crate::config::ModelSettings;
-use crate::error::ApiError;
+use crate::protocol::RequestError;
 use crate::protocol::response::OutputRequest;
 use crate::protocol::{Datatype, InferRequest, InputTensor, binary};
 
@@ -26,11 +26,11 @@ pub struct ValidRequest {
 const DATATYPES: &str =
     "BOOL, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64, FP16, BF16, FP32, FP64";
 
-fn invalid(msg: String) -> ApiError {
-    ApiError::Invalid(msg)
+fn invalid(msg: String) -> RequestError {
+    RequestError::Invalid(msg)
 }
 
-fn wrong_inputs(inputs: &[InputTensor]) -> ApiError {
+fn wrong_inputs(inputs: &[InputTensor]) -> RequestError {
     let names: Vec<&str> = inputs.iter().map(|i| i.name.as_str()).collect();
     invalid(format!(
         "inputs: expected exactly one input named {INPUT_NAME:?}, got {names:?}"
@@ -42,7 +42,7 @@ pub fn validate(
     mut binary_section: &[u8],
     input_width: usize,
     settings: &ModelSettings,
-) -> Result<ValidRequest, ApiError> {
+) -> Result<ValidRequest, RequestError> {
     let InferRequest {
         id,
         inputs,
@@ -86,24 +86,24 @@ pub fn validate(
 
     let values = match (input.parameters.binary_data_size, input.data) {
         (Some(_), Some(_)) => {
-            return Err(ApiError::Malformed(format!(
+            return Err(RequestError::Malformed(format!(
                 "input {name:?} has both data and binary_data_size"
             )));
         }
         (None, None) => {
-            return Err(ApiError::Malformed(format!(
+            return Err(RequestError::Malformed(format!(
                 "input {name:?} has neither data nor binary_data_size"
             )));
         }
         (Some(size), None) => {
             let expected = (count * datatype.size()) as u64;
             if size != expected {
-                return Err(ApiError::Malformed(format!(
+                return Err(RequestError::Malformed(format!(
                     "input {name:?}: binary_data_size is {size} but shape [{rows}, {width}] of {datatype} takes {expected} bytes"
                 )));
             }
             if (binary_section.len() as u64) < size {
-                return Err(ApiError::Malformed(format!(
+                return Err(RequestError::Malformed(format!(
                     "input {name:?}: binary_data_size is {size} but only {} bytes follow the header",
                     binary_section.len()
                 )));
@@ -127,7 +127,7 @@ pub fn validate(
         }
     };
     if !binary_section.is_empty() {
-        return Err(ApiError::Malformed(format!(
+        return Err(RequestError::Malformed(format!(
             "{} bytes follow the header that no input claims (binary_data_size)",
             binary_section.len()
         )));

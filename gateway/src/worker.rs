@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use crate::batching::task::WorkerDone;
 use crate::batching::{Batch, Completed};
-use crate::error::ApiError;
+use crate::infer::{InferError, Refusal};
 use crate::metrics as names;
 
 /// Device time spent computing, shared by every worker on a device; sampled into
@@ -203,7 +203,7 @@ fn serve(spec: WorkerSpec, model: &mut dyn Model) {
             }
             if p.deadline.is_some_and(|d| d <= now) {
                 let waited_ms = now.saturating_duration_since(p.enqueued).as_millis() as u64;
-                let _ = p.reply.send(Err(ApiError::DeadlineExceeded { waited_ms }));
+                let _ = p.reply.send(Err(Refusal::Expired { waited_ms }.into()));
                 continue;
             }
             m.queue
@@ -252,9 +252,8 @@ fn serve(spec: WorkerSpec, model: &mut dyn Model) {
                     output: output[offset..offset + n].to_vec(),
                     queue_time: now.saturating_duration_since(p.enqueued),
                     compute_time: compute,
-                    batch_rows: rows,
                 }),
-                Err(e) => Err(ApiError::ModelFailure(e.clone())),
+                Err(e) => Err(InferError::Model(e.clone())),
             };
             offset += n;
             let _ = p.reply.send(reply);

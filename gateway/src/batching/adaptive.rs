@@ -140,10 +140,6 @@ impl AdaptivePolicy {
         self.budget.mul_f64(self.headroom)
     }
 
-    pub fn model(&self) -> &LatencyModel {
-        &self.model
-    }
-
     /// Time to serve `rows` rows in full batches, the last one at its high quantile.
     fn drain_time(&self, rows: usize) -> Duration {
         if rows == 0 {
@@ -211,10 +207,6 @@ impl AdaptivePolicy {
 }
 
 impl BatchPolicy for AdaptivePolicy {
-    fn name(&self) -> &'static str {
-        "adaptive"
-    }
-
     fn max_batch_rows(&self) -> usize {
         self.max_rows
     }
@@ -345,7 +337,6 @@ impl BatchPolicy for AdaptivePolicy {
             // drain time answered 3.5–5% fewer requests under 1.4x overload at 1,000
             // connections; benches/README.md, "The door closes only until ...".)
             door_closed_for: finish.saturating_duration_since(now + self.effective_budget()),
-            reason: "shed",
             message: format!(
                 "over capacity: {} rows are queued ahead, predicted to finish in {:.1} ms, past the {:.1} ms budget; retry after the queue drains (~{:.0} ms)",
                 ahead,

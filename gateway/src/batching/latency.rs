@@ -133,10 +133,6 @@ impl LatencyModel {
         (rows.ceil() as usize).clamp(1, max_rows)
     }
 
-    pub fn scale(&self) -> f64 {
-        self.scale
-    }
-
     /// Mean absolute deviation of recent batches from the prediction, relative to it.
     pub fn spread(&self) -> f64 {
         self.spread

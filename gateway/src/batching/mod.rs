@@ -12,6 +12,7 @@ pub mod adaptive;
 pub mod cpu_load;
 pub mod feedback;
 pub mod latency;
+pub mod load;
 pub mod policy;
 pub mod state;
 pub mod task;
@@ -21,7 +22,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::error::ApiError;
+use crate::infer::InferError;
 
 /// A validated request waiting for its batch.
 #[derive(Debug)]
@@ -37,7 +38,7 @@ pub struct Pending {
     pub reply: oneshot::Sender<Reply>,
 }
 
-pub type Reply = Result<Completed, ApiError>;
+pub type Reply = Result<Completed, InferError>;
 
 /// What the worker sends back for one request.
 #[derive(Debug)]
@@ -46,7 +47,6 @@ pub struct Completed {
     pub output: Vec<f32>,
     pub queue_time: Duration,
     pub compute_time: Duration,
-    pub batch_rows: usize,
 }
 
 /// Why the batcher let a batch go: the `reason` label of `tandem_batches_total`.
@@ -77,9 +77,11 @@ impl ReleaseReason {
 #[derive(Debug)]
 pub struct Batch {
     pub requests: Vec<Pending>,
+    // Read by the simulated device of the batcher's tests.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub rows: usize,
+    #[cfg_attr(not(test), allow(dead_code))]
     pub reason: ReleaseReason,
-    pub released: Instant,
 }
 
 #[cfg(test)]

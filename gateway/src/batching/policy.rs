@@ -23,7 +23,6 @@ pub enum Decision {
 /// Why a request is refused at the door, and when to come back.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Shed {
-    pub reason: &'static str,
     pub message: String,
     pub retry_after: Duration,
     /// For how long to refuse requests arriving next before they are parsed (the batcher
@@ -32,8 +31,6 @@ pub struct Shed {
 }
 
 pub trait BatchPolicy: Send {
-    fn name(&self) -> &'static str;
-
     /// The largest batch, in rows.
     fn max_batch_rows(&self) -> usize;
 
@@ -115,10 +112,6 @@ pub struct StaticPolicy {
 }
 
 impl BatchPolicy for StaticPolicy {
-    fn name(&self) -> &'static str {
-        "static"
-    }
-
     fn max_batch_rows(&self) -> usize {
         self.max_batch_rows
     }
@@ -149,6 +142,25 @@ impl BatchPolicy for StaticPolicy {
         } else {
             Decision::Wait { until: Some(due) }
         }
+    }
+}
+
+/// The batching policy a model's settings ask for; the adaptive one starts from the
+/// version's warm-up timings.
+pub fn for_settings(
+    settings: &crate::config::ModelSettings,
+    warmup: &[(usize, Duration)],
+) -> Box<dyn BatchPolicy> {
+    match settings.policy {
+        crate::config::PolicyKind::Static => Box::new(StaticPolicy {
+            max_batch_rows: settings.max_batch_size,
+            max_queue_delay: Duration::from_micros(settings.max_queue_delay_us),
+        }),
+        crate::config::PolicyKind::Adaptive => Box::new(super::adaptive::AdaptivePolicy::new(
+            settings.budget(),
+            settings.max_batch_size,
+            super::latency::LatencyModel::from_warmup(warmup),
+        )),
     }
 }
 

@@ -16,7 +16,7 @@ use super::policy::BatchPolicy;
 use super::state::QueueState;
 use super::task::{Batcher, WorkerDone};
 use super::{Batch, Completed, Pending, ReleaseReason};
-use crate::error::ApiError;
+use crate::infer::{InferError, Refusal};
 
 /// One scripted request.
 #[derive(Clone, Debug)]
@@ -91,10 +91,12 @@ pub async fn simulate(
         updates: upd_rx,
         state: QueueState::new(capacity, max_rows),
         full_retry_after: Duration::from_secs(1),
-        health: Default::default(),
+        signals: Default::default(),
+        door: Default::default(),
         budget: Duration::from_millis(100),
         cpu_load: None,
         responses: None,
+        device: super::latency::LatencyModel::from_warmup(&[(1, Duration::from_millis(1))]),
     };
     let batcher = tokio::spawn(batcher.run());
     let result = Arc::new(Mutex::new(SimResult::default()));
@@ -112,9 +114,7 @@ pub async fn simulate(
             let mut live = Vec::new();
             for p in batch.requests {
                 if p.deadline.is_some_and(|d| d <= now) {
-                    let _ = p
-                        .reply
-                        .send(Err(ApiError::DeadlineExceeded { waited_ms: 0 }));
+                    let _ = p.reply.send(Err(Refusal::Expired { waited_ms: 0 }.into()));
                 } else if !p.reply.is_closed() {
                     live.push(p);
                 }
@@ -133,7 +133,6 @@ pub async fn simulate(
                     output: Vec::new(),
                     queue_time: now - p.enqueued,
                     compute_time: took,
-                    batch_rows: rows,
                 }));
             }
             if done_tx
@@ -178,8 +177,10 @@ pub async fn simulate(
             tokio::spawn(async move {
                 let outcome = match rx.await {
                     Ok(Ok(_)) => Outcome::Done(Instant::now() - now),
-                    Ok(Err(ApiError::Overloaded { .. })) => Outcome::Shed,
-                    Ok(Err(ApiError::DeadlineExceeded { .. })) => {
+                    Ok(Err(InferError::Refused(
+                        Refusal::Shed { .. } | Refusal::QueueFull { .. },
+                    ))) => Outcome::Shed,
+                    Ok(Err(InferError::Refused(Refusal::Expired { .. }))) => {
                         Outcome::Expired(Instant::now() - now)
                     }
                     _ => Outcome::Failed,

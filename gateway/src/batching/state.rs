@@ -72,6 +72,7 @@ impl QueueState {
         self.ranked.is_empty()
     }
 
+    #[cfg(test)]
     pub fn rows(&self) -> usize {
         self.rows
     }

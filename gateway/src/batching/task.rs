@@ -10,13 +10,14 @@ use tokio::time::Instant;
 
 use super::cpu_load::CpuLoad;
 use super::feedback::ResponseLatencies;
-use super::latency::LatencyWindow;
+use super::latency::{LatencyModel, LatencyWindow};
+use super::load::{self, LoadMeter};
 use super::policy::{BatchPolicy, Decision};
 use super::state::QueueState;
 use super::{Batch, Pending, ReleaseReason};
-use crate::error::ApiError;
-use crate::health::Health;
+use crate::infer::{Door, InferError, Refusal};
 use crate::metrics as names;
+use crate::signals::Signals;
 
 /// A worker's report that it finished a batch and is free again.
 #[derive(Debug)]
@@ -63,9 +64,7 @@ struct BatcherMetrics {
     batches: [Counter; 4],
     batch_rows: Histogram,
     queue_depth: Gauge,
-    queue_full: Counter,
-    shed: Counter,
-    expired: Counter,
+    /// The only refusal counted here: a client that left has no one to hand it to.
     abandoned: Counter,
     budget: Gauge,
     effective_budget: Gauge,
@@ -73,6 +72,16 @@ struct BatcherMetrics {
     completions: Gauge,
     predicted_batch: Gauge,
     prediction_spread: Gauge,
+    load_ratio: Gauge,
+}
+
+/// One refresh of the batcher's gauges.
+struct Published {
+    policy: super::policy::PolicyGauges,
+    budget: Duration,
+    observed_p99: Option<Duration>,
+    completions_per_second: f64,
+    load_ratio: f64,
 }
 
 impl BatcherMetrics {
@@ -84,46 +93,38 @@ impl BatcherMetrics {
             ReleaseReason::Timer,
             ReleaseReason::Idle,
         ];
-        let rejected = |reason: &'static str| metrics::counter!(names::REQUESTS_REJECTED, "model" => m.clone(), "reason" => reason);
         BatcherMetrics {
             batches: reasons.map(
                 |r| metrics::counter!(names::BATCHES, "model" => m.clone(), "reason" => r.as_str()),
             ),
             batch_rows: metrics::histogram!(names::BATCH_ROWS, "model" => m.clone()),
             queue_depth: metrics::gauge!(names::QUEUE_DEPTH, "model" => m.clone()),
-            queue_full: rejected("queue_full"),
-            shed: rejected("shed"),
-            expired: rejected("expired"),
-            abandoned: rejected("abandoned"),
+            abandoned: metrics::counter!(names::REQUESTS_REJECTED, "model" => m.clone(), "reason" => "abandoned"),
             budget: metrics::gauge!(names::SLO_BUDGET, "model" => m.clone()),
             effective_budget: metrics::gauge!(names::SLO_EFFECTIVE_BUDGET, "model" => m.clone()),
             observed_p99: metrics::gauge!(names::OBSERVED_P99, "model" => m.clone()),
             completions: metrics::gauge!(names::OBSERVED_THROUGHPUT, "model" => m.clone()),
             predicted_batch: metrics::gauge!(names::PREDICTED_BATCH_DURATION, "model" => m.clone()),
             prediction_spread: metrics::gauge!(names::PREDICTION_SPREAD, "model" => m.clone()),
+            load_ratio: metrics::gauge!(names::LOAD_RATIO, "model" => m.clone()),
         }
     }
 
     /// What the policy believes, and what serving achieves against the budget: the budget,
-    /// p99 and throughput hold for every policy (an operator on the static one compares
-    /// them too, and the trainer coordinator holds serving to the budget whatever the
-    /// policy).
-    fn publish(
-        &self,
-        policy: super::policy::PolicyGauges,
-        budget: Duration,
-        observed_p99: Option<Duration>,
-        completions_per_second: f64,
-    ) {
+    /// p99, throughput and load ratio hold for every policy (an operator on the static one
+    /// compares them too, and the trainer coordinator holds serving to the budget whatever
+    /// the policy).
+    fn publish(&self, p: Published) {
         let set =
             |gauge: &Gauge, d: Option<Duration>| gauge.set(d.map_or(0.0, |d| d.as_secs_f64()));
-        set(&self.effective_budget, policy.effective_budget);
-        set(&self.predicted_batch, policy.predicted_batch);
+        set(&self.effective_budget, p.policy.effective_budget);
+        set(&self.predicted_batch, p.policy.predicted_batch);
         self.prediction_spread
-            .set(policy.prediction_spread.unwrap_or(0.0));
-        set(&self.budget, Some(budget));
-        set(&self.observed_p99, observed_p99);
-        self.completions.set(completions_per_second);
+            .set(p.policy.prediction_spread.unwrap_or(0.0));
+        set(&self.budget, Some(p.budget));
+        set(&self.observed_p99, p.observed_p99);
+        self.completions.set(p.completions_per_second);
+        self.load_ratio.set(p.load_ratio);
     }
 
     fn batch(&self, reason: ReleaseReason, rows: usize) {
@@ -151,7 +152,9 @@ pub struct Batcher {
     /// Retry-After for requests refused because the queue is full.
     pub full_retry_after: Duration,
     /// Where the coordinator reads this version's latency; `budget` is its p99 target.
-    pub health: std::sync::Arc<Health>,
+    pub signals: std::sync::Arc<Signals>,
+    /// What the inference core reads to refuse requests before parsing them.
+    pub door: std::sync::Arc<Door>,
     pub budget: Duration,
     /// The process's CPU share, read by the policy as load; `None` where the device is
     /// simulated.
@@ -159,171 +162,248 @@ pub struct Batcher {
     /// Where handlers record the latency of each answered request, the one the feedback
     /// loop reads; `None` (a simulated device) reads the workers' completion times.
     pub responses: Option<std::sync::Arc<ResponseLatencies>>,
+    /// The device's batch times, whatever the policy: what `tandem_load_ratio` takes the
+    /// device's capacity from.
+    pub device: LatencyModel,
 }
 
 /// The longest requests are refused at the door after a shed.
 const EARLY_SHED_MAX: Duration = Duration::from_millis(10);
 
-/// How often gauges and health are refreshed (the windows behind them sort samples).
+/// How often gauges and signals are refreshed (the windows behind them sort samples).
 const GAUGE_EVERY: Duration = Duration::from_millis(100);
+
+/// What the batcher measures between two refreshes of its gauges.
+struct Observed {
+    /// Latencies and completions of the last two seconds.
+    window: LatencyWindow,
+    load: LoadMeter,
+    cpu_share: Option<f64>,
+    last_refresh: Instant,
+    /// Reused for each drain of the handlers' latencies.
+    answered: Vec<super::feedback::Answered>,
+}
+
+/// The loop's own state besides the queue.
+struct Progress {
+    /// Workers free to take a batch.
+    idle: usize,
+    /// The request channel closed, or the workers are gone: finish what is queued.
+    closed: bool,
+    updates_closed: bool,
+}
 
 impl Batcher {
     /// Runs until every request sender is gone and the queue is empty.
     pub async fn run(mut self) {
         let metrics = BatcherMetrics::new(&self.model);
-        let mut window = LatencyWindow::sampled(Duration::from_secs(2), 4096);
-        self.refresh(&metrics, &mut window, Instant::now());
-        let mut last_gauges = Instant::now();
-        let mut idle = self.workers;
-        let mut closed = false;
-        let mut updates_closed = false;
-        let mut answered = Vec::new();
+        let mut seen = Observed {
+            window: LatencyWindow::sampled(Duration::from_secs(2), 4096),
+            load: LoadMeter::default(),
+            cpu_share: None,
+            last_refresh: Instant::now(),
+            answered: Vec::new(),
+        };
+        self.refresh(&metrics, &mut seen, Instant::now());
+        let mut progress = Progress {
+            idle: self.workers,
+            closed: false,
+            updates_closed: false,
+        };
         loop {
             let now = Instant::now();
-            if let Some(responses) = &self.responses {
-                responses.drain_into(&mut answered);
-                for a in answered.drain(..) {
-                    self.policy.observe_latency(a.latency, now);
-                    self.policy.observe_response_delay(a.after_compute, now);
-                    window.record(a.latency, now);
-                }
-            }
-            for p in self.state.expire(now) {
-                metrics.expired.increment(1);
-                self.health.add_turned_away(1);
-                let waited_ms = now.saturating_duration_since(p.enqueued).as_millis() as u64;
-                let _ = p.reply.send(Err(ApiError::DeadlineExceeded { waited_ms }));
-            }
-            let mut wake = self.state.next_expiry();
-            while idle > 0 && !self.state.is_empty() {
-                let gone = self.state.drop_abandoned();
-                metrics.abandoned.increment(gone as u64);
-                if self.state.is_empty() {
-                    break;
-                }
-                match self.policy.decide(&self.state.view(), now) {
-                    Decision::Release { max_rows, reason } => {
-                        let requests = self.state.take_batch(max_rows);
-                        if requests.is_empty() {
-                            break;
-                        }
-                        let rows = requests.iter().map(|p| p.rows).sum();
-                        metrics.batch(reason, rows);
-                        let batch = Batch {
-                            requests,
-                            rows,
-                            reason,
-                            released: now,
-                        };
-                        // Capacity equals the worker count and we send only while one is
-                        // idle, so this never blocks; a closed channel means every worker
-                        // thread has died.
-                        if let Err(batch) = self.batches.send(batch) {
-                            for p in batch.requests {
-                                let _ = p.reply.send(Err(ApiError::ModelFailure(
-                                    "the model's workers are gone".into(),
-                                )));
-                            }
-                            closed = true;
-                            break;
-                        }
-                        idle -= 1;
-                        self.policy.on_release(rows, now);
-                    }
-                    Decision::Wait { until } => {
-                        wake = earliest(wake, until);
-                        break;
-                    }
-                }
-            }
-            metrics.queue_depth.set(self.state.len() as f64);
-            self.health
-                .set_queue(self.state.len(), self.state.capacity());
-            let most_urgent = self.state.rows_ahead(1);
-            let answer = self
-                .policy
-                .earliest_answer(&self.state.view(), most_urgent, now);
-            self.health
-                .set_earliest_answer(answer.map(Instant::into_std));
+            self.take_feedback(&mut seen, now);
+            self.expire(now);
+            let wake = self.release(&metrics, &mut progress, now);
+            self.publish_queue(&metrics, now);
             // With nothing completing the window ages out; keep the reading current.
-            if now.saturating_duration_since(last_gauges) >= GAUGE_EVERY * 10 {
-                last_gauges = now;
-                self.refresh(&metrics, &mut window, now);
+            if now.saturating_duration_since(seen.last_refresh) >= GAUGE_EVERY * 10 {
+                self.refresh(&metrics, &mut seen, now);
             }
-            if closed && self.state.is_empty() && idle == self.workers {
+            if progress.closed && self.state.is_empty() && progress.idle == self.workers {
                 break;
             }
-            tokio::select! {
-                done = self.done.recv() => match done {
-                    Some(d) => {
-                        idle += 1;
-                        let now = Instant::now();
-                        self.policy.observe_batch(d.rows, d.compute, now);
-                        self.health.add_completed(d.latencies.len() as u64);
-                        if self.responses.is_none() {
-                            for l in d.latencies {
-                                self.policy.observe_latency(l, now);
-                                window.record(l, now);
-                            }
-                        }
-                        if now.saturating_duration_since(last_gauges) >= GAUGE_EVERY {
-                            last_gauges = now;
-                            self.refresh(&metrics, &mut window, now);
-                        }
-                    }
-                    None => {
-                        for p in self.state.drain() {
-                            let _ = p.reply.send(Err(ApiError::ModelFailure("the model's workers are gone".into())));
-                        }
-                        break;
-                    }
-                },
-                request = self.requests.recv(), if !closed => match request {
-                    Some(p) => {
-                        self.admit(p, &metrics);
-                        // Take whatever else is already waiting before deciding, so a burst
-                        // is seen whole.
-                        while let Ok(p) = self.requests.try_recv() {
-                            self.admit(p, &metrics);
-                        }
-                    }
-                    None => closed = true,
-                },
-                update = self.updates.recv(), if !updates_closed => match update {
-                    Some(u) => {
-                        self.state.set_limits(u.queue_capacity, u.policy.max_batch_rows());
-                        self.policy = u.policy;
-                        self.budget = u.budget;
-                        self.refresh(&metrics, &mut window, Instant::now());
-                    }
-                    None => updates_closed = true,
-                },
-                _ = sleep_until(wake), if wake.is_some() => {}
+            // Idle, the gauges are still refreshed: their windows empty as time passes.
+            let wake = earliest(wake, Some(seen.last_refresh + GAUGE_EVERY * 10));
+            if !self.wait(&metrics, &mut seen, &mut progress, wake).await {
+                break;
             }
         }
         metrics.queue_depth.set(0.0);
     }
 
-    /// Reads the cores' load into the policy, then publishes the gauges and this version's
-    /// health (what the trainer coordinator reads).
-    fn refresh(&mut self, metrics: &BatcherMetrics, window: &mut LatencyWindow, now: Instant) {
-        if let Some(share) = self.cpu_load.as_mut().and_then(CpuLoad::sample) {
-            self.policy.observe_cpu_load(share);
+    /// Waits for the next thing to happen: a worker done, requests, a settings change, or
+    /// `wake`. False when the workers are gone and the queue has been answered.
+    async fn wait(
+        &mut self,
+        metrics: &BatcherMetrics,
+        seen: &mut Observed,
+        progress: &mut Progress,
+        wake: Option<Instant>,
+    ) -> bool {
+        tokio::select! {
+            done = self.done.recv() => match done {
+                Some(d) => {
+                    progress.idle += 1;
+                    self.finished(d, metrics, seen);
+                }
+                None => {
+                    for p in self.state.drain() {
+                        let _ = p.reply.send(Err(InferError::Model("the model's workers are gone".into())));
+                    }
+                    return false;
+                }
+            },
+            request = self.requests.recv(), if !progress.closed => match request {
+                Some(p) => {
+                    self.admit(p, &mut seen.load);
+                    // Take whatever else is already waiting before deciding, so a burst is
+                    // seen whole.
+                    while let Ok(p) = self.requests.try_recv() {
+                        self.admit(p, &mut seen.load);
+                    }
+                }
+                None => progress.closed = true,
+            },
+            update = self.updates.recv(), if !progress.updates_closed => match update {
+                Some(u) => {
+                    self.state.set_limits(u.queue_capacity, u.policy.max_batch_rows());
+                    self.policy = u.policy;
+                    self.budget = u.budget;
+                    self.refresh(metrics, seen, Instant::now());
+                }
+                None => progress.updates_closed = true,
+            },
+            _ = sleep_until(wake), if wake.is_some() => {}
         }
-        let p99 = window.quantile(0.99, now).map(|(d, _)| d);
-        metrics.publish(
-            self.policy.gauges(),
-            self.budget,
-            p99,
-            window.throughput(now),
-        );
-        self.health.set_budget(self.budget);
-        self.health.set_observed_p99(p99);
-        self.health
-            .set_admission_horizon(self.policy.admission_horizon());
+        true
     }
 
-    fn admit(&mut self, p: Pending, metrics: &BatcherMetrics) {
+    /// Latencies the handlers recorded since the last look, for the policy and the window.
+    fn take_feedback(&mut self, seen: &mut Observed, now: Instant) {
+        let Some(responses) = &self.responses else {
+            return;
+        };
+        responses.drain_into(&mut seen.answered);
+        for a in seen.answered.drain(..) {
+            self.policy.observe_latency(a.latency, now);
+            self.policy.observe_response_delay(a.after_compute, now);
+            seen.window.record(a.latency, now);
+        }
+    }
+
+    /// Answers requests whose deadline passed in the queue.
+    fn expire(&mut self, now: Instant) {
+        for p in self.state.expire(now) {
+            let waited_ms = now.saturating_duration_since(p.enqueued).as_millis() as u64;
+            let _ = p.reply.send(Err(Refusal::Expired { waited_ms }.into()));
+        }
+    }
+
+    /// Releases batches while a worker is free and the policy says so; when to look again.
+    fn release(
+        &mut self,
+        metrics: &BatcherMetrics,
+        progress: &mut Progress,
+        now: Instant,
+    ) -> Option<Instant> {
+        let mut wake = self.state.next_expiry();
+        while progress.idle > 0 && !self.state.is_empty() {
+            let gone = self.state.drop_abandoned();
+            metrics.abandoned.increment(gone as u64);
+            if self.state.is_empty() {
+                break;
+            }
+            let (max_rows, reason) = match self.policy.decide(&self.state.view(), now) {
+                Decision::Release { max_rows, reason } => (max_rows, reason),
+                Decision::Wait { until } => {
+                    wake = earliest(wake, until);
+                    break;
+                }
+            };
+            let requests = self.state.take_batch(max_rows);
+            if requests.is_empty() {
+                break;
+            }
+            let rows = requests.iter().map(|p| p.rows).sum();
+            metrics.batch(reason, rows);
+            let batch = Batch {
+                requests,
+                rows,
+                reason,
+            };
+            // Capacity equals the worker count and we send only while one is idle, so
+            // this never blocks; a closed channel means every worker thread has died.
+            if let Err(batch) = self.batches.send(batch) {
+                for p in batch.requests {
+                    let _ = p.reply.send(Err(InferError::Model(
+                        "the model's workers are gone".into(),
+                    )));
+                }
+                progress.closed = true;
+                break;
+            }
+            progress.idle -= 1;
+            self.policy.on_release(rows, now);
+        }
+        wake
+    }
+
+    /// The queue's depth, and the earliest a newcomer could be answered (for the door).
+    fn publish_queue(&self, metrics: &BatcherMetrics, now: Instant) {
+        metrics.queue_depth.set(self.state.len() as f64);
+        self.signals
+            .set_queue(self.state.len(), self.state.capacity());
+        let most_urgent = self.state.rows_ahead(1);
+        let answer = self
+            .policy
+            .earliest_answer(&self.state.view(), most_urgent, now);
+        self.door.set_earliest_answer(answer.map(Instant::into_std));
+    }
+
+    /// A worker finished a batch.
+    fn finished(&mut self, d: WorkerDone, metrics: &BatcherMetrics, seen: &mut Observed) {
+        let now = Instant::now();
+        self.policy.observe_batch(d.rows, d.compute, now);
+        self.device.observe(d.rows, d.compute);
+        self.signals.add_completed(d.latencies.len() as u64);
+        if self.responses.is_none() {
+            for l in d.latencies {
+                self.policy.observe_latency(l, now);
+                seen.window.record(l, now);
+            }
+        }
+        if now.saturating_duration_since(seen.last_refresh) >= GAUGE_EVERY {
+            self.refresh(metrics, seen, now);
+        }
+    }
+
+    /// Reads the cores' load into the policy, then publishes the gauges and this version's
+    /// signals (what the trainer coordinator reads).
+    fn refresh(&mut self, metrics: &BatcherMetrics, seen: &mut Observed, now: Instant) {
+        seen.last_refresh = now;
+        if let Some(share) = self.cpu_load.as_mut().and_then(CpuLoad::sample) {
+            self.policy.observe_cpu_load(share);
+            seen.cpu_share = Some(share);
+        }
+        let p99 = seen.window.quantile(0.99, now).map(|(d, _)| d);
+        let totals = self.signals.read();
+        seen.load.observe(totals.offered, totals.completed, now);
+        let max_rows = self.policy.max_batch_rows();
+        let capacity = load::device_capacity(&self.device, self.budget, max_rows);
+        metrics.publish(Published {
+            policy: self.policy.gauges(),
+            budget: self.budget,
+            observed_p99: p99,
+            completions_per_second: seen.window.throughput(now),
+            load_ratio: seen.load.ratio(capacity, seen.cpu_share, now),
+        });
+        self.signals.set_budget(self.budget);
+        self.signals.set_observed_p99(p99);
+        self.door.set_horizon(self.policy.admission_horizon());
+    }
+
+    fn admit(&mut self, p: Pending, load: &mut LoadMeter) {
         let now = Instant::now();
         let ahead = self.state.rows_ahead(p.priority);
         if let Err(shed) = self.policy.admit(
@@ -334,34 +414,36 @@ impl Batcher {
             p.deadline,
             now,
         ) {
-            metrics.shed.increment(1);
-            self.health.add_turned_away(1);
             // Under overload, turn the next requests away before they are parsed (for at
             // most a few milliseconds): parsing requests only to refuse them would take the
             // CPU the admitted ones need.
-            self.health
-                .shed_for(shed.door_closed_for.min(EARLY_SHED_MAX), shed.retry_after);
-            let _ = p.reply.send(Err(ApiError::Overloaded {
+            self.door.shed_for(
+                shed.door_closed_for.min(EARLY_SHED_MAX),
+                shed.retry_after,
+                now.into_std(),
+            );
+            let _ = p.reply.send(Err(Refusal::Shed {
                 message: shed.message,
                 retry_after: shed.retry_after,
-                reason: shed.reason,
-            }));
+            }
+            .into()));
             return;
         }
         let rows = p.rows;
         match self.state.push(p) {
-            Ok(()) => self.policy.observe_arrival(rows, now),
+            Ok(()) => {
+                self.policy.observe_arrival(rows, now);
+                load.admitted(rows);
+            }
             Err(p) => {
-                metrics.queue_full.increment(1);
-                self.health.add_turned_away(1);
-                let _ = p.reply.send(Err(ApiError::Overloaded {
+                let _ = p.reply.send(Err(Refusal::QueueFull {
                     message: format!(
                         "the queue is full ({} requests waiting)",
                         self.state.capacity()
                     ),
                     retry_after: self.full_retry_after,
-                    reason: "queue_full",
-                }));
+                }
+                .into()));
             }
         }
     }

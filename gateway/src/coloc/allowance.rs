@@ -69,6 +69,7 @@ impl AllowanceController {
         }
     }
 
+    #[cfg(test)]
     pub fn allowance(&self) -> f64 {
         self.allowance
     }

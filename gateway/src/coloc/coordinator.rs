@@ -1,5 +1,5 @@
 //! The coordinator's state and its three inputs: a connection accepted, an event from a
-//! connection, a tick. Each tick it reads every model's health, turns it into an allowance
+//! connection, a tick. Each tick it reads every model's signals, turns it into an allowance
 //! and supervises every trainer against it.
 
 use std::collections::BTreeMap;
@@ -241,7 +241,7 @@ fn read_pressure(
     let mut completed: BTreeMap<String, u64> = BTreeMap::new();
     let mut turned_away = 0;
     for v in registry.all() {
-        let h = v.health.read();
+        let h = v.core.signals.read();
         if let (Some(p99), false) = (h.observed_p99, h.budget.is_zero()) {
             p.worst_latency_ratio = p
                 .worst_latency_ratio

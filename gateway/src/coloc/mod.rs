@@ -3,7 +3,7 @@
 //!
 //! Trainers connect to a Unix socket (mode 0600, in a private directory) and speak the
 //! protocol in the `coloc-protocol` crate (docs/coloc-protocol.md). Every tick the coordinator reads
-//! every model's health, turns it into an allowance ([`allowance`]), and sends each trainer a
+//! every model's signals, turns it into an allowance ([`allowance`]), and sends each trainer a
 //! directive when it changes. A pause not acknowledged within `ack_within_ms` is enforced
 //! with SIGSTOP — sent only to the process on the other end of the socket as the kernel
 //! reports it (SO_PEERCRED), never to a pid a message names — and lifted with SIGCONT when

@@ -93,13 +93,13 @@ fn show_log_filter() -> Result<Response<Full<Bytes>>, ApiError> {
 fn change_log_filter(body: &[u8]) -> Result<Response<Full<Bytes>>, ApiError> {
     let filter = log_filter()?;
     let change: LogChange = crate::protocol::json_de::from_slice(body)
-        .map_err(|e| ApiError::Malformed(format!("invalid log filter change: {e}")))?;
+        .map_err(|e| ApiError::malformed(format!("invalid log filter change: {e}")))?;
     let before = filter.current();
     // Logged under the filter it replaces, which is the one that shows it.
     tracing::info!(before = %before, after = %change.filter, "log filter changing through the admin API");
     filter
         .set(&change.filter)
-        .map_err(|e| ApiError::Invalid(format!("invalid log filter {:?}: {e}", change.filter)))?;
+        .map_err(|e| ApiError::invalid(format!("invalid log filter {:?}: {e}", change.filter)))?;
     let body = json!({ "filter": filter.current() });
     Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
 }
@@ -197,7 +197,7 @@ fn show(state: &AppState, model: &str) -> Result<Response<Full<Bytes>>, ApiError
 fn change(state: &AppState, model: &str, body: &[u8]) -> Result<Response<Full<Bytes>>, ApiError> {
     let newest = state.registry.resolve(model, None)?;
     let change: SloChange = crate::protocol::json_de::from_slice(body)
-        .map_err(|e| ApiError::Malformed(format!("invalid SLO change: {e}")))?;
+        .map_err(|e| ApiError::malformed(format!("invalid SLO change: {e}")))?;
     let overrides = ModelOverrides {
         policy: change.policy,
         p99_ms: change.p99_ms,
@@ -212,7 +212,7 @@ fn change(state: &AppState, model: &str, body: &[u8]) -> Result<Response<Full<By
         let v = state.registry.resolve(model, Some(&n.to_string()))?;
         let new = overrides.apply(&v.settings());
         new.validate("slo")
-            .map_err(|e| ApiError::Invalid(e.to_string()))?;
+            .map_err(|e| ApiError::invalid(e.to_string()))?;
         updates.push((v, new));
     }
     state.registry.set_runtime_overrides(model, &overrides);

@@ -28,7 +28,7 @@ pub async fn read_body(
         {
             ApiError::BodyTooLarge { limit }
         } else {
-            ApiError::Malformed(format!("cannot read the request body: {e}"))
+            ApiError::malformed(format!("cannot read the request body: {e}"))
         }
     })
 }

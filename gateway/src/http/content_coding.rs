@@ -256,7 +256,7 @@ fn too_large(coding: Coding, limit: usize) -> ApiError {
 }
 
 fn corrupt(coding: Coding, why: String) -> ApiError {
-    ApiError::Malformed(format!(
+    ApiError::malformed(format!(
         "the request body is not valid {} data: {why}",
         coding.name()
     ))

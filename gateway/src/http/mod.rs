@@ -9,7 +9,9 @@ mod admin;
 mod arrival;
 mod body;
 mod content_coding;
+mod infer;
 mod limit;
+mod models;
 mod repository;
 mod routes;
 mod write_stall;
@@ -25,14 +27,15 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use metrics_exporter_prometheus::PrometheusHandle;
-use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tower::ServiceBuilder;
 
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::metrics as names;
 use crate::registry::Registry;
+use crate::shutdown::Shutdown;
 
 use arrival::{ArrivalClock, TimestampedStream};
 pub use limit::BodyLimitLayer;
@@ -104,21 +107,20 @@ pub fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>>
     resp
 }
 
-/// Serves `listener` until `shutdown` turns true, then lets open connections finish their
-/// in-flight requests and returns. With `metrics_only`, answers only `GET /metrics`.
+/// Serves `listener` until shutdown, then lets open connections finish their in-flight
+/// requests (within `limits.shutdown_grace_ms`) and returns. With `metrics_only`, answers
+/// only `GET /metrics`.
 pub async fn serve(
     listener: TcpListener,
     state: Arc<AppState>,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
     metrics_only: bool,
 ) {
     // Connection-level limits are read once: a reload does not change a bound socket.
     let limits = state.config().limits.clone();
     let permits = Arc::new(Semaphore::new(limits.max_connections));
-    let connections = metrics::gauge!(names::CONNECTIONS);
     let mut tasks = tokio::task::JoinSet::new();
-    // Accepts that failed in a row (see below).
-    let mut failing_accepts = 0u64;
+    let mut accepts = Accepts::default();
     loop {
         // Wait for room before accepting: beyond the limit, clients queue in the backlog.
         let permit = tokio::select! {
@@ -127,87 +129,124 @@ pub async fn serve(
                 Ok(p) => p,
                 Err(_) => break,
             },
-            _ = signalled(&mut shutdown) => break,
+            _ = shutdown.wait() => break,
         };
         let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(s) => {
-                    if failing_accepts > 0 {
-                        tracing::info!(failed = failing_accepts, "accepting connections again");
-                        failing_accepts = 0;
-                    }
-                    s
-                }
-                Err(e) => {
-                    // Out of file descriptors and the like: back off instead of spinning,
-                    // and say so once a streak, not twenty times a second.
-                    if failing_accepts == 0 {
-                        tracing::warn!(error = %e, "accept failed; retrying every 50 ms");
-                    }
-                    failing_accepts += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = signalled(&mut shutdown) => break,
+            accepted = accepts.next(&listener) => accepted,
+            _ = shutdown.wait() => break,
         };
-        let _ = stream.set_nodelay(true);
-        let clock = Arc::new(ArrivalClock::default());
-        let stream = WriteStallLimit::new(
-            TimestampedStream::new(stream, clock.clone()),
-            limits.response_write_timeout(),
-        );
-        let service = ServiceBuilder::new()
-            .layer(tower_http::catch_panic::CatchPanicLayer::custom(
-                panic_response,
-            ))
-            .layer(BodyLimitLayer {
-                limit: limits.max_body_bytes,
-            })
-            .service_fn({
-                let state = state.clone();
-                move |req| {
-                    let state = state.clone();
-                    let clock = clock.clone();
-                    async move {
-                        let response = routes::handle(state, req, metrics_only, peer, &clock).await;
-                        // Whatever this request left unclaimed is not the next one's.
-                        clock.take();
-                        Ok::<_, Infallible>(response)
-                    }
-                }
-            });
-        let mut shutdown = shutdown.clone();
-        let header_timeout = limits.header_read_timeout();
-        let connections = connections.clone();
+        let connection = Connection {
+            state: state.clone(),
+            limits: limits.clone(),
+            metrics_only,
+            peer,
+            shutdown: shutdown.clone(),
+        };
         tasks.spawn(async move {
-            connections.increment(1.0);
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
-            tokio::pin!(conn);
-            tokio::select! {
-                served = conn.as_mut() => {
-                    if let Err(e) = served {
-                        count_cut(&e);
-                        tracing::debug!(%peer, error = %e, "connection closed");
-                    }
-                }
-                _ = signalled(&mut shutdown) => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.as_mut().await;
-                }
-            }
-            connections.decrement(1.0);
+            connection.serve(stream).await;
             drop(permit);
         });
         // Reap finished connection tasks so the set stays small.
         while tasks.try_join_next().is_some() {}
     }
     drop(listener);
-    let grace = limits.shutdown_grace();
+    drain(tasks, limits.shutdown_grace()).await;
+}
+
+/// Accepts connections, backing off while accepting fails.
+#[derive(Default)]
+struct Accepts {
+    /// Accepts that failed in a row.
+    failing: u64,
+}
+
+impl Accepts {
+    async fn next(&mut self, listener: &TcpListener) -> (TcpStream, std::net::SocketAddr) {
+        loop {
+            match listener.accept().await {
+                Ok(accepted) => {
+                    if self.failing > 0 {
+                        tracing::info!(failed = self.failing, "accepting connections again");
+                        self.failing = 0;
+                    }
+                    return accepted;
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning,
+                    // and say so once a streak, not twenty times a second.
+                    if self.failing == 0 {
+                        tracing::warn!(error = %e, "accept failed; retrying every 50 ms");
+                    }
+                    self.failing += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+}
+
+/// One accepted connection and what serving it needs.
+struct Connection {
+    state: Arc<AppState>,
+    limits: crate::config::Limits,
+    metrics_only: bool,
+    peer: std::net::SocketAddr,
+    shutdown: Shutdown,
+}
+
+impl Connection {
+    /// HTTP/1.1 with keep-alive: the header timeout, the write-stall limit, the body limit
+    /// and panics caught per request; on shutdown, the in-flight request finishes first.
+    async fn serve(mut self, stream: TcpStream) {
+        let _ = stream.set_nodelay(true);
+        let clock = Arc::new(ArrivalClock::default());
+        let stream = WriteStallLimit::new(
+            TimestampedStream::new(stream, clock.clone()),
+            self.limits.response_write_timeout(),
+        );
+        let (state, metrics_only, peer) = (self.state.clone(), self.metrics_only, self.peer);
+        let service = ServiceBuilder::new()
+            .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+                panic_response,
+            ))
+            .layer(BodyLimitLayer {
+                limit: self.limits.max_body_bytes,
+            })
+            .service_fn(move |req| {
+                let (state, clock) = (state.clone(), clock.clone());
+                async move {
+                    let response = routes::handle(state, req, metrics_only, peer, &clock).await;
+                    // Whatever this request left unclaimed is not the next one's.
+                    clock.take();
+                    Ok::<_, Infallible>(response)
+                }
+            });
+        let connections = metrics::gauge!(names::CONNECTIONS);
+        connections.increment(1.0);
+        let conn = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.limits.header_read_timeout())
+            .keep_alive(true)
+            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+        tokio::pin!(conn);
+        tokio::select! {
+            served = conn.as_mut() => {
+                if let Err(e) = served {
+                    count_cut(&e);
+                    tracing::debug!(peer = %self.peer, error = %e, "connection closed");
+                }
+            }
+            _ = self.shutdown.wait() => {
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.as_mut().await;
+            }
+        }
+        connections.decrement(1.0);
+    }
+}
+
+/// Waits for open connections to finish, at most `grace`; then closes the rest.
+async fn drain(mut tasks: tokio::task::JoinSet<()>, grace: std::time::Duration) {
     if tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} })
         .await
         .is_err()
@@ -233,15 +272,9 @@ fn count_cut(e: &hyper::Error) {
     metrics::counter!(names::CONNECTIONS_CUT, "reason" => reason).increment(1);
 }
 
-/// Resolves once the shutdown flag is true (at once if it already is).
-pub async fn signalled(rx: &mut watch::Receiver<bool>) {
-    // A dropped sender also means shutdown.
-    let _ = rx.wait_for(|s| *s).await.map(|_| ());
-}
-
 /// A handler that panicked answers 500 like any other failure; the connection lives on.
 fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response<Full<Bytes>> {
-    error_response(&ApiError::ModelFailure(
+    error_response(&ApiError::Internal(
         "internal error while handling the request".into(),
     ))
 }

@@ -19,6 +19,7 @@ use serde::Deserialize;
 
 use super::{AppState, json_response};
 use crate::error::ApiError;
+use crate::registry::LookupError;
 use crate::repository_control::{RepositoryControl, VersionState};
 
 #[derive(Debug, Default, Deserialize)]
@@ -63,7 +64,7 @@ pub async fn index(
         entries.retain(|e| e.state == VersionState::Ready);
     }
     let body = serde_json::to_vec(&entries)
-        .map_err(|e| ApiError::ModelFailure(format!("cannot encode the index: {e}")))?;
+        .map_err(|e| ApiError::Internal(format!("cannot encode the index: {e}")))?;
     Ok(json_response(StatusCode::OK, body))
 }
 
@@ -79,9 +80,10 @@ pub async fn unload(
     let known = !state.registry.versions(model).is_empty()
         || control.index().iter().any(|e| e.name == model);
     if !known {
-        return Err(ApiError::UnknownModel {
+        return Err(LookupError::UnknownModel {
             model: model.to_string(),
-        });
+        }
+        .into());
     }
     control.hold(model);
     control.pass_now().await?;
@@ -97,7 +99,7 @@ pub async fn load(
 ) -> Result<Response<Full<Bytes>>, ApiError> {
     let request = read_change(state, req, peer, "load request").await?;
     if let Some(key) = request.parameters.keys().next() {
-        return Err(ApiError::Invalid(format!(
+        return Err(ApiError::invalid(format!(
             "load parameter {key:?} is not supported: a model loads from its repository folder \
              (weights in <version>/model.safetensors, settings in config.toml)"
         )));
@@ -117,11 +119,12 @@ pub async fn load(
         .map(|e| format!("version {}: {}", e.version, e.reason))
         .collect();
     if reasons.is_empty() {
-        return Err(ApiError::UnknownModel {
+        return Err(LookupError::UnknownModel {
             model: model.to_string(),
-        });
+        }
+        .into());
     }
-    Err(ApiError::Invalid(format!(
+    Err(ApiError::invalid(format!(
         "model {model:?} has no version that loads ({})",
         reasons.join("; ")
     )))
@@ -142,9 +145,7 @@ async fn read_change(
 /// The repository control, if `model` is one the repository may load or unload.
 fn repository_for<'a>(state: &'a AppState, model: &str) -> Result<&'a RepositoryControl, ApiError> {
     let control = state.repository.as_deref().ok_or_else(|| {
-        ApiError::Invalid(
-            "no model repository is configured: models are loaded at start-up only".into(),
-        )
+        ApiError::invalid("no model repository is configured: models are loaded at start-up only")
     })?;
     if state
         .config()
@@ -152,7 +153,7 @@ fn repository_for<'a>(state: &'a AppState, model: &str) -> Result<&'a Repository
         .get(model)
         .is_some_and(|m| m.path.is_some())
     {
-        return Err(ApiError::Invalid(format!(
+        return Err(ApiError::invalid(format!(
             "model {model:?} is served from a file named at start-up (--model), not from the \
              repository; it cannot be loaded or unloaded"
         )));
@@ -169,7 +170,7 @@ fn parse_optional<T: Default + serde::de::DeserializeOwned>(
         return Ok(T::default());
     }
     crate::protocol::json_de::from_slice(body)
-        .map_err(|e| ApiError::Malformed(format!("invalid {what}: {e}")))
+        .map_err(|e| ApiError::malformed(format!("invalid {what}: {e}")))
 }
 
 #[cfg(test)]

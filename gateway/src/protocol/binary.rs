@@ -3,12 +3,12 @@
 //! `binary_data_size`, in the order the inputs are listed.
 
 use super::datatype::Datatype;
-use crate::error::ApiError;
+use crate::protocol::RequestError;
 
 /// Splits a body into its JSON header and the binary section after it.
-pub fn split(body: &[u8], header_len: usize) -> Result<(&[u8], &[u8]), ApiError> {
+pub fn split(body: &[u8], header_len: usize) -> Result<(&[u8], &[u8]), RequestError> {
     if header_len > body.len() {
-        return Err(ApiError::Malformed(format!(
+        return Err(RequestError::Malformed(format!(
             "Inference-Header-Content-Length is {header_len} but the body has only {} bytes",
             body.len()
         )));
@@ -23,12 +23,12 @@ fn le8(c: &[u8]) -> [u8; 8] {
 
 /// Decodes one tensor's bytes into the model's f32, checking every value as the JSON path
 /// does; `name` is for the error message.
-pub fn decode(bytes: &[u8], datatype: Datatype, name: &str) -> Result<Vec<f32>, ApiError> {
+pub fn decode(bytes: &[u8], datatype: Datatype, name: &str) -> Result<Vec<f32>, RequestError> {
     let size = datatype.size();
     debug_assert_eq!(bytes.len() % size, 0, "caller checks the length");
     let mut out = Vec::with_capacity(bytes.len() / size);
     let bad = |i: usize, why: String| {
-        ApiError::Invalid(format!(
+        RequestError::Invalid(format!(
             "input {name:?}: element {i} {why} (datatype {datatype})"
         ))
     };

@@ -4,6 +4,7 @@
 
 pub mod binary;
 pub mod datatype;
+mod error;
 mod input_tensor;
 pub mod json;
 pub mod json_de;
@@ -12,6 +13,7 @@ pub mod response;
 use serde::Deserialize;
 
 pub use datatype::Datatype;
+pub use error::RequestError;
 pub use json::JsonData;
 
 /// `POST .../infer`, as decoded from its JSON header.

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::error::ApiError;
+use crate::infer::InferError;
 
 use super::binary::encode_f32;
 
@@ -58,14 +58,14 @@ pub fn encode(
     fields: &ResponseFields<'_>,
     outputs: &[OutputRequest],
     values: &[f32],
-) -> Result<Encoded, ApiError> {
+) -> Result<Encoded, InferError> {
     let any_binary = outputs.iter().any(|o| o.binary);
     // JSON has no infinity or NaN (serde_json would write `null`, which no client reads as
     // a number): such an output is a model failure in JSON, and travels as binary data.
     if let Some(o) = outputs.iter().find(|o| !o.binary)
         && let Some(i) = values.iter().position(|v| !v.is_finite())
     {
-        return Err(ApiError::ModelFailure(format!(
+        return Err(InferError::Model(format!(
             "output {:?}: element {i} is {}, which JSON cannot carry; request it as binary \
              data (parameters.binary_data_output) to receive it",
             o.name, values[i]
@@ -90,7 +90,7 @@ pub fn encode(
     };
     let mut body = Vec::with_capacity(64 + values.len() * if any_binary { 4 } else { 12 });
     serde_json::to_writer(&mut body, &response)
-        .map_err(|e| ApiError::ModelFailure(format!("cannot encode the response: {e}")))?;
+        .map_err(|e| InferError::Model(format!("cannot encode the response: {e}")))?;
     if !any_binary {
         return Ok(Encoded {
             body,

@@ -1,0 +1,268 @@
+//! `POST /v2/models/{m}[/versions/{v}]/infer`: read the head, read the body, admit before
+//! parsing, decode, validate, submit, encode. Each step is a function below; admission,
+//! submission and the wait belong to the version's inference core ([`crate::infer`]).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, header};
+use http_body_util::{Full, Limited};
+use hyper::body::Incoming;
+use tokio::time::Instant;
+
+use super::arrival::ArrivalClock;
+use super::{AppState, body, content_coding, error_response};
+use crate::batching::Completed;
+use crate::batching::feedback::Answered;
+use crate::error::ApiError;
+use crate::infer::{Arrival, Submission};
+use crate::metrics as names;
+use crate::protocol::response::{self, Encoded, ResponseFields};
+use crate::protocol::{InferRequest, binary, json_de};
+use crate::registry::ModelVersion;
+use crate::stats::RequestTimes;
+use crate::validate::{ValidRequest, validate};
+
+pub const BINARY_HEADER: &str = "inference-header-content-length";
+/// The time left to a request's caller, in microseconds, as a proxy or client propagates
+/// its own deadline (gRPC's `grpc-timeout` idea): the server counts it from arrival, as it
+/// does `parameters.timeout`, and answers 504 at once when nothing is left.
+pub const TIMEOUT_HEADER: &str = "tandem-timeout-us";
+/// The same in milliseconds, as Envoy sets it on the requests it routes.
+pub const ENVOY_TIMEOUT_HEADER: &str = "x-envoy-expected-rq-timeout-ms";
+
+/// Answers one infer request, counting it under its model and status.
+pub async fn infer(
+    state: &AppState,
+    model: &str,
+    version: Option<String>,
+    req: Request<Limited<Incoming>>,
+    clock: &ArrivalClock,
+) -> Response<Full<Bytes>> {
+    let started = Instant::now();
+    let resolved = state.registry.resolve(model, version.as_deref());
+    // Only models that exist become metric labels: the label set stays bounded.
+    let label = if resolved.is_ok() { model } else { "_unknown" };
+    let response = match resolved {
+        Ok(v) => {
+            let result = infer_on(state, &v, req, clock, started).await;
+            if result.is_err() {
+                v.stats.failed(started.elapsed());
+            }
+            result.unwrap_or_else(|e| error_response(&e))
+        }
+        Err(e) => error_response(&e.into()),
+    };
+    let code = response.status().as_u16().to_string();
+    metrics::counter!(names::REQUESTS, "model" => label.to_string(), "code" => code).increment(1);
+    metrics::histogram!(names::REQUEST_DURATION, "model" => label.to_string())
+        .record(started.elapsed().as_secs_f64());
+    response
+}
+
+/// What the headers say about the body and the answer, read before the body.
+struct Head {
+    /// `Inference-Header-Content-Length`: the JSON part's length in a binary request.
+    binary_header_len: Option<usize>,
+    /// The caller's remaining time, from the propagation headers.
+    propagated: Option<Duration>,
+    coding: content_coding::Coding,
+    answer_coding: content_coding::Coding,
+}
+
+fn read_head(headers: &HeaderMap) -> Result<Head, ApiError> {
+    let binary_header_len = match headers.get(BINARY_HEADER) {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|s| s.trim().parse::<usize>().ok())
+                .ok_or_else(|| {
+                    ApiError::malformed(format!(
+                        "Inference-Header-Content-Length must be a byte count, got {v:?}"
+                    ))
+                })?,
+        ),
+    };
+    Ok(Head {
+        binary_header_len,
+        propagated: propagated_timeout(headers)?,
+        coding: content_coding::coding(headers)?,
+        answer_coding: content_coding::accepted(headers),
+    })
+}
+
+/// The caller's remaining time from [`TIMEOUT_HEADER`] or [`ENVOY_TIMEOUT_HEADER`] (the
+/// shorter when both are set).
+fn propagated_timeout(headers: &HeaderMap) -> Result<Option<Duration>, ApiError> {
+    let read = |name: &str, unit: fn(u64) -> Duration| -> Result<Option<Duration>, ApiError> {
+        let Some(v) = headers.get(name) else {
+            return Ok(None);
+        };
+        v.to_str()
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .map(|n| Some(unit(n)))
+            .ok_or_else(|| ApiError::malformed(format!("{name} must be a whole number, got {v:?}")))
+    };
+    let us = read(TIMEOUT_HEADER, Duration::from_micros)?;
+    let ms = read(ENVOY_TIMEOUT_HEADER, Duration::from_millis)?;
+    Ok(us.into_iter().chain(ms).min())
+}
+
+/// When the request arrived: when the kernel received its bytes, if that was earlier than
+/// the handler started (it waited in the socket while the runtime served others). A
+/// client may send any deadline; one an `Instant` cannot hold is no deadline at all.
+fn arrival_of(started: Instant, clock: &ArrivalClock, head: &Head) -> Arrival {
+    let read_from = started.into_std();
+    let arrived = clock
+        .take()
+        .map_or(read_from, |k| k.into_std().min(read_from));
+    Arrival {
+        arrived,
+        read_from,
+        deadline: head.propagated.and_then(|t| arrived.checked_add(t)),
+    }
+}
+
+async fn infer_on(
+    state: &AppState,
+    version: &ModelVersion,
+    req: Request<Limited<Incoming>>,
+    clock: &ArrivalClock,
+    started: Instant,
+) -> Result<Response<Full<Bytes>>, ApiError> {
+    let head = read_head(req.headers())?;
+    let config = state.config();
+    let limit = config.limits.max_body_bytes;
+    let body = body::read_body(req.into_body(), limit, config.limits.body_read_timeout()).await?;
+    let arrival = arrival_of(started, clock, &head);
+    // Before any decompression or parsing: the body is read, so the connection stays
+    // usable whatever the answer.
+    version.core.admit_unparsed(&arrival)?;
+    let body = content_coding::decode(body, head.coding, limit).await?;
+    let valid = decode(&body, &head, version)?;
+    drop(body);
+    let queued = std::time::Instant::now();
+    let submission = Submission {
+        input: valid.input,
+        rows: valid.rows,
+        priority: valid.priority,
+        timeout: valid.timeout,
+    };
+    let wait = config.limits.request_timeout();
+    let completed = version.core.submit(submission, &arrival, wait).await?;
+    let encoded = encode(
+        version,
+        valid.id.as_deref(),
+        &valid.outputs,
+        valid.rows,
+        &completed,
+    )?;
+    let response = respond(encoded, head.answer_coding).await;
+    record(version, &arrival, queued, valid.rows, &completed);
+    Ok(response)
+}
+
+/// The JSON header (and binary section) into a request the model can run.
+fn decode(body: &[u8], head: &Head, version: &ModelVersion) -> Result<ValidRequest, ApiError> {
+    let (json_part, binary_part) = match head.binary_header_len {
+        Some(n) => binary::split(body, n)?,
+        None => (body, &[][..]),
+    };
+    let request: InferRequest = json_de::from_slice(json_part)
+        .map_err(|e| ApiError::malformed(format!("invalid inference request JSON: {e}")))?;
+    let settings = version.settings();
+    Ok(validate(
+        request,
+        binary_part,
+        version.info.input_width,
+        &settings,
+    )?)
+}
+
+fn encode(
+    version: &ModelVersion,
+    id: Option<&str>,
+    outputs: &[response::OutputRequest],
+    rows: usize,
+    completed: &Completed,
+) -> Result<Encoded, ApiError> {
+    let version_label = version.version.to_string();
+    let fields = ResponseFields {
+        model_name: &version.name,
+        model_version: &version_label,
+        id,
+        rows,
+        width: version.info.output_width,
+    };
+    Ok(response::encode(&fields, outputs, &completed.output)?)
+}
+
+/// The response, compressed when the client asked for it and it is worth it. The binary
+/// header's length counts the uncompressed body, as Triton's does.
+async fn respond(encoded: Encoded, coding: content_coding::Coding) -> Response<Full<Bytes>> {
+    use content_coding::Coding;
+    let compressed =
+        coding != Coding::Identity && encoded.body.len() >= content_coding::MIN_COMPRESSED;
+    let body = if compressed {
+        content_coding::encode(encoded.body, coding).await
+    } else {
+        encoded.body
+    };
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    let headers = resp.headers_mut();
+    if compressed {
+        headers.insert(
+            header::CONTENT_ENCODING,
+            header::HeaderValue::from_static(coding.name()),
+        );
+    }
+    if coding != Coding::Identity {
+        headers.insert(
+            header::VARY,
+            header::HeaderValue::from_static("accept-encoding"),
+        );
+    }
+    let content_type = match encoded.header_len {
+        Some(n) => {
+            headers.insert(BINARY_HEADER, n.into());
+            "application/octet-stream"
+        }
+        None => "application/json",
+    };
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
+    resp
+}
+
+/// The response is written as soon as the handler returns, on this task: the latency the
+/// client sees, less the wire. It goes to the feedback loop and the statistics.
+fn record(
+    version: &ModelVersion,
+    arrival: &Arrival,
+    queued: std::time::Instant,
+    rows: usize,
+    completed: &Completed,
+) {
+    let latency = arrival.arrived.elapsed();
+    let after_compute = latency.saturating_sub(completed.queue_time + completed.compute_time);
+    version.core.answered(Answered {
+        latency,
+        after_compute,
+    });
+    // The worker's queue time counts from arrival; the stats split off decoding.
+    let input = queued.saturating_duration_since(arrival.arrived);
+    version.stats.succeeded(
+        rows,
+        RequestTimes {
+            total: latency,
+            input,
+            queue: completed.queue_time.saturating_sub(input),
+            infer: completed.compute_time,
+            output: after_compute,
+        },
+    );
+}

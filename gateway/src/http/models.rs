@@ -1,0 +1,177 @@
+//! The v2 protocol's read-only routes: server and model metadata, readiness, Triton's model
+//! configuration and statistics, and `/metrics`.
+
+use bytes::Bytes;
+use http::{Response, StatusCode, header};
+use http_body_util::Full;
+use serde_json::json;
+
+use super::{AppState, json_response};
+use crate::config::PolicyKind;
+use crate::error::ApiError;
+use crate::metrics as names;
+use crate::registry::LookupError;
+
+pub fn empty(status: StatusCode) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::new()));
+    *r.status_mut() = status;
+    r
+}
+
+pub fn metrics(state: &AppState) -> Response<Full<Bytes>> {
+    let loaded: Vec<(String, u64)> = state
+        .registry
+        .all()
+        .iter()
+        .map(|v| (v.name.clone(), v.version))
+        .collect();
+    let mut text = state.metrics.render();
+    text.push_str(&names::render_loaded_versions(&loaded));
+    let mut r = Response::new(Full::new(Bytes::from(text)));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    r
+}
+
+pub fn server_metadata() -> Response<Full<Bytes>> {
+    let body = json!({
+        "name": "tandem",
+        "version": env!("CARGO_PKG_VERSION"),
+        "extensions": ["binary_tensor_data", "model_configuration", "model_repository", "statistics"],
+    });
+    json_response(StatusCode::OK, body.to_string().into_bytes())
+}
+
+pub fn health_ready(state: &AppState) -> Result<Response<Full<Bytes>>, ApiError> {
+    if state.draining.load(std::sync::atomic::Ordering::Acquire) {
+        return Err(ApiError::Unavailable("shutting down".into()));
+    }
+    if !state.is_ready() {
+        return Err(ApiError::Unavailable(
+            "models are still loading and warming up".into(),
+        ));
+    }
+    Ok(empty(StatusCode::OK))
+}
+
+pub fn model_metadata(
+    state: &AppState,
+    model: &str,
+    version: Option<&str>,
+) -> Result<Response<Full<Bytes>>, ApiError> {
+    let v = state.registry.resolve(model, version)?;
+    let versions: Vec<String> = match version {
+        Some(_) => vec![v.version.to_string()],
+        None => state
+            .registry
+            .versions(model)
+            .iter()
+            .map(|v| v.to_string())
+            .collect(),
+    };
+    let meta = &v.info.metadata;
+    let body = json!({
+        "name": v.name,
+        "versions": versions,
+        "platform": "tandem_mlp",
+        "inputs": meta.inputs,
+        "outputs": meta.outputs,
+    });
+    Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
+}
+
+/// `GET /v2/models[/{m}[/versions/{v}]]/stats`: Triton's statistics of every loaded
+/// version, of every version of one model, or of one version ([`crate::stats`]).
+pub fn statistics(
+    state: &AppState,
+    model: Option<&str>,
+    version: Option<&str>,
+) -> Result<Response<Full<Bytes>>, ApiError> {
+    let versions = match (model, version) {
+        (None, _) => state.registry.all(),
+        (Some(m), Some(v)) => vec![state.registry.resolve(m, Some(v))?],
+        (Some(m), None) => {
+            let all: Vec<_> = state
+                .registry
+                .all()
+                .into_iter()
+                .filter(|v| v.name == m)
+                .collect();
+            if all.is_empty() {
+                return Err(LookupError::UnknownModel {
+                    model: m.to_string(),
+                }
+                .into());
+            }
+            all
+        }
+    };
+    let model_stats: Vec<serde_json::Value> = versions
+        .iter()
+        .map(|v| v.stats.to_json(&v.name, v.version))
+        .collect();
+    let body = json!({ "model_stats": model_stats });
+    Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
+}
+
+/// `GET /v2/models/{m}[/versions/{v}]/config`: the settings a version serves with, in the
+/// shape of Triton's model configuration, for `tritonclient`'s `get_model_config` and the
+/// tools that read `max_batch_size` and the tensors' dims from it (dims without the batch
+/// dimension, as Triton gives them when `max_batch_size` > 0). What Triton's schema has no
+/// field for (the policy, the p99 budget) is under `parameters`, as Triton's string
+/// parameters.
+pub fn model_config(
+    state: &AppState,
+    model: &str,
+    version: Option<&str>,
+) -> Result<Response<Full<Bytes>>, ApiError> {
+    let v = state.registry.resolve(model, version)?;
+    let s = v.settings();
+    let tensor = |name: &str, width: usize| json!({"name": name, "data_type": "TYPE_FP32", "format": "FORMAT_NONE", "dims": [width]});
+    let text = |value: String| json!({ "string_value": value });
+    let policy = match s.policy {
+        PolicyKind::Adaptive => "adaptive",
+        PolicyKind::Static => "static",
+    };
+    let kind = if v.info.device.starts_with("cuda") {
+        "KIND_GPU"
+    } else {
+        "KIND_CPU"
+    };
+    let body = json!({
+        "name": v.name,
+        "platform": "tandem_mlp",
+        "backend": "tandem",
+        "max_batch_size": s.max_batch_size,
+        "input": [tensor("input-0", v.info.input_width)],
+        "output": [tensor("output-0", v.info.output_width)],
+        "instance_group": [{"name": v.name, "kind": kind, "count": s.replicas}],
+        "dynamic_batching": {
+            "max_queue_delay_microseconds": s.max_queue_delay_us,
+            "priority_levels": s.priority_levels,
+            "default_priority_level": s.default_priority,
+            "default_queue_policy": {
+                "default_timeout_microseconds": s.default_timeout_us,
+                "max_queue_size": s.queue_capacity,
+            },
+        },
+        "parameters": {
+            "policy": text(policy.to_string()),
+            "p99_ms": text(s.p99_ms.to_string()),
+            "device": text(v.info.device.clone()),
+            "version": text(v.version.to_string()),
+        },
+    });
+    Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
+}
+
+pub fn model_ready(
+    state: &AppState,
+    model: &str,
+    version: Option<&str>,
+) -> Result<Response<Full<Bytes>>, ApiError> {
+    state.registry.resolve(model, version)?;
+    Ok(empty(StatusCode::OK))
+}

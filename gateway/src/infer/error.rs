@@ -1,0 +1,74 @@
+//! How admission and inference fail: a [`Refusal`] (the request was turned away, and is
+//! counted once under its reason) or another [`InferError`].
+
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// A request turned away. Each is counted exactly once, under [`Refusal::reason`], in
+/// `tandem_requests_rejected_total` and in the figure the trainer coordinator reads.
+#[derive(Clone, Debug, Error, PartialEq)]
+pub enum Refusal {
+    /// The policy predicts it would finish past its deadline behind the queue (or the door
+    /// is closed after such a prediction).
+    #[error("{message}")]
+    Shed {
+        message: String,
+        retry_after: Duration,
+    },
+    /// It cannot be answered within its budget of its arrival (refused before parsing).
+    #[error("{message}")]
+    Late {
+        message: String,
+        retry_after: Duration,
+    },
+    /// The queue, or the channel in front of it, is full.
+    #[error("{message}")]
+    QueueFull {
+        message: String,
+        retry_after: Duration,
+    },
+    /// Its deadline passed before its batch started (or before it was read).
+    #[error("request deadline passed after {waited_ms} ms")]
+    Expired { waited_ms: u64 },
+}
+
+/// The reasons of `tandem_requests_rejected_total`; `abandoned` (the client left) is
+/// counted where it is seen, since no client is left to answer.
+pub const REASONS: [&str; 5] = ["shed", "late", "queue_full", "expired", "abandoned"];
+
+impl Refusal {
+    /// The bounded `reason` label of the metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::Shed { .. } => "shed",
+            Refusal::Late { .. } => "late",
+            Refusal::QueueFull { .. } => "queue_full",
+            Refusal::Expired { .. } => "expired",
+        }
+    }
+
+    /// When to come back; `None` for an expired request (its caller has given up).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Refusal::Shed { retry_after, .. }
+            | Refusal::Late { retry_after, .. }
+            | Refusal::QueueFull { retry_after, .. } => Some(*retry_after),
+            Refusal::Expired { .. } => None,
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum InferError {
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// No answer within `limits.request_timeout_ms`.
+    #[error("request timed out after {0:?}")]
+    Timeout(Duration),
+    /// The version is going away (unloaded, its workers stopping).
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("model failed: {0}")]
+    Model(String),
+}

@@ -1,0 +1,158 @@
+//! The inference core: what stands between the HTTP handlers and a model version's batcher
+//! (as TEI's `infer.rs` stands between its router and its queue). One [`Core`] per loaded
+//! version owns admission — the refusals before parsing ([`admission`]), the predicted-miss
+//! shed and the deadlines the batcher applies — submission into the bounded queue, and the
+//! wait for the answer. Every refusal is counted here, once, under its reason: the handler
+//! sees only `Result`s.
+//!
+//! A handler's way through: [`Core::admit_unparsed`] with the request's arrival, then
+//! decoding and validation (not here), then [`Core::submit`], then [`Core::answered`] once
+//! the response is ready.
+
+pub mod admission;
+mod error;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics::Counter;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+pub use admission::{Arrival, Door};
+pub use error::{InferError, REASONS, Refusal};
+
+use crate::batching::feedback::{Answered, ResponseLatencies};
+use crate::batching::{Completed, Pending};
+use crate::metrics as names;
+use crate::signals::Signals;
+
+/// What the core needs to submit a validated request.
+#[derive(Debug)]
+pub struct Submission {
+    pub input: Vec<f32>,
+    pub rows: usize,
+    /// 1 is the highest.
+    pub priority: u32,
+    /// The request's own timeout (`parameters.timeout`), counted from its arrival.
+    pub timeout: Option<Duration>,
+}
+
+/// Handles to `tandem_requests_rejected_total{model, reason}`, made once per version:
+/// under overload refusals come by the thousand a second, and a counter looked up per
+/// refusal would allocate its labels each time.
+#[derive(Clone)]
+pub struct RefusalCounters {
+    by_reason: [Counter; 5],
+}
+
+impl RefusalCounters {
+    pub fn new(model: &str) -> RefusalCounters {
+        RefusalCounters {
+            by_reason: REASONS.map(|reason| {
+                metrics::counter!(names::REQUESTS_REJECTED, "model" => model.to_string(), "reason" => reason)
+            }),
+        }
+    }
+
+    pub fn count(&self, reason: &str) {
+        if let Some(i) = REASONS.iter().position(|r| *r == reason) {
+            self.by_reason[i].increment(1);
+        }
+    }
+}
+
+pub struct Core {
+    model: String,
+    /// The batcher's request channel; bounded by the queue's capacity.
+    requests: mpsc::Sender<Pending>,
+    pub door: Arc<Door>,
+    pub signals: Arc<Signals>,
+    refusals: RefusalCounters,
+    /// Where answered requests' latencies go back to the batcher's feedback loop.
+    responses: Arc<ResponseLatencies>,
+}
+
+impl Core {
+    pub fn new(
+        model: &str,
+        requests: mpsc::Sender<Pending>,
+        door: Arc<Door>,
+        signals: Arc<Signals>,
+        responses: Arc<ResponseLatencies>,
+    ) -> Core {
+        Core {
+            model: model.to_string(),
+            requests,
+            door,
+            signals,
+            refusals: RefusalCounters::new(model),
+            responses,
+        }
+    }
+
+    /// Counts a refusal under its reason (and for the coordinator), once, and passes it on.
+    fn refuse(&self, refusal: Refusal) -> InferError {
+        self.refusals.count(refusal.reason());
+        self.signals.add_turned_away(1);
+        InferError::Refused(refusal)
+    }
+
+    /// What can be decided before the body is parsed (see [`Door::check`]). Every request
+    /// that reached this version counts as demand here, refused or not.
+    pub fn admit_unparsed(&self, arrival: &Arrival) -> Result<(), InferError> {
+        self.signals.add_offered();
+        self.door
+            .check(&self.model, arrival, std::time::Instant::now())
+            .map_err(|r| self.refuse(r))
+    }
+
+    /// Queues a validated request and waits for its answer, at most `wait`.
+    pub async fn submit(
+        &self,
+        request: Submission,
+        arrival: &Arrival,
+        wait: Duration,
+    ) -> Result<Completed, InferError> {
+        let arrived = Instant::from_std(arrival.arrived);
+        let own = request.timeout.and_then(|t| arrival.arrived.checked_add(t));
+        let deadline = own.into_iter().chain(arrival.deadline).min();
+        let (reply, answer) = oneshot::channel();
+        let pending = Pending {
+            input: request.input,
+            rows: request.rows,
+            priority: request.priority,
+            enqueued: arrived,
+            deadline: deadline.map(Instant::from_std),
+            reply,
+        };
+        self.requests.try_send(pending).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => self.refuse(Refusal::QueueFull {
+                message: format!(
+                    "model {:?} has {} requests waiting to be queued",
+                    self.model,
+                    self.requests.max_capacity()
+                ),
+                retry_after: Duration::from_secs(1),
+            }),
+            mpsc::error::TrySendError::Closed(_) => {
+                InferError::Unavailable(format!("model {:?} is unloading", self.model))
+            }
+        })?;
+        match tokio::time::timeout(wait, answer).await {
+            Err(_) => Err(InferError::Timeout(wait)),
+            Ok(Err(_)) => Err(InferError::Model(
+                "the request was dropped by its worker".into(),
+            )),
+            Ok(Ok(Ok(completed))) => Ok(completed),
+            Ok(Ok(Err(InferError::Refused(r)))) => Err(self.refuse(r)),
+            Ok(Ok(Err(e))) => Err(e),
+        }
+    }
+
+    /// A response is ready: its latency from arrival, and the part after its batch ended,
+    /// go back to the batcher's feedback loop.
+    pub fn answered(&self, answered: Answered) {
+        self.responses.record(answered);
+    }
+}
