@@ -164,8 +164,11 @@ pub struct ModelSettings {
     pub policy: PolicyKind,
     /// The p99 latency budget the adaptive policy meets, in milliseconds.
     pub p99_ms: f64,
-    /// Rows per batch at most; also the most rows one request may carry.
+    /// Rows per batch at most (a text model's texts); also the most one request may carry.
     pub max_batch_size: usize,
+    /// A text model's batches hold at most this many token-units (tokens, plus attention
+    /// for long sequences); so does one request.
+    pub max_batch_tokens: usize,
     /// The static policy releases a batch when its oldest request has waited this long.
     pub max_queue_delay_us: u64,
     /// Requests waiting at most; beyond it requests are answered 429 at once.
@@ -186,6 +189,7 @@ impl Default for ModelSettings {
             policy: PolicyKind::Adaptive,
             p99_ms: 50.0,
             max_batch_size: 64,
+            max_batch_tokens: 16_384,
             max_queue_delay_us: 1000,
             queue_capacity: 1024,
             replicas: 1,
@@ -205,6 +209,7 @@ pub struct ModelOverrides {
     pub policy: Option<PolicyKind>,
     pub p99_ms: Option<f64>,
     pub max_batch_size: Option<usize>,
+    pub max_batch_tokens: Option<usize>,
     pub max_queue_delay_us: Option<u64>,
     pub queue_capacity: Option<usize>,
     pub replicas: Option<usize>,
@@ -221,6 +226,7 @@ impl ModelOverrides {
             policy: self.policy.or(under.policy),
             p99_ms: self.p99_ms.or(under.p99_ms),
             max_batch_size: self.max_batch_size.or(under.max_batch_size),
+            max_batch_tokens: self.max_batch_tokens.or(under.max_batch_tokens),
             max_queue_delay_us: self.max_queue_delay_us.or(under.max_queue_delay_us),
             queue_capacity: self.queue_capacity.or(under.queue_capacity),
             replicas: self.replicas.or(under.replicas),
@@ -235,6 +241,7 @@ impl ModelOverrides {
             policy: self.policy.unwrap_or(base.policy),
             p99_ms: self.p99_ms.unwrap_or(base.p99_ms),
             max_batch_size: self.max_batch_size.unwrap_or(base.max_batch_size),
+            max_batch_tokens: self.max_batch_tokens.unwrap_or(base.max_batch_tokens),
             max_queue_delay_us: self.max_queue_delay_us.unwrap_or(base.max_queue_delay_us),
             queue_capacity: self.queue_capacity.unwrap_or(base.queue_capacity),
             replicas: self.replicas.unwrap_or(base.replicas),
@@ -250,6 +257,15 @@ impl ModelSettings {
     /// serving to it whatever the policy.
     pub fn budget(&self) -> Duration {
         Duration::from_secs_f64(self.p99_ms / 1000.0)
+    }
+
+    /// The largest batch a model of `input` runs, in batch rows (rows, or a text model's
+    /// token-units) and in output rows (rows, or texts).
+    pub fn batch_limits(&self, input: &models::InputKind) -> (usize, usize) {
+        match input {
+            models::InputKind::Dense { .. } => (self.max_batch_size, self.max_batch_size),
+            models::InputKind::Text(_) => (self.max_batch_tokens, self.max_batch_size),
+        }
     }
 
     /// Checks ranges; `at` names the section for the message. Every number has an upper
@@ -296,6 +312,7 @@ impl ModelSettings {
 
 /// The largest accepted model settings (see [`ModelSettings::validate`]).
 pub const MAX_BATCH_SIZE: u64 = 65_536;
+pub const MAX_BATCH_TOKENS: u64 = 1_048_576;
 /// One microsecond: tighter than anything a server can meet, which is what the trainer
 /// tests use to squeeze serving.
 pub const MIN_P99_MS: f64 = 0.001;

@@ -7,18 +7,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kernels::Device;
-use models::{Mlp, Model};
+use models::{InputKind, TextInput, TextTokenizer};
 use tokio::sync::mpsc;
 
 use crate::batching::latency::LatencyModel;
 use crate::batching::policy::for_settings;
 use crate::batching::state::QueueState;
-use crate::batching::task::Batcher;
+use crate::batching::task::{Batcher, WorkerDone};
 use crate::config::ModelSettings;
 use crate::infer::{Core, Door};
 use crate::metrics as names;
-use crate::registry::ModelVersion;
-use crate::worker::{self, BusyMeter, WorkerSpec};
+use crate::registry::{ModelVersion, TextModel};
+use crate::worker::{self, BusyMeter, ReplicaInfo, WorkerSpec};
 
 pub struct LoadSpec {
     pub name: String,
@@ -41,114 +41,177 @@ pub async fn load(spec: LoadSpec) -> Result<Arc<ModelVersion>, String> {
     spec.settings
         .validate(&spec.name)
         .map_err(|e| e.to_string())?;
-    let s = &spec.settings;
-    let replicas = s.replicas.max(1);
-    let (batch_tx, batch_rx) = std::sync::mpsc::sync_channel(replicas);
-    let batch_rx = Arc::new(Mutex::new(batch_rx));
-    let (done_tx, done_rx) = mpsc::channel(replicas * 2);
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let result = load_validated(&spec, started).await;
+    let outcome = if result.is_ok() { "ok" } else { "error" };
+    metrics::counter!(names::MODEL_LOADS, "model" => spec.name.clone(), "outcome" => outcome)
+        .increment(1);
+    result
+}
+
+async fn load_validated(
+    spec: &LoadSpec,
+    started: std::time::Instant,
+) -> Result<Arc<ModelVersion>, String> {
     let stats = Arc::new(crate::stats::VersionStats::default());
-    for replica in 0..replicas {
-        let path = spec.path.clone();
-        let device = spec.device.clone();
-        let cpu_threads = spec.cpu_threads;
+    let replicas = start_replicas(spec, &stats).await?;
+    let info = replicas.info.clone();
+    let text = match &info.input {
+        InputKind::Text(input) => Some(text_model(&spec.path, input).await?),
+        InputKind::Dense { .. } => None,
+    };
+    if info.output_width == 0 {
+        return Err("model has an empty output".into());
+    }
+    let (max_rows, max_outputs) = spec.settings.batch_limits(&info.input);
+    let channels = start_batcher(spec, replicas, max_rows, max_outputs);
+    log_loaded(spec, &info, max_rows, started);
+    Ok(Arc::new(ModelVersion {
+        core: channels.core,
+        name: spec.name.clone(),
+        version: spec.version,
+        info,
+        text,
+        repo_overrides: std::sync::Mutex::new(spec.repo_overrides.clone()),
+        settings: std::sync::Mutex::new(spec.settings.clone()),
+        updates: channels.updates,
+        stats,
+    }))
+}
+
+/// The replicas' side, once all are warmed up: their batch channel and what they report.
+struct Replicas {
+    count: usize,
+    batches: std::sync::mpsc::SyncSender<crate::batching::Batch>,
+    done: mpsc::Receiver<WorkerDone>,
+    info: ReplicaInfo,
+}
+
+/// Starts every replica's thread and waits (off the runtime) until each has loaded and
+/// warmed up its copy of the model; dropping the batch channel on an error ends those
+/// that did.
+async fn start_replicas(
+    spec: &LoadSpec,
+    stats: &Arc<crate::stats::VersionStats>,
+) -> Result<Replicas, String> {
+    let count = spec.settings.replicas.max(1);
+    let (batch_tx, batch_rx) = std::sync::mpsc::sync_channel(count);
+    let batch_rx = Arc::new(Mutex::new(batch_rx));
+    let (done_tx, done_rx) = mpsc::channel(count * 2);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    for replica in 0..count {
+        let (path, device) = (spec.path.clone(), spec.device.clone());
         let worker_spec = WorkerSpec {
             model_label: spec.name.clone(),
             replica,
             batches: batch_rx.clone(),
             done: done_tx.clone(),
             busy: spec.busy.clone(),
-            max_batch_rows: s.max_batch_size,
-            cpu_threads,
+            settings: spec.settings.clone(),
+            cpu_threads: spec.cpu_threads,
             stats: stats.clone(),
         };
-        // Runs in the replica's compute pool: the model splits its layers over that pool's
+        // Runs in the replica's compute pool: the model splits its work over that pool's
         // `cpu_threads` threads.
-        let load = move || -> Result<Box<dyn Model>, String> {
-            let mlp = Mlp::load(&path, &device).map_err(|e| e.to_string())?;
-            Ok(Box::new(mlp) as Box<dyn Model>)
-        };
+        let load = move || models::load(&path, &device).map_err(|e| e.to_string());
         worker::spawn(worker_spec, load, ready_tx.clone())
             .map_err(|e| format!("cannot start a worker thread: {e}"))?;
     }
     drop((ready_tx, done_tx));
-    // Readiness arrives on a std channel from the worker threads: wait off the runtime.
     let reports = tokio::task::spawn_blocking(move || {
-        (0..replicas)
+        (0..count)
             .map(|_| {
                 ready_rx
                     .recv()
                     .unwrap_or_else(|_| Err("a worker thread died while loading".into()))
             })
-            .collect::<Vec<_>>()
+            .collect::<Result<Vec<_>, String>>()
     })
     .await
-    .map_err(|e| format!("load task failed: {e}"))?;
-    let mut infos = Vec::with_capacity(replicas);
-    for r in reports {
-        match r {
-            Ok(info) => infos.push(info),
-            Err(e) => {
-                metrics::counter!(names::MODEL_LOADS, "model" => spec.name.clone(), "outcome" => "error").increment(1);
-                // Dropping batch_tx ends the replicas that did load.
-                return Err(e);
-            }
-        }
-    }
-    let info = infos.swap_remove(0);
-    if info.input_width == 0 || info.output_width == 0 {
-        return Err("model has an empty input or output".into());
-    }
+    .map_err(|e| format!("load task failed: {e}"))??;
+    Ok(Replicas {
+        count,
+        batches: batch_tx,
+        done: done_rx,
+        info: reports.into_iter().next().ok_or("no replica reported")?,
+    })
+}
 
+/// A text model's tokenizer, read from its folder off the runtime.
+async fn text_model(path: &std::path::Path, input: &TextInput) -> Result<TextModel, String> {
+    let dir = if path.is_dir() {
+        path.to_path_buf()
+    } else {
+        path.parent().unwrap_or(path).to_path_buf()
+    };
+    let max = input.max_seq_len;
+    let tokenizer = tokio::task::spawn_blocking(move || TextTokenizer::from_dir(&dir, max))
+        .await
+        .map_err(|e| format!("load task failed: {e}"))?
+        .map_err(|e| e.to_string())?;
+    Ok(TextModel {
+        tokenizer: Arc::new(tokenizer),
+        input: input.clone(),
+    })
+}
+
+/// What the version's handle keeps of its batcher.
+struct Channels {
+    core: Core,
+    updates: mpsc::Sender<crate::batching::task::PolicyUpdate>,
+}
+
+fn start_batcher(
+    spec: &LoadSpec,
+    replicas: Replicas,
+    max_rows: usize,
+    max_outputs: usize,
+) -> Channels {
+    let s = &spec.settings;
     let signals = Arc::new(crate::signals::Signals::default());
     let door = Arc::new(Door::default());
     let responses = Arc::new(crate::batching::feedback::ResponseLatencies::default());
     let (req_tx, req_rx) = mpsc::channel(s.queue_capacity);
     let (upd_tx, upd_rx) = mpsc::channel(4);
+    let warmup = &replicas.info.warmup;
     let batcher = Batcher {
         model: spec.name.clone(),
         requests: req_rx,
-        done: done_rx,
-        batches: Box::new(batch_tx),
-        workers: replicas,
-        policy: for_settings(s, &info.warmup),
+        done: replicas.done,
+        batches: Box::new(replicas.batches),
+        workers: replicas.count,
+        policy: for_settings(s, max_rows, warmup),
         updates: upd_rx,
-        state: QueueState::new(s.queue_capacity, s.max_batch_size),
+        state: QueueState::new(s.queue_capacity, max_rows).with_max_outputs(max_outputs),
         full_retry_after: Duration::from_secs(1),
         signals: signals.clone(),
         door: door.clone(),
         budget: s.budget(),
         cpu_load: Some(crate::batching::cpu_load::CpuLoad::new()),
         responses: Some(responses.clone()),
-        device: LatencyModel::from_warmup(&info.warmup),
+        device: LatencyModel::from_warmup(warmup),
     };
     tokio::spawn(batcher.run());
-    metrics::counter!(names::MODEL_LOADS, "model" => spec.name.clone(), "outcome" => "ok")
-        .increment(1);
+    Channels {
+        core: Core::new(&spec.name, req_tx, door, signals, responses),
+        updates: upd_tx,
+    }
+}
+
+fn log_loaded(spec: &LoadSpec, info: &ReplicaInfo, max_rows: usize, started: std::time::Instant) {
+    let warmup = &info.warmup;
     tracing::info!(
         model = %spec.name,
         version = spec.version,
         device = %info.device,
-        replicas,
+        replicas = spec.settings.replicas.max(1),
         elapsed_ms = started.elapsed().as_millis() as u64,
-        warmup_us = %info
-            .warmup
+        warmup_us = %warmup
             .iter()
             .map(|(rows, d)| format!("{rows}:{}", d.as_micros()))
             .collect::<Vec<_>>()
             .join(","),
         // The knee of cost per row that adaptive batches wait to grow towards.
-        efficient_batch = LatencyModel::from_warmup(&info.warmup).efficient_batch(s.max_batch_size),
+        efficient_batch = LatencyModel::from_warmup(warmup).efficient_batch(max_rows),
         "model version loaded and warmed up"
     );
-    Ok(Arc::new(ModelVersion {
-        core: Core::new(&spec.name, req_tx, door, signals, responses),
-        name: spec.name,
-        version: spec.version,
-        info,
-        repo_overrides: std::sync::Mutex::new(spec.repo_overrides),
-        settings: std::sync::Mutex::new(spec.settings),
-        updates: upd_tx,
-        stats,
-    }))
 }

@@ -11,6 +11,10 @@ pub const REQUEST_DURATION: &str = "tandem_request_duration_seconds";
 pub const QUEUE_DURATION: &str = "tandem_queue_duration_seconds";
 pub const COMPUTE_DURATION: &str = "tandem_compute_duration_seconds";
 pub const BATCH_ROWS: &str = "tandem_batch_rows";
+pub const BATCH_TOKENS: &str = "tandem_batch_tokens";
+pub const BATCH_PADDING_RATIO: &str = "tandem_batch_padding_ratio";
+pub const REQUEST_TOKENS: &str = "tandem_request_tokens";
+pub const COST_PER_1K_TOKENS: &str = "tandem_cost_per_1k_tokens_usd";
 pub const BATCHES: &str = "tandem_batches_total";
 pub const QUEUE_DEPTH: &str = "tandem_queue_depth_requests";
 pub const REQUESTS_REJECTED: &str = "tandem_requests_rejected_total";
@@ -43,6 +47,10 @@ pub const HARVESTED_DEVICE_SECONDS: &str = "tandem_training_harvested_device_sec
 const LATENCY_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05,
     0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+/// Tokens per request and per batch: a sentence is tens, a batch up to tens of thousands.
+const TOKEN_BUCKETS: &[f64] = &[
+    8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0,
 ];
 const ROW_BUCKETS: &[f64] = &[
     1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
@@ -107,6 +115,22 @@ fn describe() {
         OBSERVED_P99,
         Unit::Seconds,
         "p99 of arrival-to-response latency over the last 2 s, under any policy (from a sample of at most 4,096 latencies, each weighted by the completions it stands for)."
+    );
+    describe_histogram!(
+        BATCH_TOKENS,
+        "Tokens per batch of a text model (sequences packed end to end)."
+    );
+    describe_histogram!(
+        REQUEST_TOKENS,
+        "Tokens per request to a text model, after truncation, special tokens included."
+    );
+    describe_gauge!(
+        BATCH_PADDING_RATIO,
+        "Share of the token positions a text model's last batch computed that were padding: 0, since sequences are packed end to end."
+    );
+    describe_gauge!(
+        COST_PER_1K_TOKENS,
+        "Inference cost charged to a text model over [cost] window_s, per 1,000 tokens it answered in that window; holds its last value while the model answers nothing."
     );
     describe_gauge!(
         LOAD_RATIO,
@@ -180,6 +204,9 @@ pub fn install() -> PrometheusHandle {
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Full(BATCH_ROWS.into()), ROW_BUCKETS)
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Suffix("_tokens".into()), TOKEN_BUCKETS)
                 })
                 // Fails only on an empty bucket list, and ours are constants: were one
                 // emptied, serve with the default buckets rather than not at all.

@@ -34,11 +34,20 @@ pub struct Busy {
     pub version: u64,
 }
 
+/// What a text model's requests need before they are queued: its tokenizer (shared by
+/// every handler; tokenizing happens where requests are validated) and its limits.
+pub struct TextModel {
+    pub tokenizer: Arc<models::TextTokenizer>,
+    pub input: models::TextInput,
+}
+
 /// One loaded, warmed-up model version and the way into its queue.
 pub struct ModelVersion {
     pub name: String,
     pub version: u64,
     pub info: ReplicaInfo,
+    /// Set for a text model.
+    pub text: Option<TextModel>,
     /// The repository's `config.toml` for this model, as last applied to this version.
     pub repo_overrides: std::sync::Mutex<Option<ModelOverrides>>,
     pub settings: std::sync::Mutex<ModelSettings>,
@@ -54,10 +63,12 @@ impl ModelVersion {
     /// Switches this version to `settings`: a new policy goes to its batcher, which takes
     /// it before its next batch.
     pub fn apply(&self, settings: ModelSettings) -> Result<(), Busy> {
-        let policy = crate::batching::policy::for_settings(&settings, &self.info.warmup);
+        let (max_rows, max_outputs) = settings.batch_limits(&self.info.input);
+        let policy = crate::batching::policy::for_settings(&settings, max_rows, &self.info.warmup);
         let update = PolicyUpdate {
             policy,
             queue_capacity: settings.queue_capacity,
+            max_outputs,
             budget: settings.budget(),
         };
         self.updates.try_send(update).map_err(|_| Busy {

@@ -105,4 +105,8 @@ pub enum ModelError {
     /// vocabulary. The message names the sequence and the limit.
     #[error("invalid tokens: {0}")]
     InvalidTokens(String),
+
+    /// A batch of a kind the model does not take (tokens for an MLP, rows for an encoder).
+    #[error("{0}")]
+    WrongInput(String),
 }

@@ -1,8 +1,9 @@
 //! Models tandem can serve and train, behind one small trait.
 //!
-//! [`Model`] is the seam the gateway sees: metadata (tensor names, datatypes, shapes) and a
-//! synchronous `forward` on a batch of rows. It is owned by one worker thread at a time, so
-//! `forward` takes `&mut self` and may keep scratch buffers without locks.
+//! [`Model`] is the seam the gateway sees: metadata (tensor names, datatypes, shapes), what
+//! it takes ([`InputKind`]: dense rows, or texts), and a synchronous `forward` on a
+//! [`Batch`]. It is owned by one worker thread at a time, so `forward` takes `&mut self`
+//! and may keep scratch buffers without locks.
 //!
 //! [`Mlp`] is the multilayer perceptron read from safetensors ([`checkpoint`]), run on the
 //! CPU or a GPU through `kernels`.
@@ -15,7 +16,7 @@ pub mod rng;
 pub mod train;
 
 pub use checkpoint::{Checkpoint, LayerWeights, WeightData};
-pub use encoder::{Encoder, PackedTokens, TextTokenizer, l2_normalize_rows};
+pub use encoder::{EncodeError, Encoder, PackedTokens, TextTokenizer, l2_normalize_rows};
 pub use error::{LoadError, ModelError};
 pub use kernels::{Device, DeviceSpec};
 pub use mlp::Mlp;
@@ -24,9 +25,9 @@ pub use mlp::Mlp;
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct TensorSpec {
     pub name: String,
-    /// `FP32`, ...: the protocol's datatype names.
+    /// `FP32`, `BYTES`, ...: the protocol's datatype names.
     pub datatype: &'static str,
-    /// `-1` marks the batch dimension.
+    /// `-1` marks a variable dimension (the batch's, a sequence's).
     pub shape: Vec<i64>,
 }
 
@@ -39,6 +40,55 @@ pub struct ModelMetadata {
 /// The name of the MLP's only input and output, as DESIGN.md fixes them.
 pub const INPUT_NAME: &str = "input-0";
 pub const OUTPUT_NAME: &str = "output-0";
+/// A text encoder's input (BYTES, one text per row) and output (FP32, one embedding per
+/// row).
+pub const TEXT_INPUT_NAME: &str = "text";
+pub const EMBEDDING_OUTPUT_NAME: &str = "embedding";
+
+/// What a model takes, which decides how requests to it are decoded and batched.
+#[derive(Clone, Debug, PartialEq)]
+pub enum InputKind {
+    /// Rows of `width` FP32 values.
+    Dense { width: usize },
+    /// Texts, tokenized by the gateway and packed: at most `max_seq_len` tokens each.
+    Text(TextInput),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TextInput {
+    pub max_seq_len: usize,
+    /// Whether embeddings are L2-normalised unless a request says otherwise.
+    pub normalize_by_default: bool,
+    /// A sequence of `n` tokens costs `n + n² × attention_per_token_pair` token-units of
+    /// compute: the dense layers per token, attention per pair of tokens.
+    pub attention_per_token_pair: f64,
+}
+
+impl TextInput {
+    /// The compute of one sequence of `tokens`, in token-units.
+    pub fn units(&self, tokens: usize) -> f64 {
+        tokens as f64 + (tokens * tokens) as f64 * self.attention_per_token_pair
+    }
+}
+
+/// A batch as a model runs it.
+#[derive(Clone, Copy, Debug)]
+pub enum Batch<'a> {
+    /// Row-major `[rows, width]`.
+    Dense { values: &'a [f32], rows: usize },
+    /// Sequences packed end to end: one output row each.
+    Tokens(&'a PackedTokens),
+}
+
+impl Batch<'_> {
+    /// Output rows the batch makes.
+    pub fn rows(&self) -> usize {
+        match self {
+            Batch::Dense { rows, .. } => *rows,
+            Batch::Tokens(t) => t.sequences(),
+        }
+    }
+}
 
 /// A model replica. One worker thread owns it and calls `forward` with whole batches.
 pub trait Model: Send {
@@ -47,15 +97,29 @@ pub trait Model: Send {
     /// Where it runs, as `cpu` or `cuda:N`.
     fn device(&self) -> &Device;
 
-    /// Values per row of the input and of the output.
-    fn input_width(&self) -> usize;
+    fn input(&self) -> InputKind;
+
+    /// Values per output row.
     fn output_width(&self) -> usize;
 
-    /// Multiply-adds per row, for throughput and cost figures.
-    fn macs_per_row(&self) -> u64;
+    /// Runs `batch` and writes `[batch.rows(), output_width]` into `output`.
+    fn forward(&mut self, batch: Batch<'_>, output: &mut [f32]) -> Result<(), ModelError>;
+}
 
-    /// Runs `rows` rows of `input` (row-major `[rows, input_width]`) and writes
-    /// `[rows, output_width]` into `output`.
-    fn forward(&mut self, input: &[f32], rows: usize, output: &mut [f32])
-    -> Result<(), ModelError>;
+/// Loads whatever a version folder or file holds: a sentence-transformers folder (or its
+/// `model.safetensors`) as an [`Encoder`], any other safetensors file (or a folder holding
+/// `model.safetensors`) as an [`Mlp`].
+pub fn load(path: &std::path::Path, device: &Device) -> Result<Box<dyn Model>, LoadError> {
+    let file = if path.is_dir() {
+        path.join("model.safetensors")
+    } else {
+        path.to_path_buf()
+    };
+    let folder = file
+        .parent()
+        .filter(|_| file.ends_with("model.safetensors"));
+    match folder {
+        Some(dir) if encoder::is_encoder_dir(dir) => Ok(Box::new(Encoder::load(dir, device)?)),
+        _ => Ok(Box::new(Mlp::load(&file, device)?)),
+    }
 }

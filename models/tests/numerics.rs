@@ -35,7 +35,7 @@ fn check(device: &Device, dtype: DType, tolerance: f64, seed: u64) {
     for rows in BATCHES {
         let input: Vec<f32> = (0..rows * DIMS[0]).map(|_| rng.normal()).collect();
         let mut output = vec![f32::NAN; rows * DIMS[3]];
-        mlp.forward(&input, rows, &mut output).unwrap();
+        mlp.forward_rows(&input, rows, &mut output).unwrap();
         let err = relative_error(&output, &reference(&ckpt, &input, rows));
         assert!(
             err <= tolerance,
@@ -74,9 +74,9 @@ fn wrong_buffer_sizes_are_errors_not_panics() {
     let ckpt = Checkpoint::random(&[4, 3, 2], DType::F32, 1);
     let mut mlp = Mlp::new(&ckpt, &Device::Cpu).unwrap();
     let mut out = vec![0.0; 4];
-    let err = mlp.forward(&[0.0; 7], 2, &mut out).unwrap_err();
+    let err = mlp.forward_rows(&[0.0; 7], 2, &mut out).unwrap_err();
     assert!(err.to_string().contains("expected 2 rows x 4 = 8"), "{err}");
-    let err = mlp.forward(&[0.0; 8], 2, &mut out[..3]).unwrap_err();
+    let err = mlp.forward_rows(&[0.0; 8], 2, &mut out[..3]).unwrap_err();
     assert!(err.to_string().contains("expected 4"), "{err}");
 }
 
@@ -92,15 +92,16 @@ fn the_input_s_place_in_memory_does_not_change_the_answer() {
     let values: Vec<f32> = (0..(rows + 1) * DIMS[0]).map(|_| rng.normal()).collect();
     let mut big = vec![0.0; 64 * DIMS[3]];
     let mut want = vec![f32::NAN; rows * DIMS[3]];
-    mlp.forward(&values[..rows * DIMS[0]], rows, &mut want)
+    mlp.forward_rows(&values[..rows * DIMS[0]], rows, &mut want)
         .unwrap();
     for offset in 0..16 {
         let mut shifted = vec![0.0; offset + rows * DIMS[0]];
         shifted[offset..].copy_from_slice(&values[..rows * DIMS[0]]);
         let big_input: Vec<f32> = (0..64 * DIMS[0]).map(|_| rng.normal()).collect();
-        mlp.forward(&big_input, 64, &mut big).unwrap();
+        mlp.forward_rows(&big_input, 64, &mut big).unwrap();
         let mut got = vec![f32::NAN; rows * DIMS[3]];
-        mlp.forward(&shifted[offset..], rows, &mut got).unwrap();
+        mlp.forward_rows(&shifted[offset..], rows, &mut got)
+            .unwrap();
         assert_eq!(got, want, "input {offset} f32s into its buffer");
     }
 }

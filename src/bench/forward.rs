@@ -1,12 +1,12 @@
-//! `tandem bench forward`: latency and throughput of `Model::forward` in this process, per
+//! `tandem bench forward`: latency and throughput of the MLP's forward pass in this process, per
 //! batch size — the ceiling that serving over HTTP is measured against.
 
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use kernels::{DeviceSpec, Selection};
+use models::Mlp;
 use models::rng::SplitMix64;
-use models::{Mlp, Model};
 use serde::Serialize;
 
 use super::stats::quantile;
@@ -93,7 +93,7 @@ fn time_batch(
     // Warm-up: caches, buffer growth, lazily compiled kernels.
     let warm_until = Instant::now() + Duration::from_secs_f64((seconds / 10.0).min(0.5));
     while Instant::now() < warm_until {
-        mlp.forward(input, batch, output)?;
+        mlp.forward_rows(input, batch, output)?;
     }
     let mut latencies = Vec::new();
     let start = Instant::now();
@@ -107,7 +107,7 @@ fn time_batch(
         }
         std::hint::black_box(&mut *evict);
         let t = Instant::now();
-        mlp.forward(input, batch, output)?;
+        mlp.forward_rows(input, batch, output)?;
         latencies.push(t.elapsed().as_secs_f64());
     }
     let total: f64 = latencies.iter().sum();

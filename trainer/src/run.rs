@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use kernels::{DType, Device};
 use models::train::{self, Adam, StepOptions, Train};
-use models::{Checkpoint, Mlp, Model, WeightData};
+use models::{Checkpoint, Mlp, WeightData};
 
 use crate::affinity;
 use crate::client::Coloc;
@@ -139,7 +139,7 @@ pub fn evaluate(ckpt: &Checkpoint, test: &Dataset) -> Result<f64, String> {
     let mut mlp = Mlp::new(ckpt, &Device::Cpu).map_err(|e| e.to_string())?;
     let raw: Vec<f32> = test.inputs.iter().map(|v| v * DIGITS_SCALE).collect();
     let mut out = vec![0f32; test.len() * mlp.output_width()];
-    mlp.forward(&raw, test.len(), &mut out)
+    mlp.forward_rows(&raw, test.len(), &mut out)
         .map_err(|e| e.to_string())?;
     let correct = out
         .chunks_exact(test.classes)

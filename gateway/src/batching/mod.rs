@@ -7,6 +7,11 @@
 //!   seam.
 //! - [`task`] is the thin async loop that feeds the state from the request channel, asks
 //!   the policy, and hands batches to the model's worker threads.
+//!
+//! The batcher counts a request's cost in *rows*: a dense model's rows, or a text model's
+//! token-units (each sequence's tokens plus its attention, [`models::TextInput::units`]), so
+//! that a batch's size is what it costs to run, whatever its shape. A request's output
+//! rows (one per text) are counted apart, against the largest batch in sequences.
 
 pub mod adaptive;
 pub mod cpu_load;
@@ -24,12 +29,23 @@ use tokio::time::Instant;
 
 use crate::infer::InferError;
 
+/// What a request brings to its batch.
+#[derive(Debug)]
+pub enum Payload {
+    /// Row-major `[rows, input width]`, already in the model's f32.
+    Dense(Vec<f32>),
+    /// Its texts, tokenized: one sequence each.
+    Tokens(Box<models::PackedTokens>),
+}
+
 /// A validated request waiting for its batch.
 #[derive(Debug)]
 pub struct Pending {
-    /// Row-major `[rows, input width]`, already in the model's f32.
-    pub input: Vec<f32>,
+    pub input: Payload,
+    /// Its cost in batch rows (see the module docs).
     pub rows: usize,
+    /// The rows of output it gets back: its rows, or its texts.
+    pub outputs: usize,
     /// 1 is the highest.
     pub priority: u32,
     pub enqueued: Instant,
@@ -43,7 +59,7 @@ pub type Reply = Result<Completed, InferError>;
 /// What the worker sends back for one request.
 #[derive(Debug)]
 pub struct Completed {
-    /// Row-major `[rows, output width]`.
+    /// Row-major `[outputs, output width]`.
     pub output: Vec<f32>,
     pub queue_time: Duration,
     pub compute_time: Duration,

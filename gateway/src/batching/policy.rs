@@ -145,20 +145,21 @@ impl BatchPolicy for StaticPolicy {
     }
 }
 
-/// The batching policy a model's settings ask for; the adaptive one starts from the
-/// version's warm-up timings.
+/// The batching policy a model's settings ask for, batches of at most `max_rows`; the
+/// adaptive one starts from the version's warm-up timings.
 pub fn for_settings(
     settings: &crate::config::ModelSettings,
+    max_rows: usize,
     warmup: &[(usize, Duration)],
 ) -> Box<dyn BatchPolicy> {
     match settings.policy {
         crate::config::PolicyKind::Static => Box::new(StaticPolicy {
-            max_batch_rows: settings.max_batch_size,
+            max_batch_rows: max_rows,
             max_queue_delay: Duration::from_micros(settings.max_queue_delay_us),
         }),
         crate::config::PolicyKind::Adaptive => Box::new(super::adaptive::AdaptivePolicy::new(
             settings.budget(),
-            settings.max_batch_size,
+            max_rows,
             super::latency::LatencyModel::from_warmup(warmup),
         )),
     }

@@ -156,8 +156,9 @@ pub async fn simulate(
         let now = Instant::now();
         let (tx, rx) = oneshot::channel();
         let pending = Pending {
-            input: Vec::new(),
+            input: super::Payload::Dense(Vec::new()),
             rows: a.rows,
+            outputs: a.rows,
             priority: a.priority,
             enqueued: now,
             deadline: a.timeout.map(|t| now + t),

@@ -46,6 +46,8 @@ pub struct QueueState {
     rows_by_priority: BTreeMap<u32, usize>,
     capacity: usize,
     max_batch_rows: usize,
+    /// Output rows (a text model's sequences) a batch holds at most.
+    max_batch_outputs: usize,
     next_seq: u64,
 }
 
@@ -60,6 +62,7 @@ impl QueueState {
             rows_by_priority: BTreeMap::new(),
             capacity,
             max_batch_rows,
+            max_batch_outputs: usize::MAX,
             next_seq: 0,
         }
     }
@@ -84,6 +87,16 @@ impl QueueState {
     pub fn set_limits(&mut self, capacity: usize, max_batch_rows: usize) {
         self.capacity = capacity;
         self.max_batch_rows = max_batch_rows;
+    }
+
+    /// Bounds a batch's output rows too (a text model's sequences per batch).
+    pub fn with_max_outputs(mut self, max_batch_outputs: usize) -> QueueState {
+        self.set_max_outputs(max_batch_outputs);
+        self
+    }
+
+    pub fn set_max_outputs(&mut self, max_batch_outputs: usize) {
+        self.max_batch_outputs = max_batch_outputs.max(1);
     }
 
     /// Adds a request, or gives it back when the queue is full.
@@ -147,30 +160,30 @@ impl QueueState {
             .sum()
     }
 
-    /// Rows of the batch `take_batch(max_rows)` would form.
-    pub fn head_rows(&self, max_rows: usize) -> usize {
-        let mut rows = 0;
-        for p in self.ranked.values() {
-            if rows + p.rows > max_rows {
+    /// The best-ranked requests that fit in `max_rows` (and the output limit) together,
+    /// with their rows. A request larger than the room left ends the batch rather than
+    /// being skipped, so it cannot starve.
+    fn head(&self, max_rows: usize) -> (Vec<Rank>, usize) {
+        let (mut ranks, mut rows, mut outputs) = (Vec::new(), 0, 0);
+        for (rank, p) in &self.ranked {
+            if rows + p.rows > max_rows || outputs + p.outputs > self.max_batch_outputs {
                 break;
             }
             rows += p.rows;
+            outputs += p.outputs;
+            ranks.push(*rank);
         }
-        rows
+        (ranks, rows)
     }
 
-    /// Removes the best-ranked requests that fit in `max_rows` together. A request larger
-    /// than the room left ends the batch rather than being skipped, so it cannot starve.
+    /// Rows of the batch `take_batch(max_rows)` would form.
+    pub fn head_rows(&self, max_rows: usize) -> usize {
+        self.head(max_rows).1
+    }
+
+    /// Removes the batch [`QueueState::head_rows`] describes.
     pub fn take_batch(&mut self, max_rows: usize) -> Vec<Pending> {
-        let mut take = Vec::new();
-        let mut rows = 0;
-        for (rank, p) in &self.ranked {
-            if rows + p.rows > max_rows {
-                break;
-            }
-            rows += p.rows;
-            take.push(*rank);
-        }
+        let (take, _) = self.head(max_rows);
         take.into_iter().filter_map(|r| self.remove(r)).collect()
     }
 
@@ -232,8 +245,9 @@ mod tests {
     ) -> (Pending, oneshot::Receiver<Reply>) {
         let (tx, rx) = oneshot::channel();
         let p = Pending {
-            input: vec![rows as f32; rows],
+            input: crate::batching::Payload::Dense(vec![rows as f32; rows]),
             rows,
+            outputs: rows,
             priority,
             enqueued,
             deadline,

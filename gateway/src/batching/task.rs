@@ -55,6 +55,8 @@ impl BatchSink for mpsc::Sender<Batch> {
 pub struct PolicyUpdate {
     pub policy: Box<dyn BatchPolicy>,
     pub queue_capacity: usize,
+    /// Output rows a batch holds at most (a text model's texts).
+    pub max_outputs: usize,
     /// The p99 target the coordinator holds serving to.
     pub budget: Duration,
 }
@@ -268,6 +270,7 @@ impl Batcher {
             update = self.updates.recv(), if !progress.updates_closed => match update {
                 Some(u) => {
                     self.state.set_limits(u.queue_capacity, u.policy.max_batch_rows());
+                    self.state.set_max_outputs(u.max_outputs);
                     self.policy = u.policy;
                     self.budget = u.budget;
                     self.refresh(metrics, seen, Instant::now());

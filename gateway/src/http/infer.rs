@@ -11,9 +11,9 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
-use super::{AppState, body, content_coding, error_response};
-use crate::batching::Completed;
+use super::{AppState, body, content_coding, error_response, text};
 use crate::batching::feedback::Answered;
+use crate::batching::{Completed, Payload};
 use crate::error::ApiError;
 use crate::infer::{Arrival, Submission};
 use crate::metrics as names;
@@ -21,7 +21,7 @@ use crate::protocol::response::{self, Encoded, ResponseFields};
 use crate::protocol::{InferRequest, binary, json_de};
 use crate::registry::ModelVersion;
 use crate::stats::RequestTimes;
-use crate::validate::{ValidRequest, validate};
+use crate::validate::{Signature, ValidInput, ValidRequest, validate};
 
 pub const BINARY_HEADER: &str = "inference-header-content-length";
 /// The time left to a request's caller, in microseconds, as a proxy or client propagates
@@ -61,16 +61,16 @@ pub async fn infer(
 }
 
 /// What the headers say about the body and the answer, read before the body.
-struct Head {
+pub(super) struct Head {
     /// `Inference-Header-Content-Length`: the JSON part's length in a binary request.
     binary_header_len: Option<usize>,
     /// The caller's remaining time, from the propagation headers.
     propagated: Option<Duration>,
-    coding: content_coding::Coding,
+    pub(super) coding: content_coding::Coding,
     answer_coding: content_coding::Coding,
 }
 
-fn read_head(headers: &HeaderMap) -> Result<Head, ApiError> {
+pub(super) fn read_head(headers: &HeaderMap) -> Result<Head, ApiError> {
     let binary_header_len = match headers.get(BINARY_HEADER) {
         None => None,
         Some(v) => Some(
@@ -113,7 +113,7 @@ fn propagated_timeout(headers: &HeaderMap) -> Result<Option<Duration>, ApiError>
 /// When the request arrived: when the kernel received its bytes, if that was earlier than
 /// the handler started (it waited in the socket while the runtime served others). A
 /// client may send any deadline; one an `Instant` cannot hold is no deadline at all.
-fn arrival_of(started: Instant, clock: &ArrivalClock, head: &Head) -> Arrival {
+pub(super) fn arrival_of(started: Instant, clock: &ArrivalClock, head: &Head) -> Arrival {
     let read_from = started.into_std();
     let arrived = clock
         .take()
@@ -143,25 +143,45 @@ async fn infer_on(
     let body = content_coding::decode(body, head.coding, limit).await?;
     let valid = decode(&body, &head, version)?;
     drop(body);
+    let (id, outputs) = (valid.id, valid.outputs);
+    let (submission, normalize) =
+        submission(version, valid.input, valid.priority, valid.timeout).await?;
     let queued = std::time::Instant::now();
-    let submission = Submission {
-        input: valid.input,
-        rows: valid.rows,
-        priority: valid.priority,
-        timeout: valid.timeout,
-    };
+    let rows = submission.outputs;
     let wait = config.limits.request_timeout();
-    let completed = version.core.submit(submission, &arrival, wait).await?;
-    let encoded = encode(
-        version,
-        valid.id.as_deref(),
-        &valid.outputs,
-        valid.rows,
-        &completed,
-    )?;
+    let mut completed = version.core.submit(submission, &arrival, wait).await?;
+    let width = version.info.output_width;
+    completed.output = text::normalized(completed.output, width, normalize);
+    let encoded = encode(version, id.as_deref(), &outputs, rows, &completed)?;
     let response = respond(encoded, head.answer_coding).await;
-    record(version, &arrival, queued, valid.rows, &completed);
+    record(version, &arrival, queued, rows, &completed);
     Ok(response)
+}
+
+/// What goes to the queue: rows as they are, texts tokenized; and whether the answer is to
+/// be normalised.
+async fn submission(
+    version: &ModelVersion,
+    input: ValidInput,
+    priority: u32,
+    timeout: Option<Duration>,
+) -> Result<(Submission, bool), ApiError> {
+    match input {
+        ValidInput::Dense { values, rows } => Ok((
+            Submission {
+                input: Payload::Dense(values),
+                rows,
+                outputs: rows,
+                priority,
+                timeout,
+            },
+            false,
+        )),
+        ValidInput::Text(t) => {
+            let tokenized = text::tokenize(version, t.texts, t.truncate).await?;
+            Ok((tokenized.submission(priority, timeout), t.normalize))
+        }
+    }
 }
 
 /// The JSON header (and binary section) into a request the model can run.
@@ -173,12 +193,13 @@ fn decode(body: &[u8], head: &Head, version: &ModelVersion) -> Result<ValidReque
     let request: InferRequest = json_de::from_slice(json_part)
         .map_err(|e| ApiError::malformed(format!("invalid inference request JSON: {e}")))?;
     let settings = version.settings();
-    Ok(validate(
-        request,
-        binary_part,
-        version.info.input_width,
-        &settings,
-    )?)
+    let meta = &version.info.metadata;
+    let signature = Signature {
+        input: &version.info.input,
+        input_name: meta.inputs.first().map_or("", |t| t.name.as_str()),
+        output_name: meta.outputs.first().map_or("", |t| t.name.as_str()),
+    };
+    Ok(validate(request, binary_part, &signature, &settings)?)
 }
 
 fn encode(
@@ -240,7 +261,7 @@ async fn respond(encoded: Encoded, coding: content_coding::Coding) -> Response<F
 
 /// The response is written as soon as the handler returns, on this task: the latency the
 /// client sees, less the wire. It goes to the feedback loop and the statistics.
-fn record(
+pub(super) fn record(
     version: &ModelVersion,
     arrival: &Arrival,
     queued: std::time::Instant,

@@ -9,11 +9,13 @@ mod admin;
 mod arrival;
 mod body;
 mod content_coding;
+mod embeddings;
 mod infer;
 mod limit;
 mod models;
 mod repository;
 mod routes;
+mod text;
 mod write_stall;
 
 use std::convert::Infallible;

@@ -75,7 +75,7 @@ pub fn model_metadata(
     let body = json!({
         "name": v.name,
         "versions": versions,
-        "platform": "tandem_mlp",
+        "platform": platform(&v.info.input),
         "inputs": meta.inputs,
         "outputs": meta.outputs,
     });
@@ -129,7 +129,10 @@ pub fn model_config(
 ) -> Result<Response<Full<Bytes>>, ApiError> {
     let v = state.registry.resolve(model, version)?;
     let s = v.settings();
-    let tensor = |name: &str, width: usize| json!({"name": name, "data_type": "TYPE_FP32", "format": "FORMAT_NONE", "dims": [width]});
+    let tensors = |specs: &[models::TensorSpec]| -> Vec<serde_json::Value> {
+        specs.iter().map(triton_tensor).collect()
+    };
+    let meta = &v.info.metadata;
     let text = |value: String| json!({ "string_value": value });
     let policy = match s.policy {
         PolicyKind::Adaptive => "adaptive",
@@ -142,11 +145,11 @@ pub fn model_config(
     };
     let body = json!({
         "name": v.name,
-        "platform": "tandem_mlp",
+        "platform": platform(&v.info.input),
         "backend": "tandem",
         "max_batch_size": s.max_batch_size,
-        "input": [tensor("input-0", v.info.input_width)],
-        "output": [tensor("output-0", v.info.output_width)],
+        "input": tensors(&meta.inputs),
+        "output": tensors(&meta.outputs),
         "instance_group": [{"name": v.name, "kind": kind, "count": s.replicas}],
         "dynamic_batching": {
             "max_queue_delay_microseconds": s.max_queue_delay_us,
@@ -162,9 +165,32 @@ pub fn model_config(
             "p99_ms": text(s.p99_ms.to_string()),
             "device": text(v.info.device.clone()),
             "version": text(v.version.to_string()),
+            "max_batch_tokens": text(s.max_batch_tokens.to_string()),
         },
     });
     Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
+}
+
+/// `tandem_mlp` or `tandem_encoder`: what a model metadata's `platform` says.
+pub fn platform(input: &models::InputKind) -> &'static str {
+    match input {
+        models::InputKind::Dense { .. } => "tandem_mlp",
+        models::InputKind::Text(_) => "tandem_encoder",
+    }
+}
+
+/// A tensor as Triton's model configuration gives it: its dims without the batch
+/// dimension (`[1]` for a BYTES input of one text per row), BYTES as `TYPE_STRING`.
+fn triton_tensor(t: &models::TensorSpec) -> serde_json::Value {
+    let data_type = match t.datatype {
+        "BYTES" => "TYPE_STRING".to_string(),
+        other => format!("TYPE_{other}"),
+    };
+    let mut dims: Vec<i64> = t.shape.iter().skip(1).copied().collect();
+    if dims.is_empty() {
+        dims.push(1);
+    }
+    json!({"name": t.name, "data_type": data_type, "format": "FORMAT_NONE", "dims": dims})
 }
 
 pub fn model_ready(

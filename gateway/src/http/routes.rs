@@ -73,6 +73,10 @@ pub async fn handle(
             let (m, v) = (m.to_string(), Some(v.to_string()));
             return super::infer::infer(&state, &m, v, req, arrival).await;
         }
+        (_, &Method::POST, ["v1", "embeddings"]) => {
+            return super::embeddings::openai(&state, req, arrival).await;
+        }
+        (_, &Method::POST, ["embed"]) => return super::embeddings::tei(&state, req, arrival).await,
         (_, &Method::POST, ["v2", "repository", "index"]) => {
             super::repository::index(&state, req).await
         }
@@ -133,7 +137,7 @@ fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
     const READ: &str = "GET, HEAD";
     match segments {
         ["metrics"] | ["v2"] | ["v2", "health", "live" | "ready"] => Some(READ),
-        ["v2", "repository", "index"] => Some("POST"),
+        ["v2", "repository", "index"] | ["v1", "embeddings"] | ["embed"] => Some("POST"),
         ["v2", "repository", "models", _, "load" | "unload"] => Some("POST"),
         ["v2", "models", _] | ["v2", "models", _, "versions", _] => Some(READ),
         ["v2", "models", _, last] | ["v2", "models", _, "versions", _, last] => match *last {

@@ -23,15 +23,18 @@ pub use admission::{Arrival, Door};
 pub use error::{InferError, REASONS, Refusal};
 
 use crate::batching::feedback::{Answered, ResponseLatencies};
-use crate::batching::{Completed, Pending};
+use crate::batching::{Completed, Payload, Pending};
 use crate::metrics as names;
 use crate::signals::Signals;
 
 /// What the core needs to submit a validated request.
 #[derive(Debug)]
 pub struct Submission {
-    pub input: Vec<f32>,
+    pub input: Payload,
+    /// Its cost in batch rows: rows, or a text model's token-units.
     pub rows: usize,
+    /// Rows of output it gets back: rows, or texts.
+    pub outputs: usize,
     /// 1 is the highest.
     pub priority: u32,
     /// The request's own timeout (`parameters.timeout`), counted from its arrival.
@@ -121,6 +124,7 @@ impl Core {
         let pending = Pending {
             input: request.input,
             rows: request.rows,
+            outputs: request.outputs,
             priority: request.priority,
             enqueued: arrived,
             deadline: deadline.map(Instant::from_std),

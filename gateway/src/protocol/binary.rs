@@ -81,6 +81,37 @@ pub fn decode(bytes: &[u8], datatype: Datatype, name: &str) -> Result<Vec<f32>, 
     Ok(out)
 }
 
+/// Decodes a BYTES tensor's bytes: elements one after the other, each a 4-byte
+/// little-endian length and that many bytes, which must be UTF-8 text.
+pub fn decode_bytes(mut bytes: &[u8], name: &str) -> Result<Vec<String>, RequestError> {
+    let mut texts = Vec::new();
+    while !bytes.is_empty() {
+        let i = texts.len();
+        let Some((len, rest)) = bytes.split_first_chunk::<4>() else {
+            return Err(RequestError::Malformed(format!(
+                "input {name:?}: element {i}: {} bytes left, too few for a 4-byte length",
+                bytes.len()
+            )));
+        };
+        let len = u32::from_le_bytes(*len) as usize;
+        if len > rest.len() {
+            return Err(RequestError::Malformed(format!(
+                "input {name:?}: element {i} claims {len} bytes but only {} follow",
+                rest.len()
+            )));
+        }
+        let (text, rest) = rest.split_at(len);
+        let text = std::str::from_utf8(text).map_err(|e| {
+            RequestError::Invalid(format!(
+                "input {name:?}: element {i} is not UTF-8 text ({e})"
+            ))
+        })?;
+        texts.push(text.to_string());
+        bytes = rest;
+    }
+    Ok(texts)
+}
+
 /// Appends f32 values as little-endian bytes.
 pub fn encode_f32(values: &[f32], out: &mut Vec<u8>) {
     out.reserve(values.len() * 4);
@@ -145,5 +176,36 @@ mod tests {
     fn header_length_beyond_the_body_is_malformed() {
         assert!(split(b"{}", 3).is_err());
         assert_eq!(split(b"{}abc", 2).unwrap(), (&b"{}"[..], &b"abc"[..]));
+    }
+
+    #[test]
+    fn bytes_elements_are_length_prefixed_utf8() {
+        let mut b = Vec::new();
+        for t in ["hé", "", "x"] {
+            b.extend_from_slice(&(t.len() as u32).to_le_bytes());
+            b.extend_from_slice(t.as_bytes());
+        }
+        assert_eq!(decode_bytes(&b, "t").unwrap(), vec!["hé", "", "x"]);
+        let past = [5u8, 0, 0, 0, b'a'];
+        assert!(
+            decode_bytes(&past, "t")
+                .unwrap_err()
+                .to_string()
+                .contains("claims 5 bytes")
+        );
+        let cut = [1u8, 0];
+        assert!(
+            decode_bytes(&cut, "t")
+                .unwrap_err()
+                .to_string()
+                .contains("4-byte length")
+        );
+        let latin1 = [1u8, 0, 0, 0, 0xe9];
+        assert!(
+            decode_bytes(&latin1, "t")
+                .unwrap_err()
+                .to_string()
+                .contains("UTF-8")
+        );
     }
 }

@@ -46,6 +46,10 @@ pub struct JsonData {
     /// At most this many values are read: the declared shape's count, where it came
     /// before `data` ([`JsonData::limited`]).
     limit: Option<usize>,
+    /// Strings (a BYTES tensor's elements), in order; and where the first one was among
+    /// all the values, to name it if numbers were expected.
+    texts: Vec<String>,
+    first_text: Option<usize>,
 }
 
 impl Default for JsonData {
@@ -60,6 +64,8 @@ impl Default for JsonData {
             first_inexact_integer: None,
             first_beyond_64_bits: None,
             limit: None,
+            texts: Vec::new(),
+            first_text: None,
         }
     }
 }
@@ -82,12 +88,33 @@ impl Drop for JsonData {
 }
 
 impl JsonData {
+    /// Values of any kind: numbers, booleans and strings.
     pub fn len(&self) -> usize {
-        self.values.len()
+        self.values.len() + self.texts.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
+        self.len() == 0
+    }
+
+    fn push_text(&mut self, text: String) {
+        if self.first_text.is_none() {
+            self.first_text = Some(self.len());
+        }
+        self.texts.push(text);
+    }
+
+    /// The strings of a BYTES tensor; otherwise the index of the first value that is not a
+    /// string.
+    pub fn into_texts(mut self) -> Result<Vec<String>, usize> {
+        let first_other = [self.first_number, self.first_bool]
+            .into_iter()
+            .flatten()
+            .min();
+        match first_other {
+            Some(i) => Err(i),
+            None => Ok(std::mem::take(&mut self.texts)),
+        }
     }
 
     fn mark(slot: &mut Option<usize>, at: usize) {
@@ -116,6 +143,9 @@ impl JsonData {
     /// flat index of the first that does not, and why.
     pub fn into_model_f32(self, datatype: Datatype) -> Result<Vec<f32>, (usize, String)> {
         let fail = |i: usize, why: &str| Err((i, why.to_string()));
+        if let Some(i) = self.first_text {
+            return fail(i, &format!("is a string; {datatype} data must be numbers"));
+        }
         if datatype == Datatype::Bool {
             if let Some(i) = self.first_number {
                 return fail(i, "is a number; BOOL data must be true or false");
@@ -188,11 +218,21 @@ impl<'de> Visitor<'de> for Flatten<'_> {
     type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("numbers or booleans, in arrays nested as deep as the shape")
+        f.write_str("numbers, booleans or strings, in arrays nested as deep as the shape")
     }
 
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
         self.0.push_bool(v);
+        Ok(())
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        self.0.push_text(v.to_string());
+        Ok(())
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<(), E> {
+        self.0.push_text(v);
         Ok(())
     }
 
@@ -233,7 +273,7 @@ impl<'de> Visitor<'de> for Flatten<'_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let data = self.0;
         while seq.next_element_seed(Flatten(&mut *data))?.is_some() {
-            if data.limit.is_some_and(|limit| data.values.len() > limit) {
+            if data.limit.is_some_and(|limit| data.len() > limit) {
                 return Err(de::Error::custom(format_args!(
                     "data holds more than the {} values its shape declares",
                     data.limit.unwrap_or_default()
@@ -339,8 +379,14 @@ mod tests {
     }
 
     #[test]
-    fn strings_and_objects_are_refused() {
-        assert!(serde_json::from_str::<JsonData>(r#"[1, "2"]"#).is_err());
+    fn strings_are_texts_and_objects_are_refused() {
+        let mixed = parse(r#"[1, "2"]"#);
+        assert_eq!(mixed.into_model_f32(Datatype::Fp32).unwrap_err().0, 1);
+        assert_eq!(parse(r#"[1, "2"]"#).into_texts().unwrap_err(), 0);
+        assert_eq!(
+            parse(r#"[["a"], ["b\u00e9"]]"#).into_texts().unwrap(),
+            vec!["a".to_string(), "bé".to_string()]
+        );
         assert!(serde_json::from_str::<JsonData>(r#"[{"a": 1}]"#).is_err());
         assert!(serde_json::from_str::<JsonData>("[1, null]").is_err());
     }

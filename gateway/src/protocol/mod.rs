@@ -72,4 +72,10 @@ pub struct RequestParameters {
     /// All outputs as binary when no `outputs` are listed (tritonclient's default).
     #[serde(default)]
     pub binary_data_output: Option<bool>,
+    /// Text models: cut an over-long text at the model's limit (the default), or refuse it.
+    #[serde(default)]
+    pub truncate: Option<bool>,
+    /// Text models: L2-normalise the embeddings (by default, as the model's folder says).
+    #[serde(default)]
+    pub normalize: Option<bool>,
 }

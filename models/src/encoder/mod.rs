@@ -18,6 +18,7 @@ pub mod config;
 mod cpu;
 mod cuda;
 pub mod packed;
+mod serving;
 pub mod synthetic;
 pub mod tokenizer;
 pub mod weights;
@@ -38,6 +39,8 @@ pub struct Encoder {
     config: EncoderConfig,
     device: Device,
     backend: Backend,
+    /// Its signature, for the model seam (`serving`).
+    metadata: crate::ModelMetadata,
 }
 
 enum Backend {
@@ -75,11 +78,17 @@ impl Encoder {
                 d.clone(),
             )?)),
         };
-        Ok(Encoder {
+        let mut encoder = Encoder {
             config,
             device: device.clone(),
             backend,
-        })
+            metadata: crate::ModelMetadata {
+                inputs: Vec::new(),
+                outputs: Vec::new(),
+            },
+        };
+        encoder.metadata = encoder.signature();
+        Ok(encoder)
     }
 
     pub fn config(&self) -> &EncoderConfig {

@@ -8,7 +8,8 @@ use std::path::Path;
 use kernels::Device;
 
 use crate::{
-    Checkpoint, INPUT_NAME, LoadError, Model, ModelError, ModelMetadata, OUTPUT_NAME, TensorSpec,
+    Batch, Checkpoint, INPUT_NAME, InputKind, LoadError, Model, ModelError, ModelMetadata,
+    OUTPUT_NAME, TensorSpec,
 };
 
 /// An MLP placed on one device, ready to run.
@@ -65,28 +66,24 @@ impl Mlp {
     }
 }
 
-impl Model for Mlp {
-    fn metadata(&self) -> &ModelMetadata {
-        &self.metadata
-    }
-
-    fn device(&self) -> &Device {
-        &self.device
-    }
-
-    fn input_width(&self) -> usize {
+impl Mlp {
+    /// Values per row of the input and of the output.
+    pub fn input_width(&self) -> usize {
         self.dims[0]
     }
 
-    fn output_width(&self) -> usize {
+    pub fn output_width(&self) -> usize {
         self.dims[self.dims.len() - 1]
     }
 
-    fn macs_per_row(&self) -> u64 {
+    /// Multiply-adds per row, for throughput figures.
+    pub fn macs_per_row(&self) -> u64 {
         self.dims.windows(2).map(|w| (w[0] * w[1]) as u64).sum()
     }
 
-    fn forward(
+    /// Runs `rows` rows of `input` (row-major `[rows, input_width]`) and writes
+    /// `[rows, output_width]` into `output`.
+    pub fn forward_rows(
         &mut self,
         input: &[f32],
         rows: usize,
@@ -113,6 +110,35 @@ impl Model for Mlp {
         match &mut self.backend {
             Backend::Cpu(m) => m.forward(input, rows, output),
             Backend::Cuda(m) => m.forward(input, rows, output),
+        }
+    }
+}
+
+impl Model for Mlp {
+    fn metadata(&self) -> &ModelMetadata {
+        &self.metadata
+    }
+
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn input(&self) -> InputKind {
+        InputKind::Dense {
+            width: self.input_width(),
+        }
+    }
+
+    fn output_width(&self) -> usize {
+        Mlp::output_width(self)
+    }
+
+    fn forward(&mut self, batch: Batch<'_>, output: &mut [f32]) -> Result<(), ModelError> {
+        match batch {
+            Batch::Dense { values, rows } => self.forward_rows(values, rows, output),
+            Batch::Tokens(_) => Err(ModelError::WrongInput(
+                "an MLP takes rows of numbers, not tokens".into(),
+            )),
         }
     }
 }

@@ -1,0 +1,399 @@
+//! The embedding endpoints users already call, on the same inference core as v2:
+//! - OpenAI's `POST /v1/embeddings` (`model`, `input` as a string or strings,
+//!   `encoding_format` `float` or `base64`; `dimensions` refused), answered in OpenAI's
+//!   shape with `usage.prompt_tokens`, its errors in OpenAI's error object, and 429s that
+//!   carry `retry-after-ms` beside `Retry-After` (the `openai` client honours both);
+//! - TEI's `POST /embed` (`inputs`, `normalize`, `truncate`), answered as TEI does: an
+//!   array of embeddings. It serves the one text model loaded, or the one a `model` field
+//!   names.
+//!
+//! Texts are truncated at the model's limit unless a request says `truncate: false`; then
+//! an over-long text is a 400 that says how many tokens it has and how many fit.
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body_util::{Full, Limited};
+use hyper::body::Incoming;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::arrival::ArrivalClock;
+use super::infer::{arrival_of, read_head, record};
+use super::{AppState, body, content_coding, error_response, json_response, text};
+use crate::error::ApiError;
+use crate::metrics as names;
+use crate::protocol::json_de;
+use crate::registry::{LookupError, ModelVersion};
+
+/// One text or several, as both APIs take `input(s)`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Texts {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Texts {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            Texts::One(t) => vec![t],
+            Texts::Many(t) => t,
+        }
+    }
+}
+
+/// OpenAI's request; other fields (`user`) are accepted and ignored, as OpenAI does.
+#[derive(Debug, Deserialize)]
+struct OpenAiRequest {
+    model: String,
+    input: serde_json::Value,
+    #[serde(default)]
+    encoding_format: Option<String>,
+    #[serde(default)]
+    dimensions: Option<serde_json::Value>,
+}
+
+/// TEI's request, with `model` as tandem's own addition for servers of several models.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TeiRequest {
+    inputs: serde_json::Value,
+    #[serde(default)]
+    normalize: Option<bool>,
+    #[serde(default)]
+    truncate: Option<bool>,
+    #[serde(default)]
+    model: Option<String>,
+}
+
+/// What an embedding request asks for, whichever API it came through.
+struct Ask {
+    texts: Vec<String>,
+    truncate: bool,
+    normalize: Option<bool>,
+}
+
+/// What came back.
+struct Embeddings {
+    /// Row-major `[texts, width]`.
+    values: Vec<f32>,
+    width: usize,
+    tokens: usize,
+}
+
+/// `input`/`inputs`: a string or an array of strings, at least one, none empty.
+fn texts(field: &str, value: serde_json::Value) -> Result<Vec<String>, ApiError> {
+    let texts = serde_json::from_value::<Texts>(value)
+        .map_err(|_| {
+            ApiError::invalid(format!(
+                "{field} must be a string or an array of strings (token arrays are not taken)"
+            ))
+        })?
+        .into_vec();
+    if texts.is_empty() {
+        return Err(ApiError::invalid(format!("{field} holds no text")));
+    }
+    if let Some(i) = texts.iter().position(String::is_empty) {
+        return Err(ApiError::invalid(format!("{field}: text {i} is empty")));
+    }
+    Ok(texts)
+}
+
+/// A request read whole, decoded from its content coding, with when it arrived.
+struct Received {
+    body: Bytes,
+    arrival: crate::infer::Arrival,
+}
+
+/// Reads the body (bounded in size and time) and decodes it. Both APIs name the model in
+/// the body, so admission comes after this read, before tokenizing: the expensive part.
+async fn receive(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+    clock: &ArrivalClock,
+    started: Instant,
+) -> Result<Received, ApiError> {
+    let head = read_head(req.headers())?;
+    let config = state.config();
+    let limit = config.limits.max_body_bytes;
+    let body = body::read_body(req.into_body(), limit, config.limits.body_read_timeout()).await?;
+    let arrival = arrival_of(started, clock, &head);
+    let body = content_coding::decode(body, head.coding, limit).await?;
+    Ok(Received { body, arrival })
+}
+
+/// Admits, tokenizes and runs one embedding request on `version`.
+async fn embed(
+    state: &AppState,
+    version: &ModelVersion,
+    arrival: &crate::infer::Arrival,
+    ask: Ask,
+) -> Result<Embeddings, ApiError> {
+    version.core.admit_unparsed(arrival)?;
+    let settings = version.settings();
+    if ask.texts.len() > settings.max_batch_size {
+        return Err(ApiError::invalid(format!(
+            "{} texts exceed the model's max_batch_size of {}",
+            ask.texts.len(),
+            settings.max_batch_size
+        )));
+    }
+    let normalize = ask
+        .normalize
+        .unwrap_or(text::text_model(version)?.input.normalize_by_default);
+    let tokenized = text::tokenize(version, ask.texts, ask.truncate).await?;
+    let tokens = tokenized.count;
+    let timeout = (settings.default_timeout_us > 0)
+        .then(|| std::time::Duration::from_micros(settings.default_timeout_us));
+    let submission = tokenized.submission(settings.default_priority, timeout);
+    let rows = submission.outputs;
+    let queued = std::time::Instant::now();
+    let wait = state.config().limits.request_timeout();
+    let completed = version.core.submit(submission, arrival, wait).await?;
+    record(version, arrival, queued, rows, &completed);
+    let width = version.info.output_width;
+    Ok(Embeddings {
+        values: text::normalized(completed.output, width, normalize),
+        width,
+        tokens,
+    })
+}
+
+/// Counts an embedding request as v2's infer does: `tandem_requests_total{model, code}` and
+/// its duration.
+fn count(version: Option<&ModelVersion>, response: &Response<Full<Bytes>>, started: Instant) {
+    let label = version.map_or("_unknown".to_string(), |v| v.name.clone());
+    let code = response.status().as_u16().to_string();
+    metrics::counter!(names::REQUESTS, "model" => label.clone(), "code" => code).increment(1);
+    metrics::histogram!(names::REQUEST_DURATION, "model" => label)
+        .record(started.elapsed().as_secs_f64());
+}
+
+/// `POST /v1/embeddings`.
+pub async fn openai(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+    clock: &ArrivalClock,
+) -> Response<Full<Bytes>> {
+    let started = Instant::now();
+    let received = match receive(state, req, clock, started).await {
+        Ok(r) => r,
+        Err(e) => return openai_error(&e),
+    };
+    let request = match parse_openai(&received.body) {
+        Ok(r) => r,
+        Err(e) => return openai_error(&e),
+    };
+    let version = match state.registry.resolve(&request.model, None) {
+        Ok(v) => v,
+        Err(e) => {
+            let response = openai_error(&e.into());
+            count(None, &response, started);
+            return response;
+        }
+    };
+    let base64 = request.encoding_format.as_deref() == Some("base64");
+    let result = async {
+        let ask = Ask {
+            texts: texts("input", request.input)?,
+            truncate: true,
+            normalize: None,
+        };
+        embed(state, &version, &received.arrival, ask).await
+    }
+    .await;
+    let response = match result {
+        Ok(e) => openai_response(&version.name, e, base64),
+        Err(e) => openai_error(&e),
+    };
+    count(Some(&version), &response, started);
+    response
+}
+
+fn parse_openai(body: &[u8]) -> Result<OpenAiRequest, ApiError> {
+    let request: OpenAiRequest = json_de::from_slice(body)
+        .map_err(|e| ApiError::malformed(format!("invalid embeddings request JSON: {e}")))?;
+    if request.dimensions.is_some() {
+        return Err(ApiError::invalid(
+            "dimensions: this model's embeddings have one size; leave it out",
+        ));
+    }
+    match request.encoding_format.as_deref() {
+        None | Some("float") | Some("base64") => Ok(request),
+        Some(other) => Err(ApiError::invalid(format!(
+            "encoding_format must be \"float\" or \"base64\", got {other:?}"
+        ))),
+    }
+}
+
+fn openai_response(model: &str, e: Embeddings, base64: bool) -> Response<Full<Bytes>> {
+    let data: Vec<serde_json::Value> = e
+        .values
+        .chunks_exact(e.width.max(1))
+        .enumerate()
+        .map(|(index, v)| {
+            let embedding = if base64 {
+                json!(encode_base64(v))
+            } else {
+                json!(v)
+            };
+            json!({"object": "embedding", "index": index, "embedding": embedding})
+        })
+        .collect();
+    let body = json!({
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": e.tokens, "total_tokens": e.tokens},
+    });
+    json_response(StatusCode::OK, body.to_string().into_bytes())
+}
+
+/// An error in OpenAI's shape, with `retry-after-ms` on a 429.
+pub fn openai_error(e: &ApiError) -> Response<Full<Bytes>> {
+    let status = e.status();
+    let (kind, code) = match status {
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => ("authentication_error", None),
+        StatusCode::NOT_FOUND => ("invalid_request_error", Some("model_not_found")),
+        StatusCode::TOO_MANY_REQUESTS => ("rate_limit_error", Some("rate_limit_exceeded")),
+        s if s.is_server_error() => ("server_error", None),
+        _ => ("invalid_request_error", None),
+    };
+    let body =
+        json!({"error": {"message": e.to_string(), "type": kind, "param": null, "code": code}});
+    let mut response = error_response(e);
+    *response.body_mut() = Full::new(Bytes::from(body.to_string()));
+    if let Some(after) = e.retry_after() {
+        let ms = after.as_millis().max(1).to_string();
+        if let Ok(v) = HeaderValue::from_str(&ms) {
+            response.headers_mut().insert("retry-after-ms", v);
+        }
+    }
+    response
+}
+
+/// Standard base64 (RFC 4648) of the f32 values' little-endian bytes, as OpenAI encodes
+/// embeddings.
+fn encode_base64(values: &[f32]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk.len();
+        let word = (chunk[0] as u32) << 16
+            | (*chunk.get(1).unwrap_or(&0) as u32) << 8
+            | *chunk.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            if i <= n {
+                out.push(ALPHABET[(word >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// `POST /embed`.
+pub async fn tei(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+    clock: &ArrivalClock,
+) -> Response<Full<Bytes>> {
+    let started = Instant::now();
+    let parsed = async {
+        let received = receive(state, req, clock, started).await?;
+        let request: TeiRequest = json_de::from_slice(&received.body)
+            .map_err(|e| ApiError::malformed(format!("invalid embed request JSON: {e}")))?;
+        let version = tei_model(state, request.model.as_deref())?;
+        Ok::<_, ApiError>((received, request, version))
+    }
+    .await;
+    let (received, request, version) = match parsed {
+        Ok(p) => p,
+        Err(e) => return tei_error(&e),
+    };
+    let result = async {
+        let ask = Ask {
+            texts: texts("inputs", request.inputs)?,
+            // TEI's default: an over-long input is refused, not cut.
+            truncate: request.truncate.unwrap_or(false),
+            normalize: Some(request.normalize.unwrap_or(true)),
+        };
+        embed(state, &version, &received.arrival, ask).await
+    }
+    .await;
+    let response = match result {
+        Ok(e) => {
+            let rows: Vec<&[f32]> = e.values.chunks_exact(e.width.max(1)).collect();
+            json_response(StatusCode::OK, json!(rows).to_string().into_bytes())
+        }
+        Err(e) => tei_error(&e),
+    };
+    count(Some(&version), &response, started);
+    response
+}
+
+/// The text model `/embed` serves: the one named, or the only one loaded.
+fn tei_model(
+    state: &AppState,
+    named: Option<&str>,
+) -> Result<std::sync::Arc<ModelVersion>, ApiError> {
+    if let Some(m) = named {
+        return Ok(state.registry.resolve(m, None)?);
+    }
+    let text_models: Vec<_> = state
+        .registry
+        .model_names()
+        .into_iter()
+        .filter_map(|m| state.registry.resolve(&m, None).ok())
+        .filter(|v| v.text.is_some())
+        .collect();
+    match text_models.as_slice() {
+        [only] => Ok(only.clone()),
+        [] => Err(LookupError::UnknownModel {
+            model: "(no text model is loaded)".into(),
+        }
+        .into()),
+        several => Err(ApiError::invalid(format!(
+            "several text models are loaded ({}); name one in a \"model\" field",
+            several
+                .iter()
+                .map(|v| v.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// An error as TEI gives it: `{"error": ..., "error_type": ...}`.
+fn tei_error(e: &ApiError) -> Response<Full<Bytes>> {
+    let kind = match e.status() {
+        StatusCode::TOO_MANY_REQUESTS => "Overloaded",
+        StatusCode::PAYLOAD_TOO_LARGE | StatusCode::BAD_REQUEST => "Validation",
+        s if s.is_server_error() => "Backend",
+        _ => "Validation",
+    };
+    let mut response = error_response(e);
+    let body = json!({"error": e.to_string(), "error_type": kind});
+    *response.body_mut() = Full::new(Bytes::from(body.to_string()));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_is_rfc_4648_of_the_little_endian_bytes() {
+        // 1.0f32 = 00 00 80 3f; 2.0 = 00 00 00 40.
+        assert_eq!(encode_base64(&[1.0]), "AACAPw==");
+        assert_eq!(encode_base64(&[1.0, 2.0]), "AACAPwAAAEA=");
+        assert_eq!(encode_base64(&[]), "");
+    }
+}

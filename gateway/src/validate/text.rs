@@ -1,0 +1,109 @@
+//! Texts for a text model: a BYTES input of shape `[n]` or `[n, 1]` (as tritonclient sends
+//! it), its elements JSON strings or, in the binary extension, each a 4-byte little-endian
+//! length and that many bytes of UTF-8. Tokenizing comes after ([`crate::infer::tokenize`]).
+
+use models::TextInput;
+
+use super::{ValidInput, invalid};
+use crate::config::ModelSettings;
+use crate::protocol::{InputTensor, RequestError, RequestParameters, binary};
+
+/// Texts to embed, with what the request asked of them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TextRequest {
+    pub texts: Vec<String>,
+    /// Cut over-long texts at the model's limit; otherwise refuse them.
+    pub truncate: bool,
+    /// L2-normalise the embeddings.
+    pub normalize: bool,
+}
+
+/// The input as texts, and the binary section left after it.
+pub fn validate<'a>(
+    input: InputTensor,
+    binary_section: &'a [u8],
+    parameters: &RequestParameters,
+    model: &TextInput,
+    settings: &ModelSettings,
+) -> Result<(ValidInput, &'a [u8]), RequestError> {
+    let name = input.name.as_str();
+    if input.datatype != "BYTES" {
+        return Err(invalid(format!(
+            "input {name:?}: datatype {:?} is not supported; a text model takes BYTES",
+            input.datatype
+        )));
+    }
+    let count = text_count(name, &input.shape, settings)?;
+    let (texts, rest) = match (input.parameters.binary_data_size, input.data) {
+        (Some(_), Some(_)) => {
+            return Err(RequestError::Malformed(format!(
+                "input {name:?} has both data and binary_data_size"
+            )));
+        }
+        (None, None) => {
+            return Err(RequestError::Malformed(format!(
+                "input {name:?} has neither data nor binary_data_size"
+            )));
+        }
+        (Some(size), None) => read_binary(name, size, binary_section)?,
+        (None, Some(data)) => {
+            let texts = data.into_texts().map_err(|i| {
+                invalid(format!(
+                    "input {name:?}: element {i} is not a string; BYTES data in JSON are strings"
+                ))
+            })?;
+            (texts, binary_section)
+        }
+    };
+    if texts.len() != count {
+        return Err(invalid(format!(
+            "input {name:?}: shape {:?} needs {count} texts, data holds {}",
+            input.shape,
+            texts.len()
+        )));
+    }
+    if let Some(i) = texts.iter().position(String::is_empty) {
+        return Err(invalid(format!("input {name:?}: text {i} is empty")));
+    }
+    let request = TextRequest {
+        texts,
+        truncate: parameters.truncate.unwrap_or(true),
+        normalize: parameters.normalize.unwrap_or(model.normalize_by_default),
+    };
+    Ok((ValidInput::Text(request), rest))
+}
+
+/// The number of texts a shape `[n]` or `[n, 1]` declares, at most `max_batch_size`.
+fn text_count(name: &str, shape: &[i64], settings: &ModelSettings) -> Result<usize, RequestError> {
+    let n = match shape {
+        [n] | [n, 1] if *n >= 1 => *n as u64,
+        other => {
+            return Err(invalid(format!(
+                "input {name:?}: shape {other:?} does not match the model's [-1] (or [-1, 1]) with at least one text"
+            )));
+        }
+    };
+    if n > settings.max_batch_size as u64 {
+        return Err(invalid(format!(
+            "input {name:?}: {n} texts exceed the model's max_batch_size of {}",
+            settings.max_batch_size
+        )));
+    }
+    Ok(n as usize)
+}
+
+/// `size` bytes of length-prefixed texts from the front of the binary section.
+fn read_binary<'a>(
+    name: &str,
+    size: u64,
+    section: &'a [u8],
+) -> Result<(Vec<String>, &'a [u8]), RequestError> {
+    if (section.len() as u64) < size {
+        return Err(RequestError::Malformed(format!(
+            "input {name:?}: binary_data_size is {size} but only {} bytes follow the header",
+            section.len()
+        )));
+    }
+    let (bytes, rest) = section.split_at(size as usize);
+    Ok((binary::decode_bytes(bytes, name)?, rest))
+}

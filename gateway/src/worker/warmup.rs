@@ -1,0 +1,150 @@
+//! Warm-up: every batch size once untimed (buffers grow, kernels compile), then timed
+//! rounds; the median of each size seeds the latency model, so one preempted run cannot
+//! skew it. Dense models run batches of rows; text models batches of sequences of a
+//! typical length, sized in token-units.
+
+use std::time::{Duration, Instant};
+
+use models::{Batch, InputKind, Model, PackedTokens, TextInput};
+
+const ROUNDS: usize = 5;
+
+/// Tokens in each warm-up sequence (or the model's limit, if lower): a sentence's worth.
+const SEQUENCE_TOKENS: usize = 32;
+
+/// Batch sizes run at warm-up: powers of two up to the largest batch, and the largest.
+pub fn warmup_buckets(max_batch_rows: usize) -> Vec<usize> {
+    let mut sizes: Vec<usize> = std::iter::successors(Some(1usize), |s| s.checked_mul(2))
+        .take_while(|s| *s < max_batch_rows)
+        .collect();
+    sizes.push(max_batch_rows);
+    sizes
+}
+
+/// One warm-up batch: its size in batch rows, and what the model runs.
+enum Sample {
+    Dense { rows: usize, values: Vec<f32> },
+    Text { units: usize, tokens: PackedTokens },
+}
+
+impl Sample {
+    fn rows(&self) -> usize {
+        match self {
+            Sample::Dense { rows, .. } => *rows,
+            Sample::Text { units, .. } => *units,
+        }
+    }
+
+    fn batch(&self) -> Batch<'_> {
+        match self {
+            Sample::Dense { rows, values } => Batch::Dense {
+                values,
+                rows: *rows,
+            },
+            Sample::Text { tokens, .. } => Batch::Tokens(tokens),
+        }
+    }
+}
+
+/// The batches to time, up to `max_rows` batch rows and `max_outputs` output rows.
+fn samples(input: &InputKind, max_rows: usize, max_outputs: usize) -> Vec<Sample> {
+    match input {
+        InputKind::Dense { width } => warmup_buckets(max_rows)
+            .into_iter()
+            .map(|rows| Sample::Dense {
+                rows,
+                values: vec![0.0; rows * width],
+            })
+            .collect(),
+        InputKind::Text(text) => text_samples(text, max_rows, max_outputs),
+    }
+}
+
+fn text_samples(text: &TextInput, max_rows: usize, max_outputs: usize) -> Vec<Sample> {
+    let len = SEQUENCE_TOKENS.min(text.max_seq_len).max(1);
+    let per_sequence = text.units(len).ceil().max(1.0) as usize;
+    let mut counts: Vec<usize> = warmup_buckets(max_rows)
+        .into_iter()
+        .map(|units| (units / per_sequence).clamp(1, max_outputs.max(1)))
+        .collect();
+    counts.dedup();
+    // Ids a vocabulary of any size holds, past the few special tokens at its start.
+    let ids: Vec<u32> = (0..len as u32).map(|i| 1 + i % 4).collect();
+    let type_ids = vec![0; len];
+    counts
+        .into_iter()
+        .map(|n| {
+            let mut tokens = PackedTokens::with_capacity(n, n * len);
+            for _ in 0..n {
+                tokens.push_ids(&ids, &type_ids);
+            }
+            Sample::Text {
+                units: n * per_sequence,
+                tokens,
+            }
+        })
+        .collect()
+}
+
+/// Times every warm-up batch: (batch rows, median time).
+pub fn warm_up(
+    model: &mut dyn Model,
+    max_rows: usize,
+    max_outputs: usize,
+) -> Result<Vec<(usize, Duration)>, String> {
+    let samples = samples(&model.input(), max_rows, max_outputs);
+    let width = model.output_width();
+    let mut times = vec![Vec::with_capacity(ROUNDS); samples.len()];
+    for round in 0..=ROUNDS {
+        for (i, sample) in samples.iter().enumerate() {
+            let batch = sample.batch();
+            let mut output = vec![0f32; batch.rows() * width];
+            let t = Instant::now();
+            model
+                .forward(batch, &mut output)
+                .map_err(|e| e.to_string())?;
+            if round > 0 {
+                times[i].push(t.elapsed());
+            }
+        }
+    }
+    Ok(samples
+        .iter()
+        .zip(times)
+        .map(|(sample, mut t)| {
+            t.sort();
+            (sample.rows(), t[t.len() / 2])
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_cover_every_power_of_two_and_the_maximum() {
+        assert_eq!(warmup_buckets(1), vec![1]);
+        assert_eq!(warmup_buckets(8), vec![1, 2, 4, 8]);
+        assert_eq!(warmup_buckets(100), vec![1, 2, 4, 8, 16, 32, 64, 100]);
+    }
+
+    #[test]
+    fn text_batches_are_sized_in_token_units() {
+        let text = TextInput {
+            max_seq_len: 256,
+            normalize_by_default: true,
+            attention_per_token_pair: 0.0,
+        };
+        let s = text_samples(&text, 1024, 16);
+        let sizes: Vec<(usize, usize)> = s
+            .iter()
+            .map(|s| match s {
+                Sample::Text { units, tokens } => (*units, tokens.sequences()),
+                Sample::Dense { .. } => unreachable!(),
+            })
+            .collect();
+        // 32-token sequences: 1 up to 32 units, then one more per 32, at most 16.
+        assert_eq!(sizes, vec![(32, 1), (64, 2), (128, 4), (256, 8), (512, 16)]);
+    }
+}

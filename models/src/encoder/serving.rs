@@ -1,0 +1,69 @@
+//! The encoder behind the [`Model`] seam: texts in (`text`, BYTES), one embedding per text
+//! out (`embedding`, FP32), batches of packed token sequences.
+
+use kernels::Device;
+
+use super::Encoder;
+use crate::{
+    Batch, EMBEDDING_OUTPUT_NAME, InputKind, Model, ModelError, ModelMetadata, TEXT_INPUT_NAME,
+    TensorSpec, TextInput,
+};
+
+impl Encoder {
+    /// The signature the gateway validates against: texts as `[-1]` (or `[-1, 1]`, as
+    /// tritonclient sends them), embeddings as `[-1, hidden]`.
+    pub fn signature(&self) -> ModelMetadata {
+        ModelMetadata {
+            inputs: vec![TensorSpec {
+                name: TEXT_INPUT_NAME.into(),
+                datatype: "BYTES",
+                shape: vec![-1],
+            }],
+            outputs: vec![TensorSpec {
+                name: EMBEDDING_OUTPUT_NAME.into(),
+                datatype: "FP32",
+                shape: vec![-1, self.hidden() as i64],
+            }],
+        }
+    }
+
+    /// What a sequence costs: per layer, the dense layers take `2 × (4h² + 2hi)` FLOPs a
+    /// token and attention `4h` a pair of tokens (scores and the weighted sum).
+    pub fn text_input(&self) -> TextInput {
+        let c = self.config();
+        let (h, i) = (c.hidden as f64, c.intermediate as f64);
+        let per_token = 2.0 * (4.0 * h * h + 2.0 * h * i);
+        TextInput {
+            max_seq_len: c.max_seq_len,
+            normalize_by_default: c.normalize,
+            attention_per_token_pair: 4.0 * h / per_token,
+        }
+    }
+}
+
+impl Model for Encoder {
+    fn metadata(&self) -> &ModelMetadata {
+        &self.metadata
+    }
+
+    fn device(&self) -> &Device {
+        Encoder::device(self)
+    }
+
+    fn input(&self) -> InputKind {
+        InputKind::Text(self.text_input())
+    }
+
+    fn output_width(&self) -> usize {
+        self.hidden()
+    }
+
+    fn forward(&mut self, batch: Batch<'_>, output: &mut [f32]) -> Result<(), ModelError> {
+        match batch {
+            Batch::Tokens(tokens) => self.forward_packed(tokens, output),
+            Batch::Dense { .. } => Err(ModelError::WrongInput(
+                "a text encoder takes token sequences, not rows of numbers".into(),
+            )),
+        }
+    }
+}
