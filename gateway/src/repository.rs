@@ -89,6 +89,15 @@ fn version_number(name: &str) -> Option<u64> {
     plain.then(|| name.parse().ok()).flatten()
 }
 
+/// When a version last changed: its weights file, or its folder (a file added or removed,
+/// such as the `tokenizer.json` a text model's snapshot is still being copied with). A
+/// version that failed to load is tried again only once this changes.
+fn version_mtime(file: &Path) -> Option<SystemTime> {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let folder = file.parent().and_then(modified);
+    modified(file).into_iter().chain(folder).max()
+}
+
 /// Keeps the registry in step with the repository, `config.toml` included: a changed one
 /// is applied to the versions already serving, as the admin API's changes are.
 pub struct Watcher {
@@ -185,7 +194,7 @@ impl Watcher {
                     serving_versions.push(*version);
                     continue;
                 }
-                let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+                let mtime = version_mtime(path);
                 let key = (name.clone(), *version);
                 if self.failed.get(&key).is_some_and(|(t, _)| *t == mtime) {
                     continue;

@@ -1,0 +1,91 @@
+"""Real clients against a text model served by tandem: tritonclient.http with BYTES in
+JSON and in the binary extension, and the openai client's embeddings.create — all
+unchanged, all giving the same embeddings as tandem's own /v1/embeddings.
+
+    python tests/python/text_clients_check.py --url 127.0.0.1:8000 --model enc [--pair-score S]
+
+With --pair-score, the cosine of "A man is eating food." and "A man is eating a piece of
+bread." must be S within 0.0005 through every client. Exits non-zero on any mismatch.
+Run by tests/text_serving.rs.
+"""
+
+import argparse
+import base64
+import json
+import urllib.request
+
+import numpy as np
+import openai
+import tritonclient.http as httpclient
+
+PAIR = ["A man is eating food.", "A man is eating a piece of bread."]
+TEXTS = PAIR + ["a cat runs fast", "the big red dog is eating bread with a woman"]
+
+
+def own(url, model, texts):
+    body = json.dumps({"model": model, "input": texts}).encode()
+    req = urllib.request.Request(f"http://{url}/v1/embeddings", data=body)
+    with urllib.request.urlopen(req) as r:
+        data = json.load(r)["data"]
+    return np.array([d["embedding"] for d in data], dtype=np.float64)
+
+
+def triton(url, model, texts, binary):
+    client = httpclient.InferenceServerClient(url=url)
+    assert client.is_model_ready(model)
+    meta = client.get_model_metadata(model)
+    assert meta["inputs"][0]["datatype"] == "BYTES", meta
+    config = client.get_model_config(model)
+    assert config["input"][0]["data_type"] == "TYPE_STRING", config
+    text = np.array([[t.encode()] for t in texts], dtype=np.object_)
+    inp = httpclient.InferInput("text", list(text.shape), "BYTES")
+    inp.set_data_from_numpy(text, binary_data=binary)
+    out = httpclient.InferRequestedOutput("embedding", binary_data=binary)
+    result = client.infer(model, [inp], outputs=[out])
+    return result.as_numpy("embedding").astype(np.float64)
+
+
+def with_openai(url, model, texts, encoding):
+    """encoding None: the client's default (it asks for base64 and decodes it itself)."""
+    client = openai.OpenAI(base_url=f"http://{url}/v1", api_key="unused")
+    extra = {} if encoding is None else {"encoding_format": encoding}
+    r = client.embeddings.create(model=model, input=texts, **extra)
+    assert r.usage.prompt_tokens > 0, r.usage
+    rows = []
+    for d in r.data:
+        e = d.embedding
+        if isinstance(e, str):
+            e = np.frombuffer(base64.b64decode(e), dtype="<f4")
+        rows.append(np.asarray(e, dtype=np.float64))
+    return np.array(rows)
+
+
+def cosine(a, b):
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--url", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--pair-score", type=float)
+    args = p.parse_args()
+    want = own(args.url, args.model, TEXTS)
+    got = {
+        "tritonclient JSON": triton(args.url, args.model, TEXTS, binary=False),
+        "tritonclient binary": triton(args.url, args.model, TEXTS, binary=True),
+        "openai default": with_openai(args.url, args.model, TEXTS, None),
+        "openai float": with_openai(args.url, args.model, TEXTS, "float"),
+        "openai base64": with_openai(args.url, args.model, TEXTS, "base64"),
+    }
+    for name, emb in got.items():
+        assert emb.shape == want.shape, (name, emb.shape, want.shape)
+        assert np.allclose(emb, want, atol=1e-6), (name, np.abs(emb - want).max())
+        if args.pair_score is not None:
+            s = cosine(emb[0], emb[1])
+            assert abs(s - args.pair_score) <= 5e-4, (name, s)
+    print("all checks passed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,396 @@
+//! Text encoders served end to end: the same embeddings through v2 (BYTES in JSON), OpenAI's
+//! /v1/embeddings and TEI's /embed; packed batches of mixed lengths giving what one text at
+//! a time gives; bad input answered with a clear 4xx while serving goes on; versions hot
+//! loaded from copied snapshots, broken ones refused by name with the previous one serving;
+//! and real clients (tritonclient, openai) unchanged. A tiny synthetic BERT needs no
+//! download; all-MiniLM-L6-v2 (scripts/fetch-models.sh) is used where present, and its
+//! absence is a SKIPPED test (a failure with TANDEM_REQUIRE_TOOLS set).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
+use serde_json::{Value, json};
+
+fn skip(test: &str, reason: &str) {
+    assert!(
+        std::env::var_os("TANDEM_REQUIRE_TOOLS").is_none(),
+        "{test}: {reason} (TANDEM_REQUIRE_TOOLS is set)"
+    );
+    kernels::cuda::report_skip(test, reason);
+}
+
+/// all-MiniLM-L6-v2's folder, where scripts/fetch-models.sh puts it.
+fn minilm() -> Option<PathBuf> {
+    let dir = std::env::var_os("TANDEM_MINILM_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let cache = std::env::var_os("TANDEM_CACHE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                        .join(".cache/tandem")
+                });
+            cache.join("models/all-minilm-l6-v2")
+        });
+    dir.join("model.safetensors").is_file().then_some(dir)
+}
+
+fn synthetic(dir: &Path, seed: u64) {
+    let spec = SyntheticSpec {
+        seed,
+        ..SyntheticSpec::default()
+    };
+    write_synthetic(dir, &spec).unwrap();
+}
+
+fn start_synthetic() -> (Server, TempDir) {
+    let repo = TempDir::new("text");
+    synthetic(&repo.path().join("enc/1"), 7);
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    (server, repo)
+}
+
+fn embeddings(r: &HttpResponse) -> Vec<Vec<f64>> {
+    let j = r.json();
+    let rows = if let Some(data) = j["data"].as_array() {
+        data.iter().map(|d| d["embedding"].clone()).collect()
+    } else if let Some(outputs) = j["outputs"].as_array() {
+        let width = outputs[0]["shape"][1].as_u64().unwrap() as usize;
+        let flat: Vec<Value> = outputs[0]["data"].as_array().unwrap().clone();
+        flat.chunks(width)
+            .map(|c| Value::Array(c.to_vec()))
+            .collect()
+    } else {
+        j.as_array().unwrap().clone()
+    };
+    rows.iter()
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+fn v2(texts: &[&str]) -> Value {
+    json!({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [texts.len()], "data": texts}]})
+}
+
+fn cosine(a: &[f64], b: &[f64]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    dot / (norm(a) * norm(b))
+}
+
+/// Embeddings of `texts` through each endpoint, in the same order.
+fn through_every_endpoint(server: &Server, model: &str, texts: &[&str]) -> [Vec<Vec<f64>>; 3] {
+    let ok = |r: HttpResponse| {
+        assert_eq!(r.status, 200, "{}", r.text());
+        embeddings(&r)
+    };
+    [
+        ok(server.post_json(&format!("/v2/models/{model}/infer"), &v2(texts))),
+        ok(server.post_json("/v1/embeddings", &json!({"model": model, "input": texts}))),
+        ok(server.post_json("/embed", &json!({"inputs": texts, "model": model}))),
+    ]
+}
+
+#[test]
+fn every_endpoint_gives_the_same_normalised_embeddings() {
+    let (server, _repo) = start_synthetic();
+    let texts = ["a man is eating food .", "the cat runs", "one"];
+    let [a, b, c] = through_every_endpoint(&server, "enc", &texts);
+    for (x, y) in a
+        .iter()
+        .flatten()
+        .zip(b.iter().flatten().chain(c.iter().flatten()))
+    {
+        assert!((x - y).abs() < 1e-6, "{x} vs {y}");
+    }
+    for row in &a {
+        let norm = row.iter().map(|v| v * v).sum::<f64>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "{norm}");
+    }
+    // [-1, 1], as tritonclient sends texts; and normalize off.
+    let mut body = json!({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [3, 1], "data": [["a man is eating food ."], ["the cat runs"], ["one"]]}]});
+    body["parameters"] = json!({"normalize": false});
+    let r = server.post_json("/v2/models/enc/infer", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let raw = embeddings(&r);
+    for (x, y) in raw.iter().zip(&a) {
+        assert!((cosine(x, y) - 1.0).abs() < 1e-6);
+    }
+    // OpenAI's usage counts the tokens, special ones included.
+    let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": "one"}));
+    assert_eq!(r.json()["usage"]["prompt_tokens"], 3, "{}", r.text());
+    assert_eq!(r.json()["object"], "list");
+}
+
+#[test]
+fn packed_batches_of_mixed_lengths_give_what_one_text_at_a_time_gives() {
+    let (server, _repo) = start_synthetic();
+    let words = "a the man woman is eating food bread piece of cat dog runs big small red";
+    let words: Vec<&str> = words.split(' ').collect();
+    let texts: Vec<String> = (0..24)
+        .map(|i| {
+            (0..1 + (i * 7) % 40)
+                .map(|j| words[(i + j) % words.len()])
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    let alone: Vec<Vec<f64>> = texts
+        .iter()
+        .map(|t| {
+            let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": t}));
+            embeddings(&r).remove(0)
+        })
+        .collect();
+    // All at once from many clients: the batcher packs them together.
+    let addr = server.addr;
+    let together: Vec<Vec<f64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = texts
+            .iter()
+            .map(|t| {
+                s.spawn(move || {
+                    let r = post_json(addr, "/v1/embeddings", &json!({"model": "enc", "input": t}));
+                    assert_eq!(r.status, 200, "{}", r.text());
+                    embeddings(&r).remove(0)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (a, b) in alone.iter().zip(&together) {
+        for (x, y) in a.iter().zip(b) {
+            assert!((x - y).abs() < 1e-5, "{x} vs {y}");
+        }
+    }
+    let batches = server.get("/metrics").text();
+    assert!(
+        batches.contains("tandem_batch_tokens_count"),
+        "no token batches recorded"
+    );
+}
+
+/// One 4xx each, and the server serves the next request as before.
+#[test]
+fn bad_text_input_gets_a_clear_4xx_and_serving_goes_on() {
+    let (server, _repo) = start_synthetic();
+    let long = "a ".repeat(10_000);
+    let bytes_body = |elements: &[u8], claimed: usize| -> (Value, Vec<u8>) {
+        let header = json!({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1],
+                                         "parameters": {"binary_data_size": claimed}}]});
+        (header, elements.to_vec())
+    };
+    let binary = |header: Value, tail: Vec<u8>| {
+        let h = header.to_string();
+        let mut body = h.clone().into_bytes();
+        body.extend(tail);
+        request(
+            server.addr,
+            "POST",
+            "/v2/models/enc/infer",
+            &[("Inference-Header-Content-Length", h.len().to_string())],
+            &body,
+        )
+    };
+    let mut latin1 = 1u32.to_le_bytes().to_vec();
+    latin1.push(0xe9);
+    let (h, t) = bytes_body(&latin1, 5);
+    let r = binary(h, t);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("UTF-8"), "{}", r.text());
+    let mut past = 50u32.to_le_bytes().to_vec();
+    past.extend(b"abc");
+    let (h, t) = bytes_body(&past, 7);
+    let r = binary(h, t);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("claims 50 bytes"), "{}", r.text());
+    let json_cases = [
+        (v2(&[""]), "empty"),
+        (
+            json!({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [2], "data": [1, 2]}]}),
+            "not a string",
+        ),
+        (
+            json!({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [2, 2], "data": ["a", "b", "c", "d"]}]}),
+            "shape",
+        ),
+        (
+            json!({"inputs": [{"name": "text", "datatype": "FP32", "shape": [1], "data": [1.0]}]}),
+            "BYTES",
+        ),
+        (
+            json!({"inputs": [{"name": "input-0", "datatype": "BYTES", "shape": [1], "data": ["a"]}]}),
+            "exactly one input named",
+        ),
+        (
+            {
+                let mut b = v2(&[&long]);
+                b["parameters"] = json!({"truncate": false});
+                b
+            },
+            "10002 tokens, at most 48 fit",
+        ),
+    ];
+    for (body, words) in json_cases {
+        let r = server.post_json("/v2/models/enc/infer", &body);
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert!(r.text().contains(words), "{words}: {}", r.text());
+        server.post_json("/v2/models/enc/infer", &v2(&["a cat"]));
+    }
+    // Truncated by default: 10,000 tokens become the model's 48.
+    let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": long}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["usage"]["prompt_tokens"], 48);
+    // TEI refuses an over-long input unless told to truncate, as TEI does.
+    let r = server.post_json("/embed", &json!({"inputs": long}));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error_type"], "Validation");
+    let r = server.post_json("/embed", &json!({"inputs": long, "truncate": true}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    // OpenAI's own error object, on its route.
+    for (body, status) in [
+        (json!({"model": "enc", "input": "a", "dimensions": 8}), 400),
+        (json!({"model": "enc", "input": [1, 2, 3]}), 400),
+        (json!({"model": "enc", "input": []}), 400),
+        (json!({"model": "nope", "input": "a"}), 404),
+        (
+            json!({"model": "enc", "input": "a", "encoding_format": "hex"}),
+            400,
+        ),
+    ] {
+        let r = server.post_json("/v1/embeddings", &body);
+        assert_eq!(r.status, status, "{body}: {}", r.text());
+        assert!(r.json()["error"]["message"].is_string(), "{}", r.text());
+    }
+    let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": "a cat"}));
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// A snapshot copied in file by file loads once it is whole; one with no tokenizer or a
+/// tensor of the wrong shape is refused by name, and the version before keeps serving.
+#[test]
+fn text_model_versions_load_hot_and_broken_ones_are_refused_by_name() {
+    let repo = TempDir::new("text-versions");
+    synthetic(&repo.path().join("enc/1"), 7);
+    let config = repo.path().join("tandem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "model_repository = \"{}\"\nrepository_poll_ms = 100\nkeep_versions = 1\n",
+            repo.path().display()
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&["--config", config.to_str().unwrap()]);
+    let serving = || server.get("/v2/models/enc").json()["versions"].clone();
+    // Version 2 without its tokenizer: refused, saying which file is missing.
+    let v2_dir = repo.path().join("enc/2");
+    synthetic(&v2_dir, 8);
+    let tokenizer = std::fs::read(v2_dir.join("tokenizer.json")).unwrap();
+    std::fs::remove_file(v2_dir.join("tokenizer.json")).unwrap();
+    assert!(poll_until(Duration::from_secs(10), || server
+        .log()
+        .contains("tokenizer.json")));
+    assert_eq!(serving(), json!(["1"]));
+    // The rest of the copy arrives: it loads.
+    std::fs::write(v2_dir.join("tokenizer.json"), tokenizer).unwrap();
+    assert!(
+        poll_until(Duration::from_secs(20), || serving() == json!(["2"])),
+        "{}",
+        server.log()
+    );
+    // Version 3 with a tensor of the wrong shape: refused by the tensor's name.
+    let v3_dir = repo.path().join("enc/3");
+    write_synthetic(
+        &v3_dir,
+        &SyntheticSpec {
+            intermediate: 48,
+            ..SyntheticSpec::default()
+        },
+    )
+    .unwrap();
+    let mut wrong: Value =
+        serde_json::from_slice(&std::fs::read(v3_dir.join("config.json")).unwrap()).unwrap();
+    wrong["intermediate_size"] = json!(64);
+    std::fs::write(v3_dir.join("config.json"), wrong.to_string()).unwrap();
+    assert!(
+        poll_until(Duration::from_secs(10), || server
+            .log()
+            .contains("intermediate.dense.weight")),
+        "{}",
+        server.log()
+    );
+    assert_eq!(serving(), json!(["2"]));
+    let r = server.post_json("/v2/models/enc/infer", &v2(&["a cat"]));
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[test]
+fn minilm_scores_the_pair_as_published_through_every_endpoint() {
+    let test = "minilm_scores_the_pair_as_published_through_every_endpoint";
+    let Some(dir) = minilm() else {
+        return skip(
+            test,
+            "all-MiniLM-L6-v2 not fetched (scripts/fetch-models.sh)",
+        );
+    };
+    let server = Server::start(&["--model", &format!("minilm={}", dir.display())]);
+    let pair = ["A man is eating food.", "A man is eating a piece of bread."];
+    for (endpoint, rows) in ["v2", "/v1/embeddings", "/embed"]
+        .iter()
+        .zip(through_every_endpoint(&server, "minilm", &pair))
+    {
+        let score = cosine(&rows[0], &rows[1]);
+        assert!((score - 0.7553).abs() <= 5e-4, "{endpoint}: {score}");
+    }
+    clients_check(test, &server, "minilm", Some(0.7553));
+}
+
+/// tritonclient (BYTES in JSON and binary) and the openai client, unchanged.
+#[test]
+fn tritonclient_and_openai_work_unchanged() {
+    let (server, _repo) = start_synthetic();
+    clients_check(
+        "tritonclient_and_openai_work_unchanged",
+        &server,
+        "enc",
+        None,
+    );
+}
+
+fn clients_check(test: &str, server: &Server, model: &str, pair_score: Option<f64>) {
+    let Some(python) = std::env::var_os("TANDEM_PYTHON") else {
+        return skip(test, "TANDEM_PYTHON not set (scripts/test.sh sets it)");
+    };
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/python/text_clients_check.py"
+    );
+    let mut cmd = Command::new(python);
+    cmd.arg(script)
+        .args(["--url", &server.addr.to_string(), "--model", model]);
+    if let Some(s) = pair_score {
+        cmd.args(["--pair-score", &s.to_string()]);
+    }
+    let out = cmd.output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && report.contains("all checks passed"),
+        "text clients check failed:\n{report}\nserver log:\n{}",
+        server.log()
+    );
+}
