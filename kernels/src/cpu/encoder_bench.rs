@@ -308,7 +308,10 @@ fn attention_one_core() {
 #[test]
 #[ignore = "a measurement, run by hand"]
 fn gelu_one_core() {
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
     pool.install(|| {
         let n = 13 * 1536;
         let x0 = AlignedVec::from_slice(&values(n, 5));
