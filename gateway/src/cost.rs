@@ -44,14 +44,27 @@ pub struct Usage {
     pub device_seconds: f64,
     /// Requests it answered 200.
     pub answered: u64,
+    /// Tokens of those requests (a text model's).
+    pub tokens: u64,
 }
 
-/// A model's charges over the window: (when, usd, answered) per tick.
+/// One tick's charge to a model.
+#[derive(Clone, Copy, Debug)]
+struct Charge {
+    at: Instant,
+    usd: f64,
+    answered: u64,
+    tokens: u64,
+}
+
+/// A model's charges over the window.
 #[derive(Clone, Debug, Default)]
 struct ModelCharges {
-    ticks: VecDeque<(Instant, f64, u64)>,
-    /// The last cost per inference, kept while the model answers nothing.
+    ticks: VecDeque<Charge>,
+    /// The last cost per inference and per 1,000 tokens, kept while the model answers
+    /// nothing.
     last: Option<f64>,
+    last_per_1k_tokens: Option<f64>,
 }
 
 #[derive(Clone, Debug)]
@@ -109,9 +122,12 @@ impl CostLedger {
                 0.0
             };
             let charges = self.models.entry(model.clone()).or_default();
-            charges
-                .ticks
-                .push_back((now, self.unallocated_usd * share, u.answered));
+            charges.ticks.push_back(Charge {
+                at: now,
+                usd: self.unallocated_usd * share,
+                answered: u.answered,
+                tokens: u.tokens,
+            });
         }
         if busy > 0.0 || answered > 0 {
             self.unallocated_usd = 0.0;
@@ -124,7 +140,7 @@ impl CostLedger {
             while charges
                 .ticks
                 .front()
-                .is_some_and(|(t, _, _)| now.saturating_duration_since(*t) >= self.window)
+                .is_some_and(|c| now.saturating_duration_since(c.at) >= self.window)
             {
                 charges.ticks.pop_front();
             }
@@ -135,12 +151,23 @@ impl CostLedger {
     /// it; its last such value while it answers none.
     pub fn cost_per_inference(&mut self, model: &str) -> Option<f64> {
         let charges = self.models.get_mut(model)?;
-        let usd: f64 = charges.ticks.iter().map(|(_, c, _)| c).sum();
-        let answered: u64 = charges.ticks.iter().map(|(_, _, n)| n).sum();
+        let usd: f64 = charges.ticks.iter().map(|c| c.usd).sum();
+        let answered: u64 = charges.ticks.iter().map(|c| c.answered).sum();
         if answered > 0 {
             charges.last = Some(usd / answered as f64);
         }
         charges.last
+    }
+
+    /// The same per 1,000 tokens, for a text model.
+    pub fn cost_per_1k_tokens(&mut self, model: &str) -> Option<f64> {
+        let charges = self.models.get_mut(model)?;
+        let usd: f64 = charges.ticks.iter().map(|c| c.usd).sum();
+        let tokens: u64 = charges.ticks.iter().map(|c| c.tokens).sum();
+        if tokens > 0 {
+            charges.last_per_1k_tokens = Some(1000.0 * usd / tokens as f64);
+        }
+        charges.last_per_1k_tokens
     }
 
     pub fn models(&self) -> Vec<String> {
@@ -186,7 +213,10 @@ fn publish(ledger: &mut CostLedger) {
     metrics::gauge!(names::HARVESTED_DEVICE_SECONDS).set(ledger.harvested_seconds);
     for model in ledger.models() {
         if let Some(c) = ledger.cost_per_inference(&model) {
-            metrics::gauge!(names::COST_PER_INFERENCE, "model" => model).set(c);
+            metrics::gauge!(names::COST_PER_INFERENCE, "model" => model.clone()).set(c);
+        }
+        if let Some(c) = ledger.cost_per_1k_tokens(&model) {
+            metrics::gauge!(names::COST_PER_1K_TOKENS, "model" => model).set(c);
         }
     }
 }
@@ -196,7 +226,7 @@ fn publish(ledger: &mut CostLedger) {
 /// drops out.
 #[derive(Default)]
 struct UsageReadings {
-    last: BTreeMap<(String, u64), (Duration, u64)>,
+    last: BTreeMap<(String, u64), (Duration, u64, u64)>,
 }
 
 impl UsageReadings {
@@ -204,12 +234,13 @@ impl UsageReadings {
         let mut usage: BTreeMap<String, Usage> = BTreeMap::new();
         let mut now = BTreeMap::new();
         for v in registry.all() {
-            let reading = (v.stats.device_time(), v.stats.answered());
+            let reading = (v.stats.device_time(), v.stats.answered(), v.stats.tokens());
             let key = (v.name.clone(), v.version);
-            let (busy, answered) = self.last.get(&key).copied().unwrap_or_default();
+            let (busy, answered, tokens) = self.last.get(&key).copied().unwrap_or_default();
             let u = usage.entry(v.name.clone()).or_default();
             u.device_seconds += reading.0.saturating_sub(busy).as_secs_f64();
             u.answered += reading.1.saturating_sub(answered);
+            u.tokens += reading.2.saturating_sub(tokens);
             now.insert(key, reading);
         }
         self.last = now;
@@ -229,6 +260,7 @@ mod tests {
                     Usage {
                         device_seconds,
                         answered,
+                        tokens: 20 * answered,
                     },
                 )
             })
@@ -268,6 +300,9 @@ mod tests {
         let small = l.cost_per_inference("small").unwrap();
         let big = l.cost_per_inference("big").unwrap();
         assert!((big / small - 9.0).abs() < 1e-9, "{big} vs {small}");
+        // 20 tokens a request: per 1,000 tokens, 50 requests' worth.
+        let per_1k = l.cost_per_1k_tokens("big").unwrap();
+        assert!((per_1k - 50.0 * big).abs() < 1e-12, "{per_1k}");
         assert!((small * 100.0 + big * 100.0 - 0.001).abs() < 1e-12);
     }
 

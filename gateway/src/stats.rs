@@ -68,6 +68,8 @@ pub struct VersionStats {
     compute_output: Tally,
     /// Rows answered (Triton's inferences: a request of n rows is n).
     inference_count: AtomicU64,
+    /// Tokens of the text requests answered.
+    tokens: AtomicU64,
     /// Batches run, and the device time they took (copy in and forward pass).
     execution_count: AtomicU64,
     device_ns: AtomicU64,
@@ -78,7 +80,8 @@ pub struct VersionStats {
 
 impl VersionStats {
     /// A request answered 200.
-    pub fn succeeded(&self, rows: usize, t: RequestTimes) {
+    pub fn succeeded(&self, rows: usize, tokens: usize, t: RequestTimes) {
+        self.tokens.fetch_add(tokens as u64, Relaxed);
         self.success.add(t.total);
         self.compute_input.add(t.input);
         self.queue.add(t.queue);
@@ -109,6 +112,11 @@ impl VersionStats {
     /// Requests answered 200 so far.
     pub fn answered(&self) -> u64 {
         self.success.count.load(Relaxed)
+    }
+
+    /// Tokens of the text requests answered 200 so far.
+    pub fn tokens(&self) -> u64 {
+        self.tokens.load(Relaxed)
     }
 
     /// Device time this version's batches have taken so far.
@@ -183,8 +191,8 @@ mod tests {
             infer: ms(3),
             output: ms(4),
         };
-        s.succeeded(2, t);
-        s.succeeded(1, t);
+        s.succeeded(2, 0, t);
+        s.succeeded(1, 0, t);
         s.failed(ms(5));
         s.executed(3, ms(1), ms(3), ms(1));
         s.executed(3, ms(1), ms(3), ms(1));

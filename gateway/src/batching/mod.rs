@@ -61,6 +61,8 @@ pub type Reply = Result<Completed, InferError>;
 pub struct Completed {
     /// Row-major `[outputs, output width]`.
     pub output: Vec<f32>,
+    /// The tokens it brought (a text model's), for cost per token.
+    pub tokens: usize,
     pub queue_time: Duration,
     pub compute_time: Duration,
 }

@@ -130,6 +130,7 @@ pub async fn simulate(
             let latencies = live.iter().map(|p| end - p.enqueued).collect();
             for p in live {
                 let _ = p.reply.send(Ok(Completed {
+                    tokens: 0,
                     output: Vec::new(),
                     queue_time: now - p.enqueued,
                     compute_time: took,

@@ -278,6 +278,7 @@ pub(super) fn record(
     let input = queued.saturating_duration_since(arrival.arrived);
     version.stats.succeeded(
         rows,
+        completed.tokens,
         RequestTimes {
             total: latency,
             input,

@@ -284,6 +284,10 @@ fn run_batch(
         let reply = match &result {
             Ok(()) => Ok(Completed {
                 output: output[offset..offset + n].to_vec(),
+                tokens: match &p.input {
+                    Payload::Tokens(t) => t.tokens(),
+                    Payload::Dense(_) => 0,
+                },
                 queue_time: started_at.saturating_duration_since(p.enqueued),
                 compute_time: compute,
             }),
