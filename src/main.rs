@@ -9,8 +9,8 @@ use clap::Parser;
 
 /// mimalloc rather than glibc's malloc: each request's buffers come from per-thread free
 /// lists that the previous request just warmed, which on a CPU leaves more of the model's
-/// weights in the last-level cache (server CPU per request at 12,000 req/s: 2% lower in
-/// four rounds of four, p99 lower too), for 20-40 MB more resident memory (benches/README.md).
+/// weights in the last-level cache, for some more resident memory (docs/performance.md,
+/// "Goodput over HTTP").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -293,7 +293,7 @@ fn a_changed_model_config_toml_applies_while_serving() {
     let config = || server.get("/v2/models/m/config").json();
     assert_eq!(config()["max_batch_size"], 64);
 
-    std::fs::write(&cfg, "max_batch_size = 5\np99_ms = 30\n").unwrap();
+    replace_file(&cfg, "max_batch_size = 5\np99_ms = 30\n");
     assert!(
         poll_until(Duration::from_secs(10), || config()["max_batch_size"] == 5),
         "{}",
@@ -312,7 +312,7 @@ fn a_changed_model_config_toml_applies_while_serving() {
     );
 
     for broken in ["max_batch_size = \"many\"\n", "max_batch_size = 0\n"] {
-        std::fs::write(&cfg, broken).unwrap();
+        replace_file(&cfg, broken);
         std::thread::sleep(Duration::from_millis(600));
         assert_eq!(config()["max_batch_size"], 5, "after {broken:?}");
         server.assert_serves("m", DIMS[0]);
@@ -324,6 +324,14 @@ fn a_changed_model_config_toml_applies_while_serving() {
         || config()["max_batch_size"] == 64
     ));
     assert!(server.log().contains("changed config.toml applied"));
+}
+
+/// Replaces a file's content in one step, as editors and config managers do: a scan never
+/// reads it half written (an empty `config.toml` is valid and means the defaults).
+fn replace_file(path: &std::path::Path, content: &str) {
+    let staged = path.with_extension("toml.new");
+    std::fs::write(&staged, content).unwrap();
+    std::fs::rename(&staged, path).unwrap();
 }
 
 #[test]

@@ -314,9 +314,13 @@ fn out_of_file_descriptors_the_server_waits_instead_of_spinning_and_recovers() {
         .read_line(&mut welcome)
         .unwrap();
     assert!(welcome.contains("\"welcome\""), "{welcome}");
-    server.assert_serves("m", 8);
+    // The dead clients still in the backlog are accepted and closed as the limit allows, so
+    // accepting may fail and pause again for a moment; a request that waits through such a
+    // pause arrives late for its budget and is refused with a Retry-After, which the
+    // client honours.
+    server.assert_serves_within("m", 8, Duration::from_secs(10));
     // Said once a streak, not at every retry.
     let log = server.log();
-    assert!(log.matches("accept failed").count() <= 2, "{log}");
+    assert!(log.matches("accept failed").count() <= 3, "{log}");
     assert!(log.contains("accepting connections again"), "{log}");
 }

@@ -13,9 +13,8 @@ use common::*;
 
 /// Slow batches (~75 MB of weights streamed per batch, a few milliseconds each): 64
 /// closed-loop clients want 16 batches at once, three times what fits in a 20 ms budget
-/// here, and still more than fits on a machine twice as fast. The overload
-/// must come from the demand: an earlier form of this test (24 clients, 50 ms) was
-/// overloaded only while the feedback loop wound the effective budget down.
+/// here, and still more than fits on a machine twice as fast. The overload must come from
+/// the demand, not from the feedback loop winding the effective budget down.
 const DIMS: [usize; 4] = [512, 4096, 4096, 10];
 const CLIENTS: usize = 64;
 

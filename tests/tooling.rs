@@ -29,7 +29,12 @@ fn promtool_finds_nothing_wrong_with_a_live_scrape() {
     let repo = TempDir::new("promtool");
     write_version(repo.path(), "m", 1, &[8, 8, 3], 1);
     let socket = repo.path().join("coloc.sock");
+    // A priced device, so the cost families are in the scrape too.
+    let config = repo.path().join("tandem.toml");
+    std::fs::write(&config, "[cost]\ndevice_hour_usd = 3.6\n").unwrap();
     let server = Server::start(&[
+        "--config",
+        config.to_str().unwrap(),
         "--model-repository",
         repo.path().to_str().unwrap(),
         "--coloc-socket",
@@ -91,6 +96,8 @@ fn promtool_finds_nothing_wrong_with_a_live_scrape() {
         "tandem_trainer_samples_per_second",
         "tandem_trainer_ack_duration_seconds_bucket",
         "tandem_cost_usd",
+        "tandem_cost_per_inference_usd",
+        "tandem_load_ratio",
         "tandem_training_harvested_device_seconds",
     ] {
         assert!(text.contains(family), "{family} missing from:\n{text}");

@@ -59,17 +59,14 @@ pub struct ColocConfig {
     /// (0, 1]; by default `CPU_MAX_DUTY_CYCLE` on a CPU device and 1 on a GPU. Below 1 the
     /// trainer pauses briefly after every step: a core kept busy, even by the
     /// lowest-priority thread, delays serving's wake-ups (on a virtual machine each one
-    /// becomes an inter-processor interrupt instead of a poll; benches/README.md measures
-    /// it), and only idle time lowers that.
+    /// becomes an inter-processor interrupt instead of a poll; docs/performance.md, "What
+    /// a busy neighbour costs serving"), and only idle time lowers that.
     pub max_duty_cycle: Option<f64>,
 }
 
-/// The default duty-cycle cap of trainers that share the CPU with serving. At 50% load on
-/// two cores a cap of 0.8 kept serving's p99 at that of serving alone where an uncapped
-/// trainer raised it 1.1–1.4×; since batches wait longer while the p99 is far inside the
-/// budget, 0.9 costs serving's p99 no more than 0.8 did (1.04× against 1.05× of serving
-/// alone, three runs each taking turns) and gives the trainer about a tenth more
-/// (benches/README.md, "Co-located training").
+/// The default duty-cycle cap of trainers that share the CPU with serving: the highest that
+/// kept serving's p99 at that of serving alone at half load on two cores, where an uncapped
+/// trainer raised it (docs/performance.md, "Co-located training on the CPU").
 pub const CPU_MAX_DUTY_CYCLE: f64 = 0.9;
 
 impl ColocConfig {

@@ -189,6 +189,7 @@ fn start_batcher(
         cpu_load: Some(crate::batching::cpu_load::CpuLoad::new()),
         responses: Some(responses.clone()),
         device: LatencyModel::from_warmup(warmup),
+        device_busy: Some(spec.busy.clone()),
     };
     tokio::spawn(batcher.run());
     Channels {

@@ -56,142 +56,65 @@ const ROW_BUCKETS: &[f64] = &[
     1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
 ];
 
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Every metric's kind, whether it is in seconds, and its help text. A model's
+/// `tandem_model_version_loaded` is rendered apart ([`render_loaded_versions`]).
+#[rustfmt::skip]
+const HELP: &[(&str, Kind, bool, &str)] = &[
+    (REQUESTS, Kind::Counter, false, "Inference requests answered, by model and HTTP status code."),
+    (REQUEST_DURATION, Kind::Histogram, true, "Time from a request's arrival to its response being ready."),
+    (QUEUE_DURATION, Kind::Histogram, true, "Time from a request's arrival to its batch starting: decoding, validation and the queue."),
+    (COMPUTE_DURATION, Kind::Histogram, true, "Time a batch's forward pass took on the device."),
+    (BATCH_ROWS, Kind::Histogram, false, "Rows in each batch run."),
+    (BATCHES, Kind::Counter, false, "Batches run, by the reason the batcher released them (full, deadline, timer, idle)."),
+    (QUEUE_DEPTH, Kind::Gauge, false, "Requests waiting in the model's queue."),
+    (REQUESTS_REJECTED, Kind::Counter, false, "Requests turned away, each counted once, by reason: shed (predicted to miss its deadline), late (refused before parsing), queue_full, expired (its deadline passed before its batch), abandoned (its client left first)."),
+    (DEVICE_BUSY_RATIO, Kind::Gauge, false, "Share of the last second the device spent running batches."),
+    (PROCESS_CONTEXT_SWITCHES, Kind::Counter, false, "Context switches of the server process, every thread, waits and preemptions."),
+    (MODEL_LOADS, Kind::Counter, false, "Model version loads, by outcome (ok, error)."),
+    (CONNECTIONS, Kind::Gauge, false, "Open HTTP connections."),
+    (CONNECTIONS_CUT, Kind::Counter, false, "HTTP connections the server closed on a client, by reason: header_timeout (no complete request head within limits.header_read_timeout_ms, idle keep-alive connections included), write_stall (nothing of a response read within limits.response_write_timeout_ms). A stalled body is answered 408 and counted in tandem_requests_total."),
+    (SLO_BUDGET, Kind::Gauge, true, "The model's p99 latency budget (the adaptive policy meets it; the trainer coordinator holds serving to it under any policy)."),
+    (SLO_EFFECTIVE_BUDGET, Kind::Gauge, true, "The share of the budget the queue and device may use, as the feedback loop set it."),
+    (OBSERVED_P99, Kind::Gauge, true, "p99 of arrival-to-response latency over the last 2 s, under any policy (from a sample of at most 4,096 latencies, each weighted by the completions it stands for)."),
+    (BATCH_TOKENS, Kind::Histogram, false, "Tokens per batch of a text model (sequences packed end to end)."),
+    (REQUEST_TOKENS, Kind::Histogram, false, "Tokens per request to a text model, after truncation, special tokens included."),
+    (BATCH_PADDING_RATIO, Kind::Gauge, false, "Share of the token positions a text model's last batch computed that were padding: 0, since sequences are packed end to end."),
+    (COST_PER_1K_TOKENS, Kind::Gauge, false, "Inference cost charged to a text model over [cost] window_s, per 1,000 tokens it answered in that window; holds its last value while the model answers nothing."),
+    (LOAD_RATIO, Kind::Gauge, false, "The autoscaling signal: requests offered over the last 5 s (refused ones included) divided by the rate the model can serve within its p99 budget (the lower of the device's, from the latency model, and the cores', at 85% busy). Scale out above 1."),
+    (OBSERVED_THROUGHPUT, Kind::Gauge, false, "Requests completed per second over the last 2 s (an exact count, at any rate)."),
+    (PREDICTED_BATCH_DURATION, Kind::Gauge, true, "The latency model's prediction for a batch of efficient size."),
+    (PREDICTION_SPREAD, Kind::Gauge, false, "How far recent batch times strayed from the latency model's prediction: mean absolute deviation, relative (its high quantile is the mean times 1 + 3 x this)."),
+    (DEVICE_ALLOWANCE, Kind::Gauge, false, "Share of the device lent to training (0..1), from serving's latency headroom."),
+    (TRAINERS_CONNECTED, Kind::Gauge, false, "Training processes connected to the coordinator."),
+    (TRAINER_ALLOWANCE, Kind::Gauge, false, "Allowance in the last directive sent to this trainer (by slot)."),
+    (TRAINER_DIRECTIVES, Kind::Counter, false, "Directives sent to this trainer (by slot)."),
+    (TRAINER_ESCALATIONS, Kind::Counter, false, "Pauses not acknowledged in time and enforced with SIGSTOP (by slot)."),
+    (TRAINER_ACK_DURATION, Kind::Histogram, true, "Time from a directive to the trainer's ack."),
+    (TRAINER_SAMPLES_PER_SECOND, Kind::Gauge, false, "Training samples per second the trainer last reported."),
+    (TRAINER_LOSS, Kind::Gauge, false, "Training loss the trainer last reported."),
+    (COST, Kind::Gauge, false, "Device cost so far in US dollars, charged to inference or training by the share lent."),
+    (COST_PER_INFERENCE, Kind::Gauge, false, "Inference cost charged to the model over [cost] window_s (split by the device time its batches took) divided by the requests it answered in that window, in US dollars; holds its last value while the model answers nothing."),
+    (HARVESTED_DEVICE_SECONDS, Kind::Gauge, true, "Device-seconds lent to training so far."),
+];
+
 fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
-    describe_counter!(
-        REQUESTS,
-        "Inference requests answered, by model and HTTP status code."
-    );
-    describe_histogram!(
-        REQUEST_DURATION,
-        Unit::Seconds,
-        "Time from a request's arrival to its response being ready."
-    );
-    describe_histogram!(
-        QUEUE_DURATION,
-        Unit::Seconds,
-        "Time requests waited in the model's queue."
-    );
-    describe_histogram!(
-        COMPUTE_DURATION,
-        Unit::Seconds,
-        "Time a batch's forward pass took on the device."
-    );
-    describe_histogram!(BATCH_ROWS, "Rows in each batch run.");
-    describe_counter!(
-        BATCHES,
-        "Batches run, by the reason the batcher released them (full, deadline, timer, idle)."
-    );
-    describe_gauge!(QUEUE_DEPTH, "Requests waiting in the model's queue.");
-    describe_counter!(
-        REQUESTS_REJECTED,
-        "Requests answered with an error before compute, by reason."
-    );
-    describe_gauge!(
-        DEVICE_BUSY_RATIO,
-        "Share of the last second the device spent running batches."
-    );
-    describe_counter!(
-        PROCESS_CONTEXT_SWITCHES,
-        "Context switches of the server process, every thread, waits and preemptions."
-    );
-    describe_counter!(MODEL_LOADS, "Model version loads, by outcome (ok, error).");
-    describe_gauge!(CONNECTIONS, "Open HTTP connections.");
-    describe_counter!(
-        CONNECTIONS_CUT,
-        "HTTP connections the server closed on a client, by reason: header_timeout (no complete request head within limits.header_read_timeout_ms, idle keep-alive connections included), write_stall (nothing of a response read within limits.response_write_timeout_ms). A stalled body is answered 408 and counted in tandem_requests_total."
-    );
-    describe_gauge!(
-        SLO_BUDGET,
-        Unit::Seconds,
-        "The model's p99 latency budget (the adaptive policy meets it; the trainer coordinator holds serving to it under any policy)."
-    );
-    describe_gauge!(
-        SLO_EFFECTIVE_BUDGET,
-        Unit::Seconds,
-        "The share of the budget the queue and device may use, as the feedback loop set it."
-    );
-    describe_gauge!(
-        OBSERVED_P99,
-        Unit::Seconds,
-        "p99 of arrival-to-response latency over the last 2 s, under any policy (from a sample of at most 4,096 latencies, each weighted by the completions it stands for)."
-    );
-    describe_histogram!(
-        BATCH_TOKENS,
-        "Tokens per batch of a text model (sequences packed end to end)."
-    );
-    describe_histogram!(
-        REQUEST_TOKENS,
-        "Tokens per request to a text model, after truncation, special tokens included."
-    );
-    describe_gauge!(
-        BATCH_PADDING_RATIO,
-        "Share of the token positions a text model's last batch computed that were padding: 0, since sequences are packed end to end."
-    );
-    describe_gauge!(
-        COST_PER_1K_TOKENS,
-        "Inference cost charged to a text model over [cost] window_s, per 1,000 tokens it answered in that window; holds its last value while the model answers nothing."
-    );
-    describe_gauge!(
-        LOAD_RATIO,
-        "The autoscaling signal: requests offered over the last 5 s (refused ones included) divided by the rate the model can serve within its p99 budget (the lower of the device's, from the latency model, and the cores', at 85% busy). Scale out above 1."
-    );
-    describe_gauge!(
-        OBSERVED_THROUGHPUT,
-        "Requests completed per second over the last 2 s (an exact count, at any rate)."
-    );
-    describe_gauge!(
-        PREDICTED_BATCH_DURATION,
-        Unit::Seconds,
-        "The latency model's prediction for a batch of efficient size."
-    );
-    describe_gauge!(
-        PREDICTION_SPREAD,
-        "How far recent batch times strayed from the latency model's prediction: mean absolute deviation, relative (its high quantile is the mean times 1 + 3 x this)."
-    );
-    describe_gauge!(
-        DEVICE_ALLOWANCE,
-        "Share of the device lent to training (0..1), from serving's latency headroom."
-    );
-    describe_gauge!(
-        TRAINERS_CONNECTED,
-        "Training processes connected to the coordinator."
-    );
-    describe_gauge!(
-        TRAINER_ALLOWANCE,
-        "Allowance in the last directive sent to this trainer (by slot)."
-    );
-    describe_counter!(
-        TRAINER_DIRECTIVES,
-        "Directives sent to this trainer (by slot)."
-    );
-    describe_counter!(
-        TRAINER_ESCALATIONS,
-        "Pauses not acknowledged in time and enforced with SIGSTOP (by slot)."
-    );
-    describe_histogram!(
-        TRAINER_ACK_DURATION,
-        Unit::Seconds,
-        "Time from a directive to the trainer's ack."
-    );
-    describe_gauge!(
-        TRAINER_SAMPLES_PER_SECOND,
-        "Training samples per second the trainer last reported."
-    );
-    describe_gauge!(TRAINER_LOSS, "Training loss the trainer last reported.");
-    describe_gauge!(
-        COST,
-        "Device cost so far in US dollars, charged to inference or training by the share lent."
-    );
-    describe_gauge!(
-        COST_PER_INFERENCE,
-        "Inference cost charged to the model divided by its requests, in US dollars."
-    );
-    describe_gauge!(
-        HARVESTED_DEVICE_SECONDS,
-        Unit::Seconds,
-        "Device-seconds lent to training so far."
-    );
+    for &(name, kind, seconds, help) in HELP {
+        match (kind, seconds) {
+            (Kind::Counter, _) => describe_counter!(name, help),
+            (Kind::Gauge, true) => describe_gauge!(name, Unit::Seconds, help),
+            (Kind::Gauge, false) => describe_gauge!(name, help),
+            (Kind::Histogram, true) => describe_histogram!(name, Unit::Seconds, help),
+            (Kind::Histogram, false) => describe_histogram!(name, help),
+        }
+    }
 }
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();

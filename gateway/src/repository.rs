@@ -172,7 +172,6 @@ impl Watcher {
                 return (self.registry.model_names(), Vec::new());
             }
         };
-        let keep = self.config.keep_versions.max(1);
         let (mut serving, mut missing) = (Vec::new(), Vec::new());
         for (name, model) in &found {
             if self.control.is_held(name) {
@@ -182,69 +181,93 @@ impl Watcher {
                 }
                 continue;
             }
-            // Walk versions newest first until `keep` of them serve: a version that failed
-            // (and has not changed since) is skipped, so an older good one stays.
-            let mut serving_versions = Vec::new();
-            let loaded = self.registry.versions(name);
-            for (version, path) in model.versions.iter().rev() {
-                if serving_versions.len() == keep {
-                    break;
-                }
-                if loaded.contains(version) {
-                    serving_versions.push(*version);
-                    continue;
-                }
-                let mtime = version_mtime(path);
-                let key = (name.clone(), *version);
-                if self.failed.get(&key).is_some_and(|(t, _)| *t == mtime) {
-                    continue;
-                }
-                let spec = LoadSpec {
-                    name: name.clone(),
-                    version: *version,
-                    path: path.clone(),
-                    settings: self.config.settings_for(
-                        name,
-                        model.overrides.as_ref(),
-                        self.registry.runtime_overrides(name).as_ref(),
-                    ),
-                    repo_overrides: model.overrides.clone(),
-                    device: self.device.clone(),
-                    cpu_threads: self.config.cpu_threads,
-                    busy: self.busy.clone(),
-                };
-                match loader::load(spec).await {
-                    Ok(v) => {
-                        self.failed.remove(&key);
-                        self.registry.insert(v);
-                        serving_versions.push(*version);
-                    }
-                    Err(e) => {
-                        tracing::error!(model = %name, version, path = %path.display(), error = %e, "model version failed to load; older versions keep serving");
-                        self.failed.insert(key, (mtime, e.to_string()));
-                    }
-                }
-            }
-            if !model.config_invalid {
-                self.apply_changed_config(name, model.overrides.as_ref());
-            }
-            // Unload what is no longer among them (new versions took over, or the files are
-            // gone) — only once something else serves.
-            if !serving_versions.is_empty() {
-                for v in self.registry.versions(name) {
-                    if !serving_versions.contains(&v) {
-                        self.registry.remove(name, v);
-                        tracing::info!(model = %name, version = v, "model version unloaded");
-                    }
-                }
-            }
+            self.sync_model(name, model).await;
             if self.registry.versions(name).is_empty() {
                 missing.push(name.clone());
             } else {
                 serving.push(name.clone());
             }
         }
-        // Models whose folder disappeared.
+        self.forget_gone(&found);
+        self.control.set_index(self.index(&found));
+        (serving, missing)
+    }
+
+    /// Loads the newest versions of one model until `keep_versions` of them serve (a version
+    /// that failed, and has not changed since, is skipped, so an older good one stays),
+    /// applies a changed `config.toml`, then unloads the rest — only once something else
+    /// serves.
+    async fn sync_model(&mut self, name: &str, model: &RepoModel) {
+        let keep = self.config.keep_versions.max(1);
+        let mut serving_versions = Vec::new();
+        let loaded = self.registry.versions(name);
+        for (version, path) in model.versions.iter().rev() {
+            if serving_versions.len() == keep {
+                break;
+            }
+            if loaded.contains(version) || self.load_version(name, model, *version, path).await {
+                serving_versions.push(*version);
+            }
+        }
+        if !model.config_invalid {
+            self.apply_changed_config(name, model.overrides.as_ref());
+        }
+        if !serving_versions.is_empty() {
+            for v in self.registry.versions(name) {
+                if !serving_versions.contains(&v) {
+                    self.registry.remove(name, v);
+                    tracing::info!(model = %name, version = v, "model version unloaded");
+                }
+            }
+        }
+    }
+
+    /// Loads one version unless it failed before and has not changed since; whether it
+    /// serves now.
+    async fn load_version(
+        &mut self,
+        name: &str,
+        model: &RepoModel,
+        version: u64,
+        path: &Path,
+    ) -> bool {
+        let mtime = version_mtime(path);
+        let key = (name.to_string(), version);
+        if self.failed.get(&key).is_some_and(|(t, _)| *t == mtime) {
+            return false;
+        }
+        let spec = LoadSpec {
+            name: name.to_string(),
+            version,
+            path: path.to_path_buf(),
+            settings: self.config.settings_for(
+                name,
+                model.overrides.as_ref(),
+                self.registry.runtime_overrides(name).as_ref(),
+            ),
+            repo_overrides: model.overrides.clone(),
+            device: self.device.clone(),
+            cpu_threads: self.config.cpu_threads,
+            busy: self.busy.clone(),
+        };
+        match loader::load(spec).await {
+            Ok(v) => {
+                self.failed.remove(&key);
+                self.registry.insert(v);
+                true
+            }
+            Err(e) => {
+                tracing::error!(model = %name, version, path = %path.display(), error = %e, "model version failed to load; older versions keep serving");
+                self.failed.insert(key, (mtime, e.to_string()));
+                false
+            }
+        }
+    }
+
+    /// Unloads models whose folder disappeared, and forgets the failures of versions whose
+    /// folders are gone: a trainer that checkpoints every few seconds must not grow that
+    /// record without bound.
+    fn forget_gone(&mut self, found: &BTreeMap<String, RepoModel>) {
         for name in self.registry.model_names() {
             if !found.contains_key(&name) && !self.config.models.contains_key(&name) {
                 for v in self.registry.versions(&name) {
@@ -253,15 +276,11 @@ impl Watcher {
                 tracing::info!(model = %name, "model removed from the repository; unloaded");
             }
         }
-        // Failures of versions whose folders are gone are forgotten: a trainer that
-        // checkpoints every few seconds must not grow this record without bound.
         self.failed.retain(|(name, version), _| {
             found
                 .get(name)
                 .is_some_and(|m| m.versions.contains_key(version))
         });
-        self.control.set_index(self.index(&found));
-        (serving, missing)
     }
 
     /// Every version the repository holds, and any still serving whose folder is gone, with

@@ -9,7 +9,9 @@
 //!   own), fits the budget, at that batch's mean rate;
 //! - the process's cores', from their measured share: the requests answered per second
 //!   scaled to [`CPU_USABLE`] of the cores. The HTTP front end runs on the same cores as a
-//!   CPU model (and beside a GPU's), and past that share the p99 no longer holds.
+//!   CPU model (and beside a GPU's), and past that share the p99 no longer holds. Models
+//!   sharing a device count the cores' load in proportion to their share of its busy time,
+//!   so that their ratios add up to the pod's.
 
 use std::time::Duration;
 

@@ -21,6 +21,7 @@ pub mod load;
 pub mod policy;
 pub mod state;
 pub mod task;
+pub mod tuning;
 
 use std::time::Duration;
 

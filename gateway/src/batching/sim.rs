@@ -97,6 +97,7 @@ pub async fn simulate(
         cpu_load: None,
         responses: None,
         device: super::latency::LatencyModel::from_warmup(&[(1, Duration::from_millis(1))]),
+        device_busy: None,
     };
     let batcher = tokio::spawn(batcher.run());
     let result = Arc::new(Mutex::new(SimResult::default()));

@@ -167,6 +167,9 @@ pub struct Batcher {
     /// The device's batch times, whatever the policy: what `tandem_load_ratio` takes the
     /// device's capacity from.
     pub device: LatencyModel,
+    /// Device time of every model sharing this device, for this model's share of it;
+    /// `None` where the device is simulated.
+    pub device_busy: Option<std::sync::Arc<crate::worker::BusyMeter>>,
 }
 
 /// The longest requests are refused at the door after a shed.
@@ -181,6 +184,8 @@ struct Observed {
     window: LatencyWindow,
     load: LoadMeter,
     cpu_share: Option<f64>,
+    /// This model's share of its device's busy time.
+    device_share: DeviceShare,
     last_refresh: Instant,
     /// Reused for each drain of the handlers' latencies.
     answered: Vec<super::feedback::Answered>,
@@ -203,6 +208,7 @@ impl Batcher {
             window: LatencyWindow::sampled(Duration::from_secs(2), 4096),
             load: LoadMeter::default(),
             cpu_share: None,
+            device_share: DeviceShare::default(),
             last_refresh: Instant::now(),
             answered: Vec::new(),
         };
@@ -369,6 +375,7 @@ impl Batcher {
         let now = Instant::now();
         self.policy.observe_batch(d.rows, d.compute, now);
         self.device.observe(d.rows, d.compute);
+        seen.device_share.own += d.compute;
         self.signals.add_completed(d.latencies.len() as u64);
         if self.responses.is_none() {
             for l in d.latencies {
@@ -394,12 +401,15 @@ impl Batcher {
         seen.load.observe(totals.offered, totals.completed, now);
         let max_rows = self.policy.max_batch_rows();
         let capacity = load::device_capacity(&self.device, self.budget, max_rows);
+        let total = self.device_busy.as_ref().map(|b| b.total());
+        // The cores' load is the process's: each model counts its share of the device.
+        let cores = seen.cpu_share.map(|c| c * seen.device_share.update(total));
         metrics.publish(Published {
             policy: self.policy.gauges(),
             budget: self.budget,
             observed_p99: p99,
             completions_per_second: seen.window.throughput(now),
-            load_ratio: seen.load.ratio(capacity, seen.cpu_share, now),
+            load_ratio: seen.load.ratio(capacity, cores, now),
         });
         self.signals.set_budget(self.budget);
         self.signals.set_observed_p99(p99);
@@ -449,6 +459,35 @@ impl Batcher {
                 .into()));
             }
         }
+    }
+}
+
+/// A model's share of the busy time of the device it shares with others, smoothed.
+#[derive(Default)]
+struct DeviceShare {
+    /// This model's batches' time so far, and both totals at the last update.
+    own: Duration,
+    last: Option<(Duration, Duration)>,
+    share: Option<f64>,
+}
+
+impl DeviceShare {
+    /// The share since the last update, given the device's total busy time now (`None`: a
+    /// simulated device, all of it this model's). With nothing run since, the last share.
+    fn update(&mut self, total: Option<Duration>) -> f64 {
+        let Some(total) = total else {
+            return 1.0;
+        };
+        if let Some((own, all)) = self.last {
+            let ran = total.saturating_sub(all);
+            if !ran.is_zero() {
+                let mine = self.own.saturating_sub(own).as_secs_f64() / ran.as_secs_f64();
+                let prev = self.share.unwrap_or(mine);
+                self.share = Some((prev + 0.5 * (mine.min(1.0) - prev)).clamp(0.0, 1.0));
+            }
+        }
+        self.last = Some((self.own, total));
+        self.share.unwrap_or(1.0)
     }
 }
 

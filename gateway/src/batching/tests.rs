@@ -466,8 +466,8 @@ async fn a_brief_spike_shrinks_the_effective_budget_once() {
     assert_eq!(steady, start);
     // 100 ms of latencies at 1.4x the budget, then 60% again for two seconds: the window
     // holds the spike for a while, but the requests after the first shrink are back at
-    // 60%, so it shrinks once, by the most one shrink takes (an earlier form shrank by 10%
-    // four times a second for as long as the spike stayed in the window).
+    // 60%, so it shrinks once, by the most one shrink takes — not at every look (four a
+    // second) for as long as the spike stays in the window.
     let after = headroom_after(&mut policy, &mut now, budget, 1000, 14 * MS, 6 * MS);
     let later = headroom_after(&mut policy, &mut now, budget, 0, MS, 6 * MS);
     assert!((after - start * 0.75).abs() < 1e-9, "{start} -> {after}");
@@ -554,4 +554,18 @@ async fn while_refusing_a_p99_well_inside_the_budget_grows_the_effective_budget_
             assert_eq!(after, shrunk, "not refusing");
         }
     }
+}
+
+#[test]
+fn the_tuning_is_data_a_test_can_pin() {
+    let tuning = crate::batching::tuning::AdaptiveTuning {
+        headroom_start: 0.5,
+        ..Default::default()
+    };
+    let policy = AdaptivePolicy::with_tuning(10 * MS, 64, fast_model(), tuning);
+    assert_eq!(policy.effective_budget(), 5 * MS);
+    assert_eq!(
+        AdaptivePolicy::new(10 * MS, 64, fast_model()).effective_budget(),
+        8 * MS
+    );
 }

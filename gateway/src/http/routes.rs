@@ -12,9 +12,11 @@ use super::arrival::ArrivalClock;
 use super::{AppState, error_response, models};
 use crate::error::ApiError;
 
+/// Routes a request: its path's segments percent-decoded, HEAD answered as GET, and a 405
+/// with `Allow` where the path takes other methods.
 pub async fn handle(
     state: Arc<AppState>,
-    req: Request<Limited<Incoming>>,
+    mut req: Request<Limited<Incoming>>,
     metrics_only: bool,
     peer: std::net::SocketAddr,
     arrival: &ArrivalClock,
@@ -35,73 +37,92 @@ pub async fn handle(
     let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
     // HEAD is GET without the body (RFC 9110 §9.3.2): routed as GET, and hyper, which
     // remembers the method it parsed, sends the headers and holds the body back.
-    let mut req = req;
     if method == Method::HEAD {
         *req.method_mut() = Method::GET;
     }
-    let routed = req.method().clone();
-    let result = match (metrics_only, &routed, segments.as_slice()) {
-        (_, &Method::GET, ["metrics"]) => Ok(models::metrics(&state)),
-        (true, _, _) => Err(not_found(&method, &path)),
-        (_, &Method::GET, ["v2"]) => Ok(models::server_metadata()),
-        (_, &Method::GET, ["v2", "health", "live"]) => Ok(models::empty(StatusCode::OK)),
-        (_, &Method::GET, ["v2", "health", "ready"]) => models::health_ready(&state),
-        (_, &Method::GET, ["v2", "models", "stats"]) => models::statistics(&state, None, None),
-        (_, &Method::GET, ["v2", "models", m, "stats"]) => {
-            models::statistics(&state, Some(m), None)
-        }
-        (_, &Method::GET, ["v2", "models", m, "versions", v, "stats"]) => {
-            models::statistics(&state, Some(m), Some(v))
-        }
-        (_, &Method::GET, ["v2", "models", m]) => models::model_metadata(&state, m, None),
-        (_, &Method::GET, ["v2", "models", m, "versions", v]) => {
-            models::model_metadata(&state, m, Some(v))
-        }
-        (_, &Method::GET, ["v2", "models", m, "config"]) => models::model_config(&state, m, None),
-        (_, &Method::GET, ["v2", "models", m, "versions", v, "config"]) => {
-            models::model_config(&state, m, Some(v))
-        }
-        (_, &Method::GET, ["v2", "models", m, "ready"]) => models::model_ready(&state, m, None),
-        (_, &Method::GET, ["v2", "models", m, "versions", v, "ready"]) => {
-            models::model_ready(&state, m, Some(v))
-        }
-        (_, &Method::POST, ["v2", "models", m, "infer"]) => {
-            let (m, v) = (m.to_string(), None);
-            return super::infer::infer(&state, &m, v, req, arrival).await;
-        }
-        (_, &Method::POST, ["v2", "models", m, "versions", v, "infer"]) => {
-            let (m, v) = (m.to_string(), Some(v.to_string()));
-            return super::infer::infer(&state, &m, v, req, arrival).await;
-        }
-        (_, &Method::POST, ["v1", "embeddings"]) => {
-            return super::embeddings::openai(&state, req, arrival).await;
-        }
-        (_, &Method::POST, ["embed"]) => return super::embeddings::tei(&state, req, arrival).await,
-        (_, &Method::POST, ["v2", "repository", "index"]) => {
-            super::repository::index(&state, req).await
-        }
-        (_, &Method::POST, ["v2", "repository", "models", m, "load"]) => {
-            let m = m.to_string();
-            super::repository::load(&state, &m, req, peer).await
-        }
-        (_, &Method::POST, ["v2", "repository", "models", m, "unload"]) => {
-            let m = m.to_string();
-            super::repository::unload(&state, &m, req, peer).await
-        }
-        (_, _, ["admin", ..]) => {
-            let segments: Vec<String> = segments.iter().map(|s| s.to_string()).collect();
-            super::admin::handle(&state, req, peer, &segments).await
-        }
-        _ => match allowed_methods(&segments) {
-            Some(allow) => Err(ApiError::MethodNotAllowed {
-                method: method.to_string(),
-                path: path.clone(),
-                allow,
+    let result = if req.method() == Method::GET {
+        read(&state, metrics_only, &segments)
+    } else {
+        None
+    };
+    let result = match result {
+        Some(r) => r,
+        None if metrics_only => Err(not_found(&method, &path)),
+        None => match write(&state, req, peer, arrival, &segments).await {
+            Some(r) => r,
+            None => Err(match allowed_methods(&segments) {
+                Some(allow) => ApiError::MethodNotAllowed {
+                    method: method.to_string(),
+                    path: path.clone(),
+                    allow,
+                },
+                None => not_found(&method, &path),
             }),
-            None => Err(not_found(&method, &path)),
         },
     };
     result.unwrap_or_else(|e| error_response(&e))
+}
+
+type Answer = Result<Response<Full<Bytes>>, ApiError>;
+
+/// The GET routes (`None`: not one of them). A metrics-only listener answers `/metrics`
+/// alone.
+fn read(state: &AppState, metrics_only: bool, segments: &[&str]) -> Option<Answer> {
+    Some(match (metrics_only, segments) {
+        (_, ["metrics"]) => Ok(models::metrics(state)),
+        (true, _) => return None,
+        (_, ["v2"]) => Ok(models::server_metadata()),
+        (_, ["v2", "health", "live"]) => Ok(models::empty(StatusCode::OK)),
+        (_, ["v2", "health", "ready"]) => models::health_ready(state),
+        (_, ["v2", "models", "stats"]) => models::statistics(state, None, None),
+        (_, ["v2", "models", m, "stats"]) => models::statistics(state, Some(m), None),
+        (_, ["v2", "models", m, "versions", v, "stats"]) => {
+            models::statistics(state, Some(m), Some(v))
+        }
+        (_, ["v2", "models", m]) => models::model_metadata(state, m, None),
+        (_, ["v2", "models", m, "versions", v]) => models::model_metadata(state, m, Some(v)),
+        (_, ["v2", "models", m, "config"]) => models::model_config(state, m, None),
+        (_, ["v2", "models", m, "versions", v, "config"]) => {
+            models::model_config(state, m, Some(v))
+        }
+        (_, ["v2", "models", m, "ready"]) => models::model_ready(state, m, None),
+        (_, ["v2", "models", m, "versions", v, "ready"]) => models::model_ready(state, m, Some(v)),
+        _ => return None,
+    })
+}
+
+/// Inference, the repository extension and the admin API (`None`: no such route).
+async fn write(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+    peer: std::net::SocketAddr,
+    arrival: &ArrivalClock,
+    segments: &[&str],
+) -> Option<Answer> {
+    let post = req.method() == Method::POST;
+    Some(match (post, segments) {
+        (true, ["v2", "models", m, "infer"]) => {
+            return Some(Ok(super::infer::infer(state, m, None, req, arrival).await));
+        }
+        (true, ["v2", "models", m, "versions", v, "infer"]) => {
+            let v = Some(v.to_string());
+            return Some(Ok(super::infer::infer(state, m, v, req, arrival).await));
+        }
+        (true, ["v1", "embeddings"]) => Ok(super::embeddings::openai(state, req, arrival).await),
+        (true, ["embed"]) => Ok(super::embeddings::tei(state, req, arrival).await),
+        (true, ["v2", "repository", "index"]) => super::repository::index(state, req).await,
+        (true, ["v2", "repository", "models", m, "load"]) => {
+            super::repository::load(state, m, req, peer).await
+        }
+        (true, ["v2", "repository", "models", m, "unload"]) => {
+            super::repository::unload(state, m, req, peer).await
+        }
+        (_, ["admin", ..]) => {
+            let segments: Vec<String> = segments.iter().map(|s| s.to_string()).collect();
+            super::admin::handle(state, req, peer, &segments).await
+        }
+        _ => return None,
+    })
 }
 
 /// A path segment with its `%XX` escapes decoded; the result must be UTF-8.

@@ -144,7 +144,10 @@ impl JsonData {
     pub fn into_model_f32(self, datatype: Datatype) -> Result<Vec<f32>, (usize, String)> {
         let fail = |i: usize, why: &str| Err((i, why.to_string()));
         if let Some(i) = self.first_text {
-            return fail(i, &format!("is a string; {datatype} data must be numbers"));
+            return fail(
+                i,
+                &format!("is a JSON string; {datatype} data must be numbers"),
+            );
         }
         if datatype == Datatype::Bool {
             if let Some(i) = self.first_number {

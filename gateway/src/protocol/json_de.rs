@@ -2,12 +2,13 @@
 //! `serde_json::from_slice` gives it, with each number converted in the same pass that
 //! validates it.
 //!
-//! Why our own: a single-row request is ~780 numbers of 16–17 digits, and at saturation
-//! serde_json's number parsing alone took an eighth of the server's CPU
-//! (benches/README.md, "Decoding a JSON request"); its validating scan already costs about
-//! what its whole parse does, so nothing layered on it could be faster. Here the digits
-//! are read eight at a time, and a number that fits the exact fast path (at most 19
-//! significant digits, a power of ten that f64 holds exactly) takes no second pass.
+//! Why our own: a single-row request is hundreds of numbers of 16–17 digits, and at
+//! saturation serde_json's number parsing is a large share of the server's CPU; its
+//! validating scan already costs about what its whole parse does, so nothing layered on it
+//! could be faster (`cargo bench -p gateway --bench json`; docs/performance.md, "Decoding a
+//! JSON request"). Here the digits are read eight at a time, and a number that fits the
+//! exact fast path (at most 19 significant digits, a power of ten that f64 holds exactly)
+//! takes no second pass.
 //!
 //! It accepts exactly what serde_json accepts (RFC 8259, UTF-8, nesting less than 128 deep)
 //! and hands visitors the same calls: `visit_u64` for non-negative integers that fit,
@@ -202,9 +203,8 @@ impl<'de> Reader<'de> {
         (self.pos - start, truncated)
     }
 
-    // Inlined into its callers, as is `JsonData::push_number`: 14–17% off `cargo bench -p
-    // gateway --bench json`, where this one alone gained 5% and inlining `next_item` too
-    // gave some of it back (benches/README.md, "Decoding a JSON request").
+    // Inlined into its callers, as is `JsonData::push_number` (and not `next_item`): what
+    // `cargo bench -p gateway --bench json` measured fastest.
     #[inline(always)]
     fn parse_number(&mut self) -> Result<Number, Error> {
         let start = self.pos;
