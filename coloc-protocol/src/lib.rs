@@ -39,8 +39,14 @@ pub struct Hello {
     pub device: String,
     /// Streams (threads on a CPU) the trainer would use unconstrained.
     pub max_streams: u32,
-    /// Device memory the trainer would use unconstrained, in bytes.
+    /// Device memory the trainer would use unconstrained, in bytes: parameters, gradients,
+    /// optimiser state, workspaces and a full batch's activations.
     pub memory_bytes: u64,
+    /// The least device memory the trainer can run in, in bytes (what it holds whatever
+    /// its micro-batch, and one row's activations); 0 when it does not say. Memory limits
+    /// are lent above it.
+    #[serde(default)]
+    pub min_memory_bytes: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -90,9 +96,10 @@ impl Directive {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Ack {
     pub seq: u64,
-    /// Streams (threads) in use now.
+    /// Streams (threads) in use now: 0 while paused.
     pub streams: u32,
-    /// Device memory held now, in bytes.
+    /// Device memory held now, in bytes, once the directive is obeyed: everything resident,
+    /// paused or not.
     pub memory_bytes: u64,
 }
 
@@ -161,7 +168,11 @@ mod tests {
         .unwrap();
         assert!(matches!(
             hello,
-            TrainerMessage::Hello(Hello { pid: 42, .. })
+            TrainerMessage::Hello(Hello {
+                pid: 42,
+                min_memory_bytes: 0,
+                ..
+            })
         ));
         let d = GatewayMessage::Directive(Directive {
             seq: 3,

@@ -95,82 +95,12 @@ impl Checkpoint {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
-        // layer index -> (weight, bias)
-        let mut found: BTreeMap<usize, (Option<TensorView<'_>>, Option<TensorView<'_>>)> =
-            BTreeMap::new();
-        for (name, view) in tensors.iter() {
-            let (index, is_weight) =
-                parse_name(name).ok_or_else(|| LoadError::UnexpectedTensor {
-                    name: name.to_string(),
-                })?;
-            let slot = found.entry(index).or_default();
-            if is_weight {
-                slot.0 = Some(view);
-            } else {
-                slot.1 = Some(view);
-            }
-        }
-        if found.is_empty() {
-            return Err(LoadError::NoLayers);
-        }
-        // Layers are numbered 0, 1, 2, ...: the first number absent below the count is a gap.
-        if let Some(gap) = (0..found.len()).find(|i| !found.contains_key(i)) {
-            return Err(LoadError::MissingTensor {
-                name: format!("layers.{gap}.weight"),
-            });
-        }
-        let count = found.len();
-        let mut layers = Vec::with_capacity(count);
-        for i in 0..count {
-            let weight_name = format!("layers.{i}.weight");
-            let bias_name = format!("layers.{i}.bias");
+        let mut found = layer_tensors(&tensors)?;
+        let mut layers: Vec<LayerWeights> = Vec::with_capacity(found.len());
+        for i in 0..found.len() {
             let (weight, bias) = found.remove(&i).unwrap_or((None, None));
-            let weight = weight.ok_or(LoadError::MissingTensor {
-                name: weight_name.clone(),
-            })?;
-            let bias = bias.ok_or(LoadError::MissingTensor {
-                name: bias_name.clone(),
-            })?;
-            let [outputs, inputs] = *weight.shape() else {
-                return Err(LoadError::Shape {
-                    name: weight_name,
-                    expected: "[out, in] (2 dimensions)".into(),
-                    given: weight.shape().to_vec(),
-                });
-            };
-            if outputs == 0 || inputs == 0 {
-                return Err(LoadError::Shape {
-                    name: weight_name,
-                    expected: "[out, in] with out, in > 0".into(),
-                    given: weight.shape().to_vec(),
-                });
-            }
-            if let Some(prev) = layers.last().map(|l: &LayerWeights| l.outputs)
-                && prev != inputs
-            {
-                return Err(LoadError::Shape {
-                    name: weight_name,
-                    expected: format!("[out, {prev}] to follow layers.{}.weight", i - 1),
-                    given: weight.shape().to_vec(),
-                });
-            }
-            if bias.shape() != [outputs] {
-                return Err(LoadError::Shape {
-                    name: bias_name,
-                    expected: format!("[{outputs}] to match {weight_name}"),
-                    given: bias.shape().to_vec(),
-                });
-            }
-            let weight_data = decode_weight(&weight_name, &weight)?;
-            let bias_data = decode_weight(&bias_name, &bias)?.to_f32();
-            check_finite(&weight_name, &weight_data.to_f32())?;
-            check_finite(&bias_name, &bias_data)?;
-            layers.push(LayerWeights {
-                inputs,
-                outputs,
-                weight: weight_data,
-                bias: bias_data,
-            });
+            let follows = layers.last().map(|l| l.outputs);
+            layers.push(read_layer(i, weight, bias, follows)?);
         }
         Ok(Checkpoint { layers })
     }
@@ -297,6 +227,92 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let _ = d.sync_all();
     }
     Ok(())
+}
+
+/// A layer's tensors as a checkpoint holds them: `(weight, bias)`, either possibly absent.
+type LayerViews<'a> = (Option<TensorView<'a>>, Option<TensorView<'a>>);
+
+/// Every tensor by layer index, refusing names that are not `layers.{i}.weight|bias` and
+/// numbering with gaps (the first number absent below the count is a missing weight).
+fn layer_tensors<'a>(
+    tensors: &'a SafeTensors<'a>,
+) -> Result<BTreeMap<usize, LayerViews<'a>>, LoadError> {
+    let mut found: BTreeMap<usize, LayerViews<'a>> = BTreeMap::new();
+    for (name, view) in tensors.iter() {
+        let (index, is_weight) = parse_name(name).ok_or_else(|| LoadError::UnexpectedTensor {
+            name: name.to_string(),
+        })?;
+        let slot = found.entry(index).or_default();
+        if is_weight {
+            slot.0 = Some(view);
+        } else {
+            slot.1 = Some(view);
+        }
+    }
+    if found.is_empty() {
+        return Err(LoadError::NoLayers);
+    }
+    if let Some(gap) = (0..found.len()).find(|i| !found.contains_key(i)) {
+        return Err(LoadError::MissingTensor {
+            name: format!("layers.{gap}.weight"),
+        });
+    }
+    Ok(found)
+}
+
+/// Layer `i` from its tensors, checked: both present, `[out, in]` weights with nothing
+/// empty, inputs that match the outputs of the layer before (`follows`), a bias of `[out]`,
+/// a supported dtype, and finite values.
+fn read_layer(
+    i: usize,
+    weight: Option<TensorView<'_>>,
+    bias: Option<TensorView<'_>>,
+    follows: Option<usize>,
+) -> Result<LayerWeights, LoadError> {
+    let weight_name = format!("layers.{i}.weight");
+    let bias_name = format!("layers.{i}.bias");
+    let weight = weight.ok_or(LoadError::MissingTensor {
+        name: weight_name.clone(),
+    })?;
+    let bias = bias.ok_or(LoadError::MissingTensor {
+        name: bias_name.clone(),
+    })?;
+    let shape_error = |expected: String| LoadError::Shape {
+        name: weight_name.clone(),
+        expected,
+        given: weight.shape().to_vec(),
+    };
+    let [outputs, inputs] = *weight.shape() else {
+        return Err(shape_error("[out, in] (2 dimensions)".into()));
+    };
+    if outputs == 0 || inputs == 0 {
+        return Err(shape_error("[out, in] with out, in > 0".into()));
+    }
+    if let Some(prev) = follows
+        && prev != inputs
+    {
+        return Err(shape_error(format!(
+            "[out, {prev}] to follow layers.{}.weight",
+            i - 1
+        )));
+    }
+    if bias.shape() != [outputs] {
+        return Err(LoadError::Shape {
+            name: bias_name,
+            expected: format!("[{outputs}] to match {weight_name}"),
+            given: bias.shape().to_vec(),
+        });
+    }
+    let weight_data = decode_weight(&weight_name, &weight)?;
+    let bias_data = decode_weight(&bias_name, &bias)?.to_f32();
+    check_finite(&weight_name, &weight_data.to_f32())?;
+    check_finite(&bias_name, &bias_data)?;
+    Ok(LayerWeights {
+        inputs,
+        outputs,
+        weight: weight_data,
+        bias: bias_data,
+    })
 }
 
 /// `layers.{i}.weight` → `(i, true)`, `layers.{i}.bias` → `(i, false)`; anything else, and

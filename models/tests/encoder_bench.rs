@@ -42,13 +42,7 @@ struct Totals {
 /// CPU time of the whole process, all threads: on a shared machine, the time this process
 /// ran, which other processes' load does not inflate.
 fn process_cpu_seconds() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec, which ts is.
-    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    kernels::cpu::clock::process_cpu_time().as_secs_f64()
 }
 
 fn run_batch(

@@ -1,21 +1,23 @@
 //! `tandem train`: the reference trainer. It trains an MLP classifier (digits, or a
 //! synthetic workload for benchmarks), obeys the gateway's directives at every step
-//! boundary — threads (streams), a memory limit (micro-batches with gradient accumulation
-//! keep the effective batch), duty cycle, pause — acks them, reports its progress, and
-//! writes checkpoints as new versions into a model repository, which the gateway hot-loads.
+//! boundary ([`crate::steering`]: threads or streams, a memory limit — micro-batches with
+//! gradient accumulation keep the effective batch —, duty cycle, pause), acks them, reports
+//! its progress, and writes checkpoints as new versions into a model repository, which the
+//! gateway hot-loads.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use kernels::{DType, Device};
-use models::train::{self, Adam, StepOptions, Train};
+use models::train::{self, Adam, StepStats, Train};
 use models::{Checkpoint, Mlp, WeightData};
 
 use crate::affinity;
 use crate::client::Coloc;
 use crate::data::{DIGITS_SCALE, Dataset, Synthetic};
-use crate::protocol::{Ack, Hello, Report, VERSION};
+use crate::protocol::{Hello, Report, VERSION};
+use crate::steering::{Obeying, Standing, Steering};
 
 #[derive(Clone, Debug)]
 pub enum DataSource {
@@ -168,206 +170,199 @@ fn next_version(repo: &Path, model: &str) -> u64 {
         + 1
 }
 
-pub fn run(cfg: &TrainConfig, stop: &AtomicBool) -> Result<TrainSummary, String> {
-    if cfg.idle_priority && matches!(cfg.device, Device::Cpu) {
-        set_idle_priority();
-    }
-    let threads = cfg.threads.max(1);
-    let pool = {
-        let idle = cfg.idle_priority;
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("train-{i}"))
-            .start_handler(move |_| {
-                if idle {
-                    set_idle_priority();
-                }
-            })
-            .build()
-            .map_err(|e| e.to_string())?
+/// The compute threads: `cfg.threads` of them on a CPU (one on a GPU, where the kernels
+/// are queued from the calling thread), at the lowest priority when asked.
+fn compute_pool(cfg: &TrainConfig) -> Result<rayon::ThreadPool, String> {
+    let idle = cfg.idle_priority;
+    let threads = if cfg.device.is_cuda() {
+        1
+    } else {
+        cfg.threads.max(1)
     };
-    let (mut source, dims) = match &cfg.data {
-        DataSource::Digits => {
-            let all = Dataset::digits()?;
-            let (train, test) = all.split(0.2, cfg.seed);
-            let mut dims = vec![all.width];
-            dims.extend(&cfg.hidden);
-            dims.push(all.classes);
-            let order: Vec<usize> = (0..train.len()).collect();
-            (
-                Source::Digits {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("train-{i}"))
+        .start_handler(move |_| {
+            if idle {
+                set_idle_priority();
+            }
+        })
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+impl Source {
+    /// The batches `cfg.data` names, and the network's widths `[in, hidden..., classes]`.
+    fn open(cfg: &TrainConfig) -> Result<(Source, Vec<usize>), String> {
+        match &cfg.data {
+            DataSource::Digits => {
+                let all = Dataset::digits()?;
+                let (train, test) = all.split(0.2, cfg.seed);
+                let mut dims = vec![all.width];
+                dims.extend(&cfg.hidden);
+                dims.push(all.classes);
+                let mut order: Vec<usize> = (0..train.len()).collect();
+                let mut rng = models::rng::SplitMix64::new(cfg.seed ^ 0x5eed);
+                rng.shuffle(&mut order);
+                let source = Source::Digits {
                     train,
                     test,
                     order,
                     pos: 0,
-                    rng: models::rng::SplitMix64::new(cfg.seed ^ 0x5eed),
-                },
-                dims,
-            )
+                    rng,
+                };
+                Ok((source, dims))
+            }
+            DataSource::Synthetic(dims) => {
+                let classes = *dims.last().ok_or("synthetic dims are empty")?;
+                let source = Source::Synthetic(Synthetic::new(dims[0], classes, cfg.seed));
+                Ok((source, dims.clone()))
+            }
         }
-        DataSource::Synthetic(dims) => {
-            let classes = *dims.last().ok_or("synthetic dims are empty")?;
-            (
-                Source::Synthetic(Synthetic::new(dims[0], classes, cfg.seed)),
-                dims.clone(),
-            )
-        }
-    };
-    if let Source::Digits { order, rng, .. } = &mut source {
-        rng.shuffle(order);
     }
+}
+
+/// Joins the gateway when managed: says what the trainer would use unconstrained — its
+/// threads (one stream on a GPU), and the memory of its parameters, optimiser state and a
+/// full batch's scratch, with the least it can run in.
+fn join_gateway(cfg: &TrainConfig, trainer: &dyn Train) -> Result<Option<Coloc>, String> {
+    let Some(path) = cfg.coloc_socket.as_ref().filter(|_| !cfg.unmanaged) else {
+        return Ok(None);
+    };
+    let streams = if cfg.device.is_cuda() {
+        1
+    } else {
+        cfg.threads.max(1)
+    };
+    let hello = Hello {
+        version: VERSION,
+        name: cfg.name.clone(),
+        pid: std::process::id() as i64,
+        device: cfg.device.label(),
+        max_streams: streams as u32,
+        memory_bytes: trainer.bytes_for_rows(cfg.batch) as u64,
+        min_memory_bytes: trainer.bytes_for_rows(1) as u64,
+    };
+    let c = Coloc::connect(path, hello)
+        .map_err(|e| format!("cannot join the gateway at {}: {e}", path.display()))?;
+    tracing::info!(trainer_id = %c.trainer_id, "joined the gateway");
+    Ok(Some(c))
+}
+
+/// The throughput reported to the gateway (over windows of about half a second), the last
+/// loss, and when the last report and checkpoint were.
+struct Progress {
+    window: (Instant, u64),
+    rate: f64,
+    loss: f64,
+    last_report: Instant,
+    last_checkpoint: Instant,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        let now = Instant::now();
+        Progress {
+            window: (now, 0),
+            rate: 0.0,
+            loss: f64::NAN,
+            last_report: now,
+            last_checkpoint: now,
+        }
+    }
+
+    /// A pause is not throughput: the window starts again after one.
+    fn restart_window(&mut self, samples: u64) {
+        self.window = (Instant::now(), samples);
+    }
+
+    fn after_step(&mut self, samples: u64, loss: f32) {
+        self.loss = loss as f64;
+        let since = self.window.0.elapsed();
+        if since >= Duration::from_millis(500) {
+            self.rate = (samples - self.window.1) as f64 / since.as_secs_f64();
+            self.restart_window(samples);
+        }
+    }
+
+    /// Reports at twice the heartbeat.
+    fn report(&mut self, c: &Coloc, step: u64, stats: &StepStats) {
+        if self.last_report.elapsed() < c.heartbeat / 2 {
+            return;
+        }
+        self.last_report = Instant::now();
+        let _ = c.report(Report {
+            step,
+            samples_per_second: self.rate,
+            loss: self.loss,
+            accuracy: Some(stats.correct as f64 / stats.rows as f64),
+        });
+    }
+}
+
+/// Whether the run has done what it was asked to (steps or time).
+fn finished(cfg: &TrainConfig, summary: &TrainSummary, started: Instant) -> bool {
+    cfg.max_steps.is_some_and(|m| summary.steps >= m)
+        || cfg.max_time.is_some_and(|t| started.elapsed() >= t)
+}
+
+pub fn run(cfg: &TrainConfig, stop: &AtomicBool) -> Result<TrainSummary, String> {
+    if cfg.idle_priority && matches!(cfg.device, Device::Cpu) {
+        set_idle_priority();
+    }
+    let pool = compute_pool(cfg)?;
+    let (mut source, dims) = Source::open(cfg)?;
     let init = Checkpoint::random(&dims, DType::F32, cfg.seed);
     let mut trainer: Box<dyn Train> =
         train::trainer(&init, &cfg.device, cfg.adam).map_err(|e| e.to_string())?;
-    let bytes_per_row = trainer.bytes_per_row() as u64;
-    let full_memory = bytes_per_row * cfg.batch as u64;
-
-    let coloc = match &cfg.coloc_socket {
-        Some(path) if !cfg.unmanaged => {
-            let hello = Hello {
-                version: VERSION,
-                name: cfg.name.clone(),
-                pid: std::process::id() as i64,
-                device: cfg.device.label(),
-                max_streams: threads as u32,
-                memory_bytes: full_memory,
-            };
-            let c = Coloc::connect(path, hello)
-                .map_err(|e| format!("cannot join the gateway at {}: {e}", path.display()))?;
-            tracing::info!(trainer_id = %c.trainer_id, "joined the gateway");
-            Some(c)
-        }
-        _ => None,
-    };
-
+    let coloc = join_gateway(cfg, &*trainer)?;
     // A managed CPU trainer keeps its threads on the last cores when told to use fewer
-    // than all (see `affinity`); `pinned` is the stream count its threads are placed for.
+    // than all (see `affinity`).
     let cores = match (&coloc, &cfg.device) {
         (Some(_), Device::Cpu) => affinity::allowed_cores(),
         _ => None,
     };
-    let mut pinned = threads;
-
+    let mut steering = Steering::new(cfg.batch, cfg.threads.max(1), cfg.device.is_cuda(), cores);
     let started = Instant::now();
     let mut summary = TrainSummary::default();
-    let mut applied_seq = 0u64;
-    let mut opts = StepOptions {
-        threads,
-        micro_batch: cfg.batch,
-    };
-    let mut duty = 1.0f64;
-    let mut last_checkpoint = Instant::now();
-    let mut last_report = Instant::now();
-    let mut window = (Instant::now(), 0u64);
-    let mut rate = 0.0;
-    let mut loss = f64::NAN;
-    while !stop.load(Ordering::Relaxed) {
-        if cfg.max_steps.is_some_and(|m| summary.steps >= m)
-            || cfg.max_time.is_some_and(|t| started.elapsed() >= t)
-        {
-            break;
-        }
+    let mut progress = Progress::new();
+    while !stop.load(Ordering::Relaxed) && !finished(cfg, &summary, started) {
         // Directives are obeyed at step boundaries.
         if let Some(c) = &coloc {
-            let mut d = c.directive();
-            if d.pause {
-                if d.seq > applied_seq {
-                    applied_seq = d.seq;
-                    summary.directives_applied += 1;
-                    let _ = c.ack(Ack {
-                        seq: d.seq,
-                        streams: 0,
-                        memory_bytes: 0,
-                    });
-                }
-                // Paused: report (zero throughput) every heartbeat until told to resume.
-                let paused = Instant::now();
-                while d.pause && c.connected() && !stop.load(Ordering::Relaxed) {
-                    let _ = c.report(Report {
-                        step: summary.steps,
-                        samples_per_second: 0.0,
-                        loss,
-                        accuracy: None,
-                    });
-                    d = c.wait_for_change(d.seq, c.heartbeat);
-                    if d.pause && d.seq > applied_seq {
-                        applied_seq = d.seq;
-                        summary.directives_applied += 1;
-                        let _ = c.ack(Ack {
-                            seq: d.seq,
-                            streams: 0,
-                            memory_bytes: 0,
-                        });
-                    }
-                }
-                summary.paused_seconds += paused.elapsed().as_secs_f64();
-                window = (Instant::now(), summary.samples);
-            }
-            if d.seq > applied_seq {
-                applied_seq = d.seq;
-                summary.directives_applied += 1;
-                opts.threads = (d.max_streams as usize).clamp(1, threads);
-                if let Some(all) = &cores
-                    && opts.threads != pinned
-                {
-                    pinned = opts.threads;
-                    let set = affinity::cores_for_streams(all, pinned);
-                    if let Err(e) = pool
-                        .broadcast(|_| affinity::pin_this_thread(set))
-                        .into_iter()
-                        .collect::<std::io::Result<Vec<()>>>()
-                    {
-                        tracing::warn!(error = %e, "cannot place the trainer's threads");
-                    }
-                }
-                let rows = (d.memory_limit_bytes / bytes_per_row.max(1)) as usize;
-                opts.micro_batch = rows.clamp(1, cfg.batch);
-                duty = d.duty_cycle.clamp(0.01, 1.0);
-                let _ = c.ack(Ack {
-                    seq: d.seq,
-                    streams: opts.threads as u32,
-                    memory_bytes: opts.micro_batch as u64 * bytes_per_row,
-                });
+            let mut obeying = Obeying {
+                trainer: &mut *trainer,
+                pool: &pool,
+                stop,
+                applied_count: &mut summary.directives_applied,
+                paused_seconds: &mut summary.paused_seconds,
+            };
+            let standing = Standing {
+                step: summary.steps,
+                loss: progress.loss,
+            };
+            if steering.obey(c, &mut obeying, standing)? {
+                progress.restart_window(summary.samples);
             }
         }
         let (x, y) = source.next(cfg.batch);
         let t = Instant::now();
-        let stats = pool
-            .install(|| trainer.step(&x, &y, opts))
-            .map_err(|e| e.to_string())?;
-        let took = t.elapsed();
+        // A GPU trainer's device may be a green context, which may be current on one
+        // thread only: its steps run on this thread.
+        let stats = if cfg.device.is_cuda() {
+            trainer.step(&x, &y, steering.opts)
+        } else {
+            pool.install(|| trainer.step(&x, &y, steering.opts))
+        }
+        .map_err(|e| e.to_string())?;
+        steering.idle_after(t.elapsed(), coloc.as_ref());
         summary.steps += 1;
         summary.samples += stats.rows as u64;
-        loss = stats.loss as f64;
-        if duty < 1.0 {
-            let idle = took.mul_f64((1.0 - duty) / duty);
-            match &coloc {
-                // A new directive cuts the idle short: a pause must be acknowledged within
-                // its deadline, which a long idle after a long step would overrun.
-                Some(c) => {
-                    c.wait_for_change(applied_seq, idle);
-                }
-                None => std::thread::sleep(idle),
-            }
+        progress.after_step(summary.samples, stats.loss);
+        if let Some(c) = &coloc {
+            progress.report(c, summary.steps, &stats);
         }
-        let since = window.0.elapsed();
-        if since >= Duration::from_millis(500) {
-            rate = (summary.samples - window.1) as f64 / since.as_secs_f64();
-            window = (Instant::now(), summary.samples);
-        }
-        if let Some(c) = &coloc
-            && last_report.elapsed() >= c.heartbeat / 2
-        {
-            last_report = Instant::now();
-            let _ = c.report(Report {
-                step: summary.steps,
-                samples_per_second: rate,
-                loss,
-                accuracy: Some(stats.correct as f64 / stats.rows as f64),
-            });
-        }
-        if last_checkpoint.elapsed() >= cfg.checkpoint_every {
-            last_checkpoint = Instant::now();
+        if progress.last_checkpoint.elapsed() >= cfg.checkpoint_every {
+            progress.last_checkpoint = Instant::now();
             checkpoint(cfg, &mut *trainer, &source, &mut summary)?;
             if let (Some(target), Some(acc)) = (cfg.target_accuracy, summary.test_accuracy)
                 && acc >= target
@@ -381,7 +376,7 @@ pub fn run(cfg: &TrainConfig, stop: &AtomicBool) -> Result<TrainSummary, String>
     }
     summary.seconds = started.elapsed().as_secs_f64();
     summary.samples_per_second = summary.samples as f64 / summary.seconds.max(1e-9);
-    summary.final_loss = loss;
+    summary.final_loss = progress.loss;
     Ok(summary)
 }
 

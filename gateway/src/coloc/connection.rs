@@ -63,6 +63,9 @@ pub async fn run(
     let _ = events.send(Event::Left { tag, why }).await;
 }
 
+type Reader = BufReader<tokio::net::unix::OwnedReadHalf>;
+type Writer = tokio::net::unix::OwnedWriteHalf;
+
 async fn serve(
     stream: UnixStream,
     tag: Tag,
@@ -73,18 +76,42 @@ async fn serve(
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
     let mut buf = Vec::new();
-    let hello = match tokio::time::timeout(Duration::from_secs(5), read_line(&mut reader, &mut buf))
-        .await
-    {
-        Err(_) => return "no hello within 5 s".into(),
-        Ok(Err(e)) => return format!("bad hello: {e}"),
-        Ok(Ok(None)) => return "closed before hello".into(),
+    let hello = match greet(&mut reader, &mut buf, &mut write, tag, peer_pid, config).await {
+        Ok(hello) => hello,
+        Err(why) => return why,
+    };
+    let (out_tx, out_rx) = mpsc::channel::<Outbound>(16);
+    let joined = Event::Joined {
+        tag,
+        hello,
+        peer_pid,
+        outbound: out_tx,
+    };
+    if events.send(joined).await.is_err() {
+        return "the coordinator stopped".into();
+    }
+    relay(reader, buf, write, out_rx, tag, events).await
+}
+
+/// The hello, within 5 s, in a supported version; the welcome in answer.
+async fn greet(
+    reader: &mut Reader,
+    buf: &mut Vec<u8>,
+    write: &mut Writer,
+    tag: Tag,
+    peer_pid: i32,
+    config: &ColocConfig,
+) -> Result<Hello, String> {
+    let hello = match tokio::time::timeout(Duration::from_secs(5), read_line(reader, buf)).await {
+        Err(_) => return Err("no hello within 5 s".into()),
+        Ok(Err(e)) => return Err(format!("bad hello: {e}")),
+        Ok(Ok(None)) => return Err("closed before hello".into()),
         Ok(Ok(Some(line))) => match serde_json::from_str::<TrainerMessage>(&line) {
             Ok(TrainerMessage::Hello(h)) if h.version == VERSION => h,
             Ok(TrainerMessage::Hello(h)) => {
-                return format!("unsupported protocol version {}", h.version);
+                return Err(format!("unsupported protocol version {}", h.version));
             }
-            _ => return "the first message was not a hello".into(),
+            _ => return Err("the first message was not a hello".into()),
         },
     };
     let welcome = GatewayMessage::Welcome(Welcome {
@@ -93,23 +120,21 @@ async fn serve(
         heartbeat_ms: config.heartbeat_ms,
     });
     if write.write_all(&protocol::encode(&welcome)).await.is_err() {
-        return "cannot write the welcome".into();
+        return Err("cannot write the welcome".into());
     }
-    let (out_tx, mut out_rx) = mpsc::channel::<Outbound>(16);
-    if events
-        .send(Event::Joined {
-            tag,
-            hello,
-            peer_pid,
-            outbound: out_tx,
-        })
-        .await
-        .is_err()
-    {
-        return "the coordinator stopped".into();
-    }
-    let mut strikes = 0;
-    let mut window = (Instant::now(), 0u32);
+    Ok(hello)
+}
+
+/// Directives out and messages in until either side ends it; returns why.
+async fn relay(
+    mut reader: Reader,
+    mut buf: Vec<u8>,
+    mut write: Writer,
+    mut out_rx: mpsc::Receiver<Outbound>,
+    tag: Tag,
+    events: &mpsc::Sender<Event>,
+) -> String {
+    let mut police = Police::default();
     loop {
         tokio::select! {
             out = out_rx.recv() => match out {
@@ -129,23 +154,10 @@ async fn serve(
                     Ok(None) => return "disconnected".into(),
                     Ok(Some(line)) => line,
                 };
-                if window.0.elapsed() >= Duration::from_secs(1) {
-                    window = (Instant::now(), 0);
-                }
-                window.1 += 1;
-                if window.1 > MAX_LINES_PER_SECOND {
-                    return format!("flooding: over {MAX_LINES_PER_SECOND} lines in a second");
-                }
-                let event = match serde_json::from_str::<TrainerMessage>(&line) {
-                    Ok(TrainerMessage::Ack(ack)) => Event::Ack { tag, ack },
-                    Ok(TrainerMessage::Report(report)) => Event::Report { tag, report },
-                    Ok(TrainerMessage::Hello(_)) | Err(_) => {
-                        strikes += 1;
-                        if strikes > MAX_STRIKES {
-                            return format!("over {MAX_STRIKES} invalid messages");
-                        }
-                        continue;
-                    }
+                let event = match police.admit(&line, tag) {
+                    Err(why) => return why,
+                    Ok(None) => continue,
+                    Ok(Some(event)) => event,
                 };
                 // The coordinator's queue is bounded: a trainer that outpaces it is flooding.
                 if events.try_send(event).is_err() {
@@ -156,11 +168,51 @@ async fn serve(
     }
 }
 
+/// What a trainer may send: lines at a bounded rate, and few that are not messages.
+struct Police {
+    strikes: u32,
+    /// The current second and the lines in it.
+    window: (Instant, u32),
+}
+
+impl Default for Police {
+    fn default() -> Self {
+        Police {
+            strikes: 0,
+            window: (Instant::now(), 0),
+        }
+    }
+}
+
+impl Police {
+    /// The event a line makes, `None` for a bad line tolerated, or why the trainer is
+    /// disconnected.
+    fn admit(&mut self, line: &str, tag: Tag) -> Result<Option<Event>, String> {
+        if self.window.0.elapsed() >= Duration::from_secs(1) {
+            self.window = (Instant::now(), 0);
+        }
+        self.window.1 += 1;
+        if self.window.1 > MAX_LINES_PER_SECOND {
+            return Err(format!(
+                "flooding: over {MAX_LINES_PER_SECOND} lines in a second"
+            ));
+        }
+        match serde_json::from_str::<TrainerMessage>(line) {
+            Ok(TrainerMessage::Ack(ack)) => Ok(Some(Event::Ack { tag, ack })),
+            Ok(TrainerMessage::Report(report)) => Ok(Some(Event::Report { tag, report })),
+            Ok(TrainerMessage::Hello(_)) | Err(_) => {
+                self.strikes += 1;
+                if self.strikes > MAX_STRIKES {
+                    return Err(format!("over {MAX_STRIKES} invalid messages"));
+                }
+                Ok(None)
+            }
+        }
+    }
+}
+
 /// A line of at most `MAX_LINE` bytes; `Ok(None)` at end of stream.
-async fn read_line(
-    reader: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
-    buf: &mut Vec<u8>,
-) -> std::io::Result<Option<String>> {
+async fn read_line(reader: &mut Reader, buf: &mut Vec<u8>) -> std::io::Result<Option<String>> {
     buf.clear();
     loop {
         let available = reader.fill_buf().await?;

@@ -1,6 +1,7 @@
 //! The coordinator's state and its three inputs: a connection accepted, an event from a
-//! connection, a tick. Each tick it reads every model's signals, turns it into an allowance
-//! and supervises every trainer against it.
+//! connection, a tick. Each tick it reads every model's signals, turns it into an allowance,
+//! reads the GPU's free memory (see [`super::memory`] for the rule that asks trainers for
+//! memory back), and supervises every trainer against both.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use tokio::time::Instant;
 use super::allowance::{AllowanceController, Pressure, Thresholds};
 use super::connection::{self, Event, Outbound};
 use super::guardian::Guardian;
+use super::memory::{MemoryGuard, Squeeze};
 use super::share::ServingShare;
 use super::slots::{Slots, Tag};
 use super::trainer_slot::{Lending, Terms, TrainerSlot};
@@ -48,6 +50,11 @@ pub struct Coordinator {
     terms: Terms,
     /// The allowance in force: the controller's, capped by what serving leaves idle.
     allowance: f64,
+    /// Memory serving needs back, as the last reading of the GPU decided.
+    memory: MemoryGuard,
+    squeeze: Squeeze,
+    /// A failed memory reading was logged (once: the driver's answer does not change).
+    memory_error_logged: bool,
     last_tick: Instant,
     /// Serving's totals at the last tick: completions per model, and requests turned away.
     last_completed: BTreeMap<String, u64>,
@@ -70,6 +77,9 @@ impl Coordinator {
             controller: AllowanceController::new(Thresholds::default()),
             terms,
             allowance: 0.0,
+            memory: MemoryGuard::new(),
+            squeeze: Squeeze::None,
+            memory_error_logged: false,
             last_tick: Instant::now(),
             last_completed: BTreeMap::new(),
             last_turned_away: 0,
@@ -84,6 +94,8 @@ impl Coordinator {
             allowance: self.allowance,
             before,
             terms: self.terms,
+            squeeze: self.squeeze,
+            all_held: self.slots.joined().map(|t| t.held).sum(),
         }
     }
 
@@ -122,7 +134,7 @@ impl Coordinator {
             } => self.join(tag, hello, peer_pid, outbound, now),
             Event::Ack { tag, ack } => {
                 if let Some(t) = self.slots.get_mut(tag) {
-                    t.acknowledged(ack.seq, now);
+                    t.acknowledged(&ack, now);
                 }
             }
             Event::Report { tag, report } => {
@@ -165,7 +177,9 @@ impl Coordinator {
         tracing::info!(trainer = tag.slot, name = %hello.name, pid = peer_pid, device = %hello.device, "trainer joined");
         let guardian = self.guardian.clone();
         let mut t = TrainerSlot::new(tag.slot, hello, peer_pid, outbound, guardian, now);
-        t.send_directive(&self.lending(self.allowance), now);
+        let mut lending = self.lending(self.allowance);
+        lending.all_held += t.held;
+        t.send_directive(&lending, now);
         if !self.slots.join(tag, t) {
             tracing::warn!(
                 trainer = tag.slot,
@@ -179,6 +193,7 @@ impl Coordinator {
         self.guardian.check();
         let before = self.allowance;
         self.allowance = self.next_allowance(now);
+        self.squeeze = self.next_squeeze();
         self.allowance_gauge.set(self.allowance);
         // The tick's device time, lent in the share an active trainer had.
         let training = self.slots.joined().any(TrainerSlot::is_training);
@@ -198,6 +213,8 @@ impl Coordinator {
             allowance: self.allowance,
             before,
             terms: self.terms,
+            squeeze: self.squeeze,
+            all_held: self.slots.joined().map(|t| t.held).sum(),
         };
         for t in self.slots.joined_mut() {
             t.supervise(&lending, now);
@@ -222,6 +239,24 @@ impl Coordinator {
         let headroom = self.controller.update(pressure, now);
         let idle = 1.0 - self.context.serving_share.sample(now);
         (headroom.min(idle) * 10.0).round() / 10.0
+    }
+
+    /// The GPU's free memory, read now, through the reserve rule; nothing on a CPU. The
+    /// reading is one driver query, cheap enough for the tick.
+    fn next_squeeze(&mut self) -> Squeeze {
+        match self.context.serving_share.memory() {
+            None => Squeeze::None,
+            Some(Ok(m)) => self
+                .memory
+                .update(m.free_bytes as u64, m.total_bytes as u64),
+            Some(Err(e)) => {
+                if !self.memory_error_logged {
+                    self.memory_error_logged = true;
+                    tracing::warn!(error = %e, "cannot read the GPU's free memory; trainers are lent memory by the allowance alone");
+                }
+                Squeeze::None
+            }
+        }
     }
 
     /// Shutting down: every record goes, and every stopped trainer is continued.

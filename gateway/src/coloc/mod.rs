@@ -9,11 +9,16 @@
 //! reports it (SO_PEERCRED), never to a pid a message names — and lifted with SIGCONT when
 //! training is allowed again or the trainer disconnects. A trainer that sends garbage,
 //! floods, overlong lines or nothing at all is disconnected; serving never waits on one.
+//! On a GPU the coordinator also reads the device's free memory every tick and, while it is
+//! below serving's reserve, lowers trainers' memory limits to take the shortfall back
+//! ([`memory`]). A trainer inside the gateway's own process is steered the same way and
+//! never signalled.
 
 pub mod allowance;
 mod connection;
 mod coordinator;
 pub mod guardian;
+mod memory;
 mod share;
 mod slots;
 mod trainer_slot;

@@ -1,8 +1,10 @@
 //! What share of the device serving uses, read from the process (CPU) or the workers' busy
-//! time (GPU), so that training is lent only what serving leaves.
+//! time (GPU), so that training is lent only what serving leaves; and, on a GPU, how much
+//! of its memory is free.
 
 use std::sync::Arc;
 
+use kernels::cuda::{CudaDevice, MemoryInfo};
 use tokio::time::Instant;
 
 /// How much of the device serving is using right now, so that training is lent only what
@@ -10,6 +12,8 @@ use tokio::time::Instant;
 /// share of time the workers keep it busy. Smoothed over about a second.
 pub struct ServingShare {
     cpu: bool,
+    /// The GPU, for its free memory; `None` on a CPU.
+    gpu: Option<Arc<CudaDevice>>,
     busy: Arc<crate::worker::BusyMeter>,
     cores: f64,
     last: Option<(Instant, f64)>,
@@ -20,6 +24,10 @@ impl ServingShare {
     pub fn new(device: &kernels::Device, busy: Arc<crate::worker::BusyMeter>) -> ServingShare {
         ServingShare {
             cpu: !device.is_cuda(),
+            gpu: match device {
+                kernels::Device::Cuda(d) => Some(d.clone()),
+                kernels::Device::Cpu => None,
+            },
             busy,
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()) as f64,
             last: None,
@@ -48,5 +56,11 @@ impl ServingShare {
         }
         self.last = Some((now, used));
         self.share
+    }
+
+    /// The GPU's free and total memory, every process's use counted; `None` on a CPU or
+    /// when the driver does not answer (logged once a minute at most by the caller).
+    pub fn memory(&self) -> Option<Result<MemoryInfo, kernels::KernelError>> {
+        self.gpu.as_ref().map(|d| d.memory_info())
     }
 }

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use super::allowance::{AllowanceController, Pressure, Thresholds};
 use super::guardian::Guardian;
+use super::memory::Squeeze;
 use super::trainer_slot::{Lending, Terms, TrainerSlot};
 
 fn state(pid: u32) -> char {
@@ -59,6 +60,7 @@ fn a_pause_sent_before_serving_was_measured_is_enforced_only_once_serving_needs_
         device: "cpu".into(),
         max_streams: 2,
         memory_bytes: 1 << 20,
+        min_memory_bytes: 0,
     };
     let guardian = Arc::new(Guardian::disabled());
     let mut t = TrainerSlot::new(0, hello, child.id() as i32, outbound, guardian, t0);
@@ -77,6 +79,8 @@ fn a_pause_sent_before_serving_was_measured_is_enforced_only_once_serving_needs_
             allowance: a,
             before: a,
             terms,
+            squeeze: Squeeze::None,
+            all_held: 1 << 20,
         }
     }
     let a = c.update(calm, t0);
@@ -111,4 +115,122 @@ fn a_pause_sent_before_serving_was_measured_is_enforced_only_once_serving_needs_
     t.continue_process();
     assert!(stopped);
     assert_eq!(seen, 'T');
+}
+
+fn hello(pid: u32, memory_bytes: u64, min_memory_bytes: u64) -> Hello {
+    Hello {
+        version: 1,
+        name: "t".into(),
+        pid: pid as i64,
+        device: "cuda:0".into(),
+        max_streams: 1,
+        memory_bytes,
+        min_memory_bytes,
+    }
+}
+
+fn last_limit(t: &TrainerSlot) -> u64 {
+    t.last.as_ref().unwrap().0.memory_limit_bytes
+}
+
+/// Serving short of memory: the directive asks the trainer for its part of the shortfall,
+/// holds it there while memory recovers, and lends by the allowance again once it has.
+#[test]
+fn a_memory_squeeze_lowers_the_limit_until_memory_recovers() {
+    const GIB: u64 = 1 << 30;
+    let (outbound, mut directives) = mpsc::channel(8);
+    let t0 = Instant::now();
+    let guardian = Arc::new(Guardian::disabled());
+    // Its own pid stands in for a peer: nothing here signals.
+    let pid = std::process::id();
+    let mut t = TrainerSlot::new(
+        0,
+        hello(pid, 8 * GIB, 2 * GIB),
+        pid as i32,
+        outbound,
+        guardian,
+        t0,
+    );
+    let c = AllowanceController::new(Thresholds::default());
+    let terms = Terms {
+        ack_within: Duration::from_secs(1),
+        max_duty_cycle: 1.0,
+    };
+    let lending = |squeeze, all_held| Lending {
+        controller: &c,
+        allowance: 0.5,
+        before: 0.5,
+        terms,
+        squeeze,
+        all_held,
+    };
+    // Half the allowance: its least and half the rest.
+    t.supervise(&lending(Squeeze::None, 8 * GIB), t0);
+    assert_eq!(last_limit(&t), 5 * GIB);
+    let ack = |seq, memory_bytes| coloc_protocol::Ack {
+        seq,
+        streams: 1,
+        memory_bytes,
+    };
+    t.acknowledged(&ack(1, 5 * GIB), t0);
+    assert_eq!(t.held, 5 * GIB);
+    // 3 GiB short, a second trainer holding as much: this one gives half of it.
+    t.supervise(&lending(Squeeze::Take(3 * GIB), 10 * GIB), t0);
+    assert_eq!(last_limit(&t), 5 * GIB - 3 * GIB / 2);
+    t.acknowledged(&ack(2, 3 * GIB + GIB / 2), t0);
+    // Recovering: held where it is, no new directive.
+    t.supervise(&lending(Squeeze::Take(0), 7 * GIB), t0);
+    assert_eq!(t.last.as_ref().unwrap().0.seq, 2);
+    // Recovered: lent by the allowance again.
+    t.supervise(&lending(Squeeze::None, 7 * GIB), t0);
+    assert_eq!(last_limit(&t), 5 * GIB);
+    let mut seen = Vec::new();
+    while let Ok(super::connection::Outbound::Directive(d)) = directives.try_recv() {
+        seen.push(d.memory_limit_bytes);
+    }
+    assert_eq!(seen, [5 * GIB, 5 * GIB - 3 * GIB / 2, 5 * GIB]);
+}
+
+/// A trainer inside the gateway's own process is never stopped by a signal, however late
+/// its pause: stopping it would stop serving.
+#[test]
+fn an_in_process_trainer_is_never_signalled() {
+    let (outbound, _directives) = mpsc::channel(8);
+    let t0 = Instant::now();
+    let pid = std::process::id();
+    let guardian = Arc::new(Guardian::disabled());
+    let mut t = TrainerSlot::new(
+        0,
+        hello(pid, 1 << 20, 0),
+        pid as i32,
+        outbound,
+        guardian,
+        t0,
+    );
+    let mut c = AllowanceController::new(Thresholds::default());
+    let terms = Terms {
+        ack_within: Duration::from_millis(10),
+        max_duty_cycle: 1.0,
+    };
+    let a = c.update(
+        Pressure {
+            worst_latency_ratio: 0.95,
+            ..Default::default()
+        },
+        t0,
+    );
+    assert!(c.pauses_are_enforced());
+    let lending = Lending {
+        controller: &c,
+        allowance: a,
+        before: a,
+        terms,
+        squeeze: Squeeze::None,
+        all_held: 1 << 20,
+    };
+    t.supervise(&lending, t0);
+    assert!(t.last.as_ref().is_some_and(|(d, _)| d.pause));
+    t.supervise(&lending, t0 + Duration::from_secs(5));
+    assert!(!t.stopped);
+    assert_ne!(state(pid), 'T');
 }

@@ -1,12 +1,13 @@
 //! One joined trainer as the coordinator tracks it, and what the coordinator does to it:
-//! the directive for an allowance, supervision of its acknowledgement (SIGSTOP when a
-//! pause is late, SIGCONT when training is allowed again), and continuing it when its
-//! record goes.
+//! the directive for an allowance (and for the memory serving needs back), supervision of
+//! its acknowledgement (SIGSTOP when a pause is late, SIGCONT when training is allowed
+//! again), and continuing it when its record goes. A trainer inside the gateway's own
+//! process is never signalled: it obeys at its step boundaries.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use coloc_protocol::{Directive, Hello};
+use coloc_protocol::{Ack, Directive, Hello};
 use metrics::{Counter, Gauge, Histogram};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -14,6 +15,7 @@ use tokio::time::Instant;
 use super::allowance::AllowanceController;
 use super::connection::Outbound;
 use super::guardian::Guardian;
+use super::memory::{self, Squeeze};
 use crate::metrics as names;
 
 /// What every directive carries besides the allowance.
@@ -24,14 +26,17 @@ pub struct Terms {
     pub max_duty_cycle: f64,
 }
 
-/// The allowance in force and the one before it, with what decided it: what supervising a
-/// trainer reads at a tick.
+/// The allowance in force and the one before it, with what decided it, and the memory
+/// serving needs back: what supervising a trainer reads at a tick.
 #[derive(Clone, Copy)]
 pub struct Lending<'a> {
     pub controller: &'a AllowanceController,
     pub allowance: f64,
     pub before: f64,
     pub terms: Terms,
+    pub squeeze: Squeeze,
+    /// What every trainer holds, as they last acked it.
+    pub all_held: u64,
 }
 
 /// A connected trainer that said hello.
@@ -50,6 +55,12 @@ pub struct TrainerSlot {
     stop_refused: bool,
     /// The last message from the trainer; long silence (not ours) means it hung.
     pub last_seen: Instant,
+    /// Device memory it holds, as its last ack said (its hello's figure until then).
+    pub held: u64,
+    /// It runs inside this process: never signalled.
+    in_process: bool,
+    /// A late pause of an in-process trainer was logged.
+    late_logged: bool,
     pub metrics: SlotMetrics,
     /// Continues the trainer if this gateway dies holding it stopped.
     guardian: Arc<Guardian>,
@@ -90,7 +101,6 @@ impl TrainerSlot {
     ) -> TrainerSlot {
         TrainerSlot {
             slot,
-            hello,
             peer_pid,
             outbound,
             seq: 0,
@@ -99,8 +109,12 @@ impl TrainerSlot {
             stopped: false,
             stop_refused: false,
             last_seen: now,
+            held: hello.memory_bytes,
+            in_process: peer_pid as u32 == std::process::id(),
+            late_logged: false,
             metrics: SlotMetrics::new(slot),
             guardian,
+            hello,
         }
     }
 
@@ -109,25 +123,52 @@ impl TrainerSlot {
         !self.stopped && self.last.as_ref().is_some_and(|(d, _)| !d.pause)
     }
 
-    /// The directive under allowance `a`: that share of its streams and memory, each
-    /// stream busy all the time down to half the device, then fewer duty cycles.
-    fn directive(&self, c: &AllowanceController, a: f64, terms: Terms) -> Directive {
+    /// The memory lent under allowance `a`: its least, and that share of the rest (at
+    /// least a sixteenth of it).
+    fn lent_memory(&self, a: f64) -> u64 {
+        let most = self.hello.memory_bytes;
+        let least = self.hello.min_memory_bytes.min(most);
+        let room = most - least;
+        least + ((room as f64 * a) as u64).max(room / 16)
+    }
+
+    /// The memory limit under `lending`: what the allowance lends, capped while serving
+    /// needs memory back.
+    fn memory_limit(&self, lending: &Lending<'_>) -> u64 {
+        let lent = self.lent_memory(lending.allowance);
+        memory::cap(lending.squeeze, self.held, lending.all_held).map_or(lent, |c| lent.min(c))
+    }
+
+    /// The directive under `lending`: the allowance's share of its streams and memory
+    /// (less what serving needs back), each stream busy all the time down to half the
+    /// device, then fewer duty cycles.
+    fn directive(&self, lending: &Lending<'_>) -> Directive {
+        let (a, terms) = (lending.allowance, lending.terms);
         Directive {
             seq: self.seq + 1,
             allowance: a,
             max_streams: ((self.hello.max_streams as f64 * a).round() as u32)
                 .clamp(1, self.hello.max_streams.max(1)),
-            memory_limit_bytes: ((self.hello.memory_bytes as f64 * a) as u64)
-                .max(self.hello.memory_bytes / 16),
+            memory_limit_bytes: self.memory_limit(lending),
             duty_cycle: (2.0 * a).clamp(0.05, 1.0).min(terms.max_duty_cycle),
             pause: a <= 0.0,
             ack_within_ms: terms.ack_within.as_millis() as u64,
-            reason: c.reason().to_string(),
+            reason: lending.controller.reason().to_string(),
         }
     }
 
+    /// Whether the memory limit in force is off from what `lending` says by more than a
+    /// sixty-fourth of the trainer's memory (and 1 MiB): worth a new directive.
+    fn memory_moved(&self, lending: &Lending<'_>) -> bool {
+        let Some((last, _)) = &self.last else {
+            return false;
+        };
+        let slack = (self.hello.memory_bytes / 64).max(1 << 20);
+        last.memory_limit_bytes.abs_diff(self.memory_limit(lending)) > slack
+    }
+
     pub fn send_directive(&mut self, lending: &Lending<'_>, now: Instant) {
-        let d = self.directive(lending.controller, lending.allowance, lending.terms);
+        let d = self.directive(lending);
         self.seq = d.seq;
         self.metrics.allowance.set(d.allowance);
         self.metrics.directives.increment(1);
@@ -138,11 +179,12 @@ impl TrainerSlot {
         self.acked = false;
     }
 
-    /// An ack of directive `seq`.
-    pub fn acknowledged(&mut self, seq: u64, now: Instant) {
+    /// An ack: what the trainer holds now, and, for the last directive, that it obeyed.
+    pub fn acknowledged(&mut self, ack: &Ack, now: Instant) {
         self.last_seen = now;
+        self.held = ack.memory_bytes;
         if let Some((d, sent)) = &self.last
-            && d.seq == seq
+            && d.seq == ack.seq
             && !self.acked
         {
             self.acked = true;
@@ -163,7 +205,10 @@ impl TrainerSlot {
                 "training allowed again: SIGCONT"
             );
         }
-        if self.last.is_none() || (lending.allowance - lending.before).abs() > 1e-9 {
+        if self.last.is_none()
+            || (lending.allowance - lending.before).abs() > 1e-9
+            || self.memory_moved(lending)
+        {
             self.send_directive(lending, now);
             return;
         }
@@ -185,6 +230,17 @@ impl TrainerSlot {
     }
 
     fn stop_process(&mut self) {
+        if self.in_process {
+            // Stopping it would stop serving too; it pauses at its next step boundary.
+            if !self.late_logged {
+                self.late_logged = true;
+                tracing::warn!(
+                    trainer = self.slot,
+                    "the in-process trainer has not acknowledged a pause in time; it is never signalled and pauses at its next step boundary"
+                );
+            }
+            return;
+        }
         self.guardian.stopping(self.peer_pid);
         // SAFETY: kill(2) with the pid the kernel reported for this socket's peer.
         let rc = unsafe { libc::kill(self.peer_pid, libc::SIGSTOP) };

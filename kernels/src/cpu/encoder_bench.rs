@@ -26,13 +26,7 @@ fn seconds(mut f: impl FnMut(), reps: usize) -> f64 {
 /// CPU time of the calling thread: on a shared machine, the time this thread ran, which
 /// other processes' load does not inflate (only one thread may do the work).
 fn thread_cpu_seconds() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec, which ts is.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    super::clock::thread_cpu_time().as_secs_f64()
 }
 
 /// Like `seconds`, in this thread's CPU time: for single-threaded measurements.
@@ -141,130 +135,174 @@ fn layer_breakdown() {
     pool.install(layer_breakdown_one_core);
 }
 
-fn layer_breakdown_one_core() {
-    use super::{AttentionScratch, AttentionShape, NormParams, add_layer_norm, attention};
-    let seconds = |f: &mut dyn FnMut(), reps| cpu_seconds(f, reps);
-    let threads = 1;
-    let (h, inter) = (384usize, 1536usize);
-    let dense = |k: usize, n: usize, seed| {
-        PackedLinear::new(
-            HostWeights::F32(&values(k * n, seed)),
-            &values(n, seed + 1),
-            k,
-            n,
-        )
-        .unwrap()
+/// Hidden and intermediate widths of a MiniLM-sized encoder layer.
+const HIDDEN: usize = 384;
+const INTERMEDIATE: usize = 1536;
+
+/// The weights of one MiniLM-sized encoder layer, packed as serving packs them.
+struct LayerWeights {
+    qkv: PackedLinear,
+    out: PackedLinear,
+    up: PackedLinear,
+    down: PackedLinear,
+    gamma: Vec<f32>,
+    beta: Vec<f32>,
+}
+
+impl LayerWeights {
+    fn new() -> LayerWeights {
+        let dense = |k: usize, n: usize, seed| {
+            PackedLinear::new(
+                HostWeights::F32(&values(k * n, seed)),
+                &values(n, seed + 1),
+                k,
+                n,
+            )
+            .unwrap()
+        };
+        let (h, inter) = (HIDDEN, INTERMEDIATE);
+        LayerWeights {
+            qkv: dense(h, 3 * h, 1),
+            out: dense(h, h, 3),
+            up: dense(h, inter, 5),
+            down: dense(inter, h, 7),
+            gamma: vec![1.0; h],
+            beta: vec![0.0; h],
+        }
+    }
+}
+
+/// The activations of a batch of `batch` sequences of `len` tokens.
+struct LayerBatch {
+    tokens: usize,
+    offsets: Vec<usize>,
+    x: AlignedVec,
+    x2: AlignedVec,
+    qkv: AlignedVec,
+    ctx: AlignedVec,
+    sum: AlignedVec,
+    up0: AlignedVec,
+    up: AlignedVec,
+    scratch: super::AttentionScratch,
+}
+
+impl LayerBatch {
+    fn new(batch: usize, len: usize) -> LayerBatch {
+        let (t, h) = (batch * len, HIDDEN);
+        let x = AlignedVec::from_slice(&values(t * h, 9));
+        let up0 = AlignedVec::from_slice(&values(t * INTERMEDIATE, 13));
+        LayerBatch {
+            tokens: t,
+            offsets: (0..=batch).map(|i| i * len).collect(),
+            x2: x.clone(),
+            x,
+            qkv: AlignedVec::from_slice(&values(t * 3 * h, 10)),
+            ctx: AlignedVec::from_slice(&values(t * h, 11)),
+            sum: AlignedVec::from_slice(&values(t * h, 12)),
+            up: up0.clone(),
+            up0,
+            scratch: Default::default(),
+        }
+    }
+}
+
+/// Each op of the layer on `b`: its name, seconds per run (one thread, CPU time) and FLOPs.
+fn time_ops(w: &LayerWeights, b: &mut LayerBatch) -> Vec<(&'static str, f64, f64)> {
+    use super::{AttentionShape, NormParams, add_layer_norm, attention};
+    let (t, h, inter, threads) = (b.tokens, HIDDEN, INTERMEDIATE, 1);
+    let reps = (200_000 / t).clamp(3, 200);
+    let time = |f: &mut dyn FnMut()| cpu_seconds(f, reps);
+    let id = Activation::Identity;
+    let shape = AttentionShape {
+        hidden: h,
+        heads: 12,
     };
-    let (qkv_w, out_w, up_w, down_w) = (
-        dense(h, 3 * h, 1),
-        dense(h, h, 3),
-        dense(h, inter, 5),
-        dense(inter, h, 7),
-    );
-    let gamma = vec![1.0f32; h];
-    let beta = vec![0.0f32; h];
     let norm = NormParams {
-        gamma: &gamma,
-        beta: &beta,
+        gamma: &w.gamma,
+        beta: &w.beta,
         eps: 1e-12,
     };
-    for (batch, len) in [(1usize, 13usize), (8, 13), (32, 13), (1, 256), (8, 256)] {
-        let t = batch * len;
-        let offsets: Vec<usize> = (0..=batch).map(|i| i * len).collect();
-        let x = AlignedVec::from_slice(&values(t * h, 9));
-        let mut x2 = x.clone();
-        let mut qkv = AlignedVec::from_slice(&values(t * 3 * h, 10));
-        let mut ctx = AlignedVec::from_slice(&values(t * h, 11));
-        let mut sum = AlignedVec::from_slice(&values(t * h, 12));
-        let up0 = AlignedVec::from_slice(&values(t * inter, 13));
-        let mut up = up0.clone();
-        let mut scratch = AttentionScratch::default();
-        let shape = AttentionShape {
-            hidden: h,
-            heads: 12,
-        };
-        let id = Activation::Identity;
-        let reps = (200_000 / t).clamp(3, 200);
-        let ops: Vec<(&str, f64, f64)> = vec![
-            (
-                "qkv",
-                seconds(
-                    &mut || qkv_w.forward(&x, t, &mut qkv, id, threads).unwrap(),
-                    reps,
-                ),
-                2.0 * (t * h * 3 * h) as f64,
-            ),
-            (
-                "attention",
-                seconds(
-                    &mut || {
-                        attention(&qkv, &offsets, shape, &mut ctx, &mut scratch, threads).unwrap()
-                    },
-                    reps,
-                ),
-                4.0 * (batch * len * len * h) as f64,
-            ),
-            (
-                "attn_out",
-                seconds(
-                    &mut || out_w.forward(&ctx, t, &mut sum, id, threads).unwrap(),
-                    reps,
-                ),
-                2.0 * (t * h * h) as f64,
-            ),
-            (
-                "norm",
-                seconds(
-                    &mut || add_layer_norm(&mut x2, Some(&sum), norm, threads).unwrap(),
-                    reps,
-                ),
-                0.0,
-            ),
-            (
-                "ffn_up",
-                seconds(
-                    &mut || up_w.forward(&x, t, &mut up, id, threads).unwrap(),
-                    reps,
-                ),
-                2.0 * (t * h * inter) as f64,
-            ),
-            (
-                "gelu",
-                seconds(
-                    &mut || {
-                        // Fresh values: repeated GELUs drive negative values to subnormals,
-                        // which the CPU handles a hundred times slower.
-                        up.copy_from_slice(&up0);
-                        super::gelu_in_place(&mut up, threads)
-                    },
-                    reps,
-                ) - seconds(&mut || up.copy_from_slice(&up0), reps),
-                0.0,
-            ),
-            (
-                "ffn_down",
-                seconds(
-                    &mut || down_w.forward(&up, t, &mut sum, id, threads).unwrap(),
-                    reps,
-                ),
-                2.0 * (t * h * inter) as f64,
-            ),
-        ];
-        let total: f64 = ops.iter().map(|o| o.1).sum::<f64>() + ops[3].1;
-        let flops: f64 = ops.iter().map(|o| o.2).sum();
+    let len = t / (b.offsets.len() - 1);
+    let dense = |t: usize, k: usize, n: usize| 2.0 * (t * k * n) as f64;
+    vec![
+        (
+            "qkv",
+            time(&mut || w.qkv.forward(&b.x, t, &mut b.qkv, id, threads).unwrap()),
+            dense(t, h, 3 * h),
+        ),
+        (
+            "attention",
+            time(&mut || {
+                attention(
+                    &b.qkv,
+                    &b.offsets,
+                    shape,
+                    &mut b.ctx,
+                    &mut b.scratch,
+                    threads,
+                )
+                .unwrap()
+            }),
+            4.0 * (t * len * h) as f64,
+        ),
+        (
+            "attn_out",
+            time(&mut || w.out.forward(&b.ctx, t, &mut b.sum, id, threads).unwrap()),
+            dense(t, h, h),
+        ),
+        (
+            "norm",
+            time(&mut || add_layer_norm(&mut b.x2, Some(&b.sum), norm, threads).unwrap()),
+            0.0,
+        ),
+        (
+            "ffn_up",
+            time(&mut || w.up.forward(&b.x, t, &mut b.up, id, threads).unwrap()),
+            dense(t, h, inter),
+        ),
+        (
+            "gelu",
+            // Fresh values: repeated GELUs drive negative values to subnormals, which the
+            // CPU handles a hundred times slower.
+            time(&mut || {
+                b.up.copy_from_slice(&b.up0);
+                super::gelu_in_place(&mut b.up, threads)
+            }) - time(&mut || b.up.copy_from_slice(&b.up0)),
+            0.0,
+        ),
+        (
+            "ffn_down",
+            time(&mut || w.down.forward(&b.up, t, &mut b.sum, id, threads).unwrap()),
+            dense(t, inter, h),
+        ),
+    ]
+}
+
+/// The layer's time (the norm counted twice, as a layer runs two) and each op's share.
+fn print_breakdown(batch: usize, len: usize, ops: &[(&str, f64, f64)]) {
+    let total: f64 = ops.iter().map(|o| o.1).sum::<f64>() + ops[3].1;
+    let flops: f64 = ops.iter().map(|o| o.2).sum();
+    println!(
+        "batch {batch} x {len} tokens: {:.3} ms per layer, {:.1} GFLOP/s",
+        total * 1e3,
+        flops / total / 1e9
+    );
+    for (name, s, f) in ops {
         println!(
-            "batch {batch} x {len} tokens: {:.3} ms per layer, {:.1} GFLOP/s",
-            total * 1e3,
-            flops / total / 1e9
+            "  {name:>9}: {:7.1} us {:5.1}% {:6.1} GFLOP/s",
+            s * 1e6,
+            100.0 * s / total,
+            f / s / 1e9
         );
-        for (name, s, f) in &ops {
-            println!(
-                "  {name:>9}: {:7.1} us {:5.1}% {:6.1} GFLOP/s",
-                s * 1e6,
-                100.0 * s / total,
-                f / s / 1e9
-            );
-        }
+    }
+}
+
+fn layer_breakdown_one_core() {
+    let weights = LayerWeights::new();
+    for (batch, len) in [(1usize, 13usize), (8, 13), (32, 13), (1, 256), (8, 256)] {
+        let mut b = LayerBatch::new(batch, len);
+        let ops = time_ops(&weights, &mut b);
+        print_breakdown(batch, len, &ops);
     }
 }
 

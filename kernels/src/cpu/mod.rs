@@ -15,6 +15,7 @@
 
 mod aligned;
 mod attention;
+pub mod clock;
 #[cfg(test)]
 mod encoder_bench;
 mod gelu;

@@ -12,49 +12,11 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 
-use super::linear::{Activations, Executor, Linear, elementwise};
+pub use super::buffer::DeviceVec;
+use super::buffer::{HalfVec, short};
+use super::linear::{Executor, Linear, SliceActivations, elementwise};
 use super::{CudaDevice, StreamPriority, sources};
 use crate::{DType, HostWeights, KernelError};
-
-/// f32 values on the device: weights, or activations `[rows, width]` row-major. Holds at
-/// least what the last op that wrote it produced; its capacity may be larger.
-#[derive(Default)]
-pub struct DeviceVec {
-    data: Option<CudaSlice<f32>>,
-}
-
-impl DeviceVec {
-    /// Values the buffer can hold.
-    pub fn capacity(&self) -> usize {
-        self.data.as_ref().map_or(0, |d| d.len())
-    }
-
-    fn get(&self, op: &'static str, need: usize) -> Result<&CudaSlice<f32>, KernelError> {
-        match &self.data {
-            Some(d) if d.len() >= need => Ok(d),
-            _ => Err(short(op, self.capacity(), need)),
-        }
-    }
-
-    fn get_mut(
-        &mut self,
-        op: &'static str,
-        need: usize,
-    ) -> Result<&mut CudaSlice<f32>, KernelError> {
-        let capacity = self.capacity();
-        match &mut self.data {
-            Some(d) if capacity >= need => Ok(d),
-            _ => Err(short(op, capacity, need)),
-        }
-    }
-}
-
-fn short(op: &'static str, have: usize, need: usize) -> KernelError {
-    KernelError::Shape {
-        op,
-        detail: format!("device buffer holds {have} values, {need} needed"),
-    }
-}
 
 /// A packed batch on the device: per token its id, type id and position in its sequence,
 /// and the sequences' offsets, in one allocation.
@@ -124,7 +86,7 @@ pub struct EncoderOps {
     attention: CudaFunction,
     pool: CudaFunction,
     /// 16-bit copies of dense layers' inputs.
-    half: Option<CudaSlice<u16>>,
+    half: HalfVec,
 }
 
 fn launch_error(context: &'static str) -> impl Fn(cudarc::driver::DriverError) -> KernelError {
@@ -150,18 +112,13 @@ impl EncoderOps {
             attention: device.function(source, "attention")?,
             pool: device.function(source, "pool")?,
             exec: Executor::new(device, StreamPriority::Serving)?,
-            half: None,
+            half: HalfVec::default(),
         })
     }
 
     /// Copies host values to a new device buffer.
     pub fn upload(&self, host: &[f32]) -> Result<DeviceVec, KernelError> {
-        let data = self
-            .exec
-            .stream()
-            .clone_htod(host)
-            .map_err(KernelError::driver("uploading weights"))?;
-        Ok(DeviceVec { data: Some(data) })
+        self.exec.upload(host)
     }
 
     /// A dense layer's weights (`[outputs, inputs]`, in their stored precision) and biases.
@@ -172,7 +129,7 @@ impl EncoderOps {
         inputs: usize,
         outputs: usize,
     ) -> Result<Linear, KernelError> {
-        Linear::upload(self.exec.stream(), weight, bias, inputs, outputs)
+        self.exec.upload_linear(weight, bias, inputs, outputs)
     }
 
     pub fn upload_norm(
@@ -197,16 +154,7 @@ impl EncoderOps {
     /// Makes `buf` hold at least `len` values (doubling, so a growing batch reallocates
     /// rarely). What it held is lost when it grows.
     pub fn reserve(&self, buf: &mut DeviceVec, len: usize) -> Result<(), KernelError> {
-        if buf.capacity() < len {
-            let len = len.next_power_of_two();
-            let data = self
-                .exec
-                .stream()
-                .alloc_zeros(len)
-                .map_err(KernelError::driver("allocating activations"))?;
-            buf.data = Some(data);
-        }
-        Ok(())
+        self.exec.reserve(buf, len)
     }
 
     /// Uploads a packed batch: sequence `s` is `ids[offsets[s]..offsets[s + 1]]`.
@@ -323,28 +271,24 @@ impl EncoderOps {
         let xs = x.get(op, rows * k)?;
         let ys = y.get_mut(op, rows * n)?;
         match layer.input_dtype() {
-            DType::F32 => self.exec.matmul(layer, Activations::F32(xs), rows, ys)?,
+            DType::F32 => self
+                .exec
+                .matmul_slice(layer, SliceActivations::F32(xs), rows, ys)?,
             dtype => {
                 let need = rows * k;
-                if self.half.as_ref().is_none_or(|h| h.len() < need) {
-                    let len = need.next_power_of_two();
-                    let half = self
-                        .exec
-                        .stream()
-                        .alloc_zeros(len)
-                        .map_err(KernelError::driver("allocating 16-bit activations"))?;
-                    self.half = Some(half);
-                }
-                let half = self.half.as_mut().expect("allocated above");
-                self.exec.convert(xs, need, half, dtype)?;
-                self.exec.matmul(layer, Activations::Half(half), rows, ys)?;
+                self.exec.reserve(&mut self.half, need)?;
+                let half = self.half.get_mut(op, need)?;
+                self.exec.convert_slice(xs, need, half, dtype)?;
+                self.exec
+                    .matmul_slice(layer, SliceActivations::Half(half), rows, ys)?;
             }
         }
         match epilogue {
             Epilogue::None => Ok(()),
-            Epilogue::Bias => self
-                .exec
-                .bias_act(layer, ys, rows, crate::Activation::Identity),
+            Epilogue::Bias => {
+                self.exec
+                    .bias_act_slice(layer.bias(), ys, rows, crate::Activation::Identity)
+            }
             Epilogue::BiasGelu => self.bias_gelu(layer, ys, rows),
         }
     }
@@ -524,12 +468,7 @@ impl EncoderOps {
     /// Copies the first `host.len()` values of `src` to the host, once everything queued
     /// before has run.
     pub fn download(&self, src: &DeviceVec, host: &mut [f32]) -> Result<(), KernelError> {
-        let data = src.get("cuda::download", host.len())?;
-        self.exec
-            .stream()
-            .memcpy_dtoh(&data.slice(0..host.len()), host)
-            .map_err(KernelError::driver("copying results to the host"))?;
-        self.exec.synchronize()
+        self.exec.read(src, host)
     }
 }
 

@@ -11,12 +11,14 @@ use std::sync::Arc;
 use cudarc::cublas::sys::{
     cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType_t,
 };
-use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig,
+    PushKernelArg, ValidAsZeroBits,
 };
 use half::slice::HalfFloatSliceExt;
 
+use super::blas::PooledBlas;
+use super::buffer::{DeviceBuffer, DeviceVec, HalfVec};
 use super::{CudaDevice, StreamPriority, sources};
 pub use crate::HostWeights;
 use crate::{Activation, DType, KernelError};
@@ -38,7 +40,7 @@ pub struct Linear {
 
 impl Linear {
     /// Copies a `[outputs, inputs]` weight matrix and its biases to the device.
-    pub fn upload(
+    pub(crate) fn upload(
         stream: &Arc<CudaStream>,
         weight: HostWeights<'_>,
         bias: &[f32],
@@ -94,23 +96,71 @@ impl Linear {
         }
     }
 
-    pub fn bias(&self) -> &CudaSlice<f32> {
+    pub(crate) fn bias(&self) -> &CudaSlice<f32> {
         &self.bias
+    }
+
+    /// Device memory the layer holds, in bytes.
+    pub fn bytes(&self) -> usize {
+        let weight = match &self.weight {
+            DeviceWeights::F32(w) => w.num_bytes(),
+            DeviceWeights::Half { bits, .. } => bits.num_bytes(),
+        };
+        weight + self.bias.num_bytes()
     }
 }
 
 /// An activation matrix on the device, in the format the next layer reads.
 pub enum Activations<'a> {
-    F32(&'a CudaSlice<f32>),
-    Half(&'a CudaSlice<u16>),
+    F32(&'a DeviceVec),
+    Half(&'a HalfVec),
 }
 
-/// Runs layers on one stream: the cuBLAS handle bound to it and our kernels for this device.
+/// A column-major cuBLAS product `C = α·op(A)·op(B) + β·C` on f32 matrices, as cuBLAS
+/// names its dimensions: `op(A)` is `m × k`, `op(B)` is `k × n`, `C` is `m × n`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Product {
+    pub transa: bool,
+    pub transb: bool,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub lda: usize,
+    pub ldb: usize,
+    pub ldc: usize,
+    /// 0 overwrites C, 1 accumulates into it.
+    pub beta: f32,
+}
+
+impl Product {
+    /// Values each operand must hold: the last column's offset plus its length.
+    fn extents(&self) -> (usize, usize, usize) {
+        let (a_cols, b_cols) = (
+            if self.transa { self.m } else { self.k },
+            if self.transb { self.k } else { self.n },
+        );
+        let (a_rows, b_rows) = (
+            if self.transa { self.k } else { self.m },
+            if self.transb { self.n } else { self.k },
+        );
+        let extent = |ld: usize, rows: usize, cols: usize| {
+            if cols == 0 { 0 } else { ld * (cols - 1) + rows }
+        };
+        (
+            extent(self.lda, a_rows, a_cols),
+            extent(self.ldb, b_rows, b_cols),
+            extent(self.ldc, self.m, self.n),
+        )
+    }
+}
+
+/// Runs layers on one stream: a cuBLAS handle bound to it and our kernels for this device.
 /// One executor per worker thread; it is not shared.
 pub struct Executor {
+    /// Given back to the device when the executor goes, after its stream has drained.
+    blas: PooledBlas,
     device: Arc<CudaDevice>,
     stream: Arc<CudaStream>,
-    blas: CudaBlas,
     f32_to_f16: CudaFunction,
     f32_to_bf16: CudaFunction,
     bias_act_f32: CudaFunction,
@@ -124,7 +174,7 @@ const BLOCK: u32 = 256;
 const MAX_BLOCKS: u32 = 4096;
 
 /// The launch shape of our grid-stride elementwise kernels over `n` elements.
-pub fn elementwise(n: usize) -> LaunchConfig {
+pub(crate) fn elementwise(n: usize) -> LaunchConfig {
     let blocks = (n as u32).div_ceil(BLOCK).clamp(1, MAX_BLOCKS);
     LaunchConfig {
         grid_dim: (blocks, 1, 1),
@@ -133,11 +183,26 @@ pub fn elementwise(n: usize) -> LaunchConfig {
     }
 }
 
+/// `n` as the `int` cuBLAS takes.
+fn i32_of(op: &'static str, n: usize) -> Result<i32, KernelError> {
+    i32::try_from(n).map_err(|_| KernelError::Shape {
+        op,
+        detail: format!("{n} does not fit cuBLAS's 32-bit sizes"),
+    })
+}
+
+fn op(transpose: bool) -> cublasOperation_t {
+    if transpose {
+        cublasOperation_t::CUBLAS_OP_T
+    } else {
+        cublasOperation_t::CUBLAS_OP_N
+    }
+}
+
 impl Executor {
     pub fn new(device: Arc<CudaDevice>, priority: StreamPriority) -> Result<Executor, KernelError> {
         let stream = device.new_stream(priority)?;
-        let blas =
-            CudaBlas::new(stream.clone()).map_err(KernelError::cublas("creating a handle"))?;
+        let blas = device.lend_blas(&stream)?;
         let convert = &sources::CONVERT;
         let bias = &sources::BIAS_ACT;
         Ok(Executor {
@@ -156,12 +221,8 @@ impl Executor {
         &self.device
     }
 
-    pub fn stream(&self) -> &Arc<CudaStream> {
+    pub(crate) fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
-    }
-
-    pub fn blas(&self) -> &CudaBlas {
-        &self.blas
     }
 
     /// Blocks until everything queued on this executor's stream has run.
@@ -171,8 +232,111 @@ impl Executor {
             .map_err(KernelError::driver("synchronizing the stream"))
     }
 
+    /// Copies a `[outputs, inputs]` weight matrix (in its stored precision) and its biases
+    /// to the device.
+    pub fn upload_linear(
+        &self,
+        weight: HostWeights<'_>,
+        bias: &[f32],
+        inputs: usize,
+        outputs: usize,
+    ) -> Result<Linear, KernelError> {
+        Linear::upload(&self.stream, weight, bias, inputs, outputs)
+    }
+
+    /// Copies host values to a new device buffer of exactly their length.
+    pub fn upload<T: DeviceRepr>(&self, host: &[T]) -> Result<DeviceBuffer<T>, KernelError> {
+        let data = self
+            .stream
+            .clone_htod(host)
+            .map_err(KernelError::driver("uploading values"))?;
+        Ok(DeviceBuffer::from_slice(data))
+    }
+
+    /// Makes `buf` hold at least `len` values (doubling, so a growing batch reallocates
+    /// rarely). What it held is lost when it grows.
+    pub fn reserve<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        buf: &mut DeviceBuffer<T>,
+        len: usize,
+    ) -> Result<(), KernelError> {
+        if buf.capacity() < len {
+            self.resize(buf, len.next_power_of_two())?;
+        }
+        Ok(())
+    }
+
+    /// Makes `buf` hold exactly `len` values, freeing a larger allocation: memory a caller
+    /// was told to give back. What it held is lost when its size changes.
+    pub fn resize<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        buf: &mut DeviceBuffer<T>,
+        len: usize,
+    ) -> Result<(), KernelError> {
+        if buf.capacity() != len {
+            // The old allocation goes first, so the peak is the larger of the two.
+            buf.release();
+            let data = self
+                .stream
+                .alloc_zeros(len)
+                .map_err(KernelError::driver("allocating device memory"))?;
+            buf.set(data);
+        }
+        Ok(())
+    }
+
+    /// Copies `host` into the first `host.len()` values of `buf`.
+    pub fn write<T: DeviceRepr>(
+        &self,
+        host: &[T],
+        buf: &mut DeviceBuffer<T>,
+    ) -> Result<(), KernelError> {
+        let dst = buf.get_mut("cuda::write", host.len())?;
+        self.stream
+            .memcpy_htod(host, &mut dst.slice_mut(0..host.len()))
+            .map_err(KernelError::driver("copying to the device"))
+    }
+
+    /// Copies the first `host.len()` values of `buf` to the host, once everything queued
+    /// before has run. Waits for the stream after the copy: a copy into pageable memory
+    /// may return before the values have all landed.
+    pub fn read<T: DeviceRepr>(
+        &self,
+        buf: &DeviceBuffer<T>,
+        host: &mut [T],
+    ) -> Result<(), KernelError> {
+        let src = buf.get("cuda::read", host.len())?;
+        self.stream
+            .memcpy_dtoh(&src.slice(0..host.len()), host)
+            .map_err(KernelError::driver("copying to the host"))?;
+        self.synchronize()
+    }
+
+    /// Sets every value of `buf` to zero.
+    pub fn zero<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        buf: &mut DeviceBuffer<T>,
+    ) -> Result<(), KernelError> {
+        let capacity = buf.capacity();
+        let data = buf.get_mut("cuda::zero", capacity)?;
+        self.stream
+            .memset_zeros(data)
+            .map_err(KernelError::driver("clearing device memory"))
+    }
+
     /// Writes the first `n` values of `x` into `out` as 16-bit `dtype`.
     pub fn convert(
+        &self,
+        x: &DeviceVec,
+        n: usize,
+        out: &mut HalfVec,
+        dtype: DType,
+    ) -> Result<(), KernelError> {
+        let x = x.get("convert", n)?;
+        self.convert_slice(x, n, out.get_mut("convert", n)?, dtype)
+    }
+
+    pub(crate) fn convert_slice(
         &self,
         x: &CudaSlice<f32>,
         n: usize,
@@ -207,68 +371,47 @@ impl Executor {
         layer: &Linear,
         x: Activations<'_>,
         rows: usize,
+        y: &mut DeviceVec,
+    ) -> Result<(), KernelError> {
+        let y = y.get_mut("matmul output", rows * layer.outputs)?;
+        match x {
+            Activations::F32(x) => {
+                self.matmul_slice(layer, SliceActivations::F32(x.get("matmul", 0)?), rows, y)
+            }
+            Activations::Half(x) => {
+                self.matmul_slice(layer, SliceActivations::Half(x.get("matmul", 0)?), rows, y)
+            }
+        }
+    }
+
+    pub(crate) fn matmul_slice(
+        &self,
+        layer: &Linear,
+        x: SliceActivations<'_>,
+        rows: usize,
         y: &mut CudaSlice<f32>,
     ) -> Result<(), KernelError> {
         let (k, n) = (layer.inputs, layer.outputs);
         check_len("matmul output", y.len(), rows * n)?;
-        let (m_, n_, k_) = (n as i32, rows as i32, k as i32);
         match (&layer.weight, x) {
-            (DeviceWeights::F32(w), Activations::F32(x)) => {
+            (DeviceWeights::F32(w), SliceActivations::F32(x)) => {
                 check_len("matmul input", x.len(), rows * k)?;
-                let cfg = GemmConfig {
-                    transa: cublasOperation_t::CUBLAS_OP_T,
-                    transb: cublasOperation_t::CUBLAS_OP_N,
-                    m: m_,
-                    n: n_,
-                    k: k_,
-                    alpha: 1.0f32,
-                    lda: k_,
-                    ldb: k_,
-                    beta: 0.0f32,
-                    ldc: m_,
+                let product = Product {
+                    transa: true,
+                    transb: false,
+                    m: n,
+                    n: rows,
+                    k,
+                    lda: k,
+                    ldb: k,
+                    ldc: n,
+                    beta: 0.0,
                 };
-                // SAFETY: w is [n, k], x holds rows * k and y rows * n values (checked), which
-                // is what the leading dimensions above describe.
-                unsafe { self.blas.gemm(cfg, w, x, y) }
-                    .map_err(KernelError::cublas("multiplying f32 matrices"))
+                self.gemm(product, w, x, y)
             }
-            (DeviceWeights::Half { dtype, bits }, Activations::Half(x)) => {
+            (DeviceWeights::Half { dtype, bits }, SliceActivations::Half(x)) => {
                 check_len("matmul input", x.len(), rows * k)?;
-                let ty = match dtype {
-                    DType::BF16 => cudaDataType_t::CUDA_R_16BF,
-                    _ => cudaDataType_t::CUDA_R_16F,
-                };
-                let (alpha, beta) = (1.0f32, 0.0f32);
-                let (a, _ra) = bits.device_ptr(&self.stream);
-                let (b, _rb) = x.device_ptr(&self.stream);
-                let (c, _rc) = y.device_ptr_mut(&self.stream);
-                // SAFETY: as for f32; A and B are 16-bit of the stated type, C is f32, alpha and
-                // beta are f32 as CUBLAS_COMPUTE_32F requires, and the pointers outlive the
-                // call's scheduling (the records are dropped after it).
-                unsafe {
-                    cudarc::cublas::result::gemm_ex(
-                        *self.blas.handle(),
-                        cublasOperation_t::CUBLAS_OP_T,
-                        cublasOperation_t::CUBLAS_OP_N,
-                        m_,
-                        n_,
-                        k_,
-                        (&alpha) as *const f32 as *const _,
-                        a as *const _,
-                        ty,
-                        k_,
-                        b as *const _,
-                        ty,
-                        k_,
-                        (&beta) as *const f32 as *const _,
-                        c as *mut _,
-                        cudaDataType_t::CUDA_R_32F,
-                        m_,
-                        cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                        cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                    )
-                }
-                .map_err(KernelError::cublas("multiplying 16-bit matrices"))
+                self.gemm_half(*dtype, bits, x, y, (n, rows, k))
             }
             _ => Err(KernelError::Shape {
                 op: "matmul",
@@ -280,21 +423,131 @@ impl Executor {
         }
     }
 
+    /// `C = op(A)·op(B) + β·C` on f32 matrices (see [`Product`]).
+    pub(crate) fn gemm(
+        &self,
+        p: Product,
+        a: &CudaSlice<f32>,
+        b: &CudaSlice<f32>,
+        c: &mut CudaSlice<f32>,
+    ) -> Result<(), KernelError> {
+        let (need_a, need_b, need_c) = p.extents();
+        check_len("gemm A", a.len(), need_a)?;
+        check_len("gemm B", b.len(), need_b)?;
+        check_len("gemm C", c.len(), need_c)?;
+        let int = |d| i32_of("gemm", d);
+        let (m, n, k) = (int(p.m)?, int(p.n)?, int(p.k)?);
+        let (lda, ldb, ldc) = (int(p.lda)?, int(p.ldb)?, int(p.ldc)?);
+        let (alpha, beta) = (1.0f32, p.beta);
+        self.device.bind()?;
+        let (a, _ra) = a.device_ptr(&self.stream);
+        let (b, _rb) = b.device_ptr(&self.stream);
+        let (c, _rc) = c.device_ptr_mut(&self.stream);
+        // SAFETY: A, B and C hold at least the values their leading dimensions and sizes
+        // address (checked above); the handle is bound to this executor's stream, whose
+        // context is current (bound above); alpha and beta are host f32 values that outlive
+        // the call, as cuBLAS's default host pointer mode reads them before returning.
+        unsafe {
+            cudarc::cublas::result::sgemm(
+                self.blas.raw(),
+                op(p.transa),
+                op(p.transb),
+                m,
+                n,
+                k,
+                &alpha,
+                a as *const f32,
+                lda,
+                b as *const f32,
+                ldb,
+                &beta,
+                c as *mut f32,
+                ldc,
+            )
+        }
+        .map_err(KernelError::cublas("multiplying f32 matrices"))
+    }
+
+    /// `y[rows, n] = x[rows, k] · Wᵀ` with 16-bit W and x, accumulating in f32.
+    fn gemm_half(
+        &self,
+        dtype: DType,
+        w: &CudaSlice<u16>,
+        x: &CudaSlice<u16>,
+        y: &mut CudaSlice<f32>,
+        (n, rows, k): (usize, usize, usize),
+    ) -> Result<(), KernelError> {
+        let ty = match dtype {
+            DType::BF16 => cudaDataType_t::CUDA_R_16BF,
+            _ => cudaDataType_t::CUDA_R_16F,
+        };
+        let (m_, n_, k_) = (
+            i32_of("matmul", n)?,
+            i32_of("matmul", rows)?,
+            i32_of("matmul", k)?,
+        );
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        self.device.bind()?;
+        let (a, _ra) = w.device_ptr(&self.stream);
+        let (b, _rb) = x.device_ptr(&self.stream);
+        let (c, _rc) = y.device_ptr_mut(&self.stream);
+        // SAFETY: W is [n, k], x holds rows · k and y rows · n values (checked by the
+        // caller), which is what the leading dimensions describe; A and B are 16-bit of the
+        // stated type, C is f32, alpha and beta are f32 as CUBLAS_COMPUTE_32F requires, and
+        // the handle is bound to this stream in the current context (bound above).
+        unsafe {
+            cudarc::cublas::result::gemm_ex(
+                self.blas.raw(),
+                cublasOperation_t::CUBLAS_OP_T,
+                cublasOperation_t::CUBLAS_OP_N,
+                m_,
+                n_,
+                k_,
+                (&alpha) as *const f32 as *const _,
+                a as *const _,
+                ty,
+                k_,
+                b as *const _,
+                ty,
+                k_,
+                (&beta) as *const f32 as *const _,
+                c as *mut _,
+                cudaDataType_t::CUDA_R_32F,
+                m_,
+                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(KernelError::cublas("multiplying 16-bit matrices"))
+    }
+
     /// `y = act(y + bias)` in place over the first `rows` rows.
     pub fn bias_act(
         &self,
         layer: &Linear,
+        y: &mut DeviceVec,
+        rows: usize,
+        act: Activation,
+    ) -> Result<(), KernelError> {
+        let y = y.get_mut("bias_act", rows * layer.outputs)?;
+        self.bias_act_slice(&layer.bias, y, rows, act)
+    }
+
+    /// `y = act(y + bias)` in place over `rows` rows of `bias.len()` columns.
+    pub(crate) fn bias_act_slice(
+        &self,
+        bias: &CudaSlice<f32>,
         y: &mut CudaSlice<f32>,
         rows: usize,
         act: Activation,
     ) -> Result<(), KernelError> {
-        let cols = layer.outputs;
+        let cols = bias.len();
         check_len("bias_act", y.len(), rows * cols)?;
         let (r, c, relu) = (rows as u32, cols as u32, (act == Activation::Relu) as i32);
         let mut launch = self.stream.launch_builder(&self.bias_act_f32);
-        launch.arg(y).arg(&layer.bias).arg(&r).arg(&c).arg(&relu);
-        // SAFETY: y holds rows * cols values (checked), bias holds cols (it was uploaded with
-        // the layer); arguments match (float*, const float*, uint, uint, int).
+        launch.arg(y).arg(bias).arg(&r).arg(&c).arg(&relu);
+        // SAFETY: y holds rows * cols values (checked), bias holds cols (its length);
+        // arguments match (float*, const float*, uint, uint, int).
         unsafe { launch.launch(elementwise(rows * cols)) }
             .map(drop)
             .map_err(KernelError::driver("launching bias_act"))
@@ -304,15 +557,15 @@ impl Executor {
     pub fn bias_act_to_half(
         &self,
         layer: &Linear,
-        y: &CudaSlice<f32>,
+        y: &DeviceVec,
         rows: usize,
         act: Activation,
-        out: &mut CudaSlice<u16>,
+        out: &mut HalfVec,
         dtype: DType,
     ) -> Result<(), KernelError> {
         let cols = layer.outputs;
-        check_len("bias_act_to_half", y.len(), rows * cols)?;
-        check_len("bias_act_to_half", out.len(), rows * cols)?;
+        let y = y.get("bias_act_to_half", rows * cols)?;
+        let out = out.get_mut("bias_act_to_half", rows * cols)?;
         let func = match dtype {
             DType::BF16 => &self.bias_act_to_bf16,
             _ => &self.bias_act_to_f16,
@@ -334,7 +587,24 @@ impl Executor {
     }
 }
 
-fn check_len(op: &'static str, have: usize, need: usize) -> Result<(), KernelError> {
+impl Drop for Executor {
+    fn drop(&mut self) {
+        // The cuBLAS handle goes back to the device for another executor, whose work must
+        // not overlap this one's in the handle's workspace.
+        if let Err(e) = self.synchronize() {
+            tracing::warn!(error = %e, "a stream failed while its executor was dropped");
+        }
+    }
+}
+
+/// Activations as slices, for the ops of this crate.
+#[derive(Clone, Copy)]
+pub(crate) enum SliceActivations<'a> {
+    F32(&'a CudaSlice<f32>),
+    Half(&'a CudaSlice<u16>),
+}
+
+pub(crate) fn check_len(op: &'static str, have: usize, need: usize) -> Result<(), KernelError> {
     if have < need {
         return Err(KernelError::Shape {
             op,

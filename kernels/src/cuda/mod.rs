@@ -1,12 +1,20 @@
-//! The CUDA backend: a device handle (context, compiled kernels, memory info), streams with
-//! a priority, and dense layers on cuBLAS ([`linear`]).
+//! The CUDA backend: a device handle (context, compiled kernels, cuBLAS handles, memory
+//! info), streams with a priority, dense layers on cuBLAS ([`linear`]), and the ops of the
+//! text encoder ([`encoder`]) and of training ([`train`]) as safe calls on device buffers
+//! ([`buffer`]).
 //!
 //! Every entry point checks that the CUDA libraries load before touching cudarc, because
 //! cudarc panics when a library it calls into is absent.
 
+mod blas;
+pub mod buffer;
 pub mod encoder;
+mod green;
 pub mod linear;
 pub mod sources;
+#[cfg(test)]
+mod tests;
+pub mod train;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,6 +22,8 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 
 use crate::KernelError;
+pub use blas::workspace_bytes as blas_workspace_bytes;
+pub use buffer::{DeviceBuffer, DeviceIndices, DeviceVec, HalfVec};
 pub use sources::KernelSource;
 
 /// Which side of the co-location a stream serves. Serving work is queued ahead of training
@@ -31,20 +41,37 @@ pub struct MemoryInfo {
     pub total_bytes: usize,
 }
 
-/// One GPU: its context and the kernels compiled for it so far.
+/// One GPU: its context, the kernels compiled for it so far and the cuBLAS handles its
+/// executors gave back.
 pub struct CudaDevice {
+    /// Dropped before the context they were created in.
+    blas: Arc<blas::BlasPool>,
     ctx: Arc<CudaContext>,
     ordinal: usize,
     name: String,
     /// `sm_XY`, from the device's compute capability; NVRTC compiles for exactly this.
     arch: String,
+    compute_major: u32,
     /// Modules compiled on first use, keyed by source name, so each `.cu` compiles once.
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+    /// For an SM partition ([`CudaDevice::sm_partition`]): its green context, destroyed
+    /// last, after the handles and modules made in it.
+    green: Option<green::GreenContext>,
 }
 
 impl std::fmt::Debug for CudaDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.describe())
+    }
+}
+
+impl Drop for CudaDevice {
+    fn drop(&mut self) {
+        // The cuBLAS handles are destroyed next (a field), in the context current on this
+        // thread, which must be theirs.
+        if let Err(e) = self.bind() {
+            tracing::warn!(error = %e, "cannot bind a device's context to release it");
+        }
     }
 }
 
@@ -90,6 +117,23 @@ impl CudaDevice {
             )));
         }
         let ctx = CudaContext::new(ordinal).map_err(KernelError::driver("creating a context"))?;
+        CudaDevice::from_context(ctx, ordinal, None)
+    }
+
+    /// Wraps a fresh context. Nothing may have been allocated in it yet.
+    fn from_context(
+        ctx: Arc<CudaContext>,
+        ordinal: usize,
+        green: Option<green::GreenContext>,
+    ) -> Result<Arc<CudaDevice>, KernelError> {
+        // Every executor queues all its work on one stream, and a buffer is used only on
+        // the stream that allocated it (and freed there, stream-ordered). cudarc's
+        // multi-stream event tracking, switched on by the first extra stream, would record
+        // and wait on events around every copy, product and launch for nothing.
+        // SAFETY: set before the first allocation in this context; from then on no buffer
+        // is used on, freed on or written by a stream other than its own (the ops take
+        // their executor's stream, and buffers are never handed between executors).
+        unsafe { ctx.disable_event_tracking() };
         let name = ctx
             .name()
             .map_err(KernelError::driver("reading the device name"))?;
@@ -97,11 +141,14 @@ impl CudaDevice {
             .compute_capability()
             .map_err(KernelError::driver("reading the compute capability"))?;
         Ok(Arc::new(CudaDevice {
+            blas: Arc::default(),
             ctx,
             ordinal,
             name,
             arch: format!("sm_{major}{minor}"),
+            compute_major: major.max(0) as u32,
             modules: Mutex::new(HashMap::new()),
+            green,
         }))
     }
 
@@ -117,21 +164,53 @@ impl CudaDevice {
         &self.arch
     }
 
-    pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
+    /// Makes this device's context current on the calling thread. Raw driver and cuBLAS
+    /// calls act on the current context, which a fresh thread does not have (and a thread
+    /// that last worked on another device has wrong).
+    pub(crate) fn bind(&self) -> Result<(), KernelError> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(KernelError::driver("binding the context to this thread"))
     }
 
-    /// `cuda:0 (NVIDIA H200, sm_90)`, for logs.
+    /// A cuBLAS handle for `stream`, from those executors gave back or new.
+    pub(crate) fn lend_blas(
+        &self,
+        stream: &Arc<CudaStream>,
+    ) -> Result<blas::PooledBlas, KernelError> {
+        self.bind()?;
+        self.blas.lend(stream)
+    }
+
+    /// cuBLAS handles created and not lent now: at most as many as executors ran at once.
+    pub fn idle_blas_handles(&self) -> usize {
+        self.blas.idle()
+    }
+
+    /// The workspace each cuBLAS handle on this device holds (see [`blas_workspace_bytes`]).
+    pub fn blas_workspace_bytes(&self) -> u64 {
+        blas::workspace_bytes(self.compute_major)
+    }
+
+    /// `cuda:0 (NVIDIA H200, sm_90)`, for logs; a partition adds `, 66 of 132 SMs`.
     pub fn describe(&self) -> String {
-        format!("cuda:{} ({}, {})", self.ordinal, self.name, self.arch)
+        let share = self
+            .sm_share()
+            .map(|(sms, of)| format!(", {sms} of {of} SMs"))
+            .unwrap_or_default();
+        format!(
+            "cuda:{} ({}, {}{share})",
+            self.ordinal, self.name, self.arch
+        )
     }
 
     /// A new non-blocking stream at the highest priority (serving) or the lowest (training)
     /// the device offers.
-    pub fn new_stream(&self, priority: StreamPriority) -> Result<Arc<CudaStream>, KernelError> {
-        self.ctx
-            .bind_to_thread()
-            .map_err(KernelError::driver("binding the context"))?;
+    pub(crate) fn new_stream(
+        &self,
+        priority: StreamPriority,
+    ) -> Result<Arc<CudaStream>, KernelError> {
+        self.bind()?;
         // CUDA numbers priorities downwards: `greatest` is the most urgent.
         let (least, greatest) = cudarc::driver::result::stream::get_priority_range()
             .map_err(KernelError::driver("reading stream priorities"))?;
@@ -144,6 +223,8 @@ impl CudaDevice {
             .map_err(KernelError::driver("creating a stream"))
     }
 
+    /// Free and total memory of the whole device, as the driver reports it: what every
+    /// process on it has left.
     pub fn memory_info(&self) -> Result<MemoryInfo, KernelError> {
         let (free_bytes, total_bytes) = self
             .ctx
@@ -155,8 +236,32 @@ impl CudaDevice {
         })
     }
 
+    /// Hands the memory this process freed back to the device. Buffers are freed
+    /// stream-ordered into the driver's memory pool, which keeps what it holds until a
+    /// synchronization trims it; this trims it now, so that another process (a trainer
+    /// giving memory back, or the gateway loading a model) can have it at once.
+    pub fn release_free_memory(&self) -> Result<(), KernelError> {
+        use cudarc::driver::sys;
+        if !self.ctx.has_async_alloc() {
+            // Without memory pools every free went straight back to the device.
+            return Ok(());
+        }
+        self.bind()?;
+        let mut pool = std::mem::MaybeUninit::<sys::CUmemoryPool>::uninit();
+        // SAFETY: writes the device's current memory pool (the one stream-ordered
+        // allocations come from) into `pool`; the device handle is this context's.
+        unsafe { sys::cuDeviceGetMemPool(pool.as_mut_ptr(), self.ctx.cu_device()) }
+            .result()
+            .map_err(KernelError::driver("finding the memory pool"))?;
+        // SAFETY: the call above succeeded, so `pool` holds a valid pool handle; trimming
+        // releases only memory no allocation holds.
+        unsafe { sys::cuMemPoolTrimTo(pool.assume_init(), 0) }
+            .result()
+            .map_err(KernelError::driver("releasing freed memory"))
+    }
+
     /// A kernel from one of our sources, compiling the source on first use.
-    pub fn function(
+    pub(crate) fn function(
         &self,
         source: &'static KernelSource,
         name: &str,

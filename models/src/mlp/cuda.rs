@@ -3,10 +3,9 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::CudaSlice;
+use kernels::DType;
 use kernels::cuda::linear::{Activations, Executor, Linear};
-use kernels::cuda::{CudaDevice, StreamPriority};
-use kernels::{DType, KernelError};
+use kernels::cuda::{CudaDevice, DeviceVec, HalfVec, StreamPriority};
 
 use super::activation;
 use crate::{Checkpoint, LoadError, ModelError};
@@ -14,17 +13,18 @@ use crate::{Checkpoint, LoadError, ModelError};
 pub(super) struct CudaMlp {
     exec: Executor,
     layers: Vec<Linear>,
-    buffers: Option<Buffers>,
+    buffers: Buffers,
 }
 
-/// Device buffers sized for `rows` rows of the widest layer.
+/// Device buffers for the largest batch seen, as wide as the widest layer. Grown by
+/// doubling, so a slowly rising batch size does not reallocate every call.
+#[derive(Default)]
 struct Buffers {
-    rows: usize,
-    input: CudaSlice<f32>,
+    input: DeviceVec,
     /// f32 products, ping-pong.
-    f32: [CudaSlice<f32>; 2],
+    f32: [DeviceVec; 2],
     /// A 16-bit copy of the current activations, for layers with 16-bit weights.
-    half: CudaSlice<u16>,
+    half: HalfVec,
 }
 
 impl CudaMlp {
@@ -36,40 +36,30 @@ impl CudaMlp {
         let layers = checkpoint
             .layers
             .iter()
-            .map(|l| Linear::upload(exec.stream(), l.weight.host(), &l.bias, l.inputs, l.outputs))
+            .map(|l| exec.upload_linear(l.weight.host(), &l.bias, l.inputs, l.outputs))
             .collect::<Result<Vec<_>, _>>()?;
         exec.synchronize()?;
         Ok(CudaMlp {
             exec,
             layers,
-            buffers: None,
+            buffers: Buffers::default(),
         })
     }
 
-    fn buffers(&mut self, rows: usize) -> Result<&mut Buffers, KernelError> {
-        if self.buffers.as_ref().is_none_or(|b| b.rows < rows) {
-            // Grow by doubling so a slowly rising batch size does not reallocate every call.
-            let rows = rows.next_power_of_two();
-            let width = self
-                .layers
-                .iter()
-                .map(|l| l.inputs().max(l.outputs()))
-                .max()
-                .unwrap_or(1);
-            let stream = self.exec.stream();
-            let alloc = KernelError::driver("allocating activation buffers");
-            let input_width = self.layers[0].inputs();
-            self.buffers = Some(Buffers {
-                rows,
-                input: stream.alloc_zeros(rows * input_width).map_err(alloc)?,
-                f32: [
-                    stream.alloc_zeros(rows * width).map_err(alloc)?,
-                    stream.alloc_zeros(rows * width).map_err(alloc)?,
-                ],
-                half: stream.alloc_zeros(rows * width).map_err(alloc)?,
-            });
+    fn reserve(&mut self, rows: usize) -> Result<(), ModelError> {
+        let width = self
+            .layers
+            .iter()
+            .map(|l| l.inputs().max(l.outputs()))
+            .max()
+            .unwrap_or(1);
+        let (exec, b) = (&self.exec, &mut self.buffers);
+        exec.reserve(&mut b.input, rows * self.layers[0].inputs())?;
+        for buf in &mut b.f32 {
+            exec.reserve(buf, rows * width)?;
         }
-        Ok(self.buffers.as_mut().expect("allocated above"))
+        exec.reserve(&mut b.half, rows * width)?;
+        Ok(())
     }
 
     pub(super) fn forward(
@@ -78,18 +68,13 @@ impl CudaMlp {
         rows: usize,
         output: &mut [f32],
     ) -> Result<(), ModelError> {
-        self.buffers(rows)?;
+        self.reserve(rows)?;
         let Self {
             exec,
             layers,
-            buffers,
+            buffers: bufs,
         } = self;
-        let bufs = buffers.as_mut().expect("allocated above");
-        let stream = exec.stream().clone();
-        let copy_in = KernelError::driver("copying the batch to the device");
-        let in_view = &mut bufs.input.slice_mut(0..input.len());
-        stream.memcpy_htod(input, in_view).map_err(copy_in)?;
-
+        exec.write(input, &mut bufs.input)?;
         let n = layers.len();
         if layers[0].input_dtype() != DType::F32 {
             exec.convert(
@@ -128,11 +113,8 @@ impl CudaMlp {
             current = Some(out);
         }
         let last = &bufs.f32[current.expect("at least one layer")];
-        let copy_out = KernelError::driver("copying the result to the host");
-        stream
-            .memcpy_dtoh(&last.slice(0..output.len()), output)
-            .map_err(copy_out)?;
-        exec.synchronize()?;
+        // Waits for the copy: the one wait of the forward pass.
+        exec.read(last, output)?;
         Ok(())
     }
 }

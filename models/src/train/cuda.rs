@@ -1,74 +1,55 @@
-//! Training on a GPU: parameters, gradients and Adam moments resident on the device, on a
-//! low-priority stream (serving's streams go first inside one process), cuBLAS for the
-//! products and the kernels of `kernels/cuda/train.cu` for the rest.
-//!
-//! Row-major products, as column-major cuBLAS sees them (W is `[out, in]`):
-//! forward `Y = X·Wᵀ` is `gemm(T, N, out, rows, in)`; `dW += δᵀ·A` is
-//! `gemm(N, T, in, out, rows)` with β = 1; `dX = δ·W` is `gemm(N, N, in, rows, out)`.
+//! Training on a GPU, composed of `kernels::cuda::train`'s safe ops: parameters, gradients
+//! and Adam moments resident on the device, activations in scratch buffers sized for the
+//! micro-batch in force (and shrunk, giving the memory back, when it falls), every op on
+//! one low-priority stream and one wait at the end of each micro-batch (for its loss) and
+//! of each step (so that a step's time is its compute, and a paused trainer computes
+//! nothing).
 
 use std::sync::Arc;
 
-use cudarc::cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
-use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, PushKernelArg};
-use kernels::KernelError;
-use kernels::cuda::{CudaDevice, StreamPriority, sources};
+use kernels::cuda::CudaDevice;
+use kernels::cuda::buffer::DeviceVec;
+use kernels::cuda::train::{AdamStep, DeviceLabels, LossBuffers, TrainOps, TrainParams};
 
 use super::{Adam, StepOptions, StepStats, Train, to_checkpoint};
+use crate::mlp::activation;
 use crate::{Checkpoint, LoadError, ModelError};
 
-struct Layer {
-    inputs: usize,
-    outputs: usize,
-    w: CudaSlice<f32>,
-    b: CudaSlice<f32>,
-    gw: CudaSlice<f32>,
-    gb: CudaSlice<f32>,
-    mw: CudaSlice<f32>,
-    vw: CudaSlice<f32>,
-    mb: CudaSlice<f32>,
-    vb: CudaSlice<f32>,
-}
-
-struct Kernels {
-    bias_act: CudaFunction,
-    relu_backward: CudaFunction,
-    softmax_xent: CudaFunction,
-    column_sums: CudaFunction,
-    adam_step: CudaFunction,
-}
-
-/// Activation buffers for micro-batches of up to `rows` rows.
-struct Scratch {
-    rows: usize,
-    x: CudaSlice<f32>,
-    labels: CudaSlice<u32>,
-    acts: Vec<CudaSlice<f32>>,
-    delta: [CudaSlice<f32>; 2],
-    loss: CudaSlice<f32>,
-    correct: CudaSlice<f32>,
-}
-
 pub struct CudaTrainer {
-    stream: Arc<CudaStream>,
-    blas: CudaBlas,
-    k: Kernels,
-    layers: Vec<Layer>,
-    scratch: Option<Scratch>,
+    layers: Vec<TrainParams>,
+    scratch: Scratch,
     adam: Adam,
     t: i32,
+    /// Dropped last: the buffers above are freed on its stream, in its device's context.
+    ops: TrainOps,
 }
 
-use kernels::cuda::linear::elementwise as grid;
-
-fn drv(context: &'static str) -> impl Fn(cudarc::driver::DriverError) -> ModelError + Copy {
-    move |e| ModelError::Kernel(KernelError::driver(context)(e))
+/// Activation buffers for micro-batches of `rows` rows. The loss's gradient and `delta`
+/// take turns as the gradient flowing back through the layers, so both are as wide as the
+/// widest layer.
+#[derive(Default)]
+struct Scratch {
+    rows: usize,
+    x: DeviceVec,
+    labels: DeviceLabels,
+    acts: Vec<DeviceVec>,
+    loss: LossBuffers,
+    delta: DeviceVec,
+    /// Host copies of the micro-batch's per-row loss and correct flags.
+    host_loss: Vec<f32>,
+    host_correct: Vec<f32>,
 }
 
-fn blas_err(
-    context: &'static str,
-) -> impl Fn(cudarc::cublas::result::CublasError) -> ModelError + Copy {
-    move |e| ModelError::Kernel(KernelError::cublas(context)(e))
+impl Scratch {
+    fn bytes(&self) -> usize {
+        self.x.bytes()
+            + self.labels.bytes()
+            + self.acts.iter().map(DeviceVec::bytes).sum::<usize>()
+            + self.loss.grad.bytes()
+            + self.loss.loss.bytes()
+            + self.loss.correct.bytes()
+            + self.delta.bytes()
+    }
 }
 
 impl CudaTrainer {
@@ -77,80 +58,63 @@ impl CudaTrainer {
         device: Arc<CudaDevice>,
         adam: Adam,
     ) -> Result<CudaTrainer, LoadError> {
-        let stream = device.new_stream(StreamPriority::Training)?;
-        let blas =
-            CudaBlas::new(stream.clone()).map_err(KernelError::cublas("creating a handle"))?;
-        let train = &sources::TRAIN;
-        let k = Kernels {
-            bias_act: device.function(&sources::BIAS_ACT, "bias_act_f32")?,
-            relu_backward: device.function(train, "relu_backward")?,
-            softmax_xent: device.function(train, "softmax_xent")?,
-            column_sums: device.function(train, "column_sums")?,
-            adam_step: device.function(train, "adam_step")?,
-        };
-        let up = KernelError::driver("uploading parameters");
+        let ops = TrainOps::new(device)?;
         let layers = init
             .layers
             .iter()
-            .map(|l| -> Result<Layer, KernelError> {
-                let n = l.inputs * l.outputs;
-                Ok(Layer {
-                    inputs: l.inputs,
-                    outputs: l.outputs,
-                    w: stream.clone_htod(&l.weight.to_f32()).map_err(up)?,
-                    b: stream.clone_htod(&l.bias).map_err(up)?,
-                    gw: stream.alloc_zeros(n).map_err(up)?,
-                    gb: stream.alloc_zeros(l.outputs).map_err(up)?,
-                    mw: stream.alloc_zeros(n).map_err(up)?,
-                    vw: stream.alloc_zeros(n).map_err(up)?,
-                    mb: stream.alloc_zeros(l.outputs).map_err(up)?,
-                    vb: stream.alloc_zeros(l.outputs).map_err(up)?,
-                })
-            })
+            .map(|l| ops.upload_params(&l.weight.to_f32(), &l.bias, l.inputs, l.outputs))
             .collect::<Result<Vec<_>, _>>()?;
+        ops.synchronize()?;
         Ok(CudaTrainer {
-            stream,
-            blas,
-            k,
             layers,
-            scratch: None,
+            scratch: Scratch::default(),
             adam,
             t: 0,
+            ops,
         })
     }
 
-    fn scratch(&mut self, rows: usize) -> Result<(), ModelError> {
-        if self.scratch.as_ref().is_some_and(|s| s.rows >= rows) {
-            return Ok(());
-        }
-        let a = drv("allocating training buffers");
-        let s = &self.stream;
-        let widest = self
-            .layers
+    fn widest(&self) -> usize {
+        self.layers
             .iter()
-            .map(|l| l.inputs.max(l.outputs))
+            .map(|l| l.inputs().max(l.outputs()))
             .max()
-            .unwrap_or(1);
-        self.scratch = Some(Scratch {
-            rows,
-            x: s.alloc_zeros(rows * self.layers[0].inputs).map_err(a)?,
-            labels: s.alloc_zeros(rows).map_err(a)?,
-            acts: self
-                .layers
-                .iter()
-                .map(|l| s.alloc_zeros(rows * l.outputs))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(a)?,
-            delta: [
-                s.alloc_zeros(rows * widest).map_err(a)?,
-                s.alloc_zeros(rows * widest).map_err(a)?,
-            ],
-            loss: s.alloc_zeros(rows).map_err(a)?,
-            correct: s.alloc_zeros(rows).map_err(a)?,
-        });
+            .unwrap_or(1)
+    }
+
+    /// Sizes the scratch buffers for exactly `rows` rows; returns whether memory was freed.
+    fn fit_scratch(&mut self, rows: usize) -> Result<bool, ModelError> {
+        if self.scratch.rows == rows {
+            return Ok(false);
+        }
+        let shrinks = rows < self.scratch.rows;
+        let (exec, widest) = (self.ops.executor(), self.widest());
+        let s = &mut self.scratch;
+        // Unsized until every buffer is: a failed allocation leaves no size to trust.
+        s.rows = 0;
+        s.acts.resize_with(self.layers.len(), DeviceVec::default);
+        exec.resize(&mut s.x, rows * self.layers[0].inputs())?;
+        self.ops.resize_labels(&mut s.labels, rows)?;
+        for (act, layer) in s.acts.iter_mut().zip(&self.layers) {
+            exec.resize(act, rows * layer.outputs())?;
+        }
+        exec.resize(&mut s.loss.grad, rows * widest)?;
+        exec.resize(&mut s.delta, rows * widest)?;
+        exec.resize(&mut s.loss.loss, rows)?;
+        exec.resize(&mut s.loss.correct, rows)?;
+        s.rows = rows;
+        Ok(shrinks)
+    }
+
+    /// Once the stream has drained: hands freed memory back to the device.
+    fn give_back(&self) -> Result<(), ModelError> {
+        self.ops.synchronize()?;
+        self.ops.executor().device().release_free_memory()?;
         Ok(())
     }
 
+    /// Forward and backward of one micro-batch, adding its gradients (of the mean loss over
+    /// `total_rows`) into the layers'; returns its summed loss and correct count.
     fn micro_batch(
         &mut self,
         x: &[f32],
@@ -158,171 +122,84 @@ impl CudaTrainer {
         total_rows: usize,
     ) -> Result<(f32, usize), ModelError> {
         let rows = labels.len();
-        self.scratch(rows)?;
-        let Self {
-            stream,
-            blas,
-            k,
-            layers,
-            scratch,
-            ..
-        } = self;
-        let sc = scratch.as_mut().expect("allocated above");
-        let copy = drv("copying a micro-batch");
-        stream
-            .memcpy_htod(x, &mut sc.x.slice_mut(0..x.len()))
-            .map_err(copy)?;
-        stream
-            .memcpy_htod(labels, &mut sc.labels.slice_mut(0..rows))
-            .map_err(copy)?;
-        let n = layers.len();
-        // Forward, keeping every activation.
-        for i in 0..n {
-            let l = &layers[i];
-            let (m_, n_, k_) = (l.outputs as i32, rows as i32, l.inputs as i32);
-            let cfg = GemmConfig {
-                transa: CUBLAS_OP_T,
-                transb: CUBLAS_OP_N,
-                m: m_,
-                n: n_,
-                k: k_,
-                alpha: 1.0f32,
-                lda: k_,
-                ldb: k_,
-                beta: 0.0f32,
-                ldc: m_,
-            };
-            let (before, after) = sc.acts.split_at_mut(i);
-            let out = &mut after[0];
-            let input = if i == 0 { &sc.x } else { &before[i - 1] };
-            // SAFETY: W is [out, in], input holds rows x in, out holds rows x out values.
-            unsafe { blas.gemm(cfg, &l.w, input, out) }.map_err(blas_err("forward product"))?;
-            let (r, c, relu) = (rows as u32, l.outputs as u32, (i + 1 < n) as i32);
-            let mut launch = stream.launch_builder(&k.bias_act);
-            launch.arg(&mut *out).arg(&l.b).arg(&r).arg(&c).arg(&relu);
-            // SAFETY: out holds rows x cols values, bias holds cols; args match the kernel.
-            unsafe { launch.launch(grid(rows * l.outputs)) }.map_err(drv("bias_act"))?;
+        let classes = self.layers[self.layers.len() - 1].outputs();
+        let exec = self.ops.executor();
+        exec.write(x, &mut self.scratch.x)?;
+        self.ops
+            .write_labels(labels, classes, &mut self.scratch.labels)?;
+        self.forward(rows)?;
+        let logits = self.scratch.acts.last().expect("at least one layer");
+        self.ops.softmax_xent(
+            logits,
+            &self.scratch.labels,
+            1.0 / total_rows as f32,
+            &mut self.scratch.loss,
+        )?;
+        self.backward(rows)?;
+        self.read_loss(rows)
+    }
+
+    /// Every layer's output, kept for the backward pass.
+    fn forward(&mut self, rows: usize) -> Result<(), ModelError> {
+        let n = self.layers.len();
+        let s = &mut self.scratch;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let (before, after) = s.acts.split_at_mut(i);
+            let input = if i == 0 { &s.x } else { &before[i - 1] };
+            self.ops
+                .forward(layer, input, rows, &mut after[0], activation(i, n))?;
         }
-        // Loss and its gradient.
-        let classes = layers[n - 1].outputs;
-        let scale = 1.0f32 / total_rows as f32;
-        let (r, c) = (rows as u32, classes as u32);
-        {
-            let mut launch = stream.launch_builder(&k.softmax_xent);
-            launch
-                .arg(&sc.acts[n - 1])
-                .arg(&sc.labels)
-                .arg(&mut sc.delta[0])
-                .arg(&mut sc.loss)
-                .arg(&mut sc.correct)
-                .arg(&r)
-                .arg(&c)
-                .arg(&scale);
-            // SAFETY: logits and delta hold rows x classes, labels/loss/correct hold rows;
-            // labels are below `classes` (checked by the caller).
-            unsafe { launch.launch(grid(rows)) }.map_err(drv("softmax_xent"))?;
-        }
-        // Backward.
-        let mut cur = 0;
-        for i in (0..n).rev() {
-            let l = &mut layers[i];
-            let (o, kin) = (l.outputs as i32, l.inputs as i32);
-            let input = if i == 0 { &sc.x } else { &sc.acts[i - 1] };
-            let cfg = GemmConfig {
-                transa: CUBLAS_OP_N,
-                transb: CUBLAS_OP_T,
-                m: kin,
-                n: o,
-                k: rows as i32,
-                alpha: 1.0f32,
-                lda: kin,
-                ldb: o,
-                beta: 1.0f32,
-                ldc: kin,
+        Ok(())
+    }
+
+    /// From the loss's gradient back to the first layer, accumulating every layer's
+    /// gradients. The gradient in flight alternates between the loss's buffer and `delta`.
+    fn backward(&mut self, rows: usize) -> Result<(), ModelError> {
+        let s = &mut self.scratch;
+        let mut in_loss_buffer = true;
+        for i in (0..self.layers.len()).rev() {
+            let layer = &mut self.layers[i];
+            let input = if i == 0 { &s.x } else { &s.acts[i - 1] };
+            let (grad, other) = if in_loss_buffer {
+                (&s.loss.grad, &mut s.delta)
+            } else {
+                (&s.delta, &mut s.loss.grad)
             };
-            // SAFETY: input is rows x in, delta rows x out, gw in x out (column-major view of
-            // the row-major [out, in] gradient).
-            unsafe { blas.gemm(cfg, input, &sc.delta[cur], &mut l.gw) }
-                .map_err(blas_err("weight gradient"))?;
-            let (rr, cc, acc) = (rows as u32, l.outputs as u32, 1i32);
-            let mut launch = stream.launch_builder(&k.column_sums);
-            launch
-                .arg(&sc.delta[cur])
-                .arg(&mut l.gb)
-                .arg(&rr)
-                .arg(&cc)
-                .arg(&acc);
-            // SAFETY: delta holds rows x cols, gb holds cols.
-            unsafe { launch.launch(grid(l.outputs)) }.map_err(drv("column_sums"))?;
-            if i == 0 {
-                break;
+            self.ops.accumulate_gradients(layer, input, grad, rows)?;
+            if i > 0 {
+                self.ops.backprop(layer, grad, rows, input, other)?;
+                in_loss_buffer = !in_loss_buffer;
             }
-            let next = 1 - cur;
-            let cfg = GemmConfig {
-                transa: CUBLAS_OP_N,
-                transb: CUBLAS_OP_N,
-                m: kin,
-                n: rows as i32,
-                k: o,
-                alpha: 1.0f32,
-                lda: kin,
-                ldb: o,
-                beta: 0.0f32,
-                ldc: kin,
-            };
-            let [d0, d1] = &mut sc.delta;
-            let (src, dst) = if cur == 0 { (&*d0, d1) } else { (&*d1, d0) };
-            // SAFETY: W is [out, in], src holds rows x out, dst rows x in.
-            unsafe { blas.gemm(cfg, &l.w, src, dst) }.map_err(blas_err("input gradient"))?;
-            let count = (rows * l.inputs) as u32;
-            let mut launch = stream.launch_builder(&k.relu_backward);
-            launch.arg(&mut *dst).arg(&sc.acts[i - 1]).arg(&count);
-            // SAFETY: dst and the activation both hold rows x in values.
-            unsafe { launch.launch(grid(rows * l.inputs)) }.map_err(drv("relu_backward"))?;
-            cur = next;
         }
-        let loss: Vec<f32> = stream
-            .clone_dtoh(&sc.loss.slice(0..rows))
-            .map_err(drv("reading the loss"))?;
-        let correct: Vec<f32> = stream
-            .clone_dtoh(&sc.correct.slice(0..rows))
-            .map_err(drv("reading the accuracy"))?;
+        Ok(())
+    }
+
+    /// The micro-batch's summed loss and correct count, once it has run.
+    fn read_loss(&mut self, rows: usize) -> Result<(f32, usize), ModelError> {
+        let (exec, s) = (self.ops.executor(), &mut self.scratch);
+        s.host_loss.resize(rows, 0.0);
+        s.host_correct.resize(rows, 0.0);
+        exec.read(&s.loss.loss, &mut s.host_loss)?;
+        exec.read(&s.loss.correct, &mut s.host_correct)?;
         Ok((
-            loss.iter().sum(),
-            correct.iter().filter(|c| **c > 0.5).count(),
+            s.host_loss.iter().sum(),
+            s.host_correct.iter().filter(|c| **c > 0.5).count(),
         ))
     }
 
     fn adam_step(&mut self) -> Result<(), ModelError> {
         self.t += 1;
         let a = self.adam;
-        let (c1, c2) = (1.0 - a.beta1.powi(self.t), 1.0 - a.beta2.powi(self.t));
-        let Self {
-            stream, k, layers, ..
-        } = self;
-        for l in layers.iter_mut() {
-            for (p, g, m, v) in [
-                (&mut l.w, &mut l.gw, &mut l.mw, &mut l.vw),
-                (&mut l.b, &mut l.gb, &mut l.mb, &mut l.vb),
-            ] {
-                let n = p.len() as u32;
-                let mut launch = stream.launch_builder(&k.adam_step);
-                launch
-                    .arg(&mut *p)
-                    .arg(&*g)
-                    .arg(&mut *m)
-                    .arg(&mut *v)
-                    .arg(&n)
-                    .arg(&a.lr)
-                    .arg(&a.beta1)
-                    .arg(&a.beta2)
-                    .arg(&a.eps)
-                    .arg(&c1)
-                    .arg(&c2);
-                // SAFETY: p, g, m, v all hold n values; args match the kernel.
-                unsafe { launch.launch(grid(n as usize)) }.map_err(drv("adam_step"))?;
-                stream.memset_zeros(g).map_err(drv("clearing gradients"))?;
-            }
+        let step = AdamStep {
+            lr: a.lr,
+            beta1: a.beta1,
+            beta2: a.beta2,
+            eps: a.eps,
+            c1: 1.0 - a.beta1.powi(self.t),
+            c2: 1.0 - a.beta2.powi(self.t),
+        };
+        for layer in &mut self.layers {
+            self.ops.adam(layer, step)?;
         }
         Ok(())
     }
@@ -336,29 +213,31 @@ impl Train for CudaTrainer {
         opts: StepOptions,
     ) -> Result<StepStats, ModelError> {
         let shape = (
-            self.layers[0].inputs,
-            self.layers[self.layers.len() - 1].outputs,
+            self.layers[0].inputs(),
+            self.layers[self.layers.len() - 1].outputs(),
         );
         let rows = labels.len();
+        let freed = self.fit_scratch(opts.micro_batch.clamp(1, rows.max(1)))?;
         let stats = super::micro_batches(inputs, labels, shape, opts, |x, y| {
             self.micro_batch(x, y, rows)
         })?;
         self.adam_step()?;
+        // The step ends when its last kernel has run: a pause or a duty cycle timed from
+        // here must not find Adam still running.
+        self.ops.synchronize()?;
+        if freed {
+            self.give_back()?;
+        }
         Ok(stats)
     }
 
     fn checkpoint(&mut self) -> Result<Checkpoint, ModelError> {
-        let read = drv("reading parameters");
         let layers = self
             .layers
             .iter()
             .map(|l| {
-                Ok((
-                    l.inputs,
-                    l.outputs,
-                    self.stream.clone_dtoh(&l.w).map_err(read)?,
-                    self.stream.clone_dtoh(&l.b).map_err(read)?,
-                ))
+                let (w, b) = self.ops.download_params(l)?;
+                Ok((l.inputs(), l.outputs(), w, b))
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
         Ok(to_checkpoint(layers))
@@ -366,13 +245,25 @@ impl Train for CudaTrainer {
 
     fn bytes_per_row(&self) -> usize {
         let widths: usize =
-            self.layers.iter().map(|l| l.outputs).sum::<usize>() + self.layers[0].inputs;
-        let widest = self
-            .layers
-            .iter()
-            .map(|l| l.inputs.max(l.outputs))
-            .max()
-            .unwrap_or(0);
-        (widths + 2 * widest + 3) * 4
+            self.layers.iter().map(|l| l.outputs()).sum::<usize>() + self.layers[0].inputs();
+        // Activations, two gradients as wide as the widest layer, and per row a label, a
+        // loss and a correct flag.
+        (widths + 2 * self.widest() + 3) * 4
+    }
+
+    fn fixed_bytes(&self) -> usize {
+        let workspace = self.ops.executor().device().blas_workspace_bytes() as usize;
+        self.layers.iter().map(TrainParams::bytes).sum::<usize>() + workspace
+    }
+
+    fn resident_bytes(&self) -> usize {
+        self.fixed_bytes() + self.scratch.bytes()
+    }
+
+    fn reserve_rows(&mut self, rows: usize) -> Result<(), ModelError> {
+        if self.fit_scratch(rows.max(1))? {
+            self.give_back()?;
+        }
+        Ok(())
     }
 }

@@ -1,8 +1,13 @@
 //! Training the MLP: forward with saved activations, softmax cross-entropy, backward, and
-//! Adam — on the CPU (`cpu`) and on CUDA (`cuda`, low-priority streams). The trainer obeys
+//! Adam — on the CPU (`cpu`) and on CUDA (`cuda`, a low-priority stream). The trainer obeys
 //! co-location directives through [`StepOptions`]: how many threads (CPU) it may use, and
 //! how many rows it may hold at once (a memory limit), splitting each step into
 //! micro-batches with gradient accumulation so the effective batch stays the same.
+//!
+//! What a trainer holds is its parameters with their gradients and Adam's moments (16
+//! bytes a parameter, plus cuBLAS's workspace on a GPU: [`Train::fixed_bytes`]) and
+//! scratch buffers for one micro-batch ([`Train::bytes_per_row`] a row), sized for the
+//! micro-batch in force and shrunk, the memory given back, when it falls.
 
 mod cpu;
 mod cuda;
@@ -67,6 +72,29 @@ pub trait Train: Send {
 
     /// Bytes of device memory one row of a micro-batch needs (activations and gradients).
     fn bytes_per_row(&self) -> usize;
+
+    /// Bytes held whatever the micro-batch: parameters, their gradients, Adam's two
+    /// moments, and on a GPU the cuBLAS workspace.
+    fn fixed_bytes(&self) -> usize;
+
+    /// Bytes held now: the fixed part and the scratch buffers as sized.
+    fn resident_bytes(&self) -> usize;
+
+    /// Sizes the scratch buffers for micro-batches of exactly `rows` rows now, freeing
+    /// (and giving back to the device) what a larger size held. Steps size them to their
+    /// micro-batch too; this lets a memory limit take effect before the next step runs.
+    fn reserve_rows(&mut self, rows: usize) -> Result<(), crate::ModelError>;
+
+    /// What micro-batches of `rows` rows hold in all.
+    fn bytes_for_rows(&self, rows: usize) -> usize {
+        self.fixed_bytes() + rows * self.bytes_per_row()
+    }
+
+    /// The most rows whose micro-batches fit in `limit` bytes (at least one).
+    fn rows_within(&self, limit: u64) -> usize {
+        let room = limit.saturating_sub(self.fixed_bytes() as u64);
+        ((room / self.bytes_per_row().max(1) as u64) as usize).max(1)
+    }
 }
 
 /// A trainer for `init` on `device`.

@@ -115,13 +115,34 @@ unsafe fn tile<F: Format, const NR: usize, const NP: usize, const SPLIT: usize>(
             }
             kk += 1;
         }
+        store::<NR, NP, SPLIT>(&acc, bias, y, s, panel, b, act);
+    }
+}
+
+/// The tile's epilogue: sums the split accumulators, adds the biases, applies the
+/// activation and stores rows `b..b+NR` of panels `panel..panel+NP` (only the real columns
+/// of a last, partial panel). Inlined into the kernel, so the accumulators stay in
+/// registers.
+#[inline(always)]
+unsafe fn store<const NR: usize, const NP: usize, const SPLIT: usize>(
+    acc: &[[[[__m256; 2]; NP]; NR]; SPLIT],
+    bias: &[f32],
+    y: *mut f32,
+    s: Shape,
+    panel: usize,
+    b: usize,
+    act: Activation,
+) {
+    // SAFETY (whole block): the biases are read below (panel + NP) * PANEL and y is written
+    // below (b + NR) * n at columns < n, within `tile`'s contract.
+    unsafe {
         for q in 0..NP {
             let o = (panel + q) * PANEL;
             let valid = (s.n - o).min(PANEL);
             for r in 0..NR {
                 let mut v0 = _mm256_loadu_ps(bias.as_ptr().add(o));
                 let mut v1 = _mm256_loadu_ps(bias.as_ptr().add(o + 8));
-                for acc in &acc {
+                for acc in acc {
                     v0 = _mm256_add_ps(v0, acc[r][q][0]);
                     v1 = _mm256_add_ps(v1, acc[r][q][1]);
                 }
