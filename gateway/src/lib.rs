@@ -13,6 +13,8 @@ mod coloc;
 pub mod config;
 mod cost;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod http;
 mod infer;
 mod loader;

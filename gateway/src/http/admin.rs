@@ -23,12 +23,25 @@ use crate::error::ApiError;
 /// What a PUT may change.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SloChange {
+pub(crate) struct SloChange {
     policy: Option<PolicyKind>,
     p99_ms: Option<f64>,
     max_batch_size: Option<usize>,
     max_queue_delay_us: Option<u64>,
     queue_capacity: Option<usize>,
+}
+
+impl SloChange {
+    pub(crate) fn overrides(&self) -> ModelOverrides {
+        ModelOverrides {
+            policy: self.policy,
+            p99_ms: self.p99_ms,
+            max_batch_size: self.max_batch_size,
+            max_queue_delay_us: self.max_queue_delay_us,
+            queue_capacity: self.queue_capacity,
+            ..Default::default()
+        }
+    }
 }
 
 const MAX_ADMIN_BODY: usize = 64 * 1024;
@@ -76,8 +89,8 @@ pub async fn handle(
 /// What `PUT /admin/log` takes: tracing's filter directives, as `TANDEM_LOG` spells them.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct LogChange {
-    filter: String,
+pub(crate) struct LogChange {
+    pub(crate) filter: String,
 }
 
 fn log_filter() -> Result<&'static dyn crate::log_control::LogFilter, ApiError> {
@@ -198,14 +211,7 @@ fn change(state: &AppState, model: &str, body: &[u8]) -> Result<Response<Full<By
     let newest = state.registry.resolve(model, None)?;
     let change: SloChange = crate::protocol::json_de::from_slice(body)
         .map_err(|e| ApiError::malformed(format!("invalid SLO change: {e}")))?;
-    let overrides = ModelOverrides {
-        policy: change.policy,
-        p99_ms: change.p99_ms,
-        max_batch_size: change.max_batch_size,
-        max_queue_delay_us: change.max_queue_delay_us,
-        queue_capacity: change.queue_capacity,
-        ..Default::default()
-    };
+    let overrides = change.overrides();
     let versions = state.registry.versions(model);
     let mut updates = Vec::new();
     for n in &versions {

@@ -45,26 +45,26 @@ impl Texts {
 
 /// OpenAI's request; other fields (`user`) are accepted and ignored, as OpenAI does.
 #[derive(Debug, Deserialize)]
-struct OpenAiRequest {
-    model: String,
-    input: serde_json::Value,
+pub(crate) struct OpenAiRequest {
+    pub(crate) model: String,
+    pub(crate) input: serde_json::Value,
     #[serde(default)]
-    encoding_format: Option<String>,
+    pub(crate) encoding_format: Option<String>,
     #[serde(default)]
-    dimensions: Option<serde_json::Value>,
+    pub(crate) dimensions: Option<serde_json::Value>,
 }
 
 /// TEI's request, with `model` as tandem's own addition for servers of several models.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct TeiRequest {
-    inputs: serde_json::Value,
+pub(crate) struct TeiRequest {
+    pub(crate) inputs: serde_json::Value,
     #[serde(default)]
-    normalize: Option<bool>,
+    pub(crate) normalize: Option<bool>,
     #[serde(default)]
-    truncate: Option<bool>,
+    pub(crate) truncate: Option<bool>,
     #[serde(default)]
-    model: Option<String>,
+    pub(crate) model: Option<String>,
 }
 
 /// What an embedding request asks for, whichever API it came through.
@@ -83,7 +83,7 @@ struct Embeddings {
 }
 
 /// `input`/`inputs`: a string or an array of strings, at least one, none empty.
-fn texts(field: &str, value: serde_json::Value) -> Result<Vec<String>, ApiError> {
+pub(crate) fn texts(field: &str, value: serde_json::Value) -> Result<Vec<String>, ApiError> {
     let texts = serde_json::from_value::<Texts>(value)
         .map_err(|_| {
             ApiError::invalid(format!(

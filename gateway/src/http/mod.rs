@@ -5,11 +5,11 @@
 //! configured time; on shutdown the listener closes and every connection finishes its
 //! in-flight request first.
 
-mod admin;
+pub(crate) mod admin;
 mod arrival;
 mod body;
-mod content_coding;
-mod embeddings;
+pub(crate) mod content_coding;
+pub(crate) mod embeddings;
 mod infer;
 mod limit;
 mod models;

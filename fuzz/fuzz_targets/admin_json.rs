@@ -1,0 +1,12 @@
+#![no_main]
+//! `PUT /admin/models/{m}/slo` and `PUT /admin/log` bodies; log directives go on to tracing's
+//! parser, as the binary's log filter takes them.
+
+libfuzzer_sys::fuzz_target!(init: tandem_fuzz::init(), |data: &[u8]| {
+    tandem_fuzz::check("admin_json", data, |data| {
+        gateway::fuzzing::admin_json(data);
+        if let Some(directives) = gateway::fuzzing::admin_log_filter(data) {
+            let _ = tracing_subscriber::EnvFilter::try_new(directives);
+        }
+    });
+});

@@ -1,0 +1,6 @@
+#![no_main]
+//! `gateway::fuzzing::encoder_weights`, under the counting allocator's memory bound.
+
+libfuzzer_sys::fuzz_target!(init: tandem_fuzz::init(), |data: &[u8]| {
+    tandem_fuzz::check("encoder_weights", data, gateway::fuzzing::encoder_weights);
+});
