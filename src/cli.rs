@@ -39,6 +39,131 @@ pub enum BenchCommand {
     /// Serving alone, beside an unmanaged trainer, and beside a managed one: starts the
     /// server and the trainers itself and compares latency and training throughput.
     Coloc(ColocArgs),
+    /// A soak under faults: about 70% of the model's capacity for --duration while new
+    /// versions are hot-swapped in, a co-located trainer is killed and restarted, the config
+    /// is reloaded and slow and garbage clients connect. Fails on any 5xx, lost request,
+    /// p99 over the budget, or growth of the server's resources after warm-up
+    /// (docs/soak.md).
+    Soak(SoakArgs),
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct SoakArgs {
+    /// Seconds of load under faults, after the capacity is measured.
+    #[arg(long, default_value_t = 1800.0)]
+    pub duration: f64,
+
+    /// The share of the run during which the server's resources may still grow; the rest
+    /// must stay within the tolerances of their value at its end.
+    #[arg(long, default_value_t = 0.2)]
+    pub warmup_share: f64,
+
+    /// Target this running server instead of starting one. Faults that need the process,
+    /// its repository or its trainer socket run only with --pid, --model-repository and
+    /// --coloc-socket.
+    #[arg(long)]
+    pub url: Option<String>,
+
+    /// With --url: the server's process id, for SIGHUP reloads (of its own config file,
+    /// unchanged) and its /proc figures.
+    #[arg(long, requires = "url")]
+    pub pid: Option<u32>,
+
+    /// With --url: the server's model repository, where new versions of --model go.
+    #[arg(long, requires = "url")]
+    pub model_repository: Option<PathBuf>,
+
+    /// With --url: the server's co-location socket, for the trainer.
+    #[arg(long, requires = "url")]
+    pub coloc_socket: Option<PathBuf>,
+
+    /// The model under load (a folder of the repository).
+    #[arg(long, default_value = "soak")]
+    pub model: String,
+
+    /// Layer widths of the MLP versions written, input first.
+    #[arg(long, value_delimiter = ',', default_value = "256,512,512,10")]
+    pub dims: Vec<usize>,
+
+    /// The model's p99 budget in ms: the server's setting and the load's.
+    #[arg(long, default_value_t = 50.0)]
+    pub budget_ms: f64,
+
+    /// The most the p99 of the 200s may be, in ms (default: the budget).
+    #[arg(long)]
+    pub p99_limit_ms: Option<f64>,
+
+    /// Requests per second to offer, instead of a share of the measured capacity.
+    #[arg(long)]
+    pub rate: Option<f64>,
+
+    /// The share of the measured capacity offered.
+    #[arg(long, default_value_t = 0.7)]
+    pub load_fraction: f64,
+
+    /// The largest share of the load the server may refuse with 429.
+    #[arg(long, default_value_t = 0.01)]
+    pub max_refused_share: f64,
+
+    /// The capacity search's first rate (req/s).
+    #[arg(long, default_value_t = 250.0)]
+    pub min_rate: f64,
+
+    /// The capacity search's highest rate (req/s).
+    #[arg(long, default_value_t = 64_000.0)]
+    pub max_rate: f64,
+
+    /// Seconds between new versions of the model (0: none).
+    #[arg(long, default_value_t = 3.0)]
+    pub swap_every: f64,
+
+    /// Versions kept on disk; older ones are deleted, and the server unloads them.
+    #[arg(long, default_value_t = 3)]
+    pub keep_versions: usize,
+
+    /// Every Nth version written is a truncated file the server must refuse (0: none).
+    #[arg(long, default_value_t = 10)]
+    pub corrupt_every: u64,
+
+    /// Seconds between SIGKILLs of the co-located trainer, restarted at once (0: no trainer).
+    #[arg(long, default_value_t = 20.0)]
+    pub trainer_kill_every: f64,
+
+    /// Seconds between SIGHUP reloads of the config file (0: none).
+    #[arg(long, default_value_t = 10.0)]
+    pub sighup_every: f64,
+
+    /// Connections at once that trickle their request a byte at a time.
+    #[arg(long, default_value_t = 16)]
+    pub slow_clients: usize,
+
+    /// Garbage requests per second: random bytes, malformed JSON, wrong shapes.
+    #[arg(long, default_value_t = 10.0)]
+    pub garbage_rate: f64,
+
+    /// Seconds of load per run of the load generator; runs follow each other.
+    #[arg(long, default_value_t = 10.0)]
+    pub segment: f64,
+
+    /// The load generator's keep-alive connections.
+    #[arg(long, default_value_t = 64)]
+    pub connections: usize,
+
+    /// A request unanswered this many seconds after it was sent counts as lost.
+    #[arg(long, default_value_t = 10.0)]
+    pub request_timeout_s: f64,
+
+    /// Where the server and the trainer run: cpu, or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+
+    /// Seed of the load, the versions' weights and the garbage.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// Write the report as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -252,7 +377,8 @@ pub struct ServeArgs {
     #[arg(long, env = "TANDEM_LISTEN")]
     pub listen: Option<std::net::SocketAddr>,
 
-    /// Serve one safetensors MLP as NAME (repeatable).
+    /// Serve one model as NAME: an MLP's safetensors file, or a text encoder's folder
+    /// (config.json, tokenizer.json, model.safetensors). Repeatable.
     #[arg(long = "model", value_name = "NAME=PATH", value_parser = parse_model)]
     pub models: Vec<(String, PathBuf)>,
 

@@ -19,6 +19,7 @@ use serde::Serialize;
 
 use super::cores::{self, CoreSplit};
 use super::load::{LoadReport, measure};
+use super::serve_process::{ServeProcess, cpu_seconds, tandem};
 use super::stats::{median, paired_ratio_interval};
 use crate::cli::{ColocArgs, LoadArgs};
 
@@ -59,49 +60,12 @@ const RATIO_INTERVAL_LEVEL: f64 = 0.9;
 const RATIO_INTERVAL_RESAMPLES: usize = 4000;
 const RATIO_INTERVAL_SEED: u64 = 7;
 
-fn tandem() -> PathBuf {
-    std::env::current_exe().unwrap_or_else(|_| PathBuf::from("tandem"))
-}
-
-/// CPU seconds (user + system) a process has used, from /proc.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    // Fields after the name: state is [0], utime [11], stime [12] (in clock ticks).
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (ticks(11) + ticks(12)) / hz.max(1.0)
-}
-
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn start_server(
     args: &ColocArgs,
     dir: &Path,
     socket: &Path,
     split: Option<&CoreSplit>,
-) -> anyhow::Result<Server> {
+) -> anyhow::Result<ServeProcess> {
     let config = dir.join("tandem.toml");
     let repo = std::fs::canonicalize(&args.model_repository)
         .with_context(|| format!("{}", args.model_repository.display()))?;
@@ -118,72 +82,11 @@ fn start_server(
                 .unwrap_or_default()
         ),
     )?;
-    let log = dir.join("server.log");
-    let mut cmd = Command::new(tandem());
-    if let Some(split) = split {
-        cores::pin_child(&mut cmd, &split.server);
-    }
-    let child = cmd
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&config)
-        .stderr(std::fs::File::create(&log)?)
-        .stdout(Stdio::null())
-        .spawn()
-        .context("starting tandem serve")?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let addr = text
-            .split("listening addr=")
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next());
-        if let (Some(addr), true) = (addr, text.contains("serving ready=true")) {
-            return Ok(Server {
-                child,
-                url: format!("http://{addr}"),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    anyhow::bail!("the server did not become ready; see {}", log.display())
-}
-
-fn start_trainer(
-    args: &ColocArgs,
-    dir: &Path,
-    tag: &str,
-    extra: &[&str],
-    seconds: f64,
-    split: Option<&CoreSplit>,
-) -> anyhow::Result<(Child, PathBuf)> {
-    let json = dir.join(format!("trainer-{tag}.json"));
-    let dims: Vec<String> = args.train_dims.iter().map(|d| d.to_string()).collect();
-    let mut cmd = Command::new(tandem());
-    // The trainer shares the server's cores: what it may take is what serving leaves.
-    if let Some(split) = split {
-        cores::pin_child(&mut cmd, &split.server);
-    }
-    let child = cmd
-        .args([
-            "train",
-            "--data",
-            "synthetic",
-            "--device",
-            &args.device,
-            "--checkpoint-every",
-            "3600",
-        ])
-        .args(["--synthetic-dims", &dims.join(",")])
-        .args(["--batch", &args.train_batch.to_string()])
-        .args(["--seconds", &seconds.to_string()])
-        .arg("--json")
-        .arg(&json)
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting tandem train")?;
-    Ok((child, json))
+    ServeProcess::start(
+        &config,
+        &dir.join("server.log"),
+        split.map(|s| &s.server[..]),
+    )
 }
 
 /// The median of each figure over rounds; the load report is the median-p99 round's.
@@ -219,149 +122,228 @@ fn trainer_rate(mut child: Child, json: &Path) -> anyhow::Result<f64> {
     Ok(v["samples_per_second"].as_f64().unwrap_or(0.0))
 }
 
+/// Who trains beside serving in a scenario.
+#[derive(Clone, Copy)]
+enum Neighbour {
+    None,
+    /// `tandem train --unmanaged`: every core, normal priority, deaf to directives.
+    Unmanaged,
+    /// `tandem train --coloc-socket`: obeying the gateway.
+    Managed,
+}
+
+/// The scenarios of a round, in the order they run.
+const SCENARIOS: [(&str, Neighbour); 3] = [
+    ("a) serving alone", Neighbour::None),
+    ("b) unmanaged trainer", Neighbour::Unmanaged),
+    ("c) managed trainer", Neighbour::Managed),
+];
+
+/// One `bench coloc` run: what its scenarios and rounds share.
+struct Bench {
+    args: ColocArgs,
+    dir: PathBuf,
+    socket: PathBuf,
+    split: Option<CoreSplit>,
+    /// Cores the server and the trainers may use: what CPU shares are shares of.
+    cores: f64,
+    runtime: tokio::runtime::Runtime,
+    server: ServeProcess,
+    load: LoadArgs,
+}
+
 pub fn run(args: ColocArgs) -> anyhow::Result<()> {
-    let dir = std::env::temp_dir().join(format!("tandem-bench-coloc-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let socket = dir.join("run/coloc.sock");
-    let split = cores::split(args.pin);
-    if let Some(split) = &split {
-        // Before the runtime starts, so its threads (the load generator) inherit it.
-        cores::pin_this_thread(&split.client)?;
-        println!(
-            "server and trainers on cores {:?}, load generator on {:?}",
-            split.server, split.client
-        );
-    }
-    let cores = match &split {
-        Some(split) => split.server.len(),
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
-    } as f64;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?;
-    let server = start_server(&args, &dir, &socket, split.as_ref())?;
-    let load_args = LoadArgs {
-        url: server.url.clone(),
-        model: args.model.clone(),
-        rate: args.rate,
-        duration: args.duration,
-        shape: args.shape,
-        rows: 1,
-        binary: false,
-        budget_ms: args.budget_ms,
-        connections: args.connections,
-        propagate_deadline: false,
-        max_in_flight: 10_000,
-        threads: 1,
-        seed: 1,
-        bodies: 1,
-        json: None,
-    };
-    // Trainers run a little longer than the load so they cover all of it.
-    let trainer_seconds = args.duration + 2.0;
-    let settle = Duration::from_secs_f64(1.0);
-
+    let bench = Bench::start(args)?;
     println!("trainer alone ...");
-    let (t, json) = start_trainer(
-        &args,
-        &dir,
-        "alone",
-        &["--unmanaged"],
-        args.duration,
-        split.as_ref(),
-    )?;
-    let alone = trainer_rate(t, &json)?;
+    let alone = bench.trainer_alone()?;
+    let scenarios = bench.rounds()?;
+    let report = bench.report(alone, scenarios);
+    print_report(&bench.args, &report);
+    if let Some(path) = &bench.args.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)?;
+    }
+    let _ = std::fs::remove_dir_all(&bench.dir);
+    Ok(())
+}
 
-    // Rounds of a, b, c back to back: the medians compare runs that saw the same moments
-    // of a noisy machine.
-    let mut runs: Vec<Vec<Scenario>> = vec![Vec::new(), Vec::new(), Vec::new()];
-    for round in 1..=args.rounds.max(1) {
-        for (k, (name, extra)) in [
-            ("a) serving alone", None),
-            (
-                "b) unmanaged trainer",
-                Some(vec!["--unmanaged".to_string()]),
+impl Bench {
+    fn start(args: ColocArgs) -> anyhow::Result<Bench> {
+        let dir = std::env::temp_dir().join(format!("tandem-bench-coloc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let socket = dir.join("run/coloc.sock");
+        let split = cores::split(args.pin);
+        if let Some(split) = &split {
+            // Before the runtime starts, so its threads (the load generator) inherit it.
+            cores::pin_this_thread(&split.client)?;
+            println!(
+                "server and trainers on cores {:?}, load generator on {:?}",
+                split.server, split.client
+            );
+        }
+        let cores = match &split {
+            Some(split) => split.server.len(),
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        } as f64;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        let server = start_server(&args, &dir, &socket, split.as_ref())?;
+        let load = LoadArgs {
+            url: server.url.clone(),
+            model: args.model.clone(),
+            rate: args.rate,
+            duration: args.duration,
+            shape: args.shape,
+            rows: 1,
+            binary: false,
+            budget_ms: args.budget_ms,
+            connections: args.connections,
+            propagate_deadline: false,
+            max_in_flight: 10_000,
+            threads: 1,
+            seed: 1,
+            bodies: 1,
+            json: None,
+        };
+        Ok(Bench {
+            args,
+            dir,
+            socket,
+            split,
+            cores,
+            runtime,
+            server,
+            load,
+        })
+    }
+
+    fn start_trainer(
+        &self,
+        tag: &str,
+        extra: &[&str],
+        seconds: f64,
+    ) -> anyhow::Result<(Child, PathBuf)> {
+        let json = self.dir.join(format!("trainer-{tag}.json"));
+        let dims: Vec<String> = self.args.train_dims.iter().map(|d| d.to_string()).collect();
+        let mut cmd = Command::new(tandem());
+        // The trainer shares the server's cores: what it may take is what serving leaves.
+        if let Some(split) = &self.split {
+            cores::pin_child(&mut cmd, &split.server);
+        }
+        let child = cmd
+            .args([
+                "train",
+                "--data",
+                "synthetic",
+                "--device",
+                &self.args.device,
+            ])
+            .args(["--checkpoint-every", "3600"])
+            .args(["--synthetic-dims", &dims.join(",")])
+            .args(["--batch", &self.args.train_batch.to_string()])
+            .args(["--seconds", &seconds.to_string()])
+            .arg("--json")
+            .arg(&json)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting tandem train")?;
+        Ok((child, json))
+    }
+
+    /// The trainer's samples/s with the machine to itself: the base of its goal.
+    fn trainer_alone(&self) -> anyhow::Result<f64> {
+        let (t, json) = self.start_trainer("alone", &["--unmanaged"], self.args.duration)?;
+        trainer_rate(t, &json)
+    }
+
+    /// Rounds of a, b, c back to back: the medians compare runs that saw the same moments
+    /// of a noisy machine. One scenario per scenario, its figures the medians over rounds.
+    fn rounds(&self) -> anyhow::Result<Vec<Scenario>> {
+        let mut runs: Vec<Vec<Scenario>> = vec![Vec::new(), Vec::new(), Vec::new()];
+        for round in 1..=self.args.rounds.max(1) {
+            for (k, (name, neighbour)) in SCENARIOS.into_iter().enumerate() {
+                println!("round {round}: {name} ...");
+                runs[k].push(self.scenario(name, neighbour)?);
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        Ok(runs.into_iter().map(median_scenario).collect())
+    }
+
+    /// One run of the load with `neighbour` training beside it.
+    fn scenario(&self, name: &'static str, neighbour: Neighbour) -> anyhow::Result<Scenario> {
+        let socket = self.socket.display().to_string();
+        let extra: Option<Vec<&str>> = match neighbour {
+            Neighbour::None => None,
+            Neighbour::Unmanaged => Some(vec!["--unmanaged"]),
+            Neighbour::Managed => Some(vec!["--coloc-socket", &socket]),
+        };
+        let trainer = match extra {
+            Some(extra) => {
+                // Trainers run a little longer than the load so they cover all of it.
+                let t = self.start_trainer(&name[..1], &extra, self.args.duration + 2.0)?;
+                std::thread::sleep(Duration::from_secs(1));
+                Some(t)
+            }
+            None => None,
+        };
+        let pid = self.server.child.id();
+        let cpu0 = cpu_seconds(pid);
+        let started = Instant::now();
+        let load = self.runtime.block_on(measure(&self.load))?;
+        let cpu = (cpu_seconds(pid) - cpu0) / (started.elapsed().as_secs_f64() * self.cores);
+        let trainer_samples_per_second = match trainer {
+            Some((t, json)) => Some(trainer_rate(t, &json)?),
+            None => None,
+        };
+        let serving_device_share = if self.args.device == "cpu" {
+            cpu
+        } else {
+            // Without it the idle share, and the trainer goal built on it, would be a
+            // guess.
+            load.server_device_busy
+                .context("the server exported no tandem_device_busy_ratio")?
+        };
+        Ok(Scenario {
+            name,
+            p99_ms: load.p99_ms,
+            p99_per_round_ms: vec![load.p99_ms],
+            p50_ms: load.p50_ms,
+            within_budget: load.within_budget,
+            trainer_samples_per_second,
+            server_cpu_share: cpu,
+            serving_device_share,
+            load,
+        })
+    }
+
+    fn report(&self, alone: f64, scenarios: Vec<Scenario>) -> ColocReport {
+        let idle = (1.0 - scenarios[0].serving_device_share).clamp(0.0, 1.0);
+        let managed = &scenarios[2];
+        ColocReport {
+            rate: self.args.rate,
+            budget_ms: self.args.budget_ms,
+            trainer_alone_samples_per_second: alone,
+            idle_share: idle,
+            p99_ratio_managed: managed.p99_ms / scenarios[0].p99_ms,
+            p99_ratio_managed_interval: paired_ratio_interval(
+                &managed.p99_per_round_ms,
+                &scenarios[0].p99_per_round_ms,
+                RATIO_INTERVAL_LEVEL,
+                RATIO_INTERVAL_RESAMPLES,
+                RATIO_INTERVAL_SEED,
             ),
-            (
-                "c) managed trainer",
-                Some(vec![
-                    "--coloc-socket".to_string(),
-                    socket.display().to_string(),
-                ]),
-            ),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            println!("round {round}: {name} ...");
-            let trainer = match &extra {
-                Some(e) => {
-                    let e: Vec<&str> = e.iter().map(String::as_str).collect();
-                    let t = start_trainer(
-                        &args,
-                        &dir,
-                        &name[..1],
-                        &e,
-                        trainer_seconds,
-                        split.as_ref(),
-                    )?;
-                    std::thread::sleep(settle);
-                    Some(t)
-                }
-                None => None,
-            };
-            let cpu0 = cpu_seconds(server.child.id());
-            let started = Instant::now();
-            let load = runtime.block_on(measure(&load_args))?;
-            let cpu =
-                (cpu_seconds(server.child.id()) - cpu0) / (started.elapsed().as_secs_f64() * cores);
-            let trainer_sps = match trainer {
-                Some((t, json)) => Some(trainer_rate(t, &json)?),
-                None => None,
-            };
-            let device_share = if args.device == "cpu" {
-                cpu
-            } else {
-                // Without it the idle share, and the trainer goal built on it, would be a
-                // guess.
-                load.server_device_busy
-                    .context("the server exported no tandem_device_busy_ratio")?
-            };
-            runs[k].push(Scenario {
-                name,
-                p99_ms: load.p99_ms,
-                p99_per_round_ms: vec![load.p99_ms],
-                p50_ms: load.p50_ms,
-                within_budget: load.within_budget,
-                trainer_samples_per_second: trainer_sps,
-                server_cpu_share: cpu,
-                serving_device_share: device_share,
-                load,
-            });
-            std::thread::sleep(Duration::from_secs(1));
+            trainer_ratio_managed: managed.trainer_samples_per_second.unwrap_or(0.0)
+                / (alone * idle).max(1e-9),
+            scenarios,
         }
     }
-    let scenarios: Vec<Scenario> = runs.into_iter().map(median_scenario).collect();
-    let idle = (1.0 - scenarios[0].serving_device_share).clamp(0.0, 1.0);
-    let managed = &scenarios[2];
-    let report = ColocReport {
-        rate: args.rate,
-        budget_ms: args.budget_ms,
-        trainer_alone_samples_per_second: alone,
-        idle_share: idle,
-        p99_ratio_managed: managed.p99_ms / scenarios[0].p99_ms,
-        p99_ratio_managed_interval: paired_ratio_interval(
-            &managed.p99_per_round_ms,
-            &scenarios[0].p99_per_round_ms,
-            RATIO_INTERVAL_LEVEL,
-            RATIO_INTERVAL_RESAMPLES,
-            RATIO_INTERVAL_SEED,
-        ),
-        trainer_ratio_managed: managed.trainer_samples_per_second.unwrap_or(0.0)
-            / (alone * idle).max(1e-9),
-        scenarios,
-    };
+}
+
+fn print_report(args: &ColocArgs, report: &ColocReport) {
     println!(
         "\ncolocation  {} on {} at {:.0} req/s ({:?}), budget {} ms; trainer alone {:.0} samples/s; serving left {:.0}% of the device idle",
         args.model,
@@ -369,8 +351,8 @@ pub fn run(args: ColocArgs) -> anyhow::Result<()> {
         args.rate,
         args.shape,
         args.budget_ms,
-        alone,
-        idle * 100.0
+        report.trainer_alone_samples_per_second,
+        report.idle_share * 100.0
     );
     println!(
         "{:<24} {:>9} {:>9} {:>14} {:>18} {:>12} {:>12}",
@@ -403,9 +385,4 @@ pub fn run(args: ColocArgs) -> anyhow::Result<()> {
         report.scenarios[2].p99_per_round_ms.len(),
         report.trainer_ratio_managed
     );
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_vec_pretty(&report)?)?;
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    Ok(())
 }

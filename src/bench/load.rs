@@ -11,6 +11,7 @@
 //! the plot shows latency against the budget with the batches that produced it.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -52,7 +53,7 @@ pub struct LoadReport {
     pub p999_ms: f64,
     pub max_ms: f64,
     /// Responses by status code; transport failures as `error`, skipped sends as
-    /// `client_overload`.
+    /// `client_overload`, requests unanswered within the caller's bound as `timeout`.
     pub outcomes: BTreeMap<String, u64>,
     /// The server process's context switches during the run per request sent (from
     /// `tandem_process_context_switches_total`; `None` for a server without it).
@@ -102,6 +103,24 @@ struct Sample {
 /// Status codes for what never got an HTTP status.
 const TRANSPORT_ERROR: u16 = 0;
 const CLIENT_OVERLOAD: u16 = 1;
+const TIMEOUT: u16 = 2;
+
+/// What [`measure_with`] adds to `bench load`'s flags for callers that drive the generator
+/// as a library.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// A request not answered within this of being sent is counted as `timeout` and its
+    /// connection is dropped; `None` waits as long as the server takes. A caller that must
+    /// finish (a soak) needs the bound: one request never answered would hold the run open.
+    pub request_timeout: Option<Duration>,
+}
+
+/// A run's report and the latencies behind its percentiles, for callers that combine runs.
+pub struct Measured {
+    pub report: LoadReport,
+    /// The 200s' latencies in microseconds, from the scheduled send to the last byte.
+    pub ok_latency_us: Histogram<u64>,
+}
 
 pub fn run(args: LoadArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -123,12 +142,83 @@ struct Job {
     at: Instant,
 }
 
+/// What every connection of one run shares with the others and with the scheduler.
+struct Shared {
+    addr: SocketAddr,
+    /// Jobs wait here for a free connection; beyond `max_in_flight` they are dropped and
+    /// counted, so a stalled server cannot make the generator's memory grow.
+    jobs: tokio::sync::Mutex<tokio::sync::mpsc::Receiver<Job>>,
+    targets: Vec<Target>,
+    samples: Mutex<Vec<Sample>>,
+    start: Instant,
+    request_timeout: Option<Duration>,
+}
+
+impl Shared {
+    fn record(&self, at: Instant, latency: Duration, status: u16) {
+        let at = at.saturating_duration_since(self.start);
+        let sample = Sample {
+            at,
+            latency,
+            status,
+        };
+        self.samples.lock().expect("samples").push(sample);
+    }
+}
+
 pub async fn measure(args: &LoadArgs) -> anyhow::Result<LoadReport> {
+    Ok(measure_with(args, &LoadOptions::default()).await?.report)
+}
+
+pub async fn measure_with(args: &LoadArgs, options: &LoadOptions) -> anyhow::Result<Measured> {
     anyhow::ensure!(
         args.rate > 0.0 && args.duration > 0.0,
         "rate and duration must be positive"
     );
-    let uri: http::Uri = args.url.parse().context("--url")?;
+    let (addr, authority) = resolve(&args.url).await?;
+    let width = input_width(addr, &authority, &args.model).await?;
+    let targets = targets(args, width, &authority)?;
+    let sends = schedule::schedule(args.shape, args.rate, args.duration, args.seed);
+    let (jobs_tx, jobs_rx) = tokio::sync::mpsc::channel::<Job>(args.max_in_flight.max(1));
+    // Every connection is open before the clock starts, as wrk2 does: opening them lazily
+    // put a connect and a handshake into each of the first `connections` requests, and
+    // made every run's first second look slow.
+    let opened = open_connections(addr, args.connections.max(1)).await;
+    let shared = Arc::new(Shared {
+        addr,
+        jobs: tokio::sync::Mutex::new(jobs_rx),
+        samples: Mutex::new(Vec::with_capacity(sends.len())),
+        start: Instant::now(),
+        targets,
+        request_timeout: options.request_timeout,
+    });
+    let mut connections = tokio::task::JoinSet::new();
+    for (i, conn) in opened.into_iter().enumerate() {
+        // Each connection starts at its own body, so that the bodies go out interleaved.
+        let first = i % shared.targets.len();
+        connections.spawn(connection(shared.clone(), conn, first));
+    }
+    let scraper = tokio::spawn(scrape_server(
+        addr,
+        authority,
+        args.model.clone(),
+        shared.start,
+        args.duration,
+    ));
+    let scheduler = spawn_scheduler(shared.clone(), sends.clone(), jobs_tx);
+    while connections.join_next().await.is_some() {}
+    scheduler
+        .join()
+        .map_err(|_| anyhow::anyhow!("the scheduler thread panicked"))?;
+    let server = scraper.await.unwrap_or_default();
+    let elapsed = shared.start.elapsed().as_secs_f64().max(args.duration);
+    let samples = std::mem::take(&mut *shared.samples.lock().expect("samples"));
+    summarize(args, sends.len() as u64, elapsed, &samples, &server)
+}
+
+/// The address and `host:port` of `url`.
+async fn resolve(url: &str) -> anyhow::Result<(SocketAddr, String)> {
+    let uri: http::Uri = url.parse().context("--url")?;
     let authority = uri
         .authority()
         .context("--url needs host:port")?
@@ -137,61 +227,143 @@ pub async fn measure(args: &LoadArgs) -> anyhow::Result<LoadReport> {
         .await?
         .next()
         .context("--url does not resolve")?;
-    let width = input_width(addr, &authority, &args.model).await?;
-    let targets = Arc::new(targets(args, width, &authority)?);
+    Ok((addr, authority))
+}
 
-    let sends = schedule::schedule(args.shape, args.rate, args.duration, args.seed);
-    let samples = Arc::new(Mutex::new(Vec::with_capacity(sends.len())));
-    // Jobs wait here for a free connection; beyond max_in_flight they are dropped and
-    // counted, so a stalled server cannot make the generator's memory grow.
-    let (jobs_tx, jobs_rx) = tokio::sync::mpsc::channel::<Job>(args.max_in_flight.max(1));
-    let jobs_rx = Arc::new(tokio::sync::Mutex::new(jobs_rx));
-    // Every connection is open before the clock starts, as wrk2 does: opening them lazily
-    // put a connect and a handshake into each of the first `connections` requests, and
-    // made every run's first second look slow.
+/// `n` connections, opened together; `None` for each that failed (its first job retries).
+async fn open_connections(addr: SocketAddr, n: usize) -> Vec<Option<http1::Connection>> {
     let mut opening = tokio::task::JoinSet::new();
-    for _ in 0..args.connections.max(1) {
+    for _ in 0..n {
         opening.spawn(async move { http1::Connection::open(addr).await.ok() });
     }
-    let opened = opening.join_all().await;
-    let start = Instant::now();
-    let mut connections = tokio::task::JoinSet::new();
-    for (i, conn) in opened.into_iter().enumerate() {
-        let (jobs, targets, samples) = (jobs_rx.clone(), targets.clone(), samples.clone());
-        // Each connection starts at its own body, so that the bodies go out interleaved.
-        let first = i % targets.len();
-        connections.spawn(connection(addr, conn, jobs, targets, first, samples, start));
-    }
-    let scraper = tokio::spawn(scrape_server(
-        addr,
-        authority,
-        args.model.clone(),
-        start,
-        args.duration,
-    ));
-    // The schedule runs on its own OS thread (see `schedule::pace`).
-    let scheduler = {
-        let (sends, samples) = (sends.clone(), samples.clone());
-        std::thread::spawn(move || {
-            schedule::pace(start, &sends, |at| {
-                if jobs_tx.try_send(Job { at }).is_err() {
-                    samples.lock().expect("samples").push(Sample {
-                        at: at.saturating_duration_since(start),
-                        latency: Duration::ZERO,
-                        status: CLIENT_OVERLOAD,
-                    });
-                }
-            })
+    opening.join_all().await
+}
+
+/// The schedule runs on its own OS thread (see `schedule::pace`); the channel closes, and
+/// the connections finish, when it ends.
+fn spawn_scheduler(
+    shared: Arc<Shared>,
+    sends: Vec<Duration>,
+    jobs: tokio::sync::mpsc::Sender<Job>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        schedule::pace(shared.start, &sends, |at| {
+            if jobs.try_send(Job { at }).is_err() {
+                shared.record(at, Duration::ZERO, CLIENT_OVERLOAD);
+            }
         })
-    };
-    while connections.join_next().await.is_some() {}
-    scheduler
-        .join()
-        .map_err(|_| anyhow::anyhow!("the scheduler thread panicked"))?;
-    let server = scraper.await.unwrap_or_default();
-    let elapsed = start.elapsed().as_secs_f64().max(args.duration);
-    let samples = std::mem::take(&mut *samples.lock().expect("samples"));
-    summarize(args, sends.len() as u64, elapsed, &samples, &server)
+    })
+}
+
+/// The samples of one run, counted the ways the report gives them.
+struct Tally {
+    ok: Histogram<u64>,
+    outcomes: BTreeMap<String, u64>,
+    per_second: Vec<SecondTally>,
+    by_phase: Vec<Histogram<u64>>,
+    /// 200s answered within the budget.
+    good: u64,
+    budget: Duration,
+}
+
+/// The requests scheduled in one second.
+struct SecondTally {
+    sent: u64,
+    ok: u64,
+    shed: u64,
+    latency_us: Histogram<u64>,
+}
+
+/// An empty latency histogram in microseconds, up to ten minutes.
+fn histogram() -> anyhow::Result<Histogram<u64>> {
+    Ok(Histogram::new_with_bounds(1, 600_000_000, 3)?)
+}
+
+fn ms(h: &Histogram<u64>, q: f64) -> f64 {
+    if h.is_empty() {
+        0.0
+    } else {
+        h.value_at_quantile(q) as f64 / 1000.0
+    }
+}
+
+impl Tally {
+    fn new(seconds: usize, budget: Duration) -> anyhow::Result<Tally> {
+        let per_second = (0..seconds)
+            .map(|_| {
+                Ok(SecondTally {
+                    sent: 0,
+                    ok: 0,
+                    shed: 0,
+                    latency_us: histogram()?,
+                })
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Tally {
+            ok: histogram()?,
+            outcomes: BTreeMap::new(),
+            per_second,
+            by_phase: (0..1000 / PHASE_MS)
+                .map(|_| histogram())
+                .collect::<anyhow::Result<_>>()?,
+            good: 0,
+            budget,
+        })
+    }
+
+    fn record(&mut self, s: &Sample) {
+        let label = match s.status {
+            TRANSPORT_ERROR => "error".to_string(),
+            CLIENT_OVERLOAD => "client_overload".to_string(),
+            TIMEOUT => "timeout".to_string(),
+            code => code.to_string(),
+        };
+        *self.outcomes.entry(label).or_default() += 1;
+        let last = self.per_second.len() - 1;
+        let sec = &mut self.per_second[(s.at.as_secs() as usize).min(last)];
+        sec.sent += 1;
+        if s.status == 200 {
+            let us = (s.latency.as_micros() as u64).max(1);
+            let _ = self.ok.record(us);
+            let _ = sec.latency_us.record(us);
+            let phase = (s.at.subsec_millis() as u64 / PHASE_MS) as usize;
+            let _ = self.by_phase[phase].record(us);
+            sec.ok += 1;
+            if s.latency <= self.budget {
+                self.good += 1;
+            }
+        } else if s.status == 429 {
+            sec.shed += 1;
+        }
+    }
+
+    fn timeline(&self, server: &ServerSide) -> Vec<Second> {
+        self.per_second
+            .iter()
+            .enumerate()
+            .map(|(t, s)| Second {
+                t: t as u64,
+                sent: s.sent,
+                ok: s.ok,
+                shed: s.shed,
+                p99_ms: ms(&s.latency_us, 0.99),
+                batch_rows: server.batch_rows.get(t).copied().flatten(),
+            })
+            .collect()
+    }
+
+    fn phases(&self) -> Vec<Phase> {
+        self.by_phase
+            .iter()
+            .enumerate()
+            .map(|(i, h)| Phase {
+                from_ms: i as u64 * PHASE_MS,
+                ok: h.len(),
+                p50_ms: ms(h, 0.5),
+                p99_ms: ms(h, 0.99),
+            })
+            .collect()
+    }
 }
 
 fn summarize(
@@ -200,43 +372,14 @@ fn summarize(
     elapsed: f64,
     samples: &[Sample],
     server: &ServerSide,
-) -> anyhow::Result<LoadReport> {
+) -> anyhow::Result<Measured> {
     let budget = Duration::from_secs_f64(args.budget_ms / 1000.0);
-    let mut ok = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3)?;
-    let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
-    let seconds = args.duration.ceil() as usize;
-    let mut per_second: Vec<(u64, u64, u64, Histogram<u64>)> = (0..seconds)
-        .map(|_| Histogram::new_with_bounds(1, 600_000_000, 3).map(|h| (0, 0, 0, h)))
-        .collect::<Result<_, _>>()?;
-    let mut by_phase: Vec<Histogram<u64>> = (0..1000 / PHASE_MS)
-        .map(|_| Histogram::new_with_bounds(1, 600_000_000, 3))
-        .collect::<Result<_, _>>()?;
-    let mut good = 0u64;
+    let mut tally = Tally::new((args.duration.ceil() as usize).max(1), budget)?;
     for s in samples {
-        let label = match s.status {
-            TRANSPORT_ERROR => "error".to_string(),
-            CLIENT_OVERLOAD => "client_overload".to_string(),
-            code => code.to_string(),
-        };
-        *outcomes.entry(label).or_default() += 1;
-        let sec = &mut per_second[(s.at.as_secs() as usize).min(seconds - 1)];
-        sec.0 += 1;
-        if s.status == 200 {
-            let us = (s.latency.as_micros() as u64).max(1);
-            let _ = ok.record(us);
-            let _ = sec.3.record(us);
-            let phase = (s.at.subsec_millis() as u64 / PHASE_MS) as usize;
-            let _ = by_phase[phase].record(us);
-            sec.1 += 1;
-            if s.latency <= budget {
-                good += 1;
-            }
-        } else if s.status == 429 {
-            sec.2 += 1;
-        }
+        tally.record(s);
     }
-    let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-    Ok(LoadReport {
+    let ok = &tally.ok;
+    let report = LoadReport {
         url: args.url.clone(),
         model: args.model.clone(),
         shape: args.shape,
@@ -247,88 +390,69 @@ fn summarize(
         bodies: args.bodies,
         sent,
         achieved_rps: ok.len() as f64 / elapsed,
-        goodput_rps: good as f64 / args.duration,
+        goodput_rps: tally.good as f64 / args.duration,
         budget_ms: args.budget_ms,
         within_budget: if sent == 0 {
             0.0
         } else {
-            good as f64 / sent as f64
+            tally.good as f64 / sent as f64
         },
-        p50_ms: ms(&ok, 0.5),
-        p90_ms: ms(&ok, 0.9),
-        p99_ms: ms(&ok, 0.99),
-        p999_ms: ms(&ok, 0.999),
+        p50_ms: ms(ok, 0.5),
+        p90_ms: ms(ok, 0.9),
+        p99_ms: ms(ok, 0.99),
+        p999_ms: ms(ok, 0.999),
         max_ms: ok.max() as f64 / 1000.0,
-        outcomes,
         server_context_switches_per_request: server
             .context_switches
             .filter(|_| sent > 0)
             .map(|n| n / sent as f64),
         server_device_busy: mean(&server.device_busy),
-        timeline: per_second
-            .iter()
-            .enumerate()
-            .map(|(t, (sent, ok, shed, h))| Second {
-                t: t as u64,
-                sent: *sent,
-                ok: *ok,
-                shed: *shed,
-                p99_ms: if h.is_empty() { 0.0 } else { ms(h, 0.99) },
-                batch_rows: server.batch_rows.get(t).copied().flatten(),
-            })
-            .collect(),
-        by_phase: by_phase
-            .iter()
-            .enumerate()
-            .map(|(i, h)| Phase {
-                from_ms: i as u64 * PHASE_MS,
-                ok: h.len(),
-                p50_ms: if h.is_empty() { 0.0 } else { ms(h, 0.5) },
-                p99_ms: if h.is_empty() { 0.0 } else { ms(h, 0.99) },
-            })
-            .collect(),
+        timeline: tally.timeline(server),
+        by_phase: tally.phases(),
+        outcomes: std::mem::take(&mut tally.outcomes),
+    };
+    Ok(Measured {
+        report,
+        ok_latency_us: tally.ok,
     })
 }
 
 /// One keep-alive connection (`conn`, if it opened): takes jobs until the schedule ends,
 /// reconnecting after failures (a refused or reset connection counts the request as
-/// `error`).
-async fn connection(
-    addr: std::net::SocketAddr,
-    mut conn: Option<http1::Connection>,
-    jobs: Arc<tokio::sync::Mutex<tokio::sync::mpsc::Receiver<Job>>>,
-    targets: Arc<Vec<Target>>,
-    first: usize,
-    samples: Arc<Mutex<Vec<Sample>>>,
-    start: Instant,
-) {
+/// `error`), sending the bodies in turn from `first`.
+async fn connection(shared: Arc<Shared>, mut conn: Option<http1::Connection>, first: usize) {
     let mut scratch = Vec::new();
     let mut next = first;
     loop {
-        let Some(job) = jobs.lock().await.recv().await else {
+        let Some(job) = shared.jobs.lock().await.recv().await else {
             return;
         };
         if conn.as_ref().is_none_or(|c| c.is_closed()) {
-            conn = http1::Connection::open(addr).await.ok();
+            conn = http1::Connection::open(shared.addr).await.ok();
         }
         let status = match &mut conn {
             None => TRANSPORT_ERROR,
             Some(c) => {
-                let target = &targets[next % targets.len()];
+                let target = &shared.targets[next % shared.targets.len()];
                 next = next.wrapping_add(1);
                 let request = target.request(&mut scratch, job.at);
                 // The latency is to the response's last byte, which `exchange` reads.
-                c.exchange(request)
-                    .await
-                    .map_or(TRANSPORT_ERROR, |reply| reply.status)
+                let exchange = c.exchange(request);
+                let reply = match shared.request_timeout {
+                    None => Ok(exchange.await),
+                    Some(t) => tokio::time::timeout(t, exchange).await,
+                };
+                match reply {
+                    Ok(reply) => reply.map_or(TRANSPORT_ERROR, |reply| reply.status),
+                    Err(_) => {
+                        // Part of a request may be on the wire: the connection is spent.
+                        conn = None;
+                        TIMEOUT
+                    }
+                }
             }
         };
-        let sample = Sample {
-            at: job.at.saturating_duration_since(start),
-            latency: job.at.elapsed(),
-            status,
-        };
-        samples.lock().expect("samples").push(sample);
+        shared.record(job.at, job.at.elapsed(), status);
     }
 }
 
@@ -411,7 +535,9 @@ mod tests {
             sample(600, 2, 200),
             sample(1_990, 4, 200),
         ];
-        let r = summarize(&args, 5, 2.0, &samples, &ServerSide::default()).unwrap();
+        let r = summarize(&args, 5, 2.0, &samples, &ServerSide::default())
+            .unwrap()
+            .report;
         assert_eq!(r.by_phase.len(), 20);
         let first = &r.by_phase[0];
         assert_eq!((first.from_ms, first.ok), (0, 2));

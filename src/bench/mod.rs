@@ -7,7 +7,9 @@ mod http1;
 pub mod load;
 mod plot;
 mod schedule;
+mod serve_process;
 mod server;
+mod soak;
 pub mod stats;
 mod sweep;
 
@@ -19,5 +21,6 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Load(args) => load::run(args),
         BenchCommand::Sweep(args) => sweep::run(args),
         BenchCommand::Coloc(args) => coloc::run(args),
+        BenchCommand::Soak(args) => soak::run(args),
     }
 }

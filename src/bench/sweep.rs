@@ -11,12 +11,12 @@ use super::load::{LoadReport, measure, print_report};
 use crate::cli::SweepArgs;
 
 #[derive(Debug, Serialize)]
-struct SweepReport {
+pub struct SweepReport {
     budget_ms: f64,
     /// The highest offered rate that passed, if any did.
     best_rps: Option<f64>,
     /// The most goodput of a passing run.
-    best_goodput_rps: Option<f64>,
+    pub best_goodput_rps: Option<f64>,
     runs: Vec<(bool, LoadReport)>,
 }
 
@@ -38,76 +38,7 @@ pub fn run(args: SweepArgs) -> anyhow::Result<()> {
         .worker_threads(args.load.threads.max(1))
         .enable_all()
         .build()?;
-    let report = runtime.block_on(async {
-        let mut runs = Vec::new();
-        let try_rate = |rate: f64| {
-            let mut load = args.load.clone();
-            load.rate = rate;
-            let cooldown = args.cooldown;
-            async move {
-                let r = measure(&load).await?;
-                print_report(&r);
-                let ok = passes(&r);
-                println!(
-                    "=> {:.0} req/s {}\n",
-                    rate,
-                    if ok { "PASSES" } else { "fails" }
-                );
-                tokio::time::sleep(std::time::Duration::from_secs_f64(cooldown)).await;
-                anyhow::Ok((ok, r))
-            }
-        };
-        // A rate passes if one of its first 1 + confirm_failures runs passes.
-        let judge = async |rate: f64, runs: &mut Vec<(bool, LoadReport)>| {
-            for _ in 0..=args.confirm_failures {
-                let (ok, r) = try_rate(rate).await?;
-                runs.push((ok, r));
-                if ok {
-                    return anyhow::Ok(true);
-                }
-            }
-            anyhow::Ok(false)
-        };
-        let (mut lo, mut hi) = (None::<f64>, None::<f64>);
-        // Double from the minimum until a rate fails (or the maximum passes).
-        let mut rate = args.min_rate;
-        loop {
-            let ok = judge(rate, &mut runs).await?;
-            if ok {
-                lo = Some(rate);
-                if rate >= args.max_rate {
-                    break;
-                }
-                rate = (rate * 2.0).min(args.max_rate);
-            } else {
-                hi = Some(rate);
-                break;
-            }
-        }
-        // Bisect between the last pass and the first failure.
-        while let (Some(l), Some(h)) = (lo, hi) {
-            if (h - l) / l <= args.precision {
-                break;
-            }
-            let mid = (l + h) / 2.0;
-            if judge(mid, &mut runs).await? {
-                lo = Some(mid);
-            } else {
-                hi = Some(mid);
-            }
-        }
-        let best_goodput_rps = runs
-            .iter()
-            .filter(|(ok, _)| *ok)
-            .map(|(_, r)| r.goodput_rps)
-            .fold(None, |m: Option<f64>, g| Some(m.map_or(g, |m| m.max(g))));
-        anyhow::Ok(SweepReport {
-            budget_ms: args.load.budget_ms,
-            best_rps: lo,
-            best_goodput_rps,
-            runs,
-        })
-    })?;
+    let report = runtime.block_on(search(&args))?;
     match (report.best_rps, report.best_goodput_rps) {
         (Some(best), Some(goodput)) => println!(
             "highest rate with p99 <= {} ms: {:.0} req/s offered; goodput {:.0} req/s",
@@ -122,4 +53,79 @@ pub fn run(args: SweepArgs) -> anyhow::Result<()> {
         super::plot::sweep(&runs, &path.with_extension("svg"))?;
     }
     Ok(())
+}
+
+/// Doubles from the minimum rate until one fails (or the maximum passes), then bisects
+/// between the last pass and the first failure.
+pub async fn search(args: &SweepArgs) -> anyhow::Result<SweepReport> {
+    let mut runs = Vec::new();
+    let (mut lo, mut hi) = (None::<f64>, None::<f64>);
+    let mut rate = args.min_rate;
+    loop {
+        if judge(args, rate, &mut runs).await? {
+            lo = Some(rate);
+            if rate >= args.max_rate {
+                break;
+            }
+            rate = (rate * 2.0).min(args.max_rate);
+        } else {
+            hi = Some(rate);
+            break;
+        }
+    }
+    while let (Some(l), Some(h)) = (lo, hi) {
+        if (h - l) / l <= args.precision {
+            break;
+        }
+        let mid = (l + h) / 2.0;
+        if judge(args, mid, &mut runs).await? {
+            lo = Some(mid);
+        } else {
+            hi = Some(mid);
+        }
+    }
+    let best_goodput_rps = runs
+        .iter()
+        .filter(|(ok, _)| *ok)
+        .map(|(_, r)| r.goodput_rps)
+        .fold(None, |m: Option<f64>, g| Some(m.map_or(g, |m| m.max(g))));
+    Ok(SweepReport {
+        budget_ms: args.load.budget_ms,
+        best_rps: lo,
+        best_goodput_rps,
+        runs,
+    })
+}
+
+/// Whether `rate` passes: one of its first 1 + `confirm_failures` runs does. Every run
+/// goes into `runs`.
+async fn judge(
+    args: &SweepArgs,
+    rate: f64,
+    runs: &mut Vec<(bool, LoadReport)>,
+) -> anyhow::Result<bool> {
+    for _ in 0..=args.confirm_failures {
+        let (ok, r) = try_rate(args, rate).await?;
+        runs.push((ok, r));
+        if ok {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// One run at `rate`, printed, then the cooldown.
+async fn try_rate(args: &SweepArgs, rate: f64) -> anyhow::Result<(bool, LoadReport)> {
+    let mut load = args.load.clone();
+    load.rate = rate;
+    let r = measure(&load).await?;
+    print_report(&r);
+    let ok = passes(&r);
+    println!(
+        "=> {:.0} req/s {}\n",
+        rate,
+        if ok { "PASSES" } else { "fails" }
+    );
+    tokio::time::sleep(std::time::Duration::from_secs_f64(args.cooldown)).await;
+    Ok((ok, r))
 }
