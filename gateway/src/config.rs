@@ -277,6 +277,12 @@ impl ModelSettings {
             1,
             MAX_BATCH_SIZE,
         )?;
+        r.int(
+            "max_batch_tokens",
+            self.max_batch_tokens as u64,
+            1,
+            MAX_BATCH_TOKENS,
+        )?;
         r.float("p99_ms", self.p99_ms, MIN_P99_MS, MAX_P99_MS)?;
         r.int(
             "max_queue_delay_us",
@@ -614,6 +620,18 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("max_batch_size")
+        );
+        let c = Config::from_toml(
+            "model_repository = \"r\"\n[defaults]\nmax_batch_tokens = 0",
+            "t",
+            Path::new("."),
+        )
+        .unwrap();
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("max_batch_tokens")
         );
         assert!(Config::default().validate().is_err());
     }

@@ -160,6 +160,20 @@ struct Channels {
     updates: mpsc::Sender<crate::batching::task::PolicyUpdate>,
 }
 
+/// The share of the process's cores a forward pass keeps busy: its threads' on the CPU,
+/// none on a GPU.
+fn cores_per_batch(spec: &LoadSpec) -> f64 {
+    if spec.device.is_cuda() {
+        return 0.0;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = match spec.cpu_threads {
+        0 => cores,
+        n => n.min(cores),
+    };
+    threads as f64 / cores as f64
+}
+
 fn start_batcher(
     spec: &LoadSpec,
     replicas: Replicas,
@@ -190,6 +204,7 @@ fn start_batcher(
         responses: Some(responses.clone()),
         device: LatencyModel::from_warmup(warmup),
         device_busy: Some(spec.busy.clone()),
+        cores_per_batch: cores_per_batch(spec),
     };
     tokio::spawn(batcher.run());
     Channels {

@@ -7,11 +7,14 @@
 //! - the device's, from the latency model: the largest batch whose high-quantile time,
 //!   twice over (a request waits for the batch running when it arrives, then runs in its
 //!   own), fits the budget, at that batch's mean rate;
-//! - the process's cores', from their measured share: the requests answered per second
-//!   scaled to [`CPU_USABLE`] of the cores. The HTTP front end runs on the same cores as a
-//!   CPU model (and beside a GPU's), and past that share the p99 no longer holds. Models
-//!   sharing a device count the cores' load in proportion to their share of its busy time,
-//!   so that their ratios add up to the pod's.
+//! - the process's cores', against [`CPU_USABLE`] of them: the HTTP front end's measured
+//!   share (the process's, less what batches took) scaled from the requests answered to
+//!   those offered, plus, for a CPU model, the device's share at this demand. The front end
+//!   runs on the same cores as a CPU model (and beside a GPU's), and past that share the
+//!   p99 no longer holds. The batches count at the device's rate, not at what they take
+//!   now: under a light load batches are small and cost more per request than the larger
+//!   ones a heavier load forms. Models sharing a device count the front end in proportion
+//!   to their share of its busy time, so that their ratios add up to the pod's.
 
 use std::time::Duration;
 
@@ -34,8 +37,11 @@ pub struct LoadInputs {
     pub served: f64,
     /// Requests per second the device sustains within the budget.
     pub device_capacity: f64,
-    /// The share of its cores the process used lately, if measured.
-    pub cpu_share: Option<f64>,
+    /// The share of the cores the HTTP front end used lately for this model (the process's
+    /// share less what batches took), if measured.
+    pub front_share: Option<f64>,
+    /// Whether the model's batches run on those cores (a CPU device).
+    pub computes_on_cores: bool,
 }
 
 /// Demand over capacity (0 without demand).
@@ -48,8 +54,11 @@ pub fn load_ratio(i: LoadInputs) -> f64 {
     } else {
         0.0
     };
-    let cores = match i.cpu_share {
-        Some(share) if i.served > 0.0 => share / CPU_USABLE * i.demand / i.served,
+    let cores = match i.front_share {
+        Some(front) if i.served > 0.0 => {
+            let compute = if i.computes_on_cores { device } else { 0.0 };
+            (front * i.demand / i.served + compute) / CPU_USABLE
+        }
         _ => 0.0,
     };
     device.max(cores)
@@ -107,14 +116,22 @@ impl LoadMeter {
         self.last = Some((offered, completed));
     }
 
-    pub fn ratio(&self, capacity_rows: f64, cpu_share: Option<f64>, now: Instant) -> f64 {
+    pub fn ratio(&self, capacity_rows: f64, cores: CoresLoad, now: Instant) -> f64 {
         load_ratio(LoadInputs {
             demand: self.demand.rate(now),
             served: self.served.rate(now),
             device_capacity: capacity_rows / self.rows_per_request.max(1.0),
-            cpu_share,
+            front_share: cores.front_share,
+            computes_on_cores: cores.computes_on_cores,
         })
     }
+}
+
+/// What the cores' side of the ratio takes from the batcher's measurements.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CoresLoad {
+    pub front_share: Option<f64>,
+    pub computes_on_cores: bool,
 }
 
 #[cfg(test)]
@@ -127,7 +144,8 @@ mod tests {
             demand: 300.0,
             served: 300.0,
             device_capacity: 1000.0,
-            cpu_share: None,
+            front_share: None,
+            computes_on_cores: false,
         };
         assert!((load_ratio(base) - 0.3).abs() < 1e-9);
         // Shedding half: demand counts what was refused too.
@@ -137,14 +155,41 @@ mod tests {
             ..base
         };
         assert!((load_ratio(shedding) - 2.0).abs() < 1e-9);
-        // The cores are the limit: at 85% busy serving what is asked, exactly 1.
-        let cores = LoadInputs {
-            cpu_share: Some(CPU_USABLE),
+        // The front end is the limit (a GPU model): at 85% busy serving what is asked, 1.
+        let front = LoadInputs {
+            front_share: Some(CPU_USABLE),
             device_capacity: 1e9,
             ..base
         };
-        assert!((load_ratio(cores) - 1.0).abs() < 1e-9);
+        assert!((load_ratio(front) - 1.0).abs() < 1e-9);
         assert_eq!(load_ratio(LoadInputs::default()), 0.0);
+    }
+
+    #[test]
+    fn a_cpu_model_adds_the_device_share_its_demand_needs_to_the_front_end() {
+        // 30% of the device's rate, the front end at 5.5%: the cores at 35.5% of 85%.
+        let light = LoadInputs {
+            demand: 300.0,
+            served: 300.0,
+            device_capacity: 1000.0,
+            front_share: Some(0.055),
+            computes_on_cores: true,
+        };
+        assert!((load_ratio(light) - 0.355 / CPU_USABLE).abs() < 1e-9);
+        // The same front end beside a GPU: the device's ratio is the larger.
+        let gpu = LoadInputs {
+            computes_on_cores: false,
+            ..light
+        };
+        assert!((load_ratio(gpu) - 0.3).abs() < 1e-9);
+        // Twice the device's rate, half of it refused: the front end scales to the demand.
+        let over = LoadInputs {
+            demand: 2000.0,
+            served: 1000.0,
+            front_share: Some(0.1),
+            ..light
+        };
+        assert!((load_ratio(over) - (0.2 + 2.0) / CPU_USABLE).abs() < 1e-9);
     }
 
     #[test]
@@ -172,7 +217,11 @@ mod tests {
             m.observe(s * 100, s * 50, t0 + Duration::from_millis(100 * s));
         }
         let at = t0 + Duration::from_secs(5);
-        let r = m.ratio(1e9, Some(CPU_USABLE), at);
+        let cores = CoresLoad {
+            front_share: Some(CPU_USABLE),
+            computes_on_cores: false,
+        };
+        let r = m.ratio(1e9, cores, at);
         assert!((r - 2.0).abs() < 0.1, "{r}");
     }
 }

@@ -98,6 +98,7 @@ pub async fn simulate(
         responses: None,
         device: super::latency::LatencyModel::from_warmup(&[(1, Duration::from_millis(1))]),
         device_busy: None,
+        cores_per_batch: 0.0,
     };
     let batcher = tokio::spawn(batcher.run());
     let result = Arc::new(Mutex::new(SimResult::default()));

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::cpu_load::CpuLoad;
 use super::feedback::ResponseLatencies;
 use super::latency::{LatencyModel, LatencyWindow};
-use super::load::{self, LoadMeter};
+use super::load::{self, CoresLoad, LoadMeter};
 use super::policy::{BatchPolicy, Decision};
 use super::state::QueueState;
 use super::{Batch, Pending, ReleaseReason};
@@ -170,6 +170,8 @@ pub struct Batcher {
     /// Device time of every model sharing this device, for this model's share of it;
     /// `None` where the device is simulated.
     pub device_busy: Option<std::sync::Arc<crate::worker::BusyMeter>>,
+    /// The share of the process's cores a running batch keeps busy: 0 on a GPU.
+    pub cores_per_batch: f64,
 }
 
 /// The longest requests are refused at the door after a shed.
@@ -402,8 +404,15 @@ impl Batcher {
         let max_rows = self.policy.max_batch_rows();
         let capacity = load::device_capacity(&self.device, self.budget, max_rows);
         let total = self.device_busy.as_ref().map(|b| b.total());
-        // The cores' load is the process's: each model counts its share of the device.
-        let cores = seen.cpu_share.map(|c| c * seen.device_share.update(total));
+        let (share, busy) = seen.device_share.update(total, std::time::Instant::now());
+        // The front end's share of the cores is the process's less what batches took on
+        // them; each model counts its share of the device's time.
+        let cores = CoresLoad {
+            front_share: seen
+                .cpu_share
+                .map(|c| (c - busy * self.cores_per_batch).max(0.0) * share),
+            computes_on_cores: self.cores_per_batch > 0.0,
+        };
         metrics.publish(Published {
             policy: self.policy.gauges(),
             budget: self.budget,
@@ -462,32 +471,40 @@ impl Batcher {
     }
 }
 
-/// A model's share of the busy time of the device it shares with others, smoothed.
+/// A model's share of the busy time of the device it shares with others, and the share of
+/// the wall time that device was busy, both smoothed.
 #[derive(Default)]
 struct DeviceShare {
-    /// This model's batches' time so far, and both totals at the last update.
+    /// This model's batches' time so far, and both totals and the time at the last update.
     own: Duration,
-    last: Option<(Duration, Duration)>,
+    last: Option<(Duration, Duration, std::time::Instant)>,
     share: Option<f64>,
+    busy: f64,
 }
 
 impl DeviceShare {
-    /// The share since the last update, given the device's total busy time now (`None`: a
-    /// simulated device, all of it this model's). With nothing run since, the last share.
-    fn update(&mut self, total: Option<Duration>) -> f64 {
+    /// (the model's share, the device's busy share) since the last update, given the
+    /// device's total busy time now (`None`: a simulated device, all of it this model's and
+    /// none on the cores). With nothing run since, the last share.
+    fn update(&mut self, total: Option<Duration>, now: std::time::Instant) -> (f64, f64) {
         let Some(total) = total else {
-            return 1.0;
+            return (1.0, 0.0);
         };
-        if let Some((own, all)) = self.last {
+        if let Some((own, all, at)) = self.last {
             let ran = total.saturating_sub(all);
+            let wall = now.saturating_duration_since(at).as_secs_f64();
+            if wall > 0.0 {
+                let busy = ran.as_secs_f64() / wall;
+                self.busy += 0.5 * (busy - self.busy);
+            }
             if !ran.is_zero() {
                 let mine = self.own.saturating_sub(own).as_secs_f64() / ran.as_secs_f64();
                 let prev = self.share.unwrap_or(mine);
                 self.share = Some((prev + 0.5 * (mine.min(1.0) - prev)).clamp(0.0, 1.0));
             }
         }
-        self.last = Some((self.own, total));
-        self.share.unwrap_or(1.0)
+        self.last = Some((self.own, total, now));
+        (self.share.unwrap_or(1.0), self.busy)
     }
 }
 
