@@ -137,7 +137,8 @@ fn each_refusal_is_counted_once_under_its_reason() {
     server.assert_serves_within("static", DIMS[0], Duration::from_secs(10));
 }
 
-/// Two requests that keep the static model busy, then one whose client leaves at once.
+/// Two requests that keep the static model busy, then one whose client leaves while it
+/// waits behind them.
 fn leave_while_queued(addr: std::net::SocketAddr, body: &serde_json::Value) {
     let blockers: Vec<_> = (0..2)
         .map(|_| {
@@ -145,7 +146,10 @@ fn leave_while_queued(addr: std::net::SocketAddr, body: &serde_json::Value) {
             std::thread::spawn(move || post_json(addr, "/v2/models/static/infer", &body))
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(10));
+    // Each blocker's batch streams the model's weights once (milliseconds): the blockers
+    // have a moment to arrive first, and the request that leaves is queued well within
+    // their batches.
+    std::thread::sleep(Duration::from_millis(2));
     let text = body.to_string();
     let mut gone = TcpStream::connect(addr).unwrap();
     write!(
@@ -154,9 +158,34 @@ fn leave_while_queued(addr: std::net::SocketAddr, body: &serde_json::Value) {
         text.len()
     )
     .unwrap();
+    // Gone once the request is queued (a client that leaves while its request is still
+    // being read is never enqueued, and so never counted), with a reset: a FIN alone is
+    // a half-close, after which a client may still read its answer.
+    std::thread::sleep(Duration::from_millis(3));
+    reset_on_close(&gone);
     drop(gone);
     for b in blockers {
         let status = b.join().unwrap().status;
         assert!(matches!(status, 200 | 429), "{status}");
     }
+}
+
+/// Makes closing `stream` send a reset (SO_LINGER with a zero timeout).
+fn reset_on_close(stream: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a valid socket and a pointer to a `linger` of the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "SO_LINGER: {}", std::io::Error::last_os_error());
 }
