@@ -5,7 +5,9 @@
 # crate. No nightly, no cargo-fuzz, no sanitizer runtime.
 #
 #   scripts/fuzz.sh ci            build, then every target for $FUZZ_CI_SECONDS (default 8) s,
-#                                 two at a time; fails on any crash, panic or bound exceeded
+#                                 two at a time, from a fixed seed ($FUZZ_SEED, default 1) so
+#                                 that a run explores what the last one did; fails on any
+#                                 crash, panic or bound exceeded
 #   scripts/fuzz.sh long [HOURS]  every target for HOURS in all (default 1), one per core,
 #                                 each target getting an equal share; crashes are kept under
 #                                 fuzz/artifacts/ and fail the run at its end
@@ -103,7 +105,7 @@ ci() {
   export -f run_target max_len dict_flag corpus_dirs
   export BIN
   printf '%s\n' "${TARGETS[@]}" |
-    xargs -P 2 -I{} bash -c "run_target {} $seconds" || failed=1
+    xargs -P 2 -I{} bash -c "run_target {} $seconds -seed=${FUZZ_SEED:-1}" || failed=1
   echo "fuzz: ci took $((SECONDS - started)) s in all"
   return $failed
 }

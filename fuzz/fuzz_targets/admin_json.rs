@@ -3,10 +3,10 @@
 //! parser, as the binary's log filter takes them.
 
 libfuzzer_sys::fuzz_target!(init: tandem_fuzz::init(), |data: &[u8]| {
-    tandem_fuzz::check("admin_json", data, |data| {
-        gateway::fuzzing::admin_json(data);
-        if let Some(directives) = gateway::fuzzing::admin_log_filter(data) {
-            let _ = tracing_subscriber::EnvFilter::try_new(directives);
-        }
-    });
+    tandem_fuzz::check("admin_json", data, gateway::fuzzing::admin_json);
+    // tracing's parser is held to no panic only: what it allocates compiling a filter is
+    // not ours to bound.
+    if let Some(directives) = gateway::fuzzing::admin_log_filter(data) {
+        let _ = tracing_subscriber::EnvFilter::try_new(directives);
+    }
 });

@@ -59,8 +59,9 @@ pub fn memory_bound(target: &str, len: usize) -> usize {
         // JSON numbers: 2 bytes each → 8 (f64 staging) + 4 (the model's f32) while both
         // live, twice over for growth. BYTES strings: `"",` is 3 bytes → a 24-byte String.
         "infer_json" | "infer_binary" => (24, 1 << 20),
-        // Decoded bodies are bounded by the limit, not the input: see `content_coding`.
-        "content_coding" => (4, 1 << 20),
+        // Decoded bodies are bounded by the limit (at most 1 MiB here), not the input:
+        // the body as it grows, and flate2's reference decoding beside it.
+        "content_coding" => (4, 4 << 20),
         "admin_json" | "embeddings_json" => (24, 1 << 20),
         "coloc_line" => (8, 1 << 20),
         "checkpoint" | "encoder_weights" => (8, 1 << 20),
@@ -388,11 +389,17 @@ pub fn admin_json(data: &[u8]) {
     admin_log_filter(data);
 }
 
-/// The directives of a `PUT /admin/log` body, if it parses.
+/// The directives of a `PUT /admin/log` body, if it parses and the handler would pass them
+/// on to tracing's parser.
 pub fn admin_log_filter(data: &[u8]) -> Option<String> {
-    json_de::from_slice::<LogChange>(data)
-        .ok()
-        .map(|c| c.filter)
+    let change = json_de::from_slice::<LogChange>(data).ok()?;
+    match change.directives() {
+        Ok(d) => Some(d.to_string()),
+        Err(e) => {
+            assert_client_error(e);
+            None
+        }
+    }
 }
 
 /// What a loaded version does with its settings, none of which may panic.
