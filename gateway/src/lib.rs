@@ -13,6 +13,7 @@ mod coloc;
 pub mod config;
 mod cost;
 mod error;
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 mod http;
