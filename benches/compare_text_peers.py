@@ -333,6 +333,7 @@ async def load_run(contender, corpus, rate, duration, seed, connections, budget_
     results = [None] * len(sched)
     checked = [0]
     lags = []
+    refusals = []  # the first few refusals' bodies, for the run's record
 
     async def one(i, due):
         conn = await pool.get()
@@ -353,6 +354,8 @@ async def load_run(contender, corpus, rate, duration, seed, connections, budget_
                 checked[0] += 1
                 if not embedding_ok(contender, body):
                     status = "bad_embedding"
+            elif status != 200 and len(refusals) < 8:
+                refusals.append(body[:300].decode(errors="replace"))
             if close:
                 writer.close()
                 conn = None
@@ -386,7 +389,7 @@ async def load_run(contender, corpus, rate, duration, seed, connections, budget_
     for i, r in enumerate(results):
         latency, status = r if r is not None else (None, "timeout")
         out.append((latency, status, corpus["tokens"][picks[i]]))
-    return summarize(out, rate, duration, budget_s, lags)
+    return {**summarize(out, rate, duration, budget_s, lags), "refusals": refusals}
 
 
 def quantile(sorted_values, q):
@@ -471,6 +474,27 @@ def turn(contender, corpus, args, seed):
             probe(contender, corpus) or math.inf for _ in range(7))
         goodput, runs = sweep(contender, corpus, args, seed)
         return goodput, runs, server_counters(contender)
+    finally:
+        stop(contender)
+
+
+def probe_rates(corpus, args, rates):
+    """tandem alone, warmed up, once at each rate: the run's summary, the first refusals'
+    bodies and the server's own counters after each run."""
+    contender = tandem_contender()
+    start(contender, args, args.out)
+    try:
+        asyncio.run(load_run(contender, corpus, contender.min_rate, args.warmup, 999,
+                             args.connections, args.budget_ms / 1e3, args.drain))
+        contender.idle_s = statistics.median(
+            probe(contender, corpus) or math.inf for _ in range(7))
+        for i, rate in enumerate(rates):
+            r = run_once(contender, corpus, rate, args, 5000 + i)
+            for body in r["refusals"]:
+                print(f"    refused: {body}", flush=True)
+            counters = server_counters(contender)
+            print("    server: " + ", ".join(f"{k} {v:g}" for k, v in sorted(counters.items())
+                                             if "rejected" in k or "batches" in k), flush=True)
     finally:
         stop(contender)
 
@@ -699,6 +723,9 @@ def main():
     p.add_argument("--out", type=Path, default=ROOT / "target" / "bench-text")
     p.add_argument("--check-only", action="store_true", help="check the embeddings and stop")
     p.add_argument("--corpus-only", action="store_true", help="write OUT/corpus.json and stop")
+    p.add_argument("--probe", default="",
+                   help="RATE[,RATE...]: run tandem alone once at each rate, print what it "
+                        "answered and refused, and stop")
     p.add_argument("--at80-only", action="store_true",
                    help="run the 80%% run again on OUT/result.json's median and rewrite the report")
     args = p.parse_args()
@@ -732,6 +759,9 @@ def main():
                 json.dumps({"goodput_rps": g, "runs": runs}, indent=1))
             print(f"peer pilot: MLServer with torch threads {threads or 'default'}: goodput "
                   f"{g:.1f} req/s", flush=True)
+        return
+    if args.probe:
+        probe_rates(corpus, args, [float(r) for r in args.probe.split(",")])
         return
     if args.at80_only:
         result = json.loads((out / "result.json").read_text())

@@ -293,13 +293,14 @@ impl BatchPolicy for AdaptivePolicy {
         }
         self.refused = true;
         let drain = self.remaining_busy(now) + self.drain_time(queue.rows);
+        // Close the door only while a request arriving fresh, with a whole budget and a
+        // single row, would miss too: for as long as its finish is past its budget. The
+        // queue only drains while the door is closed, so one arriving that much later
+        // fits. One refused for the time it spent before admission, for its own short
+        // timeout, or for its own size (a long text) says nothing about the next.
+        let fresh_finish = now + self.remaining_busy(now) + self.drain_time(ahead + 1);
         Err(Shed {
-            // Close the door only while a request arriving fresh, with a whole budget,
-            // would miss too: for as long as its finish is past its budget. The queue only
-            // drains while the door is closed, so one arriving that much later fits. One
-            // refused for the time it spent before admission, or for its own short
-            // timeout, says nothing about the next.
-            door_closed_for: finish.saturating_duration_since(now + self.effective_budget()),
+            door_closed_for: fresh_finish.saturating_duration_since(now + self.effective_budget()),
             message: format!(
                 "over capacity: {} rows are queued ahead, predicted to finish in {:.1} ms, past the {:.1} ms budget; retry after the queue drains (~{:.0} ms)",
                 ahead,

@@ -342,6 +342,26 @@ async fn a_shed_closes_the_door_when_fresh_requests_would_miss_too() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_request_refused_for_its_own_size_closes_the_door_to_nobody() {
+    let mut policy = adaptive();
+    let now = tokio::time::Instant::now();
+    // Two rows queued (4 ms): one row more fits, but a 90-row request (a long text in
+    // token-units) would take ~92 ms, past the 80 ms effective budget, on its own.
+    let queue = QueueView {
+        requests: 2,
+        rows: 2,
+        oldest: Some(now),
+        earliest_deadline: None,
+        head_rows: 2,
+    };
+    let shed = policy
+        .admit(&queue, 2, 90, now, None, now)
+        .expect_err("a request too big for the budget behind a queue is refused");
+    assert_eq!(shed.door_closed_for, Duration::ZERO);
+    assert!(policy.admit(&queue, 2, 1, now, None, now).is_ok());
+}
+
 /// A device fast next to its budget: 2 ms + 1 ms per 16 rows, a full batch of 64 in 6 ms,
 /// against a budget of 500 ms.
 fn fast_curve(rows: usize) -> Duration {
