@@ -495,16 +495,22 @@ def probe_rates(corpus, args, rates):
             counters = server_counters(contender)
             print("    server: " + ", ".join(f"{k} {v:g}" for k, v in sorted(counters.items())
                                              if "rejected" in k or "batches" in k), flush=True)
+            gauges = server_counters(contender, ("tandem_slo_effective_budget_seconds",
+                                                 "tandem_predicted_batch_spread_ratio",
+                                                 "tandem_observed_p99_seconds"))
+            print("    policy: " + ", ".join(f"{k.split('{')[0]} {v:.3g}"
+                                             for k, v in sorted(gauges.items())), flush=True)
     finally:
         stop(contender)
 
 
-def server_counters(contender):
-    """tandem's own count of answers, refusals by reason and batches by why they closed."""
+def server_counters(contender, wanted=("tandem_requests_total", "tandem_requests_rejected_total",
+                                       "tandem_batches_total")):
+    """tandem's own count of answers, refusals by reason and batches by why they closed (or
+    the series `wanted` names)."""
     if contender.name != "tandem":
         return {}
     text = urllib.request.urlopen(f"http://127.0.0.1:{contender.port}/metrics", timeout=5).read()
-    wanted = ("tandem_requests_total", "tandem_requests_rejected_total", "tandem_batches_total")
     return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
             for line in text.decode().splitlines() if line.startswith(wanted)}
 

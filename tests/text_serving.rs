@@ -173,11 +173,17 @@ fn packed_batches_of_mixed_lengths_give_what_one_text_at_a_time_gives() {
             assert!((x - y).abs() < 1e-5, "{x} vs {y}");
         }
     }
-    let batches = server.get("/metrics").text();
-    assert!(
-        batches.contains("tandem_batch_tokens_count"),
-        "no token batches recorded"
-    );
+    let metrics = server.get("/metrics").text();
+    let sum = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}{{")) && l.contains("model=\"enc\""))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} for enc in:\n{metrics}"))
+    };
+    // Rows count texts (each request here had one), tokens count tokens.
+    assert_eq!(sum("tandem_batch_rows_sum"), (2 * texts.len()) as f64);
+    assert!(sum("tandem_batch_tokens_sum") > sum("tandem_batch_rows_sum"));
 }
 
 /// One 4xx each, and the server serves the next request as before.

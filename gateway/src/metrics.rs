@@ -71,7 +71,7 @@ const HELP: &[(&str, Kind, bool, &str)] = &[
     (REQUEST_DURATION, Kind::Histogram, true, "Time from a request's arrival to its response being ready."),
     (QUEUE_DURATION, Kind::Histogram, true, "Time from a request's arrival to its batch starting: decoding, validation and the queue."),
     (COMPUTE_DURATION, Kind::Histogram, true, "Time a batch's forward pass took on the device."),
-    (BATCH_ROWS, Kind::Histogram, false, "Rows in each batch run."),
+    (BATCH_ROWS, Kind::Histogram, false, "Rows in each batch run (a text model's: texts)."),
     (BATCHES, Kind::Counter, false, "Batches run, by the reason the batcher released them (full, deadline, timer, idle)."),
     (QUEUE_DEPTH, Kind::Gauge, false, "Requests waiting in the model's queue."),
     (REQUESTS_REJECTED, Kind::Counter, false, "Requests turned away, each counted once, by reason: shed (predicted to miss its deadline), late (refused before parsing), queue_full, expired (its deadline passed before its batch), abandoned (its client left first)."),

@@ -129,7 +129,7 @@ impl BatcherMetrics {
         self.load_ratio.set(p.load_ratio);
     }
 
-    fn batch(&self, reason: ReleaseReason, rows: usize) {
+    fn batch(&self, reason: ReleaseReason, outputs: usize) {
         let i = match reason {
             ReleaseReason::Full => 0,
             ReleaseReason::Deadline => 1,
@@ -137,7 +137,7 @@ impl BatcherMetrics {
             ReleaseReason::Idle => 3,
         };
         self.batches[i].increment(1);
-        self.batch_rows.record(rows as f64);
+        self.batch_rows.record(outputs as f64);
     }
 }
 
@@ -337,7 +337,9 @@ impl Batcher {
                 break;
             }
             let rows = requests.iter().map(|p| p.rows).sum();
-            metrics.batch(reason, rows);
+            // The histogram counts what users count: rows, or a text model's texts (its
+            // token-units have their own histogram in tokens).
+            metrics.batch(reason, requests.iter().map(|p| p.outputs).sum());
             let batch = Batch {
                 requests,
                 rows,
