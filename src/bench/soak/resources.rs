@@ -49,19 +49,46 @@ pub async fn sample(addr: SocketAddr, pid: Option<u32>, start: Instant, stop: St
             t_s: start.elapsed().as_secs_f64(),
             ..Sample::default()
         };
+        // The HTTP connections are read before and after the descriptor scan, and the
+        // larger count kept: a connection that opened or closed while the scan ran is a
+        // socket in it, and in one of the two readings. With one reading, the moment the
+        // load's connections all close (its end, a segment boundary) reads as sockets
+        // that are not HTTP connections.
+        let before = read_metrics(addr, &authority).await;
         if let Some(pid) = pid {
             read_proc(pid, &mut s);
         }
-        if let Ok((status, body)) = get(addr, &authority, "/metrics").await
-            && status.is_success()
-        {
-            let text = String::from_utf8_lossy(&body);
-            s.metrics_bytes = Some(body.len() as f64);
-            s.http_connections = metrics_value(&text, "tandem_http_connections", None);
-            s.trainers_connected = metrics_value(&text, "tandem_trainers_connected", None);
+        if let Some(after) = read_metrics(addr, &authority).await {
+            s.metrics_bytes = Some(after.bytes);
+            let earlier = before.and_then(|b| b.http_connections);
+            s.http_connections = match (after.http_connections, earlier) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+            s.trainers_connected = after.trainers_connected;
         }
         samples.push(s);
     }
+}
+
+/// What one `/metrics` read says.
+struct MetricsReading {
+    bytes: f64,
+    http_connections: Option<f64>,
+    trainers_connected: Option<f64>,
+}
+
+async fn read_metrics(addr: SocketAddr, authority: &str) -> Option<MetricsReading> {
+    let (status, body) = get(addr, authority, "/metrics").await.ok()?;
+    if !status.is_success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&body);
+    Some(MetricsReading {
+        bytes: body.len() as f64,
+        http_connections: metrics_value(&text, "tandem_http_connections", None),
+        trainers_connected: metrics_value(&text, "tandem_trainers_connected", None),
+    })
 }
 
 /// Resident memory and threads from `/proc/PID/status`, descriptors from `/proc/PID/fd`.
