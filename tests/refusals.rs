@@ -16,17 +16,9 @@ use serde_json::json;
 const DIMS: [usize; 4] = [512, 4096, 4096, 10];
 
 fn rejected(server: &Server, model: &str, reason: &str) -> u64 {
-    server
-        .get("/metrics")
-        .text()
-        .lines()
-        .find(|l| {
-            l.starts_with("tandem_requests_rejected_total{")
-                && l.contains(&format!("model=\"{model}\""))
-                && l.contains(&format!("reason=\"{reason}\""))
-        })
-        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
+    let labels = [format!("model=\"{model}\""), format!("reason=\"{reason}\"")];
+    let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+    server.series("tandem_requests_rejected_total", &labels) as u64
 }
 
 fn start() -> (Server, TempDir) {

@@ -282,6 +282,84 @@ fn bad_text_input_gets_a_clear_4xx_and_serving_goes_on() {
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
+/// `tandem_requests_total{model, code}` as the server counts it now.
+fn requests_total(server: &Server, model: &str, code: u16) -> u64 {
+    let labels = [format!("model=\"{model}\""), format!("code=\"{code}\"")];
+    let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+    server.series("tandem_requests_total", &labels) as u64
+}
+
+/// Every embedding request is counted once, whether it is refused before its body names a
+/// model, for a model that is not there, or after; and answers come compressed when asked.
+#[test]
+fn embedding_requests_are_all_counted_and_answers_compressed_on_request() {
+    let (server, _repo) = start_synthetic();
+    let post = |path: &str, body: &[u8], extra: &[(&str, String)]| {
+        let mut headers = vec![("Content-Type", "application/json".to_string())];
+        headers.extend(extra.iter().cloned());
+        request(server.addr, "POST", path, &headers, body)
+    };
+    let unknown_400 = requests_total(&server, "_unknown", 400);
+    let unknown_404 = requests_total(&server, "_unknown", 404);
+    let enc_400 = requests_total(&server, "enc", 400);
+    let refused = [
+        ("/v1/embeddings", &b"{not json"[..], 400),
+        ("/embed", &b"[1, 2"[..], 400),
+        ("/embed", &br#"{"inputs": "a", "colour": 1}"#[..], 400),
+        (
+            "/v1/embeddings",
+            &br#"{"model": "nope", "input": "a"}"#[..],
+            404,
+        ),
+        ("/embed", &br#"{"model": "nope", "inputs": "a"}"#[..], 404),
+    ];
+    for (path, body, status) in refused {
+        let r = post(path, body, &[]);
+        assert_eq!(r.status, status, "{path}: {}", r.text());
+    }
+    assert_eq!(requests_total(&server, "_unknown", 400), unknown_400 + 3);
+    assert_eq!(requests_total(&server, "_unknown", 404), unknown_404 + 2);
+    for (path, body) in [
+        ("/v1/embeddings", json!({"model": "enc", "input": ""})),
+        ("/embed", json!({"model": "enc", "inputs": []})),
+    ] {
+        let r = server.post_json(path, &body);
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+    }
+    assert_eq!(requests_total(&server, "enc", 400), enc_400 + 2);
+    let stats = server.get("/v2/models/enc/stats").json();
+    let failed = &stats["model_stats"][0]["inference_stats"]["fail"]["count"];
+    assert_eq!(failed, 2, "{stats}");
+
+    // Several texts make a body worth compressing; what comes back decodes to the answer
+    // an identity request gets.
+    let texts: Vec<String> = (0..8)
+        .map(|i| format!("text number {i} of eight"))
+        .collect();
+    for (path, body) in [
+        ("/v1/embeddings", json!({"model": "enc", "input": texts})),
+        ("/embed", json!({"inputs": texts})),
+    ] {
+        let body = body.to_string().into_bytes();
+        let plain = post(path, &body, &[]);
+        assert_eq!(plain.status, 200, "{}", plain.text());
+        assert_eq!(plain.header("content-encoding"), None);
+        let packed = post(path, &body, &[("Accept-Encoding", "gzip".into())]);
+        assert_eq!(packed.status, 200, "{}", packed.text());
+        assert_eq!(packed.header("content-encoding"), Some("gzip"), "{path}");
+        assert_eq!(packed.header("vary"), Some("accept-encoding"));
+        assert!(packed.body.len() < plain.body.len());
+        let mut decoded = Vec::new();
+        std::io::Read::read_to_end(
+            &mut flate2::read::GzDecoder::new(&packed.body[..]),
+            &mut decoded,
+        )
+        .unwrap();
+        let as_json = |b: &[u8]| serde_json::from_slice::<Value>(b).unwrap();
+        assert_eq!(as_json(&decoded), as_json(&plain.body), "{path}");
+    }
+}
+
 /// A snapshot copied in file by file loads once it is whole; one with no tokenizer or a
 /// tensor of the wrong shape is refused by name, and the version before keeps serving.
 #[test]

@@ -350,6 +350,21 @@ impl Server {
         post_json(self.addr, path, body)
     }
 
+    /// The value of the series `name{labels...}` in a scrape now (0 where there is none
+    /// yet, as for a counter not yet incremented); `labels` are `key="value"` pairs.
+    pub fn series(&self, name: &str, labels: &[&str]) -> f64 {
+        self.get("/metrics")
+            .text()
+            .lines()
+            .find(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with('{'))
+                    && labels.iter().all(|label| l.contains(label))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0.0)
+    }
+
     /// Asserts that a single-row infer on `model` is answered 200 within `within`, where a
     /// 429 (the server still draining an overload, or a budget just relaxed) is retried
     /// after its `Retry-After` (capped by what is left of `within`). Any other answer fails.

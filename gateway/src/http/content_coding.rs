@@ -24,8 +24,9 @@ use bytes::Bytes;
 use flate2::Compression;
 use flate2::bufread::{GzDecoder, ZlibDecoder};
 use flate2::write::{GzEncoder, ZlibEncoder};
-use http::HeaderMap;
-use http::header::{ACCEPT_ENCODING, CONTENT_ENCODING};
+use http::header::{ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_TYPE, VARY};
+use http::{HeaderMap, HeaderValue, Response};
+use http_body_util::Full;
 
 use crate::error::ApiError;
 
@@ -161,6 +162,32 @@ pub async fn encode(body: Vec<u8>, coding: Coding) -> Vec<u8> {
             .and_then(ZlibEncoder::finish),
     };
     encoded.unwrap_or(body)
+}
+
+/// A 200 of `body`, compressed in `coding` when that is not identity and the body is worth
+/// it; `Vary: accept-encoding` whenever the client offered a coding, since the answer
+/// depends on it.
+pub async fn respond(
+    body: Vec<u8>,
+    content_type: &'static str,
+    coding: Coding,
+) -> Response<Full<Bytes>> {
+    let compressed = coding != Coding::Identity && body.len() >= MIN_COMPRESSED;
+    let body = if compressed {
+        encode(body, coding).await
+    } else {
+        body
+    };
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    let headers = resp.headers_mut();
+    if compressed {
+        headers.insert(CONTENT_ENCODING, HeaderValue::from_static(coding.name()));
+    }
+    if coding != Coding::Identity {
+        headers.insert(VARY, HeaderValue::from_static("accept-encoding"));
+    }
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp
 }
 
 /// The body as sent before `coding` was applied, at most `limit` bytes of it.

@@ -10,6 +10,8 @@
 //! Texts are truncated at the model's limit unless a request says `truncate: false`; then
 //! an over-long text is a 400 that says how many tokens it has and how many fit.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{Full, Limited};
@@ -20,7 +22,7 @@ use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
 use super::infer::{arrival_of, read_head, record};
-use super::{AppState, body, content_coding, error_response, json_response, text};
+use super::{AppState, body, content_coding, error_response, text};
 use crate::error::ApiError;
 use crate::metrics as names;
 use crate::protocol::json_de;
@@ -160,10 +162,16 @@ async fn embed(
     })
 }
 
-/// Counts an embedding request as v2's infer does: `tandem_requests_total{model, code}` and
-/// its duration.
+/// Counts an embedding request as v2's infer does, whatever its outcome:
+/// `tandem_requests_total{model, code}` and its duration, under `_unknown` when no model was
+/// resolved (the label set stays bounded), and a failure in the version's statistics.
 fn count(version: Option<&ModelVersion>, response: &Response<Full<Bytes>>, started: Instant) {
     let label = version.map_or("_unknown".to_string(), |v| v.name.clone());
+    if let Some(v) = version
+        && !response.status().is_success()
+    {
+        v.stats.failed(started.elapsed());
+    }
     let code = response.status().as_u16().to_string();
     metrics::counter!(names::REQUESTS, "model" => label.clone(), "code" => code).increment(1);
     metrics::histogram!(names::REQUEST_DURATION, "model" => label)
@@ -177,38 +185,50 @@ pub async fn openai(
     clock: &ArrivalClock,
 ) -> Response<Full<Bytes>> {
     let started = Instant::now();
-    let received = match receive(state, req, clock, started).await {
-        Ok(r) => r,
-        Err(e) => return openai_error(&e),
+    let coding = content_coding::accepted(req.headers());
+    let (version, result) = match read_openai(state, req, clock, started).await {
+        Err(e) => (None, Err(e)),
+        Ok((received, request)) => match state.registry.resolve(&request.model, None) {
+            Err(e) => (None, Err(e.into())),
+            Ok(version) => {
+                let answer = answer_openai(state, &version, received, request).await;
+                (Some(version), answer)
+            }
+        },
     };
-    let request = match parse_openai(&received.body) {
-        Ok(r) => r,
-        Err(e) => return openai_error(&e),
-    };
-    let version = match state.registry.resolve(&request.model, None) {
-        Ok(v) => v,
-        Err(e) => {
-            let response = openai_error(&e.into());
-            count(None, &response, started);
-            return response;
-        }
-    };
-    let base64 = request.encoding_format.as_deref() == Some("base64");
-    let result = async {
-        let ask = Ask {
-            texts: texts("input", request.input)?,
-            truncate: true,
-            normalize: None,
-        };
-        embed(state, &version, &received.arrival, ask).await
-    }
-    .await;
     let response = match result {
-        Ok(e) => openai_response(&version.name, e, base64),
+        Ok(body) => content_coding::respond(body, "application/json", coding).await,
         Err(e) => openai_error(&e),
     };
-    count(Some(&version), &response, started);
+    count(version.as_deref(), &response, started);
     response
+}
+
+async fn read_openai(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+    clock: &ArrivalClock,
+    started: Instant,
+) -> Result<(Received, OpenAiRequest), ApiError> {
+    let received = receive(state, req, clock, started).await?;
+    let request = parse_openai(&received.body)?;
+    Ok((received, request))
+}
+
+async fn answer_openai(
+    state: &AppState,
+    version: &ModelVersion,
+    received: Received,
+    request: OpenAiRequest,
+) -> Result<Vec<u8>, ApiError> {
+    let base64 = request.encoding_format.as_deref() == Some("base64");
+    let ask = Ask {
+        texts: texts("input", request.input)?,
+        truncate: true,
+        normalize: None,
+    };
+    let e = embed(state, version, &received.arrival, ask).await?;
+    Ok(openai_body(&version.name, e, base64))
 }
 
 fn parse_openai(body: &[u8]) -> Result<OpenAiRequest, ApiError> {
@@ -227,7 +247,7 @@ fn parse_openai(body: &[u8]) -> Result<OpenAiRequest, ApiError> {
     }
 }
 
-fn openai_response(model: &str, e: Embeddings, base64: bool) -> Response<Full<Bytes>> {
+fn openai_body(model: &str, e: Embeddings, base64: bool) -> Vec<u8> {
     let data: Vec<serde_json::Value> = e
         .values
         .chunks_exact(e.width.max(1))
@@ -247,7 +267,7 @@ fn openai_response(model: &str, e: Embeddings, base64: bool) -> Response<Full<By
         "model": model,
         "usage": {"prompt_tokens": e.tokens, "total_tokens": e.tokens},
     });
-    json_response(StatusCode::OK, body.to_string().into_bytes())
+    body.to_string().into_bytes()
 }
 
 /// An error in OpenAI's shape, with `retry-after-ms` on a 429.
@@ -302,44 +322,54 @@ pub async fn tei(
     clock: &ArrivalClock,
 ) -> Response<Full<Bytes>> {
     let started = Instant::now();
-    let parsed = async {
-        let received = receive(state, req, clock, started).await?;
-        let request: TeiRequest = json_de::from_slice(&received.body)
-            .map_err(|e| ApiError::malformed(format!("invalid embed request JSON: {e}")))?;
-        let version = tei_model(state, request.model.as_deref())?;
-        Ok::<_, ApiError>((received, request, version))
-    }
-    .await;
-    let (received, request, version) = match parsed {
-        Ok(p) => p,
-        Err(e) => return tei_error(&e),
-    };
-    let result = async {
-        let ask = Ask {
-            texts: texts("inputs", request.inputs)?,
-            // TEI's default: an over-long input is refused, not cut.
-            truncate: request.truncate.unwrap_or(false),
-            normalize: Some(request.normalize.unwrap_or(true)),
-        };
-        embed(state, &version, &received.arrival, ask).await
-    }
-    .await;
-    let response = match result {
-        Ok(e) => {
-            let rows: Vec<&[f32]> = e.values.chunks_exact(e.width.max(1)).collect();
-            json_response(StatusCode::OK, json!(rows).to_string().into_bytes())
+    let coding = content_coding::accepted(req.headers());
+    let (version, result) = match read_tei(state, req, clock, started).await {
+        Err(e) => (None, Err(e)),
+        Ok((received, request, version)) => {
+            let answer = answer_tei(state, &version, received, request).await;
+            (Some(version), answer)
         }
+    };
+    let response = match result {
+        Ok(body) => content_coding::respond(body, "application/json", coding).await,
         Err(e) => tei_error(&e),
     };
-    count(Some(&version), &response, started);
+    count(version.as_deref(), &response, started);
     response
 }
 
-/// The text model `/embed` serves: the one named, or the only one loaded.
-fn tei_model(
+async fn read_tei(
     state: &AppState,
-    named: Option<&str>,
-) -> Result<std::sync::Arc<ModelVersion>, ApiError> {
+    req: Request<Limited<Incoming>>,
+    clock: &ArrivalClock,
+    started: Instant,
+) -> Result<(Received, TeiRequest, Arc<ModelVersion>), ApiError> {
+    let received = receive(state, req, clock, started).await?;
+    let request: TeiRequest = json_de::from_slice(&received.body)
+        .map_err(|e| ApiError::malformed(format!("invalid embed request JSON: {e}")))?;
+    let version = tei_model(state, request.model.as_deref())?;
+    Ok((received, request, version))
+}
+
+async fn answer_tei(
+    state: &AppState,
+    version: &ModelVersion,
+    received: Received,
+    request: TeiRequest,
+) -> Result<Vec<u8>, ApiError> {
+    let ask = Ask {
+        texts: texts("inputs", request.inputs)?,
+        // TEI's default: an over-long input is refused, not cut.
+        truncate: request.truncate.unwrap_or(false),
+        normalize: Some(request.normalize.unwrap_or(true)),
+    };
+    let e = embed(state, version, &received.arrival, ask).await?;
+    let rows: Vec<&[f32]> = e.values.chunks_exact(e.width.max(1)).collect();
+    Ok(json!(rows).to_string().into_bytes())
+}
+
+/// The text model `/embed` serves: the one named, or the only one loaded.
+fn tei_model(state: &AppState, named: Option<&str>) -> Result<Arc<ModelVersion>, ApiError> {
     if let Some(m) = named {
         return Ok(state.registry.resolve(m, None)?);
     }

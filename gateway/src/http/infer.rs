@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, Response, header};
+use http::{HeaderMap, Request, Response};
 use http_body_util::{Full, Limited};
 use hyper::body::Incoming;
 use tokio::time::Instant;
@@ -223,39 +223,14 @@ fn encode(
 /// The response, compressed when the client asked for it and it is worth it. The binary
 /// header's length counts the uncompressed body, as Triton's does.
 async fn respond(encoded: Encoded, coding: content_coding::Coding) -> Response<Full<Bytes>> {
-    use content_coding::Coding;
-    let compressed =
-        coding != Coding::Identity && encoded.body.len() >= content_coding::MIN_COMPRESSED;
-    let body = if compressed {
-        content_coding::encode(encoded.body, coding).await
-    } else {
-        encoded.body
-    };
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
-    let headers = resp.headers_mut();
-    if compressed {
-        headers.insert(
-            header::CONTENT_ENCODING,
-            header::HeaderValue::from_static(coding.name()),
-        );
-    }
-    if coding != Coding::Identity {
-        headers.insert(
-            header::VARY,
-            header::HeaderValue::from_static("accept-encoding"),
-        );
-    }
     let content_type = match encoded.header_len {
-        Some(n) => {
-            headers.insert(BINARY_HEADER, n.into());
-            "application/octet-stream"
-        }
+        Some(_) => "application/octet-stream",
         None => "application/json",
     };
-    headers.insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static(content_type),
-    );
+    let mut resp = content_coding::respond(encoded.body, content_type, coding).await;
+    if let Some(n) = encoded.header_len {
+        resp.headers_mut().insert(BINARY_HEADER, n.into());
+    }
     resp
 }
 
