@@ -4,10 +4,11 @@
 //!
 //! The steps: start `tandem serve` on a model repository in a temporary folder (or target
 //! one at `--url`); measure the model's capacity with a short `bench sweep`; then, for
-//! `--duration`, run `bench load` at a share of it in back-to-back segments while the
-//! faults of `faults` (hot-swapped versions, a trainer killed and restarted, SIGHUP
-//! reloads) and the clients of `clients` (slow, garbage) run on their own schedules, and
-//! `resources` samples the server once a second. The verdict: no 5xx anywhere, no request
+//! `--duration`, run `bench load` at a share of it in back-to-back segments (`segments`)
+//! while the faults of `faults` (hot-swapped versions, a trainer killed and restarted,
+//! SIGHUP reloads) and the clients of `clients` (slow, garbage) run on their own schedules,
+//! and `resources` samples the server once a second; at the end, `server_side` reads what
+//! the server counted and logged. The verdict (`verdict`): no 5xx anywhere, no request
 //! lost (every request sent got an answer within `--request-timeout-s`), the p99 of the
 //! 200s within the limit, few refusals, and every resource flat after warm-up. Any
 //! violation makes the command fail after the report is printed and written.
@@ -16,6 +17,9 @@
 mod clients;
 mod faults;
 mod resources;
+mod segments;
+mod server_side;
+mod verdict;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -24,16 +28,17 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use hdrhistogram::Histogram;
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::load::{LoadOptions, Measured, measure_with};
 use super::serve_process::ServeProcess;
 use crate::cli::{LoadArgs, LoadShape, SoakArgs, SweepArgs};
 use faults::{ConfigFile, FaultReport, Variant};
-use resources::{Flatness, Sample, Tolerance};
+use resources::{Flatness, Sample};
+use segments::{LoadTotals, drive};
+use server_side::{ServerSide, counters, server_side};
+use verdict::{flatness, print_report, violations};
 
 /// The gateway's metric names this reads (its metrics module is private to it).
 const REQUESTS_TOTAL: &str = "tandem_requests_total";
@@ -283,255 +288,6 @@ async fn capacity(args: &SoakArgs, url: &str) -> anyhow::Result<f64> {
         .with_context(|| format!("no rate passed, even {} req/s", args.min_rate))
 }
 
-/// The load of one run and its segments.
-#[derive(Debug, Serialize)]
-struct LoadTotals {
-    rate_rps: f64,
-    sent: u64,
-    outcomes: BTreeMap<String, u64>,
-    #[serde(flatten)]
-    counts: Counts,
-    p50_ms: f64,
-    p99_ms: f64,
-    p999_ms: f64,
-    max_ms: f64,
-    segments: Vec<SegmentRow>,
-    #[serde(skip)]
-    latency_us: Histogram<u64>,
-}
-
-/// Outcomes of the load's requests, by what they mean for the verdict.
-#[derive(Clone, Copy, Debug, Default, Serialize)]
-struct Counts {
-    ok: u64,
-    refused_429: u64,
-    five_xx: u64,
-    /// No answer: transport errors, timeouts, sends the generator could not make, and
-    /// sends with no outcome at all.
-    lost: u64,
-    /// Any other status (a valid request answered 404 or 400, say).
-    unexpected: u64,
-}
-
-impl Counts {
-    fn of(sent: u64, outcomes: &BTreeMap<String, u64>) -> Counts {
-        let mut c = Counts::default();
-        for (label, n) in outcomes {
-            match label.parse::<u16>() {
-                Ok(200) => c.ok += n,
-                Ok(429) => c.refused_429 += n,
-                Ok(s) if s >= 500 => c.five_xx += n,
-                Ok(_) => c.unexpected += n,
-                Err(_) => c.lost += n,
-            }
-        }
-        c.lost += sent.saturating_sub(outcomes.values().sum());
-        c
-    }
-}
-
-/// One segment of the load.
-#[derive(Debug, Serialize)]
-struct SegmentRow {
-    from_s: f64,
-    sent: u64,
-    #[serde(flatten)]
-    counts: Counts,
-    p99_ms: f64,
-    max_ms: f64,
-    /// Why the segment did not run (the generator could not start it).
-    error: Option<String>,
-}
-
-impl LoadTotals {
-    fn new(rate_rps: f64) -> anyhow::Result<LoadTotals> {
-        Ok(LoadTotals {
-            rate_rps,
-            sent: 0,
-            outcomes: BTreeMap::new(),
-            counts: Counts::default(),
-            p50_ms: 0.0,
-            p99_ms: 0.0,
-            p999_ms: 0.0,
-            max_ms: 0.0,
-            segments: Vec::new(),
-            latency_us: Histogram::new_with_bounds(1, 600_000_000, 3)?,
-        })
-    }
-
-    fn add(&mut self, from_s: f64, m: Measured) {
-        let r = &m.report;
-        let _ = self.latency_us.add(&m.ok_latency_us);
-        self.sent += r.sent;
-        for (k, v) in &r.outcomes {
-            *self.outcomes.entry(k.clone()).or_default() += v;
-        }
-        self.segments.push(SegmentRow {
-            from_s,
-            sent: r.sent,
-            counts: Counts::of(r.sent, &r.outcomes),
-            p99_ms: r.p99_ms,
-            max_ms: r.max_ms,
-            error: None,
-        });
-        self.refresh();
-    }
-
-    fn failed(&mut self, from_s: f64, e: &anyhow::Error) {
-        self.segments.push(SegmentRow {
-            from_s,
-            sent: 0,
-            counts: Counts::default(),
-            p99_ms: 0.0,
-            max_ms: 0.0,
-            error: Some(format!("{e:#}")),
-        });
-    }
-
-    fn refresh(&mut self) {
-        let h = &self.latency_us;
-        let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-        self.counts = Counts::of(self.sent, &self.outcomes);
-        (self.p50_ms, self.p99_ms, self.p999_ms) = (ms(0.5), ms(0.99), ms(0.999));
-        self.max_ms = h.max() as f64 / 1000.0;
-    }
-}
-
-/// The load, in runs of `--segment` seconds back to back until `--duration` has passed
-/// (each run opens its connections afresh, so a segment boundary is also a reconnect).
-async fn drive(
-    args: &SoakArgs,
-    url: &str,
-    rate: f64,
-    pid: Option<u32>,
-) -> anyhow::Result<LoadTotals> {
-    let mut totals = LoadTotals::new(rate)?;
-    let options = LoadOptions {
-        request_timeout: Some(Duration::from_secs_f64(args.request_timeout_s)),
-    };
-    let start = Instant::now();
-    for i in 0u64.. {
-        let from_s = start.elapsed().as_secs_f64();
-        let left = args.duration - from_s;
-        if left < 1.0 {
-            break;
-        }
-        let segment = load_args(
-            args,
-            url,
-            rate,
-            args.segment.min(left),
-            args.seed.wrapping_add(i),
-        );
-        match measure_with(&segment, &options).await {
-            Ok(m) => totals.add(from_s, m),
-            Err(e) => {
-                totals.failed(from_s, &e);
-                if pid.is_some_and(|pid| !alive(pid)) {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }
-    }
-    Ok(totals)
-}
-
-/// Whether process `pid` exists and is not a zombie.
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit(')')
-                .next()
-                .map(|r| !r.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
-}
-
-/// What the server said of itself: its own count of answers by status over the run, its
-/// version loads, and whether it was still there at the end.
-#[derive(Debug, Default, Serialize)]
-struct ServerSide {
-    requests_by_code: BTreeMap<String, f64>,
-    version_loads: BTreeMap<String, f64>,
-    /// The SIGHUP reloads its log shows (a server this command started).
-    reloads_logged: Option<ReloadsLogged>,
-    /// How its process ended, if it did.
-    exited: Option<String>,
-    ready_at_end: bool,
-}
-
-/// SIGHUPs the server's log says it received, and what came of them.
-#[derive(Debug, Serialize)]
-struct ReloadsLogged {
-    received: u64,
-    applied: u64,
-    /// Files it refused, keeping the running configuration: every invalid one, no other.
-    rejected: u64,
-}
-
-impl ReloadsLogged {
-    fn from_log(log: &str) -> ReloadsLogged {
-        let count = |s: &str| log.matches(s).count() as u64;
-        ReloadsLogged {
-            received: count("SIGHUP: reloading the configuration"),
-            applied: count("configuration reloaded"),
-            // The binary refuses a file it cannot read or validate; the gateway one it
-            // cannot apply.
-            rejected: count("config reload failed") + count("config reload rejected"),
-        }
-    }
-}
-
-/// The counters `ServerSide` reports as changes over the run.
-#[derive(Default)]
-struct Counters {
-    requests: BTreeMap<String, f64>,
-    loads: BTreeMap<String, f64>,
-}
-
-fn counters(addr: SocketAddr) -> Counters {
-    let text = scrape_blocking(addr).unwrap_or_default();
-    Counters {
-        requests: metrics_by_label(&text, REQUESTS_TOTAL, "code"),
-        loads: metrics_by_label(&text, MODEL_LOADS_TOTAL, "outcome"),
-    }
-}
-
-fn delta(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
-    after
-        .iter()
-        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
-        .collect()
-}
-
-fn server_side(target: &mut Target, before: &Counters) -> ServerSide {
-    let after = counters(target.addr);
-    let reloads_logged = target.log().as_deref().map(ReloadsLogged::from_log);
-    let exited = target.process.as_mut().and_then(ServeProcess::exited);
-    let ready = std::net::TcpStream::connect_timeout(&target.addr, Duration::from_secs(5))
-        .and_then(|mut s| {
-            s.set_read_timeout(Some(Duration::from_secs(10)))?;
-            write!(
-                s,
-                "GET /v2/health/ready HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-                target.addr
-            )?;
-            let mut buf = Vec::new();
-            s.read_to_end(&mut buf)?;
-            Ok(buf.starts_with(b"HTTP/1.1 200"))
-        })
-        .unwrap_or(false);
-    ServerSide {
-        requests_by_code: delta(&after.requests, &before.requests),
-        version_loads: delta(&after.loads, &before.loads),
-        reloads_logged,
-        exited,
-        ready_at_end: ready,
-    }
-}
-
 #[derive(Debug, Serialize)]
 struct Settings {
     url: String,
@@ -749,233 +505,9 @@ fn p99_limit(args: &SoakArgs) -> f64 {
     args.p99_limit_ms.unwrap_or(args.budget_ms)
 }
 
-/// How far each figure may rise above its reference after warm-up, and why that far.
-fn tolerance(args: &SoakArgs, figure: &str) -> Tolerance {
-    const MIB: f64 = 1024.0 * 1024.0;
-    let version_bytes = 4.0
-        * args
-            .dims
-            .windows(2)
-            .map(|w| (w[0] * w[1] + w[1]) as f64)
-            .sum::<f64>();
-    let (relative, absolute) = match figure {
-        // The allocator keeps freed pages for reuse and hands them back lazily, so resident
-        // memory moves by some MiB with the moment's allocations; a version being loaded
-        // holds its file and its packed weights beside the versions already serving.
-        "rss_bytes" => (0.10, 32.0 * MIB + 4.0 * version_bytes),
-        // Each loaded version has its worker thread, and 2 or 3 are loaded (plus one
-        // warming up); tokio starts blocking threads for file work and ends them after
-        // 10 s idle.
-        "threads" => (0.0, 8.0),
-        // Sockets come and go with the clients: the load's connections (all reopened at a
-        // segment boundary, the old ones still closing), the slow and garbage clients,
-        // and a few scrapes.
-        "fds" => (
-            0.0,
-            (2 * args.connections + args.slow_clients + 16 + 8) as f64,
-        ),
-        // Files a version load or a repository scan has open when the sample is taken.
-        "fds_not_sockets" => (0.0, 4.0),
-        // The trainer's connection (two across a restart) and HTTP connections opened or
-        // closed between the two readings (the descriptor scan, then /metrics).
-        "sockets_not_http_connections" => (0.0, 8.0),
-        // Counters gain digits; the loaded versions' series (2 or 3); a restarted trainer
-        // may take another slot, each with its own series, up to `max_trainers`.
-        "metrics_bytes" => (0.02, 8192.0),
-        _ => (0.0, 0.0),
-    };
-    Tolerance { relative, absolute }
-}
-
-fn flatness(args: &SoakArgs, samples: &[Sample]) -> Vec<Flatness> {
-    let warmup_s = args.duration * args.warmup_share;
-    resources::series(samples)
-        .into_iter()
-        .filter_map(|(figure, points)| {
-            resources::judge(figure, &points, warmup_s, tolerance(args, figure))
-        })
-        .collect()
-}
-
-/// Everything that went wrong, in words; empty when the soak passed.
-fn violations(r: &SoakReport) -> Vec<String> {
-    let mut v = Vec::new();
-    load_violations(r, &mut v);
-    let server = &r.server;
-    let server_5xx: f64 = server
-        .requests_by_code
-        .iter()
-        .filter(|(code, _)| code.starts_with('5'))
-        .map(|(_, n)| n)
-        .sum();
-    if server_5xx > 0.0 {
-        v.push(format!("the server counted {server_5xx} 5xx answers"));
-    }
-    if let Some(how) = &server.exited {
-        v.push(format!("the server {how}"));
-    }
-    if !server.ready_at_end {
-        v.push("the server was not ready at the end".into());
-    }
-    if let Some(logged) = &server.reloads_logged {
-        let f = &r.faults;
-        let valid = f.reloads_sent - f.invalid_reloads_sent;
-        if logged.received != f.reloads_sent
-            || logged.applied != valid
-            || logged.rejected != f.invalid_reloads_sent
-        {
-            v.push(format!(
-                "{} SIGHUP reloads sent ({} invalid), the log shows {logged:?}",
-                f.reloads_sent, f.invalid_reloads_sent
-            ));
-        }
-    }
-    v.extend(r.faults.violations.iter().cloned());
-    v.extend(
-        r.faults
-            .errors
-            .iter()
-            .map(|e| format!("the soak could not: {e}")),
-    );
-    v.extend(r.slow_clients.violations.iter().cloned());
-    v.extend(r.garbage_clients.violations.iter().cloned());
-    for f in r.flatness.iter().filter(|f| !f.flat) {
-        v.push(format!(
-            "{} grew after warm-up: {:.0} at {:.0} s, limit {:.0} (reference {:.0})",
-            f.figure, f.max_after_warmup, f.max_at_s, f.limit, f.reference
-        ));
-    }
-    v
-}
-
-fn load_violations(r: &SoakReport, v: &mut Vec<String>) {
-    let (load, c) = (&r.load, &r.load.counts);
-    if c.five_xx > 0 {
-        v.push(format!("{} load requests answered 5xx", c.five_xx));
-    }
-    if c.lost > 0 {
-        v.push(format!("{} load requests lost (no answer)", c.lost));
-    }
-    if c.unexpected > 0 {
-        v.push(format!(
-            "{} load requests answered neither 200, 429 nor 5xx",
-            c.unexpected
-        ));
-    }
-    if c.ok == 0 {
-        v.push("no load request was answered 200".into());
-    }
-    if load.p99_ms > r.settings.p99_limit_ms {
-        v.push(format!(
-            "p99 of the 200s {:.2} ms, over the limit of {} ms",
-            load.p99_ms, r.settings.p99_limit_ms
-        ));
-    }
-    let refused = c.refused_429 as f64 / load.sent.max(1) as f64;
-    if refused > r.settings.max_refused_share {
-        v.push(format!(
-            "{:.2}% of the load refused with 429, over {:.2}%",
-            refused * 100.0,
-            r.settings.max_refused_share * 100.0
-        ));
-    }
-    for s in load.segments.iter().filter(|s| s.error.is_some()) {
-        v.push(format!(
-            "the load at {:.0} s did not run: {}",
-            s.from_s,
-            s.error.as_deref().unwrap_or("")
-        ));
-    }
-}
-
-fn print_report(r: &SoakReport) {
-    let (l, c) = (&r.load, &r.load.counts);
-    println!(
-        "\nload      sent {}  200 {}  429 {}  5xx {}  lost {}  other {}   p50 {:.2} ms  p99 {:.2} ms  p99.9 {:.2} ms  max {:.2} ms",
-        l.sent,
-        c.ok,
-        c.refused_429,
-        c.five_xx,
-        c.lost,
-        c.unexpected,
-        l.p50_ms,
-        l.p99_ms,
-        l.p999_ms,
-        l.max_ms
-    );
-    let f = &r.faults;
-    println!(
-        "faults    versions {} ({} corrupt, {} deleted, newest {})  trainers {} started, {} joined, {} killed, {} seen leaving  SIGHUP {} ({} invalid)",
-        f.versions_written,
-        f.corrupt_versions_written,
-        f.versions_deleted,
-        f.newest_version,
-        f.trainers_started,
-        f.trainers_joined,
-        f.trainers_killed,
-        f.trainer_departures_seen,
-        f.reloads_sent,
-        f.invalid_reloads_sent
-    );
-    let s = &r.server;
-    println!(
-        "server    answers {:?}  version loads {:?}  reloads logged {:?}",
-        s.requests_by_code, s.version_loads, s.reloads_logged
-    );
-    println!(
-        "slow      {} connections: {:?}",
-        r.slow_clients.connections, r.slow_clients.outcomes
-    );
-    println!(
-        "garbage   {} connections: {:?}",
-        r.garbage_clients.connections, r.garbage_clients.outcomes
-    );
-    println!(
-        "{:<30} {:>14} {:>14} {:>14} {:>10} {:>14} {:>6}",
-        "figure", "reference", "limit", "max after", "at s", "slope/hour", "flat"
-    );
-    for f in &r.flatness {
-        println!(
-            "{:<30} {:>14.0} {:>14.0} {:>14.0} {:>10.0} {:>14.1} {:>6}",
-            f.figure,
-            f.reference,
-            f.limit,
-            f.max_after_warmup,
-            f.max_at_s,
-            f.slope_per_hour,
-            f.flat
-        );
-    }
-    match r.passed {
-        true => println!("PASSED"),
-        false => println!("FAILED:\n  {}", r.violations.join("\n  ")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn counts_sort_outcomes_by_what_they_mean() {
-        let outcomes: BTreeMap<String, u64> = [
-            ("200", 90),
-            ("429", 3),
-            ("503", 1),
-            ("404", 2),
-            ("error", 1),
-            ("timeout", 1),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-        // Two sends with no outcome at all are lost too.
-        let c = Counts::of(100, &outcomes);
-        assert_eq!(
-            (c.ok, c.refused_429, c.five_xx, c.unexpected, c.lost),
-            (90, 3, 1, 2, 4)
-        );
-    }
 
     #[test]
     fn metrics_are_read_by_name_and_summed_by_label() {
