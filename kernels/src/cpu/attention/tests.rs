@@ -1,0 +1,107 @@
+use super::*;
+use crate::cpu::test_support::values;
+
+/// Attention in float64, straight from the definition.
+fn reference(qkv: &[f32], offsets: &[usize], shape: AttentionShape) -> Vec<f64> {
+    let (h, d) = (shape.hidden, shape.head_dim());
+    let tokens = *offsets.last().unwrap();
+    let mut ctx = vec![0f64; tokens * h];
+    let get = |t: usize, part: usize, head: usize, c: usize| {
+        qkv[t * 3 * h + part * h + head * d + c] as f64
+    };
+    for w in offsets.windows(2) {
+        for head in 0..shape.heads {
+            for i in w[0]..w[1] {
+                let s: Vec<f64> = (w[0]..w[1])
+                    .map(|j| {
+                        (0..d)
+                            .map(|c| get(i, 0, head, c) * get(j, 1, head, c))
+                            .sum::<f64>()
+                            / (d as f64).sqrt()
+                    })
+                    .collect();
+                let max = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = s.iter().map(|v| (v - max).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                for c in 0..d {
+                    ctx[i * h + head * d + c] = (w[0]..w[1])
+                        .zip(&e)
+                        .map(|(j, p)| p * get(j, 2, head, c))
+                        .sum::<f64>()
+                        / sum;
+                }
+            }
+        }
+    }
+    ctx
+}
+
+#[test]
+fn matches_float64_on_mixed_lengths_heads_and_paths() {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    let lengths = [1usize, 7, 24, 25, 0, 100, 16, 3];
+    let mut offsets = vec![0];
+    for n in lengths {
+        offsets.push(offsets.last().unwrap() + n);
+    }
+    let tokens = *offsets.last().unwrap();
+    let mut scratch = AttentionScratch::default();
+    for (hidden, heads) in [(384, 12), (32, 4), (24, 3), (30, 3), (128, 2)] {
+        let shape = AttentionShape { hidden, heads };
+        // Scores of a few units: large enough that the softmax is far from uniform.
+        let qkv: Vec<f32> = values(tokens * 3 * hidden, hidden as u64)
+            .iter()
+            .map(|v| 4.0 * v)
+            .collect();
+        let want = reference(&qkv, &offsets, shape);
+        for (simd, threads) in [(false, 1), (has_avx2_fma(), 1), (has_avx2_fma(), 2)] {
+            let simd = simd && shape.head_dim().is_multiple_of(8);
+            let mut ctx = vec![f32::NAN; tokens * hidden];
+            pool.install(|| {
+                attention_with(&qkv, &offsets, shape, &mut ctx, &mut scratch, threads, simd)
+            })
+            .unwrap();
+            for (i, (g, w)) in ctx.iter().zip(&want).enumerate() {
+                assert!(
+                    (*g as f64 - w).abs() < 1e-5 * (1.0 + w.abs()),
+                    "hidden {hidden} heads {heads} simd {simd} threads {threads} at {i}: {g} vs {w}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn pieces_cover_every_unit_once() {
+    let offsets = [0, 5, 5, 300, 301, 320];
+    let mut out = Vec::new();
+    for pieces in [1, 2, 3, 8, 100] {
+        split(&offsets, 4, pieces, &mut out);
+        assert!(out.len() <= pieces.max(1));
+        assert_eq!(out.first().unwrap().start, 0);
+        assert_eq!(out.last().unwrap().end, 20);
+        for w in out.windows(2) {
+            assert_eq!(w[0].end, w[1].start, "{out:?}");
+        }
+    }
+}
+
+#[test]
+fn shapes_that_disagree_are_errors() {
+    let shape = AttentionShape {
+        hidden: 8,
+        heads: 2,
+    };
+    let mut scratch = AttentionScratch::default();
+    let mut ctx = vec![0.0; 16];
+    assert!(attention(&[0.0; 47], &[0, 2], shape, &mut ctx, &mut scratch, 1).is_err());
+    assert!(attention(&[0.0; 48], &[0, 3, 2], shape, &mut ctx, &mut scratch, 1).is_err());
+    let bad = AttentionShape {
+        hidden: 8,
+        heads: 3,
+    };
+    assert!(attention(&[0.0; 48], &[0, 2], bad, &mut ctx, &mut scratch, 1).is_err());
+}
