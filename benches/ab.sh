@@ -35,7 +35,7 @@
 # One side, many starts (the efficient batch each warm-up chose): ROUNDS=30 benches/ab.sh starts \
 #   -- env WARMUP=0 benches/measure.sh --rate 100 --duration 1
 #
-# Every run's output: target/bench-ab/.
+# Every run's output: target/bench-ab/<date>-<time>-<pid>/ (one folder per call).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sides=()
@@ -49,9 +49,9 @@ command=("$@")
 ((${#sides[@]})) && ((${#command[@]})) || { echo "usage: benches/ab.sh SIDE [SIDE...] -- COMMAND" >&2; exit 2; }
 rounds=${ROUNDS:-6}
 repo=${REPO:-target/bench-serve/repo}
-out=target/bench-ab
+out=target/bench-ab/$(date +%Y%m%d-%H%M%S)-$$
 mkdir -p "$out"
-rm -f "$out"/run-*.txt
+echo "runs in $out" >&2
 
 # The assignments of side $1, one per line (none for a bare label).
 assignments() { tr ' ' '\n' <<<"$1" | grep -E '^[A-Za-z_][A-Za-z0-9_]*=' || true; }
