@@ -122,7 +122,10 @@ impl BatchPolicy for StaticPolicy {
         };
         // `head_rows` is what fits: if the next request does not, the batch is as full as
         // it can get.
-        if queue.rows >= self.max_batch_rows || queue.head_rows < queue.rows {
+        if queue.rows >= self.max_batch_rows
+            || queue.head_rows < queue.rows
+            || queue.head_at_output_limit
+        {
             return Decision::Release {
                 max_rows: self.max_batch_rows,
                 reason: ReleaseReason::Full,
@@ -176,6 +179,7 @@ mod tests {
             oldest: Some(oldest),
             earliest_deadline: None,
             head_rows,
+            head_at_output_limit: false,
         }
     }
 

@@ -32,6 +32,9 @@ pub struct QueueView {
     /// Rows of the batch that [`QueueState::take_batch`] would form at the policy's largest
     /// size right now (requests are never split).
     pub head_rows: usize,
+    /// Whether that batch holds as many outputs (a text model's texts) as a batch may: full,
+    /// however few rows (token-units) it has.
+    pub head_at_output_limit: bool,
 }
 
 #[derive(Debug)]
@@ -138,6 +141,7 @@ impl QueueState {
     }
 
     pub fn view(&self) -> QueueView {
+        let (_, head_rows, head_outputs) = self.head(self.max_batch_rows);
         QueueView {
             requests: self.ranked.len(),
             rows: self.rows,
@@ -147,7 +151,8 @@ impl QueueState {
                 .and_then(|(_, r)| self.ranked.get(r))
                 .map(|p| p.enqueued),
             earliest_deadline: self.deadlines.first().map(|(d, _)| *d),
-            head_rows: self.head_rows(self.max_batch_rows),
+            head_rows,
+            head_at_output_limit: head_outputs >= self.max_batch_outputs,
         }
     }
 
@@ -161,29 +166,26 @@ impl QueueState {
     }
 
     /// The best-ranked requests that fit in `max_rows` (and the output limit) together,
-    /// with their rows. A request larger than the room left ends the batch rather than
-    /// being skipped, so it cannot starve.
-    fn head(&self, max_rows: usize) -> (Vec<Rank>, usize) {
+    /// with their rows and outputs. A request larger than the room left ends the batch
+    /// rather than being skipped, so it cannot starve; the first request is taken whatever
+    /// its size, so one admitted before the limits were lowered still runs, alone.
+    fn head(&self, max_rows: usize) -> (Vec<Rank>, usize, usize) {
         let (mut ranks, mut rows, mut outputs) = (Vec::new(), 0, 0);
         for (rank, p) in &self.ranked {
-            if rows + p.rows > max_rows || outputs + p.outputs > self.max_batch_outputs {
+            let fits = rows + p.rows <= max_rows && outputs + p.outputs <= self.max_batch_outputs;
+            if !fits && !ranks.is_empty() {
                 break;
             }
             rows += p.rows;
             outputs += p.outputs;
             ranks.push(*rank);
         }
-        (ranks, rows)
+        (ranks, rows, outputs)
     }
 
-    /// Rows of the batch `take_batch(max_rows)` would form.
-    pub fn head_rows(&self, max_rows: usize) -> usize {
-        self.head(max_rows).1
-    }
-
-    /// Removes the batch [`QueueState::head_rows`] describes.
+    /// Removes the batch [`QueueView::head_rows`] describes (at `max_rows`).
     pub fn take_batch(&mut self, max_rows: usize) -> Vec<Pending> {
-        let (take, _) = self.head(max_rows);
+        let (take, _, _) = self.head(max_rows);
         take.into_iter().filter_map(|r| self.remove(r)).collect()
     }
 
@@ -278,6 +280,50 @@ mod tests {
         let order: Vec<usize> = q.take_batch(100).iter().map(|p| p.rows).collect();
         assert_eq!(order, vec![4, 3, 2, 5, 1]);
         assert!(q.is_empty() && q.rows() == 0);
+    }
+
+    #[test]
+    fn a_batch_with_as_many_texts_as_a_batch_holds_is_full_however_few_its_tokens() {
+        let t = Instant::now();
+        // Token-units allow 1,000; a batch holds 4 texts of 5 units each.
+        let mut q = QueueState::new(100, 1000).with_max_outputs(4);
+        let mut keep = Vec::new();
+        for n in 1..=5 {
+            let (mut p, rx) = pending(5, 1, t, None);
+            p.outputs = 1;
+            keep.push(rx);
+            q.push(p).unwrap();
+            let view = q.view();
+            assert_eq!(view.head_at_output_limit, n >= 4, "{n} texts queued");
+            assert_eq!(view.head_rows, 5 * n.min(4));
+        }
+        assert_eq!(q.take_batch(1000).len(), 4);
+    }
+
+    #[test]
+    fn a_request_past_lowered_limits_still_runs_alone() {
+        let t = Instant::now();
+        let mut q = QueueState::new(10, 16);
+        let mut keep = Vec::new();
+        for rows in [12, 3] {
+            let (p, rx) = pending(rows, 1, t, None);
+            keep.push(rx);
+            q.push(p).unwrap();
+        }
+        // The operator lowers the batch size to 8: the 12-row request was admitted already.
+        let b: Vec<usize> = q.take_batch(8).iter().map(|p| p.rows).collect();
+        assert_eq!(b, vec![12]);
+        let b: Vec<usize> = q.take_batch(8).iter().map(|p| p.rows).collect();
+        assert_eq!(b, vec![3]);
+        // Likewise for texts: two queued, the limit lowered to one per batch.
+        q.set_max_outputs(1);
+        for rows in [2, 2] {
+            let (p, rx) = pending(rows, 1, t, None);
+            keep.push(rx);
+            q.push(p).unwrap();
+        }
+        assert_eq!(q.take_batch(8).len(), 1);
+        assert_eq!(q.take_batch(8).len(), 1);
     }
 
     #[test]

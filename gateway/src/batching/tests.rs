@@ -304,6 +304,7 @@ async fn the_budget_counts_from_arrival_not_from_admission() {
         oldest: Some(now),
         earliest_deadline: None,
         head_rows: 16,
+        head_at_output_limit: false,
     };
     assert!(policy.admit(&queue, 16, 1, now, None, now).is_ok());
     let shed = policy
@@ -326,6 +327,7 @@ async fn a_shed_closes_the_door_when_fresh_requests_would_miss_too() {
         oldest: Some(now),
         earliest_deadline: None,
         head_rows: 16,
+        head_at_output_limit: false,
     };
     let shed = policy
         .admit(&queue, 96, 1, now, None, now)
@@ -354,6 +356,7 @@ async fn a_request_refused_for_its_own_size_closes_the_door_to_nobody() {
         oldest: Some(now),
         earliest_deadline: None,
         head_rows: 2,
+        head_at_output_limit: false,
     };
     let shed = policy
         .admit(&queue, 2, 90, now, None, now)
@@ -433,6 +436,7 @@ async fn a_p99_near_the_budget_brings_back_the_short_wait() {
             oldest: Some(now),
             earliest_deadline: None,
             head_rows: 1,
+            head_at_output_limit: false,
         };
         let longest = policy.effective_budget() / 10;
         assert!(longest > 2 * short, "{longest:?}");
@@ -546,6 +550,7 @@ async fn while_refusing_a_p99_well_inside_the_budget_grows_the_effective_budget_
             oldest: Some(now),
             earliest_deadline: None,
             head_rows: 1,
+            head_at_output_limit: false,
         };
         assert!(policy.admit(&queue, 10_000, 1, now, None, now).is_err());
     };
