@@ -263,6 +263,19 @@ fn bad_text_input_gets_a_clear_4xx_and_serving_goes_on() {
     assert_eq!(r.json()["error_type"], "Validation");
     let r = server.post_json("/embed", &json!({"inputs": long, "truncate": true}));
     assert_eq!(r.status, 200, "{}", r.text());
+    // 4 MiB in one text: its first words answer it, and a refusal counts only so far.
+    let huge = "a cat and the dog ".repeat(1 << 18);
+    let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": huge}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["usage"]["prompt_tokens"], 48);
+    let r = server.post_json("/embed", &json!({"inputs": huge}));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("more than 16"), "{}", r.text());
+    // More texts than any request may hold, each tiny: refused without keeping them.
+    let many = vec![""; 5000];
+    let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": many}));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("5000 texts"), "{}", r.text());
     // OpenAI's own error object, on its route.
     for (body, status) in [
         (json!({"model": "enc", "input": "a", "dimensions": 8}), 400),
@@ -415,8 +428,37 @@ fn text_model_versions_load_hot_and_broken_ones_are_refused_by_name() {
         server.log()
     );
     assert_eq!(serving(), json!(["2"]));
+    // Version 4, whose tokenizer gives an id past the model's vocabulary: refused, or a text
+    // holding that token would fail every batch it joined.
+    let v4_dir = repo.path().join("enc/4");
+    let outside = TempDir::new("text-versions-staging");
+    let staging = outside.path().join("4");
+    synthetic(&staging, 9);
+    let vocab = read_json(&staging.join("config.json"))["vocab_size"].clone();
+    let mut tokenizer = read_json(&staging.join("tokenizer.json"));
+    tokenizer["added_tokens"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({
+            "id": vocab, "content": "[EXTRA]", "single_word": false, "lstrip": false,
+            "rstrip": false, "normalized": false, "special": true
+        }));
+    std::fs::write(staging.join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    std::fs::rename(&staging, &v4_dir).unwrap();
+    assert!(
+        poll_until(Duration::from_secs(10), || server
+            .log()
+            .contains("past the model's vocab_size")),
+        "{}",
+        server.log()
+    );
+    assert_eq!(serving(), json!(["2"]));
     let r = server.post_json("/v2/models/enc/infer", &v2(&["a cat"]));
     assert_eq!(r.status, 200, "{}", r.text());
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
 #[test]

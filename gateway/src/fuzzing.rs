@@ -123,6 +123,7 @@ fn fixtures() -> &'static Fixtures {
             dense_width: DENSE_WIDTH,
             text: TextInput {
                 max_seq_len: SEQ_LEN,
+                vocab_size: usize::MAX,
                 normalize_by_default: true,
                 attention_per_token_pair: 0.01,
             },
@@ -259,7 +260,7 @@ fn tokenize_all(texts: &[String], truncate: bool) -> PackedTokens {
                 );
                 packed.push(&encoded);
             }
-            Err(EncodeError::TooLong { tokens, max }) => {
+            Err(EncodeError::TooLong { tokens, max, .. }) => {
                 assert!(
                     !truncate && tokens > max,
                     "{tokens} > {max}, truncate {truncate}"

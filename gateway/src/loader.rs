@@ -148,6 +148,14 @@ async fn text_model(path: &std::path::Path, input: &TextInput) -> Result<TextMod
         .await
         .map_err(|e| format!("load task failed: {e}"))?
         .map_err(|e| e.to_string())?;
+    // An id past the embeddings would fail, with a 500, every batch a text holding it joins.
+    if tokenizer.ids_below() > input.vocab_size {
+        return Err(format!(
+            "tokenizer.json gives ids up to {}, past the model's vocab_size of {} in config.json",
+            tokenizer.ids_below() - 1,
+            input.vocab_size
+        ));
+    }
     Ok(TextModel {
         tokenizer: Arc::new(tokenizer),
         input: input.clone(),

@@ -57,6 +57,8 @@ pub enum InputKind {
 #[derive(Clone, Debug, PartialEq)]
 pub struct TextInput {
     pub max_seq_len: usize,
+    /// Token ids must be below this: the rows of the model's word embeddings.
+    pub vocab_size: usize,
     /// Whether embeddings are L2-normalised unless a request says otherwise.
     pub normalize_by_default: bool,
     /// A sequence of `n` tokens costs `n + n² × attention_per_token_pair` token-units of

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
-use models::encoder::{EncodeError, TextTokenizer};
+use models::encoder::{EncodeError, TOKEN_COUNT_LIMIT, TextTokenizer};
 
 fn skip<T>(test: &str, reason: &str) -> Option<T> {
     assert!(
@@ -153,6 +153,10 @@ fn cases() -> Vec<(String, Option<String>)> {
     for words in [100, 260, 1000] {
         cases.push((long_text(words), None));
     }
+    // Long texts are tokenized a piece at a time: every script, accent, emoji and odd space
+    // of the texts above, run on for thousands of tokens, some with no whitespace between.
+    cases.push((TEXTS.join(" ").repeat(4), None));
+    cases.push((TEXTS.concat().repeat(4), None));
     // Pairs past the limit: one long text, and both long (longest-first cuts both).
     cases.push(("a short question?".into(), Some(long_text(400))));
     cases.push((long_text(300), Some("a short passage".into())));
@@ -230,13 +234,25 @@ fn ids_match_python_tokenizers_on_varied_texts_and_pairs() {
             got.type_ids, cut.type_ids,
             "{case}: type ids with truncation"
         );
-        assert_eq!(got.full_len, whole.ids.len(), "{case}: full length");
+        // A long text is counted only past the limit when it is truncated.
+        if b.is_some() || a.len() <= tokenizer.piece_bytes() || !got.truncated() {
+            assert_eq!(got.full_len, whole.ids.len(), "{case}: full length");
+        } else {
+            assert!(
+                got.full_len > max && got.full_len <= whole.ids.len(),
+                "{case}"
+            );
+        }
         match encode(false) {
             Ok(got) => {
                 assert_eq!(got.ids, whole.ids, "{case}: ids without truncation");
                 assert_eq!(got.type_ids, whole.type_ids, "{case}: type ids");
             }
-            Err(EncodeError::TooLong { tokens, max: m }) => {
+            Err(EncodeError::TooLong {
+                tokens,
+                max: m,
+                counted_all: true,
+            }) => {
                 assert!(whole.ids.len() > max, "{case}: refused but fits");
                 assert_eq!((tokens, m), (whole.ids.len(), max), "{case}: refusal");
                 truncated += 1;
@@ -291,6 +307,53 @@ fn empty_text_is_cls_sep_and_pairs_get_type_ids() {
 }
 
 #[test]
+fn a_huge_text_is_tokenized_only_as_far_as_its_answer_needs() {
+    let (dir, tokenizer) = synthetic_tokenizer("huge", 48);
+    // 4 MiB: a million words, counted for a refusal only up to the count limit.
+    let huge = "a cat and the dog ".repeat(4 << 20 >> 4);
+    match tokenizer.encode(&huge, false) {
+        Err(
+            e @ EncodeError::TooLong {
+                tokens,
+                max: 48,
+                counted_all: false,
+            },
+        ) => {
+            assert!(
+                tokens > TOKEN_COUNT_LIMIT && tokens < 2 * TOKEN_COUNT_LIMIT,
+                "{tokens}"
+            );
+            assert!(e.to_string().contains("more than"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Truncated, it is its first words' tokens, as a short prefix of it gives them.
+    let cut = tokenizer.encode(&huge, true).unwrap();
+    let prefix = tokenizer.encode(&huge[..1000], true).unwrap();
+    assert_eq!((cut.len(), &cut.ids), (48, &prefix.ids));
+    assert!(cut.truncated());
+    // Just past the piece size, a text that still fits is encoded whole, as a short one is.
+    let spaced = format!("a cat{}the dog", " ".repeat(tokenizer.piece_bytes() * 3));
+    let fits = tokenizer.encode(&spaced, false).unwrap();
+    assert_eq!(
+        fits.ids,
+        tokenizer.encode("a cat the dog", false).unwrap().ids
+    );
+    assert_eq!(fits.full_len, fits.len());
+    // Below the count limit, a refusal has the exact count.
+    let many = "a ".repeat(TOKEN_COUNT_LIMIT - 10);
+    match tokenizer.encode(&many, false) {
+        Err(EncodeError::TooLong {
+            tokens,
+            counted_all: true,
+            ..
+        }) => assert_eq!(tokens, TOKEN_COUNT_LIMIT - 10 + 2),
+        other => panic!("{other:?}"),
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn over_long_input_is_refused_with_its_length_or_truncated() {
     let (dir, tokenizer) = synthetic_tokenizer("limits", 10);
     let text = "a b c d e f g h i j k l";
@@ -299,7 +362,8 @@ fn over_long_input_is_refused_with_its_length_or_truncated() {
         err,
         EncodeError::TooLong {
             tokens: 14,
-            max: 10
+            max: 10,
+            counted_all: true,
         }
     );
     assert_eq!(err.to_string(), "the input has 14 tokens, at most 10 fit");

@@ -22,34 +22,18 @@ use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
 use super::infer::{arrival_of, read_head, record};
+use super::inputs::{Inputs, MAX_TEXTS};
 use super::{AppState, body, content_coding, error_response, text};
 use crate::error::ApiError;
 use crate::metrics as names;
 use crate::protocol::json_de;
 use crate::registry::{LookupError, ModelVersion};
 
-/// One text or several, as both APIs take `input(s)`.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum Texts {
-    One(String),
-    Many(Vec<String>),
-}
-
-impl Texts {
-    fn into_vec(self) -> Vec<String> {
-        match self {
-            Texts::One(t) => vec![t],
-            Texts::Many(t) => t,
-        }
-    }
-}
-
 /// OpenAI's request; other fields (`user`) are accepted and ignored, as OpenAI does.
 #[derive(Debug, Deserialize)]
 pub(crate) struct OpenAiRequest {
     pub(crate) model: String,
-    pub(crate) input: serde_json::Value,
+    pub(crate) input: Inputs,
     #[serde(default)]
     pub(crate) encoding_format: Option<String>,
     #[serde(default)]
@@ -60,7 +44,7 @@ pub(crate) struct OpenAiRequest {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct TeiRequest {
-    pub(crate) inputs: serde_json::Value,
+    pub(crate) inputs: Inputs,
     #[serde(default)]
     pub(crate) normalize: Option<bool>,
     #[serde(default)]
@@ -85,14 +69,20 @@ struct Embeddings {
 }
 
 /// `input`/`inputs`: a string or an array of strings, at least one, none empty.
-pub(crate) fn texts(field: &str, value: serde_json::Value) -> Result<Vec<String>, ApiError> {
-    let texts = serde_json::from_value::<Texts>(value)
-        .map_err(|_| {
-            ApiError::invalid(format!(
+pub(crate) fn texts(field: &str, inputs: Inputs) -> Result<Vec<String>, ApiError> {
+    let texts = match inputs {
+        Inputs::Texts(texts) => texts,
+        Inputs::TooMany(n) => {
+            return Err(ApiError::invalid(format!(
+                "{field} holds {n} texts; a request takes at most {MAX_TEXTS}"
+            )));
+        }
+        Inputs::NotTexts => {
+            return Err(ApiError::invalid(format!(
                 "{field} must be a string or an array of strings (token arrays are not taken)"
-            ))
-        })?
-        .into_vec();
+            )));
+        }
+    };
     if texts.is_empty() {
         return Err(ApiError::invalid(format!("{field} holds no text")));
     }

@@ -11,6 +11,7 @@ mod body;
 pub(crate) mod content_coding;
 pub(crate) mod embeddings;
 mod infer;
+mod inputs;
 mod limit;
 mod models;
 mod repository;

@@ -92,11 +92,20 @@ fn encode_all(
     let mut packed = PackedTokens::with_capacity(texts.len(), texts.len() * 16);
     for (i, text) in texts.iter().enumerate() {
         match tokenizer.encode(text, truncate) {
+            // A tokenizer with no special tokens of its own gives none for blank text.
+            Ok(encoded) if encoded.is_empty() => {
+                return Err(ApiError::invalid(format!("text {i} gives no tokens")));
+            }
             Ok(encoded) => packed.push(&encoded),
-            Err(EncodeError::TooLong { tokens, max }) => {
+            Err(EncodeError::TooLong {
+                tokens,
+                max,
+                counted_all,
+            }) => {
+                let more = if counted_all { "" } else { "more than " };
                 return Err(ApiError::invalid(format!(
-                    "text {i} has {tokens} tokens, at most {max} fit; send it shorter or \
-                     with truncate on"
+                    "text {i} has {more}{tokens} tokens, at most {max} fit; send it shorter \
+                     or with truncate on"
                 )));
             }
             Err(EncodeError::Tokenizer(why)) => {

@@ -127,14 +127,14 @@ impl JsonData {
     #[inline(always)]
     fn push_number(&mut self, v: f64) {
         if self.first_number.is_none() {
-            self.first_number = Some(self.values.len());
+            self.first_number = Some(self.len());
         }
         self.values.push(v);
     }
 
     fn push_bool(&mut self, b: bool) {
         if self.first_bool.is_none() {
-            self.first_bool = Some(self.values.len());
+            self.first_bool = Some(self.len());
         }
         self.values.push(if b { 1.0 } else { 0.0 });
     }
@@ -386,6 +386,9 @@ mod tests {
         let mixed = parse(r#"[1, "2"]"#);
         assert_eq!(mixed.into_model_f32(Datatype::Fp32).unwrap_err().0, 1);
         assert_eq!(parse(r#"[1, "2"]"#).into_texts().unwrap_err(), 0);
+        // Positions count every element, strings included.
+        assert_eq!(parse(r#"["a", "b", 3]"#).into_texts().unwrap_err(), 2);
+        assert_eq!(parse(r#"["a", true, 3]"#).into_texts().unwrap_err(), 1);
         assert_eq!(
             parse(r#"[["a"], ["b\u00e9"]]"#).into_texts().unwrap(),
             vec!["a".to_string(), "bé".to_string()]

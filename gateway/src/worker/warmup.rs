@@ -133,6 +133,7 @@ mod tests {
     fn text_batches_are_sized_in_token_units() {
         let text = TextInput {
             max_seq_len: 256,
+            vocab_size: 1000,
             normalize_by_default: true,
             attention_per_token_pair: 0.0,
         };

@@ -29,7 +29,7 @@ use kernels::Device;
 
 pub use config::{EncoderConfig, Pooling};
 pub use packed::PackedTokens;
-pub use tokenizer::{EncodeError, Encoded, TextTokenizer};
+pub use tokenizer::{EncodeError, Encoded, TOKEN_COUNT_LIMIT, TextTokenizer};
 pub use weights::EncoderWeights;
 
 use crate::{LoadError, ModelError};

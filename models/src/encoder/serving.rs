@@ -35,6 +35,7 @@ impl Encoder {
         let per_token = 2.0 * (4.0 * h * h + 2.0 * h * i);
         TextInput {
             max_seq_len: c.max_seq_len,
+            vocab_size: c.vocab_size,
             normalize_by_default: c.normalize,
             attention_per_token_pair: 4.0 * h / per_token,
         }

@@ -10,7 +10,9 @@
 use std::fmt;
 use std::path::Path;
 
-use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+use tokenizers::{
+    PostProcessor, Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy,
+};
 
 use super::config::required;
 use crate::LoadError;
@@ -21,7 +23,10 @@ use crate::LoadError;
 pub struct Encoded {
     pub ids: Vec<u32>,
     pub type_ids: Vec<u32>,
-    /// The length before truncation; `ids.len()` when nothing was cut.
+    /// The length before truncation; `ids.len()` when nothing was cut. A text longer than
+    /// [`TextTokenizer::piece_bytes`] is counted only as far as its answer needs: in full
+    /// when it fits, up to [`TOKEN_COUNT_LIMIT`] when it is refused, and just past the limit when
+    /// it is truncated.
     pub full_len: usize,
 }
 
@@ -42,8 +47,13 @@ impl Encoded {
 /// Why a text could not be encoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EncodeError {
-    /// Longer than the model takes, and the caller asked not to truncate.
-    TooLong { tokens: usize, max: usize },
+    /// Longer than the model takes, and the caller asked not to truncate. `counted_all` is
+    /// false when the text ran past [`TOKEN_COUNT_LIMIT`] tokens, where counting stopped.
+    TooLong {
+        tokens: usize,
+        max: usize,
+        counted_all: bool,
+    },
     /// The tokenizer itself failed (a vocabulary without its unknown token, say): a fault
     /// of the model folder rather than of the text.
     Tokenizer(String),
@@ -52,8 +62,13 @@ pub enum EncodeError {
 impl fmt::Display for EncodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            EncodeError::TooLong { tokens, max } => {
-                write!(f, "the input has {tokens} tokens, at most {max} fit")
+            EncodeError::TooLong {
+                tokens,
+                max,
+                counted_all,
+            } => {
+                let more = if *counted_all { "" } else { "more than " };
+                write!(f, "the input has {more}{tokens} tokens, at most {max} fit")
             }
             EncodeError::Tokenizer(reason) => write!(f, "tokenization failed: {reason}"),
         }
@@ -74,6 +89,11 @@ pub struct TextTokenizer {
 
 /// The fewest tokens a limit may allow: a pair's three special tokens and one of each text.
 const MIN_SEQ_LEN: usize = 5;
+
+/// How far an over-long text is counted for its refusal: past this, the message says "more
+/// than". Tokenizing costs microseconds a token, so a 16 MiB text counted in full would
+/// hold a core for seconds only to be refused.
+pub const TOKEN_COUNT_LIMIT: usize = 16_384;
 
 impl TextTokenizer {
     /// Reads `dir/tokenizer.json` and sets it up for sequences of at most `max_seq_len`
@@ -119,10 +139,79 @@ impl TextTokenizer {
         self.max_seq_len
     }
 
+    /// One past the largest id the tokenizer can give, added tokens included: the model's
+    /// vocabulary must be at least this large.
+    pub fn ids_below(&self) -> usize {
+        self.whole
+            .get_vocab(true)
+            .values()
+            .max()
+            .map_or(0, |&id| id as usize + 1)
+    }
+
     /// One text, with the model's special tokens. With `truncate` off, an input longer
     /// than [`TextTokenizer::max_seq_len`] is [`EncodeError::TooLong`].
     pub fn encode(&self, text: &str, truncate: bool) -> Result<Encoded, EncodeError> {
-        self.run(text.into(), truncate)
+        if text.len() <= self.piece_bytes() {
+            self.run(text.into(), truncate)
+        } else {
+            self.encode_in_pieces(text, truncate)
+        }
+    }
+
+    /// Texts longer than this many bytes are tokenized a piece of about this size at a
+    /// time, and only as far as their answer needs.
+    pub fn piece_bytes(&self) -> usize {
+        (self.max_seq_len * 8).max(1024)
+    }
+
+    /// A long text, a piece at a time, each cut after whitespace: the tokenizer splits words
+    /// at whitespace before anything else, so the pieces' tokens run on as the whole text's
+    /// would. Tokenizing all of a long text at once would hold every token with its offsets
+    /// (about 100 bytes each) and take microseconds a token, when a truncated answer needs
+    /// only the first `max_seq_len`.
+    fn encode_in_pieces(&self, text: &str, truncate: bool) -> Result<Encoded, EncodeError> {
+        let failed = |e: tokenizers::Error| EncodeError::Tokenizer(e.to_string());
+        let specials = self
+            .whole
+            .get_post_processor()
+            .map_or(0, |p| p.added_tokens(false));
+        let room = self.max_seq_len.saturating_sub(specials);
+        let enough = if truncate {
+            room + 1
+        } else {
+            TOKEN_COUNT_LIMIT
+        };
+        let mut encodings = Vec::new();
+        let (mut count, mut rest) = (0, text);
+        while !rest.is_empty() && count < enough {
+            let (piece, after) = rest.split_at(piece_end(rest, self.piece_bytes()));
+            let encoding = self.whole.encode_fast(piece, false).map_err(failed)?;
+            count += encoding.len();
+            // Refusing needs only the count; the pieces' tokens are kept only to answer.
+            if truncate || count <= room {
+                encodings.push(encoding);
+            }
+            rest = after;
+        }
+        let full_len = count + specials;
+        if !truncate && count > room {
+            return Err(EncodeError::TooLong {
+                tokens: full_len,
+                max: self.max_seq_len,
+                counted_all: rest.is_empty(),
+            });
+        }
+        let encoding = tokenizers::Encoding::merge(encodings, false);
+        let encoding = self
+            .truncating
+            .post_process(encoding, None, true)
+            .map_err(failed)?;
+        Ok(Encoded {
+            ids: encoding.get_ids().to_vec(),
+            type_ids: encoding.get_type_ids().to_vec(),
+            full_len,
+        })
     }
 
     /// A pair of texts (a query and a passage, say), as one sequence: `[CLS] a [SEP] b
@@ -150,6 +239,7 @@ impl TextTokenizer {
             return Err(EncodeError::TooLong {
                 tokens: full_len,
                 max: self.max_seq_len,
+                counted_all: true,
             });
         };
         Ok(Encoded {
@@ -158,6 +248,25 @@ impl TextTokenizer {
             full_len,
         })
     }
+}
+
+/// Where the first piece of `text` ends: just after the last whitespace within `target`
+/// bytes. A run of `target` bytes with no whitespace at all (base64, say) is cut where it
+/// reaches `target`: only there may the pieces' tokens differ from the whole text's, and a
+/// BERT vocabulary makes any word past 100 characters `[UNK]` either way.
+fn piece_end(text: &str, target: usize) -> usize {
+    if text.len() <= target {
+        return text.len();
+    }
+    let mut cut = target;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text[..cut]
+        .char_indices()
+        .rev()
+        .find(|(_, c)| c.is_whitespace())
+        .map_or(cut, |(i, c)| i + c.len_utf8())
 }
 
 impl fmt::Debug for TextTokenizer {
