@@ -291,6 +291,16 @@ fn bad_text_input_gets_a_clear_4xx_and_serving_goes_on() {
         assert_eq!(r.status, status, "{body}: {}", r.text());
         assert!(r.json()["error"]["message"].is_string(), "{}", r.text());
     }
+    // The route's own refusals too: a wrong method, a path it does not serve.
+    for (path, status) in [("/v1/embeddings", 405), ("/v1/chat/completions", 404)] {
+        let r = server.get(path);
+        assert_eq!(r.status, status, "{path}: {}", r.text());
+        assert!(
+            r.json()["error"]["type"].is_string(),
+            "{path}: {}",
+            r.text()
+        );
+    }
     let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": "a cat"}));
     assert_eq!(r.status, 200, "{}", r.text());
 }

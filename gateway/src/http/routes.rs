@@ -60,7 +60,11 @@ pub async fn handle(
             }),
         },
     };
-    result.unwrap_or_else(|e| error_response(&e))
+    // OpenAI's clients read errors on its routes in OpenAI's shape, a 404 or 405 included.
+    result.unwrap_or_else(|e| match segments.first() {
+        Some(&"v1") => super::embeddings::openai_error(&e),
+        _ => error_response(&e),
+    })
 }
 
 type Answer = Result<Response<Full<Bytes>>, ApiError>;
