@@ -217,13 +217,21 @@ fn sighup_reloads_the_config_file() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(server.log().contains("configuration reloaded"));
+    // The settings apply before the line that says so reaches the log.
+    assert!(
+        poll_until(Duration::from_secs(5), || server
+            .log()
+            .contains("configuration reloaded")),
+        "{}",
+        server.log()
+    );
     // A broken file is refused; the running configuration stays.
     std::fs::write(&config, "this is [not toml").unwrap();
     server.signal(libc::SIGHUP);
-    std::thread::sleep(Duration::from_millis(300));
     assert!(
-        server.log().contains("config reload failed"),
+        poll_until(Duration::from_secs(5), || server
+            .log()
+            .contains("config reload failed")),
         "{}",
         server.log()
     );
