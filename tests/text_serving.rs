@@ -467,6 +467,30 @@ fn text_model_versions_load_hot_and_broken_ones_are_refused_by_name() {
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
+/// A tokenizer with no special tokens of its own gives none for blank text: that request is
+/// refused, and the model serves the next.
+#[test]
+fn a_text_that_gives_no_tokens_is_a_400_for_its_own_request() {
+    let repo = TempDir::new("text-no-specials");
+    let dir = repo.path().join("enc/1");
+    synthetic(&dir, 7);
+    let mut tokenizer = read_json(&dir.join("tokenizer.json"));
+    tokenizer["post_processor"] = Value::Null;
+    std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    for body in [
+        json!({"model": "enc", "input": " \t "}),
+        json!({"model": "enc", "input": ["a cat", "  "]}),
+    ] {
+        let r = server.post_json("/v1/embeddings", &body);
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert!(r.text().contains("gives no tokens"), "{}", r.text());
+    }
+    let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": "a cat"}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["usage"]["prompt_tokens"], 2);
+}
+
 fn read_json(path: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
