@@ -36,7 +36,10 @@ fn main() -> anyhow::Result<()> {
 fn init_tracing() {
     use tracing_subscriber::prelude::*;
     use tracing_subscriber::{EnvFilter, fmt, reload};
-    let filter = EnvFilter::try_from_env("TANDEM_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = std::env::var("TANDEM_LOG")
+        .ok()
+        .and_then(|d| log_filter(&d).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
     let (filter, handle) = reload::Layer::new(filter);
     tracing_subscriber::registry()
         .with(filter)
@@ -47,6 +50,18 @@ fn init_tracing() {
         )
         .init();
     gateway::log_control::register(Box::new(ReloadableFilter(handle)));
+}
+
+/// Log directives as `TANDEM_LOG` and `PUT /admin/log` give them. A span field's value is
+/// matched as literal text, never compiled as a regular expression: compiling one can take
+/// seconds (`/.{24}x/`, found by fuzzing), and the admin API takes directives from the
+/// network.
+fn log_filter(
+    directives: &str,
+) -> Result<tracing_subscriber::EnvFilter, tracing_subscriber::filter::ParseError> {
+    tracing_subscriber::EnvFilter::builder()
+        .with_regex(false)
+        .parse(directives)
 }
 
 /// The subscriber's filter, swapped whole on a change.
@@ -60,8 +75,7 @@ impl gateway::log_control::LogFilter for ReloadableFilter {
     }
 
     fn set(&self, directives: &str) -> Result<(), String> {
-        let filter =
-            tracing_subscriber::EnvFilter::try_new(directives).map_err(|e| e.to_string())?;
+        let filter = log_filter(directives).map_err(|e| e.to_string())?;
         self.0.reload(filter).map_err(|e| e.to_string())
     }
 }
