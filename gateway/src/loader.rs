@@ -149,10 +149,11 @@ async fn text_model(path: &std::path::Path, input: &TextInput) -> Result<TextMod
         .map_err(|e| format!("load task failed: {e}"))?
         .map_err(|e| e.to_string())?;
     // An id past the embeddings would fail, with a 500, every batch a text holding it joins.
-    if tokenizer.ids_below() > input.vocab_size {
+    let ids_below = tokenizer.ids_below();
+    if ids_below > input.vocab_size {
         return Err(format!(
             "tokenizer.json gives ids up to {}, past the model's vocab_size of {} in config.json",
-            tokenizer.ids_below() - 1,
+            ids_below - 1,
             input.vocab_size
         ));
     }

@@ -232,8 +232,7 @@ impl BatchPolicy for AdaptivePolicy {
             return Decision::Wait { until: None };
         };
         let n = queue.head_rows.max(1);
-        if queue.rows >= self.max_rows || queue.head_rows < queue.rows || queue.head_at_output_limit
-        {
+        if queue.head_is_full(self.max_rows) {
             return release(ReleaseReason::Full, self.max_rows);
         }
         // The most urgent request: the earliest explicit deadline, or the oldest request's

@@ -120,12 +120,7 @@ impl BatchPolicy for StaticPolicy {
         let Some(oldest) = queue.oldest else {
             return Decision::Wait { until: None };
         };
-        // `head_rows` is what fits: if the next request does not, the batch is as full as
-        // it can get.
-        if queue.rows >= self.max_batch_rows
-            || queue.head_rows < queue.rows
-            || queue.head_at_output_limit
-        {
+        if queue.head_is_full(self.max_batch_rows) {
             return Decision::Release {
                 max_rows: self.max_batch_rows,
                 reason: ReleaseReason::Full,

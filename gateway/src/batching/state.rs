@@ -37,6 +37,15 @@ pub struct QueueView {
     pub head_at_output_limit: bool,
 }
 
+impl QueueView {
+    /// Whether the next batch can grow no further under a limit of `max_rows`: the queue
+    /// holds that many rows, the next request does not fit, or the batch holds as many
+    /// outputs as a batch may.
+    pub fn head_is_full(&self, max_rows: usize) -> bool {
+        self.rows >= max_rows || self.head_rows < self.rows || self.head_at_output_limit
+    }
+}
+
 #[derive(Debug)]
 pub struct QueueState {
     ranked: BTreeMap<Rank, Pending>,

@@ -11,6 +11,32 @@ use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Vis
 /// allow fewer.
 pub const MAX_TEXTS: usize = 2048;
 
+/// The visitor methods for JSON values that are not strings, arrays or objects: each is
+/// `$none`, whatever its value.
+macro_rules! not_text {
+    ($none:expr) => {
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+    };
+}
+
 /// What `input(s)` held.
 #[derive(Debug, PartialEq)]
 pub enum Inputs {
@@ -65,25 +91,7 @@ impl<'de> Visitor<'de> for InputsVisitor {
         skip_map(map).map(|_| Inputs::NotTexts)
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<Inputs, E> {
-        Ok(Inputs::NotTexts)
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<Inputs, E> {
-        Ok(Inputs::NotTexts)
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<Inputs, E> {
-        Ok(Inputs::NotTexts)
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<Inputs, E> {
-        Ok(Inputs::NotTexts)
-    }
-
-    fn visit_unit<E>(self) -> Result<Inputs, E> {
-        Ok(Inputs::NotTexts)
-    }
+    not_text!(Inputs::NotTexts);
 }
 
 /// One element of an `input(s)` array.
@@ -124,25 +132,7 @@ impl<'de> Visitor<'de> for ItemVisitor {
         skip_map(map).map(|_| Item::Other)
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<Item, E> {
-        Ok(Item::Other)
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<Item, E> {
-        Ok(Item::Other)
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<Item, E> {
-        Ok(Item::Other)
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<Item, E> {
-        Ok(Item::Other)
-    }
-
-    fn visit_unit<E>(self) -> Result<Item, E> {
-        Ok(Item::Other)
-    }
+    not_text!(Item::Other);
 }
 
 fn skip_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
