@@ -218,23 +218,11 @@ fn sighup_reloads_the_config_file() {
         std::thread::sleep(Duration::from_millis(50));
     }
     // The settings apply before the line that says so reaches the log.
-    assert!(
-        poll_until(Duration::from_secs(5), || server
-            .log()
-            .contains("configuration reloaded")),
-        "{}",
-        server.log()
-    );
+    server.assert_logs_within(Duration::from_secs(5), "configuration reloaded");
     // A broken file is refused; the running configuration stays.
     std::fs::write(&config, "this is [not toml").unwrap();
     server.signal(libc::SIGHUP);
-    assert!(
-        poll_until(Duration::from_secs(5), || server
-            .log()
-            .contains("config reload failed")),
-        "{}",
-        server.log()
-    );
+    server.assert_logs_within(Duration::from_secs(5), "config reload failed");
     assert_eq!(server.get("/admin/models/m/slo").json()["p99_ms"], 20.0);
     assert_eq!(server.get("/v2/health/ready").status, 200);
 }
@@ -360,13 +348,7 @@ fn the_log_filter_changes_while_serving() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(filter(), "gateway::http=debug,info");
     garbage(&server);
-    assert!(
-        poll_until(Duration::from_secs(5), || server
-            .log()
-            .contains("connection closed")),
-        "{}",
-        server.log()
-    );
+    server.assert_logs_within(Duration::from_secs(5), "connection closed");
     assert!(
         server
             .log()

@@ -430,13 +430,7 @@ fn text_model_versions_load_hot_and_broken_ones_are_refused_by_name() {
         serde_json::from_slice(&std::fs::read(v3_dir.join("config.json")).unwrap()).unwrap();
     wrong["intermediate_size"] = json!(64);
     std::fs::write(v3_dir.join("config.json"), wrong.to_string()).unwrap();
-    assert!(
-        poll_until(Duration::from_secs(10), || server
-            .log()
-            .contains("intermediate.dense.weight")),
-        "{}",
-        server.log()
-    );
+    server.assert_logs_within(Duration::from_secs(10), "intermediate.dense.weight");
     assert_eq!(serving(), json!(["2"]));
     // Version 4, whose tokenizer gives an id past the model's vocabulary: refused, or a text
     // holding that token would fail every batch it joined.
@@ -455,13 +449,7 @@ fn text_model_versions_load_hot_and_broken_ones_are_refused_by_name() {
         }));
     std::fs::write(staging.join("tokenizer.json"), tokenizer.to_string()).unwrap();
     std::fs::rename(&staging, &v4_dir).unwrap();
-    assert!(
-        poll_until(Duration::from_secs(10), || server
-            .log()
-            .contains("past the model's vocab_size")),
-        "{}",
-        server.log()
-    );
+    server.assert_logs_within(Duration::from_secs(10), "past the model's vocab_size");
     assert_eq!(serving(), json!(["2"]));
     let r = server.post_json("/v2/models/enc/infer", &v2(&["a cat"]));
     assert_eq!(r.status, 200, "{}", r.text());

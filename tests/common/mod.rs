@@ -319,6 +319,16 @@ impl Server {
         self.log.lock().unwrap().clone()
     }
 
+    /// Waits up to `within` for `text` in the server's log; fails the test with the log if
+    /// it does not come.
+    pub fn assert_logs_within(&self, within: Duration, text: &str) {
+        assert!(
+            poll_until(within, || self.log().contains(text)),
+            "{text:?} not logged within {within:?}:\n{}",
+            self.log()
+        );
+    }
+
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
     }
