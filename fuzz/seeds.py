@@ -254,6 +254,10 @@ def embeddings_json():
         {"inputs": "Ünïcödé 中文 😀", "normalize": False},
         {"inputs": [["nested"]]},
         {"inputs": "x", "other": 1},
+        {"model": "enc", "input": [[2, 5, 3], [2, 3]]},
+        {"inputs": ["a cat", [2, 7, 3]], "truncate": False},
+        {"inputs": [2] + [5] * 60 + [3], "truncate": True},
+        {"model": "enc", "input": [[2, 99999], [-1], [4294967296]]},
     ]]
     return write("embeddings_json", bodies)
 

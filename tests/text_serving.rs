@@ -279,7 +279,7 @@ fn bad_text_input_gets_a_clear_4xx_and_serving_goes_on() {
     // OpenAI's own error object, on its route.
     for (body, status) in [
         (json!({"model": "enc", "input": "a", "dimensions": 8}), 400),
-        (json!({"model": "enc", "input": [1, 2, 3]}), 400),
+        (json!({"model": "enc", "input": [1, 2, 999_999]}), 400),
         (json!({"model": "enc", "input": []}), 400),
         (json!({"model": "nope", "input": "a"}), 404),
         (
@@ -303,6 +303,90 @@ fn bad_text_input_gets_a_clear_4xx_and_serving_goes_on() {
     }
     let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": "a cat"}));
     assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// Token ids made with the model's own tokenizer give what their text gives, alone or beside
+/// texts, on both JSON APIs; ids the model cannot take are a clear 400, and serving goes on.
+#[test]
+fn token_ids_give_what_their_text_gives() {
+    let (server, repo) = start_synthetic();
+    let tokenizer = models::TextTokenizer::from_dir(&repo.path().join("enc/1"), 48).unwrap();
+    let texts = [
+        "a cat runs fast",
+        "the big red dog is eating bread with a woman",
+    ];
+    let ids: Vec<Vec<u32>> = texts
+        .iter()
+        .map(|t| tokenizer.encode(t, false).unwrap().ids)
+        .collect();
+    let [_, want, _] = through_every_endpoint(&server, "enc", &texts);
+    let ok = |path: &str, body: Value| {
+        let r = server.post_json(path, &body);
+        assert_eq!(r.status, 200, "{body}: {}", r.text());
+        embeddings(&r)
+    };
+    let both = ok("/v1/embeddings", json!({"model": "enc", "input": ids}));
+    let mixed = ok("/embed", json!({"inputs": [texts[0], ids[1]]}));
+    let one = ok("/v1/embeddings", json!({"model": "enc", "input": ids[1]}));
+    for (got, text) in [
+        (&both[0], 0),
+        (&both[1], 1),
+        (&mixed[0], 0),
+        (&mixed[1], 1),
+        (&one[0], 1),
+    ] {
+        let c = cosine(got, &want[text]);
+        assert!(c > 0.999_999, "text {text}: cosine {c}");
+    }
+    let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": ids}));
+    let tokens = ids.iter().map(Vec::len).sum::<usize>();
+    assert_eq!(r.json()["usage"]["prompt_tokens"], tokens);
+    // 60 ids: cut to the model's 48 on /v1 (and on /embed when asked), refused otherwise.
+    let long: Vec<u32> = ids[1].iter().cycle().take(60).copied().collect();
+    let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": long}));
+    assert_eq!(r.json()["usage"]["prompt_tokens"], 48, "{}", r.text());
+    let r = server.post_json("/embed", &json!({"inputs": [long], "truncate": true}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    for (path, body, words) in [
+        (
+            "/embed",
+            json!({"inputs": [long]}),
+            "input 0 has 60 token ids, at most 48",
+        ),
+        (
+            "/embed",
+            json!({"inputs": ["a", [1, 999_999]]}),
+            "token id 999999 is past",
+        ),
+        (
+            "/v1/embeddings",
+            json!({"model": "enc", "input": [[]]}),
+            "holds no token ids",
+        ),
+        (
+            "/v1/embeddings",
+            json!({"model": "enc", "input": [-1]}),
+            "must be a string",
+        ),
+        (
+            "/v1/embeddings",
+            json!({"model": "enc", "input": [[1.5]]}),
+            "must be a string",
+        ),
+        (
+            "/v1/embeddings",
+            json!({"model": "enc", "input": ["a", 1]}),
+            "must be a string",
+        ),
+    ] {
+        let r = server.post_json(path, &body);
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert!(r.text().contains(words), "{words}: {}", r.text());
+    }
+    assert_eq!(
+        ok("/v1/embeddings", json!({"model": "enc", "input": ids[1]})),
+        one
+    );
 }
 
 /// `tandem_requests_total{model, code}` as the server counts it now.
@@ -501,22 +585,25 @@ fn minilm_scores_the_pair_as_published_through_every_endpoint() {
         let score = cosine(&rows[0], &rows[1]);
         assert!((score - 0.7553).abs() <= 5e-4, "{endpoint}: {score}");
     }
-    clients_check(test, &server, "minilm", Some(0.7553));
+    clients_check(test, &server, "minilm", &dir, Some(0.7553));
 }
 
-/// tritonclient (BYTES in JSON and binary) and the openai client, unchanged.
+/// tritonclient (BYTES in JSON and binary) and the openai client (texts and token ids),
+/// unchanged.
 #[test]
 fn tritonclient_and_openai_work_unchanged() {
-    let (server, _repo) = start_synthetic();
+    let (server, repo) = start_synthetic();
     clients_check(
         "tritonclient_and_openai_work_unchanged",
         &server,
         "enc",
+        &repo.path().join("enc/1"),
         None,
     );
 }
 
-fn clients_check(test: &str, server: &Server, model: &str, pair_score: Option<f64>) {
+/// The clients against `model`, whose folder is `dir`.
+fn clients_check(test: &str, server: &Server, model: &str, dir: &Path, pair_score: Option<f64>) {
     let Some(python) = std::env::var_os("TANDEM_PYTHON") else {
         return skip(test, "TANDEM_PYTHON not set (scripts/test.sh sets it)");
     };
@@ -526,7 +613,9 @@ fn clients_check(test: &str, server: &Server, model: &str, pair_score: Option<f6
     );
     let mut cmd = Command::new(python);
     cmd.arg(script)
-        .args(["--url", &server.addr.to_string(), "--model", model]);
+        .args(["--url", &server.addr.to_string(), "--model", model])
+        .arg("--tokenizer")
+        .arg(dir.join("tokenizer.json"));
     if let Some(s) = pair_score {
         cmd.args(["--pair-score", &s.to_string()]);
     }

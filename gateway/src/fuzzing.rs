@@ -31,6 +31,7 @@ use crate::validate::{Signature, ValidInput, ValidRequest, validate};
 use crate::http::admin::{LogChange, SloChange};
 use crate::http::content_coding;
 use crate::http::embeddings::{self, OpenAiRequest, TeiRequest};
+use crate::http::text;
 
 /// A fuzz target: panics when an invariant breaks on these bytes.
 pub type Target = fn(&[u8]);
@@ -414,11 +415,10 @@ fn check_usable(s: &ModelSettings) {
 }
 
 /// `POST /v1/embeddings` and `POST /embed` bodies (the same bytes as both), read with the
-/// handlers' own types and checks (`http::embeddings`), then tokenized as the handlers
-/// tokenize: OpenAI's truncating, TEI's as the request says. A refused body must be a
-/// client error.
+/// handlers' own types and checks (`http::embeddings`), then tokenized and checked as the
+/// handlers do (`http::text`): OpenAI's truncating, TEI's as the request says. A refused
+/// body must be a client error.
 pub fn embeddings_json(data: &[u8]) {
-    let max_texts = fixtures().settings.max_batch_size;
     if let Ok(r) = json_de::from_slice::<OpenAiRequest>(data)
         && r.dimensions.is_none()
         && matches!(
@@ -426,22 +426,43 @@ pub fn embeddings_json(data: &[u8]) {
             None | Some("float") | Some("base64")
         )
     {
-        match embeddings::texts("input", r.input) {
-            Ok(texts) if texts.len() <= max_texts => {
-                tokenize_all(&texts, true);
-            }
-            Ok(_) => {}
-            Err(e) => assert_client_error(e),
-        }
+        encode_inputs(embeddings::inputs("input", r.input), true);
     }
     if let Ok(r) = json_de::from_slice::<TeiRequest>(data) {
-        match embeddings::texts("inputs", r.inputs) {
-            Ok(texts) if texts.len() <= max_texts => {
-                tokenize_all(&texts, r.truncate.unwrap_or(false));
-            }
-            Ok(_) => {}
-            Err(e) => assert_client_error(e),
+        encode_inputs(
+            embeddings::inputs("inputs", r.inputs),
+            r.truncate.unwrap_or(false),
+        );
+    }
+}
+
+fn encode_inputs(inputs: Result<Vec<text::Input>, ApiError>, truncate: bool) {
+    let f = fixtures();
+    let inputs = match inputs {
+        Ok(inputs) if inputs.len() <= f.settings.max_batch_size => inputs,
+        Ok(_) => return,
+        Err(e) => return assert_client_error(e),
+    };
+    let texts: Vec<String> = inputs
+        .iter()
+        .filter_map(|i| match i {
+            text::Input::Text(t) => Some(t.clone()),
+            text::Input::Ids(_) => None,
+        })
+        .collect();
+    tokenize_all(&texts, truncate);
+    match text::encode_all(&f.tokenizer, &f.text, &inputs, truncate) {
+        Ok(packed) => {
+            assert_eq!(packed.sequences(), inputs.len());
+            assert!(packed.lengths().all(|n| n >= 1 && n <= f.text.max_seq_len));
+            assert!(
+                packed
+                    .ids
+                    .iter()
+                    .all(|&id| (id as usize) < f.text.vocab_size)
+            );
         }
+        Err(e) => assert_client_error(e),
     }
 }
 

@@ -1,8 +1,10 @@
 """Real clients against a text model served by tandem: tritonclient.http with BYTES in
-JSON and in the binary extension, and the openai client's embeddings.create — all
-unchanged, all giving the same embeddings as tandem's own /v1/embeddings.
+JSON and in the binary extension, and the openai client's embeddings.create, with texts and
+with the token ids Python's `tokenizers` gives for them — all unchanged, all giving the same
+embeddings as tandem's own /v1/embeddings.
 
-    python tests/python/text_clients_check.py --url 127.0.0.1:8000 --model enc [--pair-score S]
+    python tests/python/text_clients_check.py --url 127.0.0.1:8000 --model enc \
+        --tokenizer DIR/tokenizer.json [--pair-score S]
 
 With --pair-score, the cosine of "A man is eating food." and "A man is eating a piece of
 bread." must be S within 0.0005 through every client. Exits non-zero on any mismatch.
@@ -16,6 +18,7 @@ import urllib.request
 
 import numpy as np
 import openai
+import tokenizers
 import tritonclient.http as httpclient
 
 PAIR = ["A man is eating food.", "A man is eating a piece of bread."]
@@ -60,6 +63,15 @@ def with_openai(url, model, texts, encoding):
     return np.array(rows)
 
 
+def token_ids(path, texts):
+    """The model's own ids for `texts`, special tokens included, with the padding and
+    truncation the folder's tokenizer.json may fix switched off."""
+    tokenizer = tokenizers.Tokenizer.from_file(path)
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return [e.ids for e in tokenizer.encode_batch(texts)]
+
+
 def cosine(a, b):
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
@@ -68,6 +80,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--url", required=True)
     p.add_argument("--model", required=True)
+    p.add_argument("--tokenizer", required=True, help="the model's tokenizer.json")
     p.add_argument("--pair-score", type=float)
     args = p.parse_args()
     want = own(args.url, args.model, TEXTS)
@@ -77,6 +90,8 @@ def main():
         "openai default": with_openai(args.url, args.model, TEXTS, None),
         "openai float": with_openai(args.url, args.model, TEXTS, "float"),
         "openai base64": with_openai(args.url, args.model, TEXTS, "base64"),
+        "openai token ids": with_openai(args.url, args.model,
+                                        token_ids(args.tokenizer, TEXTS), None),
     }
     for name, emb in got.items():
         assert emb.shape == want.shape, (name, emb.shape, want.shape)

@@ -1,14 +1,16 @@
 //! The embedding endpoints users already call, on the same inference core as v2:
-//! - OpenAI's `POST /v1/embeddings` (`model`, `input` as a string or strings,
-//!   `encoding_format` `float` or `base64`; `dimensions` refused), answered in OpenAI's
+//! - OpenAI's `POST /v1/embeddings` (`model`, `input` as a string, token ids, or an array
+//!   of either, `encoding_format` `float` or `base64`; `dimensions` refused), answered in OpenAI's
 //!   shape with `usage.prompt_tokens`, its errors in OpenAI's error object, and 429s that
 //!   carry `retry-after-ms` beside `Retry-After` (the `openai` client honours both);
 //! - TEI's `POST /embed` (`inputs`, `normalize`, `truncate`), answered as TEI does: an
 //!   array of embeddings. It serves the one text model loaded, or the one a `model` field
 //!   names.
 //!
-//! Texts are truncated at the model's limit unless a request says `truncate: false`; then
-//! an over-long text is a 400 that says how many tokens it has and how many fit.
+//! Inputs are truncated at the model's limit unless a request says `truncate: false`; then
+//! an over-long input is a 400 that says how many tokens it has and how many fit. Token ids
+//! are the model's own (its tokenizer's, special tokens included), as OpenAI's, vLLM's and
+//! TEI's servers take them.
 
 use std::sync::Arc;
 
@@ -22,7 +24,7 @@ use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
 use super::infer::{arrival_of, read_head, record};
-use super::inputs::{Inputs, MAX_TEXTS};
+use super::inputs::{Input, Inputs, MAX_TEXTS};
 use super::{AppState, body, content_coding, error_response, text};
 use crate::error::ApiError;
 use crate::metrics as names;
@@ -55,7 +57,7 @@ pub(crate) struct TeiRequest {
 
 /// What an embedding request asks for, whichever API it came through.
 struct Ask {
-    texts: Vec<String>,
+    inputs: Vec<Input>,
     truncate: bool,
     normalize: Option<bool>,
 }
@@ -68,28 +70,31 @@ struct Embeddings {
     tokens: usize,
 }
 
-/// `input`/`inputs`: a string or an array of strings, at least one, none empty.
-pub(crate) fn texts(field: &str, inputs: Inputs) -> Result<Vec<String>, ApiError> {
-    let texts = match inputs {
-        Inputs::Texts(texts) => texts,
+/// `input`/`inputs`: a string, an array of token ids, or an array of strings and arrays of
+/// ids; at least one input, no text empty.
+pub(crate) fn inputs(field: &str, inputs: Inputs) -> Result<Vec<Input>, ApiError> {
+    let inputs = match inputs {
+        Inputs::List(inputs) => inputs,
         Inputs::TooMany(n) => {
             return Err(ApiError::invalid(format!(
                 "{field} holds {n} texts; a request takes at most {MAX_TEXTS}"
             )));
         }
-        Inputs::NotTexts => {
+        Inputs::Invalid => {
             return Err(ApiError::invalid(format!(
-                "{field} must be a string or an array of strings (token arrays are not taken)"
+                "{field} must be a string, an array of token ids, or an array of strings and \
+                 arrays of token ids (integers from 0)"
             )));
         }
     };
-    if texts.is_empty() {
+    if inputs.is_empty() {
         return Err(ApiError::invalid(format!("{field} holds no text")));
     }
-    if let Some(i) = texts.iter().position(String::is_empty) {
+    let empty = |input: &Input| matches!(input, Input::Text(t) if t.is_empty());
+    if let Some(i) = inputs.iter().position(empty) {
         return Err(ApiError::invalid(format!("{field}: text {i} is empty")));
     }
-    Ok(texts)
+    Ok(inputs)
 }
 
 /// A request read whole, decoded from its content coding, with when it arrived.
@@ -124,17 +129,17 @@ async fn embed(
 ) -> Result<Embeddings, ApiError> {
     version.core.admit_unparsed(arrival)?;
     let settings = version.settings();
-    if ask.texts.len() > settings.max_batch_size {
+    if ask.inputs.len() > settings.max_batch_size {
         return Err(ApiError::invalid(format!(
             "{} texts exceed the model's max_batch_size of {}",
-            ask.texts.len(),
+            ask.inputs.len(),
             settings.max_batch_size
         )));
     }
     let normalize = ask
         .normalize
         .unwrap_or(text::text_model(version)?.input.normalize_by_default);
-    let tokenized = text::tokenize(version, ask.texts, ask.truncate).await?;
+    let tokenized = text::tokenize(version, ask.inputs, ask.truncate).await?;
     let tokens = tokenized.count;
     let timeout = (settings.default_timeout_us > 0)
         .then(|| std::time::Duration::from_micros(settings.default_timeout_us));
@@ -213,7 +218,7 @@ async fn answer_openai(
 ) -> Result<Vec<u8>, ApiError> {
     let base64 = request.encoding_format.as_deref() == Some("base64");
     let ask = Ask {
-        texts: texts("input", request.input)?,
+        inputs: inputs("input", request.input)?,
         truncate: true,
         normalize: None,
     };
@@ -348,7 +353,7 @@ async fn answer_tei(
     request: TeiRequest,
 ) -> Result<Vec<u8>, ApiError> {
     let ask = Ask {
-        texts: texts("inputs", request.inputs)?,
+        inputs: inputs("inputs", request.inputs)?,
         // TEI's default: an over-long input is refused, not cut.
         truncate: request.truncate.unwrap_or(false),
         normalize: Some(request.normalize.unwrap_or(true)),

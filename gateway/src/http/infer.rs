@@ -178,7 +178,12 @@ async fn submission(
             false,
         )),
         ValidInput::Text(t) => {
-            let tokenized = text::tokenize(version, t.texts, t.truncate).await?;
+            let tokenized = text::tokenize(
+                version,
+                t.texts.into_iter().map(text::Input::Text).collect(),
+                t.truncate,
+            )
+            .await?;
             Ok((tokenized.submission(priority, timeout), t.normalize))
         }
     }

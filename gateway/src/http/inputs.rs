@@ -1,30 +1,36 @@
-//! `input` (OpenAI) and `inputs` (TEI) read straight into texts: a string or an array of
-//! strings. Anything else is noted, not refused, so that the endpoint can answer it after
-//! it has resolved the model. An array is kept only up to [`MAX_TEXTS`] (the rest only
-//! counted), so a body of millions of tiny strings costs no more than its own bytes.
+//! `input` (OpenAI) and `inputs` (TEI) read straight into what a text model takes: a
+//! string, an array of token ids, or an array of strings and arrays of ids. Anything else
+//! is noted, not refused, so that the endpoint can answer it after it has resolved the
+//! model. Arrays are kept only up to [`MAX_TEXTS`] inputs and [`MAX_IDS`] ids per input (the
+//! rest only counted), so a body of millions of tiny elements costs no more than its own
+//! bytes.
 
 use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-/// The most texts one request may hold, as OpenAI allows; a model's `max_batch_size` may
+/// The most inputs one request may hold, as OpenAI allows; a model's `max_batch_size` may
 /// allow fewer.
 pub const MAX_TEXTS: usize = 2048;
 
+/// The most token ids of one input kept: past it they are only counted, as a text's tokens
+/// are.
+pub const MAX_IDS: usize = models::encoder::TOKEN_COUNT_LIMIT;
+
 /// The visitor methods for JSON values that are not strings, arrays or objects: each is
-/// `$none`, whatever its value.
-macro_rules! not_text {
-    ($none:expr) => {
+/// `$none`, whatever its value, except the integers `$int` takes.
+macro_rules! scalars {
+    ($none:expr, $int:expr) => {
         fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
             Ok($none)
         }
 
-        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-            Ok($none)
+        fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+            Ok(u64::try_from(v).map_or($none, $int))
         }
 
-        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-            Ok($none)
+        fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+            Ok($int(v))
         }
 
         fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
@@ -37,14 +43,40 @@ macro_rules! not_text {
     };
 }
 
+/// Token ids a client made with the model's own tokenizer, special tokens included.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TokenIds {
+    /// The first [`MAX_IDS`] of them.
+    pub ids: Vec<u32>,
+    /// How many the request held.
+    pub count: usize,
+}
+
+impl TokenIds {
+    fn push(&mut self, id: u32) {
+        self.count += 1;
+        if self.ids.len() < MAX_IDS {
+            self.ids.push(id);
+        }
+    }
+}
+
+/// One input of a text model.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    Text(String),
+    Ids(TokenIds),
+}
+
 /// What `input(s)` held.
 #[derive(Debug, PartialEq)]
 pub enum Inputs {
-    Texts(Vec<String>),
-    /// An array of this many strings, more than [`MAX_TEXTS`].
+    List(Vec<Input>),
+    /// An array of this many inputs, more than [`MAX_TEXTS`].
     TooMany(usize),
-    /// A number, an object, token ids, or an array with anything but strings in it.
-    NotTexts,
+    /// A number, an object, or an array with anything but strings, ids or arrays of ids in
+    /// it (ids are integers from 0 to 2³² - 1), or with ids beside other inputs.
+    Invalid,
 }
 
 impl<'de> Deserialize<'de> for Inputs {
@@ -59,45 +91,58 @@ impl<'de> Visitor<'de> for InputsVisitor {
     type Value = Inputs;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a string or an array of strings")
+        f.write_str("a string, an array of token ids, or an array of strings and arrays of ids")
     }
 
     fn visit_str<E>(self, s: &str) -> Result<Inputs, E> {
-        Ok(Inputs::Texts(vec![s.to_owned()]))
+        Ok(Inputs::List(vec![Input::Text(s.to_owned())]))
     }
 
     fn visit_string<E>(self, s: String) -> Result<Inputs, E> {
-        Ok(Inputs::Texts(vec![s]))
+        Ok(Inputs::List(vec![Input::Text(s)]))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Inputs, A::Error> {
-        let (mut texts, mut count, mut only_texts) = (Vec::new(), 0, true);
+        let (mut list, mut count, mut flat) = (Vec::new(), 0, TokenIds::default());
+        let mut valid = true;
         while let Some(item) = seq.next_element::<Item>()? {
-            count += 1;
             match item {
-                Item::Text(t) if count <= MAX_TEXTS => texts.push(t),
-                Item::Text(_) => {}
-                Item::Other => only_texts = false,
+                Item::Id(id) => flat.push(id),
+                Item::Input(input) => {
+                    count += 1;
+                    if count <= MAX_TEXTS {
+                        list.push(input);
+                    }
+                }
+                Item::Other => valid = false,
             }
         }
-        Ok(match (only_texts, count > MAX_TEXTS) {
-            (false, _) => Inputs::NotTexts,
-            (true, true) => Inputs::TooMany(count),
-            (true, false) => Inputs::Texts(texts),
+        Ok(match (valid, flat.count, count) {
+            (false, _, _) => Inputs::Invalid,
+            (true, 0, n) if n > MAX_TEXTS => Inputs::TooMany(n),
+            (true, 0, _) => Inputs::List(list),
+            (true, _, 0) => Inputs::List(vec![Input::Ids(flat)]),
+            (true, _, _) => Inputs::Invalid,
         })
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Inputs, A::Error> {
-        skip_map(map).map(|_| Inputs::NotTexts)
+        skip_map(map).map(|_| Inputs::Invalid)
     }
 
-    not_text!(Inputs::NotTexts);
+    scalars!(Inputs::Invalid, |_| Inputs::Invalid);
 }
 
 /// One element of an `input(s)` array.
 enum Item {
-    Text(String),
+    Input(Input),
+    /// An element of a flat array of ids: one input as a whole.
+    Id(u32),
     Other,
+}
+
+fn id_item(v: u64) -> Item {
+    u32::try_from(v).map_or(Item::Other, Item::Id)
 }
 
 impl<'de> Deserialize<'de> for Item {
@@ -112,27 +157,71 @@ impl<'de> Visitor<'de> for ItemVisitor {
     type Value = Item;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a string")
+        f.write_str("a string, a token id or an array of token ids")
     }
 
     fn visit_str<E>(self, s: &str) -> Result<Item, E> {
-        Ok(Item::Text(s.to_owned()))
+        Ok(Item::Input(Input::Text(s.to_owned())))
     }
 
     fn visit_string<E>(self, s: String) -> Result<Item, E> {
-        Ok(Item::Text(s))
+        Ok(Item::Input(Input::Text(s)))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Item, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Item::Other)
+        let (mut ids, mut valid) = (TokenIds::default(), true);
+        while let Some(id) = seq.next_element::<Id>()? {
+            match id {
+                Id(Some(id)) => ids.push(id),
+                Id(None) => valid = false,
+            }
+        }
+        Ok(if valid {
+            Item::Input(Input::Ids(ids))
+        } else {
+            Item::Other
+        })
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Item, A::Error> {
         skip_map(map).map(|_| Item::Other)
     }
 
-    not_text!(Item::Other);
+    scalars!(Item::Other, id_item);
+}
+
+/// One element of an array of ids: `None` for anything but an integer that fits in `u32`.
+struct Id(Option<u32>);
+
+impl<'de> Deserialize<'de> for Id {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Id, D::Error> {
+        d.deserialize_any(IdVisitor)
+    }
+}
+
+struct IdVisitor;
+
+impl<'de> Visitor<'de> for IdVisitor {
+    type Value = Id;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a token id")
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Id, E> {
+        Ok(Id(None))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Id, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Id(None))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Id, A::Error> {
+        skip_map(map).map(|_| Id(None))
+    }
+
+    scalars!(Id(None), |v| Id(u32::try_from(v).ok()));
 }
 
 fn skip_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
@@ -148,33 +237,78 @@ mod tests {
         crate::protocol::json_de::from_slice::<Inputs>(json.as_bytes()).unwrap()
     }
 
+    fn text(s: &str) -> Input {
+        Input::Text(s.into())
+    }
+
+    fn ids(ids: &[u32]) -> Input {
+        Input::Ids(TokenIds {
+            ids: ids.to_vec(),
+            count: ids.len(),
+        })
+    }
+
     #[test]
-    fn a_string_or_strings_are_texts_and_anything_else_is_noted() {
-        assert_eq!(read(r#""a cat""#), Inputs::Texts(vec!["a cat".into()]));
+    fn strings_and_token_ids_are_inputs_and_anything_else_is_noted() {
+        assert_eq!(read(r#""a cat""#), Inputs::List(vec![text("a cat")]));
         assert_eq!(
             read(r#"["a", "b\u00e9"]"#),
-            Inputs::Texts(vec!["a".into(), "bé".into()])
+            Inputs::List(vec![text("a"), text("bé")])
         );
-        assert_eq!(read("[]"), Inputs::Texts(vec![]));
+        assert_eq!(read("[]"), Inputs::List(vec![]));
+        assert_eq!(
+            read("[101, 0, 102]"),
+            Inputs::List(vec![ids(&[101, 0, 102])])
+        );
+        assert_eq!(
+            read(r#"[[101, 102], "a", [], [4294967295]]"#),
+            Inputs::List(vec![
+                ids(&[101, 102]),
+                text("a"),
+                ids(&[]),
+                ids(&[u32::MAX])
+            ])
+        );
         for other in [
             "1",
             "true",
             "null",
             r#"{"a": [1]}"#,
-            "[[1, 2]]",
             r#"["a", 3]"#,
+            "[1, [2]]",
+            "[-1]",
+            "[[1, -1]]",
+            "[4294967296]",
+            "[[1.5]]",
+            "[1.0]",
+            r#"[["a"]]"#,
+            "[[[1]]]",
+            r#"[[{"a": 1}]]"#,
         ] {
-            assert_eq!(read(other), Inputs::NotTexts, "{other}");
+            assert_eq!(read(other), Inputs::Invalid, "{other}");
         }
         // Malformed JSON is still an error of the body.
         assert!(crate::protocol::json_de::from_slice::<Inputs>(b"[\"a\",").is_err());
+        assert!(crate::protocol::json_de::from_slice::<Inputs>(b"[[1, 2]").is_err());
     }
 
     #[test]
-    fn past_the_limit_strings_are_counted_not_kept() {
+    fn past_the_limits_inputs_and_ids_are_counted_not_kept() {
         let many = format!("[{}\"\"]", "\"\",".repeat(MAX_TEXTS + 9));
         assert_eq!(read(&many), Inputs::TooMany(MAX_TEXTS + 10));
-        let most = format!("[{}\"\"]", "\"x\",".repeat(MAX_TEXTS - 1));
-        assert!(matches!(read(&most), Inputs::Texts(t) if t.len() == MAX_TEXTS));
+        let most = format!("[{}[1]]", "\"x\",".repeat(MAX_TEXTS - 1));
+        assert!(matches!(read(&most), Inputs::List(t) if t.len() == MAX_TEXTS));
+        for long in [
+            format!("[{}7]", "7,".repeat(MAX_IDS + 99)),
+            format!("[\"a\", [{}7]]", "7,".repeat(MAX_IDS + 99)),
+        ] {
+            let Inputs::List(list) = read(&long) else {
+                panic!("not a list")
+            };
+            let Some(Input::Ids(ids)) = list.last() else {
+                panic!("no ids: {list:?}")
+            };
+            assert_eq!((ids.ids.len(), ids.count), (MAX_IDS, MAX_IDS + 100));
+        }
     }
 }

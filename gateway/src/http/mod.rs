@@ -16,7 +16,7 @@ mod limit;
 mod models;
 mod repository;
 mod routes;
-mod text;
+pub(crate) mod text;
 mod write_stall;
 
 use std::convert::Infallible;

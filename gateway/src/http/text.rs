@@ -1,16 +1,19 @@
 //! What every text endpoint (v2 with BYTES, OpenAI's embeddings, TEI's embed) does with its
-//! texts: tokenize them (off the runtime's threads when they are long), size them in
-//! token-units for the batcher, and normalise what comes back.
+//! inputs: tokenize texts (off the runtime's threads when they are long), check token ids
+//! sent as they are, size both in token-units for the batcher, and normalise what comes
+//! back.
 
 use std::time::Duration;
 
-use models::{EncodeError, PackedTokens};
+use models::{EncodeError, PackedTokens, TextInput, TextTokenizer};
 
 use crate::batching::Payload;
 use crate::error::ApiError;
 use crate::infer::Submission;
 use crate::metrics as names;
 use crate::registry::{ModelVersion, TextModel};
+
+pub use super::inputs::{Input, TokenIds};
 
 /// Texts longer than this in all are tokenized on the blocking pool: a few sentences cost
 /// tens of microseconds, a book's worth milliseconds the runtime's threads owe others.
@@ -47,17 +50,18 @@ pub fn text_model(version: &ModelVersion) -> Result<&TextModel, ApiError> {
     })
 }
 
-/// Tokenizes `texts`: each cut at the model's limit, or refused when `truncate` is false;
-/// the whole request refused past `max_batch_tokens`.
+/// Tokenizes the texts of `inputs` and checks their token ids: each input cut at the model's
+/// limit, or refused when `truncate` is false; the whole request refused past
+/// `max_batch_tokens`.
 pub async fn tokenize(
     version: &ModelVersion,
-    texts: Vec<String>,
+    inputs: Vec<Input>,
     truncate: bool,
 ) -> Result<Tokenized, ApiError> {
     let text = text_model(version)?;
-    let bytes: usize = texts.iter().map(String::len).sum();
-    let tokenizer = text.tokenizer.clone();
-    let encode = move || encode_all(&tokenizer, &texts, truncate);
+    let bytes: usize = inputs.iter().map(text_bytes).sum();
+    let (tokenizer, model) = (text.tokenizer.clone(), text.input.clone());
+    let encode = move || encode_all(&tokenizer, &model, &inputs, truncate);
     let tokens = if bytes <= INLINE_TOKENIZE_BYTES {
         encode()?
     } else {
@@ -84,38 +88,96 @@ pub async fn tokenize(
     })
 }
 
-fn encode_all(
-    tokenizer: &models::TextTokenizer,
-    texts: &[String],
+fn text_bytes(input: &Input) -> usize {
+    match input {
+        Input::Text(t) => t.len(),
+        Input::Ids(_) => 0,
+    }
+}
+
+/// Every input tokenized (a text) or checked (ids), packed in order.
+pub(crate) fn encode_all(
+    tokenizer: &TextTokenizer,
+    model: &TextInput,
+    inputs: &[Input],
     truncate: bool,
 ) -> Result<PackedTokens, ApiError> {
-    let mut packed = PackedTokens::with_capacity(texts.len(), texts.len() * 16);
-    for (i, text) in texts.iter().enumerate() {
-        match tokenizer.encode(text, truncate) {
-            // A tokenizer with no special tokens of its own gives none for blank text.
-            Ok(encoded) if encoded.is_empty() => {
-                return Err(ApiError::invalid(format!("text {i} gives no tokens")));
-            }
-            Ok(encoded) => packed.push(&encoded),
-            Err(EncodeError::TooLong {
-                tokens,
-                max,
-                counted_all,
-            }) => {
-                let more = if counted_all { "" } else { "more than " };
-                return Err(ApiError::invalid(format!(
-                    "text {i} has {more}{tokens} tokens, at most {max} fit; send it shorter \
-                     or with truncate on"
-                )));
-            }
-            Err(EncodeError::Tokenizer(why)) => {
-                return Err(ApiError::Internal(format!(
-                    "the model's tokenizer failed on text {i}: {why}"
-                )));
+    let mut packed = PackedTokens::with_capacity(inputs.len(), inputs.len() * 16);
+    for (i, input) in inputs.iter().enumerate() {
+        match input {
+            Input::Text(text) => packed.push(&encode_text(tokenizer, i, text, truncate)?),
+            Input::Ids(ids) => {
+                let ids = checked_ids(model, i, ids, truncate)?;
+                packed.push_ids(ids, &vec![0; ids.len()]);
             }
         }
     }
     Ok(packed)
+}
+
+fn encode_text(
+    tokenizer: &TextTokenizer,
+    i: usize,
+    text: &str,
+    truncate: bool,
+) -> Result<models::encoder::Encoded, ApiError> {
+    match tokenizer.encode(text, truncate) {
+        // A tokenizer with no special tokens of its own gives none for blank text.
+        Ok(encoded) if encoded.is_empty() => {
+            Err(ApiError::invalid(format!("text {i} gives no tokens")))
+        }
+        Ok(encoded) => Ok(encoded),
+        Err(EncodeError::TooLong {
+            tokens,
+            max,
+            counted_all,
+        }) => {
+            let more = if counted_all { "" } else { "more than " };
+            Err(ApiError::invalid(format!(
+                "text {i} has {more}{tokens} tokens, at most {max} fit; send it shorter \
+                 or with truncate on"
+            )))
+        }
+        Err(EncodeError::Tokenizer(why)) => Err(ApiError::Internal(format!(
+            "the model's tokenizer failed on text {i}: {why}"
+        ))),
+    }
+}
+
+/// Token ids as the model runs them: each below its vocabulary's size, at most
+/// `max_seq_len` of them (the first, when `truncate` is on). They are taken as they are, so
+/// they include the special tokens the model's tokenizer adds ([CLS] and [SEP] for BERT).
+fn checked_ids<'a>(
+    model: &TextInput,
+    i: usize,
+    ids: &'a TokenIds,
+    truncate: bool,
+) -> Result<&'a [u32], ApiError> {
+    let max = model.max_seq_len;
+    if ids.count == 0 {
+        return Err(ApiError::invalid(format!("input {i} holds no token ids")));
+    }
+    if ids.count > max && !truncate {
+        let more = if ids.count > ids.ids.len() {
+            "more than "
+        } else {
+            ""
+        };
+        return Err(ApiError::invalid(format!(
+            "input {i} has {more}{} token ids, at most {max} fit; send it shorter or with \
+             truncate on",
+            ids.ids.len()
+        )));
+    }
+    let kept = &ids.ids[..ids.ids.len().min(max)];
+    if let Some(id) = kept.iter().find(|&&id| id as usize >= model.vocab_size) {
+        return Err(ApiError::invalid(format!(
+            "input {i}: token id {id} is past the model's vocabulary of {}; send ids from \
+             the model's own tokenizer",
+            model.vocab_size
+        )));
+    }
+    Ok(kept)
 }
 
 /// L2-normalises each embedding (rows of `width`), when asked to.
