@@ -389,6 +389,39 @@ fn token_ids_give_what_their_text_gives() {
     );
 }
 
+/// OpenAI's model listing names the text encoders, the models `/v1/embeddings` serves, and
+/// answers a model that is not one of them with OpenAI's 404.
+#[test]
+fn openai_models_lists_the_text_encoders() {
+    let repo = TempDir::new("text-models");
+    synthetic(&repo.path().join("enc/1"), 7);
+    write_version(repo.path(), "digits", 1, &[8, 4], 1);
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let r = server.get("/v1/models");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let list = r.json();
+    assert_eq!(list["object"], "list");
+    let data = list["data"].as_array().unwrap();
+    assert_eq!(data.len(), 1, "{list}");
+    assert_eq!(data[0]["id"], "enc");
+    assert_eq!(data[0]["object"], "model");
+    assert!(data[0]["created"].as_u64().unwrap() >= before, "{list}");
+    let r = server.get("/v1/models/enc");
+    assert_eq!((r.status, r.json()), (200, data[0].clone()));
+    for path in ["/v1/models/digits", "/v1/models/nope"] {
+        let r = server.get(path);
+        assert_eq!(r.status, 404, "{path}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "model_not_found", "{}", r.text());
+    }
+    let r = server.post_json("/v1/models", &json!({}));
+    assert_eq!(r.status, 405, "{}", r.text());
+    assert!(r.json()["error"]["message"].is_string(), "{}", r.text());
+}
+
 /// `tandem_requests_total{model, code}` as the server counts it now.
 fn requests_total(server: &Server, model: &str, code: u16) -> u64 {
     let labels = [format!("model=\"{model}\""), format!("code=\"{code}\"")];

@@ -75,6 +75,7 @@ async fn load_validated(
         settings: std::sync::Mutex::new(spec.settings.clone()),
         updates: channels.updates,
         stats,
+        loaded_at: std::time::SystemTime::now(),
     }))
 }
 

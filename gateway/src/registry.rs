@@ -57,6 +57,8 @@ pub struct ModelVersion {
     pub updates: mpsc::Sender<PolicyUpdate>,
     /// Triton's statistics extension: counts and times since this version loaded.
     pub stats: Arc<crate::stats::VersionStats>,
+    /// When it was ready to serve: OpenAI's `created` for the model.
+    pub loaded_at: std::time::SystemTime,
 }
 
 impl ModelVersion {

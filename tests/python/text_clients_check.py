@@ -1,7 +1,8 @@
 """Real clients against a text model served by tandem: tritonclient.http with BYTES in
 JSON and in the binary extension, and the openai client's embeddings.create, with texts and
 with the token ids Python's `tokenizers` gives for them — all unchanged, all giving the same
-embeddings as tandem's own /v1/embeddings.
+embeddings as tandem's own /v1/embeddings; and the openai client's models.list() and
+models.retrieve() finding the model.
 
     python tests/python/text_clients_check.py --url 127.0.0.1:8000 --model enc \
         --tokenizer DIR/tokenizer.json [--pair-score S]
@@ -63,6 +64,19 @@ def with_openai(url, model, texts, encoding):
     return np.array(rows)
 
 
+def listed(url, model):
+    """The openai client's model listing and lookup find `model`; an unknown one is its
+    NotFoundError."""
+    client = openai.OpenAI(base_url=f"http://{url}/v1", api_key="unused")
+    assert model in [m.id for m in client.models.list()], model
+    assert client.models.retrieve(model).id == model
+    try:
+        client.models.retrieve(model + "-not-loaded")
+    except openai.NotFoundError:
+        return
+    raise AssertionError("an unknown model was found")
+
+
 def token_ids(path, texts):
     """The model's own ids for `texts`, special tokens included, with the padding and
     truncation the folder's tokenizer.json may fix switched off."""
@@ -83,6 +97,7 @@ def main():
     p.add_argument("--tokenizer", required=True, help="the model's tokenizer.json")
     p.add_argument("--pair-score", type=float)
     args = p.parse_args()
+    listed(args.url, args.model)
     want = own(args.url, args.model, TEXTS)
     got = {
         "tritonclient JSON": triton(args.url, args.model, TEXTS, binary=False),

@@ -14,6 +14,7 @@ mod infer;
 mod inputs;
 mod limit;
 mod models;
+mod openai_models;
 mod repository;
 mod routes;
 pub(crate) mod text;

@@ -89,6 +89,8 @@ fn read(state: &AppState, metrics_only: bool, segments: &[&str]) -> Option<Answe
         (_, ["v2", "models", m, "versions", v, "config"]) => {
             models::model_config(state, m, Some(v))
         }
+        (_, ["v1", "models"]) => Ok(super::openai_models::list(state)),
+        (_, ["v1", "models", m]) => super::openai_models::retrieve(state, m),
         (_, ["v2", "models", m, "ready"]) => models::model_ready(state, m, None),
         (_, ["v2", "models", m, "versions", v, "ready"]) => models::model_ready(state, m, Some(v)),
         _ => return None,
@@ -162,6 +164,7 @@ fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
     const READ: &str = "GET, HEAD";
     match segments {
         ["metrics"] | ["v2"] | ["v2", "health", "live" | "ready"] => Some(READ),
+        ["v1", "models"] | ["v1", "models", _] => Some(READ),
         ["v2", "repository", "index"] | ["v1", "embeddings"] | ["embed"] => Some("POST"),
         ["v2", "repository", "models", _, "load" | "unload"] => Some("POST"),
         ["v2", "models", _] | ["v2", "models", _, "versions", _] => Some(READ),
