@@ -1,106 +1,18 @@
 //! Text encoders served end to end: the same embeddings through v2 (BYTES in JSON), OpenAI's
 //! /v1/embeddings and TEI's /embed; packed batches of mixed lengths giving what one text at
 //! a time gives; bad input answered with a clear 4xx while serving goes on; versions hot
-//! loaded from copied snapshots, broken ones refused by name with the previous one serving;
-//! and real clients (tritonclient, openai) unchanged. A tiny synthetic BERT needs no
-//! download; all-MiniLM-L6-v2 (scripts/fetch-models.sh) is used where present, and its
-//! absence is a SKIPPED test (a failure with TANDEM_REQUIRE_TOOLS set).
+//! loaded from copied snapshots, broken ones refused by name with the previous one serving.
+//! A tiny synthetic BERT needs no download. The APIs as clients call them are in
+//! tests/text_apis.rs.
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
+use common::text::*;
 use common::*;
 use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
 use serde_json::{Value, json};
-
-fn skip(test: &str, reason: &str) {
-    assert!(
-        std::env::var_os("TANDEM_REQUIRE_TOOLS").is_none(),
-        "{test}: {reason} (TANDEM_REQUIRE_TOOLS is set)"
-    );
-    kernels::cuda::report_skip(test, reason);
-}
-
-/// all-MiniLM-L6-v2's folder, where scripts/fetch-models.sh puts it.
-fn minilm() -> Option<PathBuf> {
-    let dir = std::env::var_os("TANDEM_MINILM_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let cache = std::env::var_os("TANDEM_CACHE")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| {
-                    PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                        .join(".cache/tandem")
-                });
-            cache.join("models/all-minilm-l6-v2")
-        });
-    dir.join("model.safetensors").is_file().then_some(dir)
-}
-
-fn synthetic(dir: &Path, seed: u64) {
-    let spec = SyntheticSpec {
-        seed,
-        ..SyntheticSpec::default()
-    };
-    write_synthetic(dir, &spec).unwrap();
-}
-
-fn start_synthetic() -> (Server, TempDir) {
-    let repo = TempDir::new("text");
-    synthetic(&repo.path().join("enc/1"), 7);
-    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
-    (server, repo)
-}
-
-fn embeddings(r: &HttpResponse) -> Vec<Vec<f64>> {
-    let j = r.json();
-    let rows = if let Some(data) = j["data"].as_array() {
-        data.iter().map(|d| d["embedding"].clone()).collect()
-    } else if let Some(outputs) = j["outputs"].as_array() {
-        let width = outputs[0]["shape"][1].as_u64().unwrap() as usize;
-        let flat: Vec<Value> = outputs[0]["data"].as_array().unwrap().clone();
-        flat.chunks(width)
-            .map(|c| Value::Array(c.to_vec()))
-            .collect()
-    } else {
-        j.as_array().unwrap().clone()
-    };
-    rows.iter()
-        .map(|r| {
-            r.as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_f64().unwrap())
-                .collect()
-        })
-        .collect()
-}
-
-fn v2(texts: &[&str]) -> Value {
-    json!({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [texts.len()], "data": texts}]})
-}
-
-fn cosine(a: &[f64], b: &[f64]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
-    dot / (norm(a) * norm(b))
-}
-
-/// Embeddings of `texts` through each endpoint, in the same order.
-fn through_every_endpoint(server: &Server, model: &str, texts: &[&str]) -> [Vec<Vec<f64>>; 3] {
-    let ok = |r: HttpResponse| {
-        assert_eq!(r.status, 200, "{}", r.text());
-        embeddings(&r)
-    };
-    [
-        ok(server.post_json(&format!("/v2/models/{model}/infer"), &v2(texts))),
-        ok(server.post_json("/v1/embeddings", &json!({"model": model, "input": texts}))),
-        ok(server.post_json("/embed", &json!({"inputs": texts, "model": model}))),
-    ]
-}
 
 #[test]
 fn every_endpoint_gives_the_same_normalised_embeddings() {
@@ -305,123 +217,6 @@ fn bad_text_input_gets_a_clear_4xx_and_serving_goes_on() {
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
-/// Token ids made with the model's own tokenizer give what their text gives, alone or beside
-/// texts, on both JSON APIs; ids the model cannot take are a clear 400, and serving goes on.
-#[test]
-fn token_ids_give_what_their_text_gives() {
-    let (server, repo) = start_synthetic();
-    let tokenizer = models::TextTokenizer::from_dir(&repo.path().join("enc/1"), 48).unwrap();
-    let texts = [
-        "a cat runs fast",
-        "the big red dog is eating bread with a woman",
-    ];
-    let ids: Vec<Vec<u32>> = texts
-        .iter()
-        .map(|t| tokenizer.encode(t, false).unwrap().ids)
-        .collect();
-    let [_, want, _] = through_every_endpoint(&server, "enc", &texts);
-    let ok = |path: &str, body: Value| {
-        let r = server.post_json(path, &body);
-        assert_eq!(r.status, 200, "{body}: {}", r.text());
-        embeddings(&r)
-    };
-    let both = ok("/v1/embeddings", json!({"model": "enc", "input": ids}));
-    let mixed = ok("/embed", json!({"inputs": [texts[0], ids[1]]}));
-    let one = ok("/v1/embeddings", json!({"model": "enc", "input": ids[1]}));
-    for (got, text) in [
-        (&both[0], 0),
-        (&both[1], 1),
-        (&mixed[0], 0),
-        (&mixed[1], 1),
-        (&one[0], 1),
-    ] {
-        let c = cosine(got, &want[text]);
-        assert!(c > 0.999_999, "text {text}: cosine {c}");
-    }
-    let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": ids}));
-    let tokens = ids.iter().map(Vec::len).sum::<usize>();
-    assert_eq!(r.json()["usage"]["prompt_tokens"], tokens);
-    // 60 ids: cut to the model's 48 on /v1 (and on /embed when asked), refused otherwise.
-    let long: Vec<u32> = ids[1].iter().cycle().take(60).copied().collect();
-    let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": long}));
-    assert_eq!(r.json()["usage"]["prompt_tokens"], 48, "{}", r.text());
-    let r = server.post_json("/embed", &json!({"inputs": [long], "truncate": true}));
-    assert_eq!(r.status, 200, "{}", r.text());
-    for (path, body, words) in [
-        (
-            "/embed",
-            json!({"inputs": [long]}),
-            "input 0 has 60 token ids, at most 48",
-        ),
-        (
-            "/embed",
-            json!({"inputs": ["a", [1, 999_999]]}),
-            "token id 999999 is past",
-        ),
-        (
-            "/v1/embeddings",
-            json!({"model": "enc", "input": [[]]}),
-            "holds no token ids",
-        ),
-        (
-            "/v1/embeddings",
-            json!({"model": "enc", "input": [-1]}),
-            "must be a string",
-        ),
-        (
-            "/v1/embeddings",
-            json!({"model": "enc", "input": [[1.5]]}),
-            "must be a string",
-        ),
-        (
-            "/v1/embeddings",
-            json!({"model": "enc", "input": ["a", 1]}),
-            "must be a string",
-        ),
-    ] {
-        let r = server.post_json(path, &body);
-        assert_eq!(r.status, 400, "{body}: {}", r.text());
-        assert!(r.text().contains(words), "{words}: {}", r.text());
-    }
-    assert_eq!(
-        ok("/v1/embeddings", json!({"model": "enc", "input": ids[1]})),
-        one
-    );
-}
-
-/// OpenAI's model listing names the text encoders, the models `/v1/embeddings` serves, and
-/// answers a model that is not one of them with OpenAI's 404.
-#[test]
-fn openai_models_lists_the_text_encoders() {
-    let repo = TempDir::new("text-models");
-    synthetic(&repo.path().join("enc/1"), 7);
-    write_version(repo.path(), "digits", 1, &[8, 4], 1);
-    let before = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
-    let r = server.get("/v1/models");
-    assert_eq!(r.status, 200, "{}", r.text());
-    let list = r.json();
-    assert_eq!(list["object"], "list");
-    let data = list["data"].as_array().unwrap();
-    assert_eq!(data.len(), 1, "{list}");
-    assert_eq!(data[0]["id"], "enc");
-    assert_eq!(data[0]["object"], "model");
-    assert!(data[0]["created"].as_u64().unwrap() >= before, "{list}");
-    let r = server.get("/v1/models/enc");
-    assert_eq!((r.status, r.json()), (200, data[0].clone()));
-    for path in ["/v1/models/digits", "/v1/models/nope"] {
-        let r = server.get(path);
-        assert_eq!(r.status, 404, "{path}: {}", r.text());
-        assert_eq!(r.json()["error"]["code"], "model_not_found", "{}", r.text());
-    }
-    let r = server.post_json("/v1/models", &json!({}));
-    assert_eq!(r.status, 405, "{}", r.text());
-    assert!(r.json()["error"]["message"].is_string(), "{}", r.text());
-}
-
 /// `tandem_requests_total{model, code}` as the server counts it now.
 fn requests_total(server: &Server, model: &str, code: u16) -> u64 {
     let labels = [format!("model=\"{model}\""), format!("code=\"{code}\"")];
@@ -594,73 +389,4 @@ fn a_text_that_gives_no_tokens_is_a_400_for_its_own_request() {
     let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": "a cat"}));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["usage"]["prompt_tokens"], 2);
-}
-
-fn read_json(path: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
-}
-
-#[test]
-fn minilm_scores_the_pair_as_published_through_every_endpoint() {
-    let test = "minilm_scores_the_pair_as_published_through_every_endpoint";
-    let Some(dir) = minilm() else {
-        return skip(
-            test,
-            "all-MiniLM-L6-v2 not fetched (scripts/fetch-models.sh)",
-        );
-    };
-    let server = Server::start(&["--model", &format!("minilm={}", dir.display())]);
-    let pair = ["A man is eating food.", "A man is eating a piece of bread."];
-    for (endpoint, rows) in ["v2", "/v1/embeddings", "/embed"]
-        .iter()
-        .zip(through_every_endpoint(&server, "minilm", &pair))
-    {
-        let score = cosine(&rows[0], &rows[1]);
-        assert!((score - 0.7553).abs() <= 5e-4, "{endpoint}: {score}");
-    }
-    clients_check(test, &server, "minilm", &dir, Some(0.7553));
-}
-
-/// tritonclient (BYTES in JSON and binary) and the openai client (texts and token ids),
-/// unchanged.
-#[test]
-fn tritonclient_and_openai_work_unchanged() {
-    let (server, repo) = start_synthetic();
-    clients_check(
-        "tritonclient_and_openai_work_unchanged",
-        &server,
-        "enc",
-        &repo.path().join("enc/1"),
-        None,
-    );
-}
-
-/// The clients against `model`, whose folder is `dir`.
-fn clients_check(test: &str, server: &Server, model: &str, dir: &Path, pair_score: Option<f64>) {
-    let Some(python) = std::env::var_os("TANDEM_PYTHON") else {
-        return skip(test, "TANDEM_PYTHON not set (scripts/test.sh sets it)");
-    };
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/python/text_clients_check.py"
-    );
-    let mut cmd = Command::new(python);
-    cmd.arg(script)
-        .args(["--url", &server.addr.to_string(), "--model", model])
-        .arg("--tokenizer")
-        .arg(dir.join("tokenizer.json"));
-    if let Some(s) = pair_score {
-        cmd.args(["--pair-score", &s.to_string()]);
-    }
-    let out = cmd.output().unwrap();
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success() && report.contains("all checks passed"),
-        "text clients check failed:\n{report}\nserver log:\n{}",
-        server.log()
-    );
 }

@@ -30,7 +30,8 @@ use crate::validate::{Signature, ValidInput, ValidRequest, validate};
 
 use crate::http::admin::{LogChange, SloChange};
 use crate::http::content_coding;
-use crate::http::embeddings::{self, OpenAiRequest, TeiRequest};
+use crate::http::embeddings::{self, OpenAiRequest};
+use crate::http::tei::TeiRequest;
 use crate::http::text;
 
 /// A fuzz target: panics when an invariant breaks on these bytes.
@@ -124,8 +125,10 @@ fn fixtures() -> &'static Fixtures {
             dense_width: DENSE_WIDTH,
             text: TextInput {
                 max_seq_len: SEQ_LEN,
-                vocab_size: usize::MAX,
+                vocab_size: encoder.vocab_size,
                 normalize_by_default: true,
+                pooling: encoder.pooling,
+                precision: kernels::DType::F32,
                 attention_per_token_pair: 0.01,
             },
             tokenizer,

@@ -61,6 +61,10 @@ pub struct TextInput {
     pub vocab_size: usize,
     /// Whether embeddings are L2-normalised unless a request says otherwise.
     pub normalize_by_default: bool,
+    /// How token states become the embedding (TEI's `/info` reports it).
+    pub pooling: encoder::Pooling,
+    /// The precision its matrices run in (TEI's `/info` reports it).
+    pub precision: kernels::DType,
     /// A sequence of `n` tokens costs `n + n² × attention_per_token_pair` token-units of
     /// compute: the dense layers per token, attention per pair of tokens.
     pub attention_per_token_pair: f64,

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 use kernels::DType;
 use models::Checkpoint;
 
+pub mod text;
+
 /// A temporary folder removed on drop.
 pub struct TempDir(pub PathBuf);
 

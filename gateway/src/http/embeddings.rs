@@ -1,21 +1,18 @@
-//! The embedding endpoints users already call, on the same inference core as v2:
-//! - OpenAI's `POST /v1/embeddings` (`model`, `input` as a string, token ids, or an array
-//!   of either, `encoding_format` `float` or `base64`; `dimensions` refused), answered in OpenAI's
-//!   shape with `usage.prompt_tokens`, its errors in OpenAI's error object, and 429s that
-//!   carry `retry-after-ms` beside `Retry-After` (the `openai` client honours both);
-//! - TEI's `POST /embed` (`inputs`, `normalize`, `truncate`), answered as TEI does: an
-//!   array of embeddings. It serves the one text model loaded, or the one a `model` field
-//!   names.
+//! The embedding endpoints users already call, on the same inference core as v2: what they
+//! share (reading the body, admitting, tokenizing and running a request, counting it), and
+//! OpenAI's `POST /v1/embeddings` (`model`, `input` as a string, token ids, or an array of
+//! either, `encoding_format` `float` or `base64`; `dimensions` refused), answered in OpenAI's
+//! shape with `usage.prompt_tokens`, its errors in OpenAI's error object, and 429s that carry
+//! `retry-after-ms` beside `Retry-After` (the `openai` client honours both). TEI's API is in
+//! [`super::tei`].
 //!
 //! Inputs are truncated at the model's limit unless a request says `truncate: false`; then
 //! an over-long input is a 400 that says how many tokens it has and how many fit. Token ids
 //! are the model's own (its tokenizer's, special tokens included), as OpenAI's, vLLM's and
 //! TEI's servers take them.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::{Full, Limited};
 use hyper::body::Incoming;
 use serde::Deserialize;
@@ -29,7 +26,7 @@ use super::{AppState, body, content_coding, error_response, text};
 use crate::error::ApiError;
 use crate::metrics as names;
 use crate::protocol::json_de;
-use crate::registry::{LookupError, ModelVersion};
+use crate::registry::ModelVersion;
 
 /// OpenAI's request; other fields (`user`) are accepted and ignored, as OpenAI does.
 #[derive(Debug, Deserialize)]
@@ -42,32 +39,19 @@ pub(crate) struct OpenAiRequest {
     pub(crate) dimensions: Option<serde_json::Value>,
 }
 
-/// TEI's request, with `model` as tandem's own addition for servers of several models.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct TeiRequest {
-    pub(crate) inputs: Inputs,
-    #[serde(default)]
-    pub(crate) normalize: Option<bool>,
-    #[serde(default)]
-    pub(crate) truncate: Option<bool>,
-    #[serde(default)]
-    pub(crate) model: Option<String>,
-}
-
 /// What an embedding request asks for, whichever API it came through.
-struct Ask {
-    inputs: Vec<Input>,
-    truncate: bool,
-    normalize: Option<bool>,
+pub(super) struct Ask {
+    pub(super) inputs: Vec<Input>,
+    pub(super) truncate: bool,
+    pub(super) normalize: Option<bool>,
 }
 
 /// What came back.
-struct Embeddings {
+pub(super) struct Embeddings {
     /// Row-major `[texts, width]`.
-    values: Vec<f32>,
-    width: usize,
-    tokens: usize,
+    pub(super) values: Vec<f32>,
+    pub(super) width: usize,
+    pub(super) tokens: usize,
 }
 
 /// `input`/`inputs`: a string, an array of token ids, or an array of strings and arrays of
@@ -98,14 +82,14 @@ pub(crate) fn inputs(field: &str, inputs: Inputs) -> Result<Vec<Input>, ApiError
 }
 
 /// A request read whole, decoded from its content coding, with when it arrived.
-struct Received {
-    body: Bytes,
-    arrival: crate::infer::Arrival,
+pub(super) struct Received {
+    pub(super) body: Bytes,
+    pub(super) arrival: crate::infer::Arrival,
 }
 
 /// Reads the body (bounded in size and time) and decodes it. Both APIs name the model in
 /// the body, so admission comes after this read, before tokenizing: the expensive part.
-async fn receive(
+pub(super) async fn receive(
     state: &AppState,
     req: Request<Limited<Incoming>>,
     clock: &ArrivalClock,
@@ -121,7 +105,7 @@ async fn receive(
 }
 
 /// Admits, tokenizes and runs one embedding request on `version`.
-async fn embed(
+pub(super) async fn embed(
     state: &AppState,
     version: &ModelVersion,
     arrival: &crate::infer::Arrival,
@@ -160,7 +144,11 @@ async fn embed(
 /// Counts an embedding request as v2's infer does, whatever its outcome:
 /// `tandem_requests_total{model, code}` and its duration, under `_unknown` when no model was
 /// resolved (the label set stays bounded), and a failure in the version's statistics.
-fn count(version: Option<&ModelVersion>, response: &Response<Full<Bytes>>, started: Instant) {
+pub(super) fn count(
+    version: Option<&ModelVersion>,
+    response: &Response<Full<Bytes>>,
+    started: Instant,
+) {
     let label = version.map_or("_unknown".to_string(), |v| v.name.clone());
     if let Some(v) = version
         && !response.status().is_success()
@@ -308,106 +296,6 @@ fn encode_base64(values: &[f32]) -> String {
         }
     }
     out
-}
-
-/// `POST /embed`.
-pub async fn tei(
-    state: &AppState,
-    req: Request<Limited<Incoming>>,
-    clock: &ArrivalClock,
-) -> Response<Full<Bytes>> {
-    let started = Instant::now();
-    let coding = content_coding::accepted(req.headers());
-    let (version, result) = match read_tei(state, req, clock, started).await {
-        Err(e) => (None, Err(e)),
-        Ok((received, request, version)) => {
-            let answer = answer_tei(state, &version, received, request).await;
-            (Some(version), answer)
-        }
-    };
-    let response = match result {
-        Ok(body) => content_coding::respond(body, "application/json", coding).await,
-        Err(e) => tei_error(&e),
-    };
-    count(version.as_deref(), &response, started);
-    response
-}
-
-async fn read_tei(
-    state: &AppState,
-    req: Request<Limited<Incoming>>,
-    clock: &ArrivalClock,
-    started: Instant,
-) -> Result<(Received, TeiRequest, Arc<ModelVersion>), ApiError> {
-    let received = receive(state, req, clock, started).await?;
-    let request: TeiRequest = json_de::from_slice(&received.body)
-        .map_err(|e| ApiError::malformed(format!("invalid embed request JSON: {e}")))?;
-    let version = tei_model(state, request.model.as_deref())?;
-    Ok((received, request, version))
-}
-
-async fn answer_tei(
-    state: &AppState,
-    version: &ModelVersion,
-    received: Received,
-    request: TeiRequest,
-) -> Result<Vec<u8>, ApiError> {
-    let ask = Ask {
-        inputs: inputs("inputs", request.inputs)?,
-        // TEI's default: an over-long input is refused, not cut.
-        truncate: request.truncate.unwrap_or(false),
-        normalize: Some(request.normalize.unwrap_or(true)),
-    };
-    let e = embed(state, version, &received.arrival, ask).await?;
-    let rows: Vec<&[f32]> = e.values.chunks_exact(e.width.max(1)).collect();
-    Ok(json!(rows).to_string().into_bytes())
-}
-
-/// The text model `/embed` serves: the one named, or the only one loaded.
-fn tei_model(state: &AppState, named: Option<&str>) -> Result<Arc<ModelVersion>, ApiError> {
-    if let Some(m) = named {
-        return Ok(state.registry.resolve(m, None)?);
-    }
-    let text_models: Vec<_> = state
-        .registry
-        .model_names()
-        .into_iter()
-        .filter_map(|m| state.registry.resolve(&m, None).ok())
-        .filter(|v| v.text.is_some())
-        .collect();
-    match text_models.as_slice() {
-        [only] => Ok(only.clone()),
-        [] => Err(LookupError::UnknownModel {
-            model: "(no text model is loaded)".into(),
-        }
-        .into()),
-        several => Err(ApiError::invalid(format!(
-            "several text models are loaded ({}); name one in a \"model\" field",
-            several
-                .iter()
-                .map(|v| v.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
-    }
-}
-
-/// An error as TEI gives it: `{"error": ..., "error_type": ...}`.
-fn tei_error(e: &ApiError) -> Response<Full<Bytes>> {
-    let kind = match e.status() {
-        StatusCode::TOO_MANY_REQUESTS => "Overloaded",
-        StatusCode::PAYLOAD_TOO_LARGE | StatusCode::BAD_REQUEST => "Validation",
-        s if s.is_server_error() => "Backend",
-        _ => "Validation",
-    };
-    let mut response = error_response(e);
-    let body = json!({"error": e.to_string(), "error_type": kind});
-    *response.body_mut() = Full::new(Bytes::from(body.to_string()));
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
 }
 
 #[cfg(test)]

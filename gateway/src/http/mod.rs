@@ -17,6 +17,7 @@ mod models;
 mod openai_models;
 mod repository;
 mod routes;
+pub(crate) mod tei;
 pub(crate) mod text;
 mod write_stall;
 

@@ -89,6 +89,8 @@ fn read(state: &AppState, metrics_only: bool, segments: &[&str]) -> Option<Answe
         (_, ["v2", "models", m, "versions", v, "config"]) => {
             models::model_config(state, m, Some(v))
         }
+        (_, ["info"]) => Ok(super::tei::answer_or_error(super::tei::info(state))),
+        (_, ["health"] | [""]) => Ok(super::tei::answer_or_error(models::health_ready(state))),
         (_, ["v1", "models"]) => Ok(super::openai_models::list(state)),
         (_, ["v1", "models", m]) => super::openai_models::retrieve(state, m),
         (_, ["v2", "models", m, "ready"]) => models::model_ready(state, m, None),
@@ -115,7 +117,8 @@ async fn write(
             return Some(Ok(super::infer::infer(state, m, v, req, arrival).await));
         }
         (true, ["v1", "embeddings"]) => Ok(super::embeddings::openai(state, req, arrival).await),
-        (true, ["embed"]) => Ok(super::embeddings::tei(state, req, arrival).await),
+        // TEI routes `POST /` to its embed for an embedding model.
+        (true, ["embed"] | [""]) => Ok(super::tei::post_embed(state, req, arrival).await),
         (true, ["v2", "repository", "index"]) => super::repository::index(state, req).await,
         (true, ["v2", "repository", "models", m, "load"]) => {
             super::repository::load(state, m, req, peer).await
@@ -166,6 +169,8 @@ fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
         ["metrics"] | ["v2"] | ["v2", "health", "live" | "ready"] => Some(READ),
         ["v1", "models"] | ["v1", "models", _] => Some(READ),
         ["v2", "repository", "index"] | ["v1", "embeddings"] | ["embed"] => Some("POST"),
+        ["info"] | ["health"] => Some(READ),
+        [""] => Some("GET, HEAD, POST"),
         ["v2", "repository", "models", _, "load" | "unload"] => Some("POST"),
         ["v2", "models", _] | ["v2", "models", _, "versions", _] => Some(READ),
         ["v2", "models", _, last] | ["v2", "models", _, "versions", _, last] => match *last {

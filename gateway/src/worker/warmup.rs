@@ -135,6 +135,8 @@ mod tests {
             max_seq_len: 256,
             vocab_size: 1000,
             normalize_by_default: true,
+            pooling: models::encoder::Pooling::Mean,
+            precision: kernels::DType::F32,
             attention_per_token_pair: 0.0,
         };
         let s = text_samples(&text, 1024, 16);

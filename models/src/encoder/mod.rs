@@ -39,6 +39,8 @@ pub struct Encoder {
     config: EncoderConfig,
     device: Device,
     backend: Backend,
+    /// What its matrices run in: f32 on the CPU, their stored precision on a GPU.
+    precision: kernels::DType,
     /// Its signature, for the model seam (`serving`).
     metadata: crate::ModelMetadata,
 }
@@ -70,6 +72,13 @@ impl Encoder {
         weights: EncoderWeights,
         device: &Device,
     ) -> Result<Encoder, LoadError> {
+        let precision = match device {
+            Device::Cpu => kernels::DType::F32,
+            Device::Cuda(_) => weights
+                .layers
+                .first()
+                .map_or(kernels::DType::F32, |l| l.qkv.weight.dtype()),
+        };
         let backend = match device {
             Device::Cpu => Backend::Cpu(Box::new(cpu::CpuEncoder::new(&config, weights)?)),
             Device::Cuda(d) => Backend::Cuda(Box::new(cuda::CudaEncoder::new(
@@ -82,6 +91,7 @@ impl Encoder {
             config,
             device: device.clone(),
             backend,
+            precision,
             metadata: crate::ModelMetadata {
                 inputs: Vec::new(),
                 outputs: Vec::new(),
@@ -89,6 +99,11 @@ impl Encoder {
         };
         encoder.metadata = encoder.signature();
         Ok(encoder)
+    }
+
+    /// The precision its matrices run in.
+    pub fn precision(&self) -> kernels::DType {
+        self.precision
     }
 
     pub fn config(&self) -> &EncoderConfig {

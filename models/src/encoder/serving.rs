@@ -37,6 +37,8 @@ impl Encoder {
             max_seq_len: c.max_seq_len,
             vocab_size: c.vocab_size,
             normalize_by_default: c.normalize,
+            pooling: c.pooling,
+            precision: self.precision(),
             attention_per_token_pair: 4.0 * h / per_token,
         }
     }

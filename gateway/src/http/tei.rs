@@ -1,0 +1,189 @@
+//! Hugging Face TEI's API, answered as TEI answers it, for the text encoder loaded (or the
+//! one a `model` field names, tandem's addition for servers of several models):
+//! - `POST /embed`, and `POST /` as TEI routes it for an embedding model (what
+//!   `huggingface_hub`'s `InferenceClient.feature_extraction` posts to a server's URL):
+//!   `inputs`, `normalize`, `truncate`, `truncation_direction`; an array of embeddings back;
+//! - `GET /info`: the model and the limits it is served with, in TEI's fields;
+//! - `GET /health`: 200 once serving, 503 before and while draining.
+//!
+//! Errors are `{"error": ..., "error_type": ...}` with TEI's types.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body_util::{Full, Limited};
+use hyper::body::Incoming;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::arrival::ArrivalClock;
+use super::embeddings::{Ask, Received, count, embed, inputs, receive};
+use super::inputs::{Inputs, MAX_TEXTS};
+use super::{AppState, content_coding, error_response, json_response};
+use crate::error::ApiError;
+use crate::protocol::json_de;
+use crate::registry::{LookupError, ModelVersion};
+
+/// TEI's request, with `model` as tandem's own addition for servers of several models.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TeiRequest {
+    pub(crate) inputs: Inputs,
+    #[serde(default)]
+    pub(crate) normalize: Option<bool>,
+    #[serde(default)]
+    pub(crate) truncate: Option<bool>,
+    /// TEI's `Right` (the default: keep the start) or `Left`, which is refused.
+    #[serde(default)]
+    pub(crate) truncation_direction: Option<String>,
+    #[serde(default)]
+    pub(crate) model: Option<String>,
+}
+
+/// `POST /embed`, and `POST /`.
+pub async fn post_embed(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+    clock: &ArrivalClock,
+) -> Response<Full<Bytes>> {
+    let started = Instant::now();
+    let coding = content_coding::accepted(req.headers());
+    let (version, result) = match read(state, req, clock, started).await {
+        Err(e) => (None, Err(e)),
+        Ok((received, request, version)) => {
+            let answer = answer(state, &version, received, request).await;
+            (Some(version), answer)
+        }
+    };
+    let response = match result {
+        Ok(body) => content_coding::respond(body, "application/json", coding).await,
+        Err(e) => tei_error(&e),
+    };
+    count(version.as_deref(), &response, started);
+    response
+}
+
+async fn read(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+    clock: &ArrivalClock,
+    started: Instant,
+) -> Result<(Received, TeiRequest, Arc<ModelVersion>), ApiError> {
+    let received = receive(state, req, clock, started).await?;
+    let request: TeiRequest = json_de::from_slice(&received.body)
+        .map_err(|e| ApiError::malformed(format!("invalid embed request JSON: {e}")))?;
+    match request.truncation_direction.as_deref() {
+        None | Some("Right" | "right") => {}
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "truncation_direction {other:?}: only \"Right\" (keep the start) is served"
+            )));
+        }
+    }
+    let version = text_model(state, request.model.as_deref())?;
+    Ok((received, request, version))
+}
+
+async fn answer(
+    state: &AppState,
+    version: &ModelVersion,
+    received: Received,
+    request: TeiRequest,
+) -> Result<Vec<u8>, ApiError> {
+    let ask = Ask {
+        inputs: inputs("inputs", request.inputs)?,
+        // TEI's default: an over-long input is refused, not cut.
+        truncate: request.truncate.unwrap_or(false),
+        normalize: Some(request.normalize.unwrap_or(true)),
+    };
+    let e = embed(state, version, &received.arrival, ask).await?;
+    let rows: Vec<&[f32]> = e.values.chunks_exact(e.width.max(1)).collect();
+    Ok(json!(rows).to_string().into_bytes())
+}
+
+/// `GET /info`: TEI's description of the model and its limits.
+pub fn info(state: &AppState) -> Result<Response<Full<Bytes>>, ApiError> {
+    let version = text_model(state, None)?;
+    let text = super::text::text_model(&version)?;
+    let settings = version.settings();
+    let pooling = match text.input.pooling {
+        models::encoder::Pooling::Mean => "mean",
+        models::encoder::Pooling::Cls => "cls",
+    };
+    let dtype = match text.input.precision {
+        kernels::DType::F32 => "float32",
+        kernels::DType::F16 => "float16",
+        kernels::DType::BF16 => "bfloat16",
+    };
+    let body = json!({
+        "model_id": version.name,
+        "model_sha": null,
+        "model_dtype": dtype,
+        "model_type": {"embedding": {"pooling": pooling}},
+        "max_concurrent_requests": settings.queue_capacity,
+        "max_input_length": text.input.max_seq_len,
+        "max_batch_tokens": settings.max_batch_tokens,
+        "max_batch_requests": settings.max_batch_size,
+        "max_client_batch_size": settings.max_batch_size.min(MAX_TEXTS),
+        "auto_truncate": false,
+        "tokenization_workers": 1,
+        "version": env!("CARGO_PKG_VERSION"),
+        "sha": null,
+        "docker_label": null,
+    });
+    Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
+}
+
+/// TEI's answers other than embeddings: its error shape for whatever went wrong.
+pub fn answer_or_error(result: Result<Response<Full<Bytes>>, ApiError>) -> Response<Full<Bytes>> {
+    result.unwrap_or_else(|e| tei_error(&e))
+}
+
+/// The text model TEI's routes serve: the one named, or the only one loaded.
+fn text_model(state: &AppState, named: Option<&str>) -> Result<Arc<ModelVersion>, ApiError> {
+    if let Some(m) = named {
+        return Ok(state.registry.resolve(m, None)?);
+    }
+    let text_models: Vec<_> = state
+        .registry
+        .model_names()
+        .into_iter()
+        .filter_map(|m| state.registry.resolve(&m, None).ok())
+        .filter(|v| v.text.is_some())
+        .collect();
+    match text_models.as_slice() {
+        [only] => Ok(only.clone()),
+        [] => Err(LookupError::UnknownModel {
+            model: "(no text model is loaded)".into(),
+        }
+        .into()),
+        several => Err(ApiError::invalid(format!(
+            "several text models are loaded ({}); name one in a \"model\" field",
+            several
+                .iter()
+                .map(|v| v.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// An error as TEI gives it: `{"error": ..., "error_type": ...}`.
+fn tei_error(e: &ApiError) -> Response<Full<Bytes>> {
+    let kind = match e.status() {
+        StatusCode::TOO_MANY_REQUESTS => "Overloaded",
+        StatusCode::SERVICE_UNAVAILABLE => "Unhealthy",
+        s if s.is_server_error() => "Backend",
+        _ => "Validation",
+    };
+    let mut response = error_response(e);
+    let body = json!({"error": e.to_string(), "error_type": kind});
+    *response.body_mut() = Full::new(Bytes::from(body.to_string()));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}

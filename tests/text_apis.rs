@@ -1,0 +1,261 @@
+//! The text encoders' APIs as their users' clients call them: token ids beside texts,
+//! OpenAI's model listing, TEI's routes (`/`, `/info`, `/health`), and real clients
+//! unchanged (tritonclient, openai, huggingface_hub) with all-MiniLM-L6-v2 scoring the
+//! published pair through each. A synthetic BERT needs no download; MiniLM's absence is a
+//! SKIPPED test (a failure with TANDEM_REQUIRE_TOOLS set).
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::text::*;
+use common::*;
+use serde_json::{Value, json};
+
+/// Token ids made with the model's own tokenizer give what their text gives, alone or beside
+/// texts, on both JSON APIs; ids the model cannot take are a clear 400, and serving goes on.
+#[test]
+fn token_ids_give_what_their_text_gives() {
+    let (server, repo) = start_synthetic();
+    let tokenizer = models::TextTokenizer::from_dir(&repo.path().join("enc/1"), 48).unwrap();
+    let texts = [
+        "a cat runs fast",
+        "the big red dog is eating bread with a woman",
+    ];
+    let ids: Vec<Vec<u32>> = texts
+        .iter()
+        .map(|t| tokenizer.encode(t, false).unwrap().ids)
+        .collect();
+    let [_, want, _] = through_every_endpoint(&server, "enc", &texts);
+    let ok = |path: &str, body: Value| {
+        let r = server.post_json(path, &body);
+        assert_eq!(r.status, 200, "{body}: {}", r.text());
+        embeddings(&r)
+    };
+    let both = ok("/v1/embeddings", json!({"model": "enc", "input": ids}));
+    let mixed = ok("/embed", json!({"inputs": [texts[0], ids[1]]}));
+    let one = ok("/v1/embeddings", json!({"model": "enc", "input": ids[1]}));
+    for (got, text) in [
+        (&both[0], 0),
+        (&both[1], 1),
+        (&mixed[0], 0),
+        (&mixed[1], 1),
+        (&one[0], 1),
+    ] {
+        let c = cosine(got, &want[text]);
+        assert!(c > 0.999_999, "text {text}: cosine {c}");
+    }
+    let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": ids}));
+    let tokens = ids.iter().map(Vec::len).sum::<usize>();
+    assert_eq!(r.json()["usage"]["prompt_tokens"], tokens);
+    // 60 ids: cut to the model's 48 on /v1 (and on /embed when asked), refused otherwise.
+    let long: Vec<u32> = ids[1].iter().cycle().take(60).copied().collect();
+    let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": long}));
+    assert_eq!(r.json()["usage"]["prompt_tokens"], 48, "{}", r.text());
+    let r = server.post_json("/embed", &json!({"inputs": [long], "truncate": true}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    for (path, body, words) in [
+        (
+            "/embed",
+            json!({"inputs": [long]}),
+            "input 0 has 60 token ids, at most 48",
+        ),
+        (
+            "/embed",
+            json!({"inputs": ["a", [1, 999_999]]}),
+            "token id 999999 is past",
+        ),
+        (
+            "/v1/embeddings",
+            json!({"model": "enc", "input": [[]]}),
+            "holds no token ids",
+        ),
+        (
+            "/v1/embeddings",
+            json!({"model": "enc", "input": [-1]}),
+            "must be a string",
+        ),
+        (
+            "/v1/embeddings",
+            json!({"model": "enc", "input": [[1.5]]}),
+            "must be a string",
+        ),
+        (
+            "/v1/embeddings",
+            json!({"model": "enc", "input": ["a", 1]}),
+            "must be a string",
+        ),
+    ] {
+        let r = server.post_json(path, &body);
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert!(r.text().contains(words), "{words}: {}", r.text());
+    }
+    assert_eq!(
+        ok("/v1/embeddings", json!({"model": "enc", "input": ids[1]})),
+        one
+    );
+}
+
+/// OpenAI's model listing names the text encoders, the models `/v1/embeddings` serves, and
+/// answers a model that is not one of them with OpenAI's 404.
+#[test]
+fn openai_models_lists_the_text_encoders() {
+    let repo = TempDir::new("text-models");
+    synthetic(&repo.path().join("enc/1"), 7);
+    write_version(repo.path(), "digits", 1, &[8, 4], 1);
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let r = server.get("/v1/models");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let list = r.json();
+    assert_eq!(list["object"], "list");
+    let data = list["data"].as_array().unwrap();
+    assert_eq!(data.len(), 1, "{list}");
+    assert_eq!(data[0]["id"], "enc");
+    assert_eq!(data[0]["object"], "model");
+    assert!(data[0]["created"].as_u64().unwrap() >= before, "{list}");
+    let r = server.get("/v1/models/enc");
+    assert_eq!((r.status, r.json()), (200, data[0].clone()));
+    for path in ["/v1/models/digits", "/v1/models/nope"] {
+        let r = server.get(path);
+        assert_eq!(r.status, 404, "{path}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "model_not_found", "{}", r.text());
+    }
+    let r = server.post_json("/v1/models", &json!({}));
+    assert_eq!(r.status, 405, "{}", r.text());
+    assert!(r.json()["error"]["message"].is_string(), "{}", r.text());
+}
+
+/// TEI's other routes: `POST /` embeds as `/embed` does, `/info` describes the model and
+/// its limits in TEI's fields, `/health` is readiness; errors in TEI's shape.
+#[test]
+fn tei_routes_answer_as_tei_does() {
+    let (server, _repo) = start_synthetic();
+    let texts = ["a cat runs fast", "the big red dog"];
+    let embed = server.post_json("/embed", &json!({"inputs": texts}));
+    let root = server.post_json("/", &json!({"inputs": texts}));
+    assert_eq!(root.status, 200, "{}", root.text());
+    assert_eq!(embeddings(&root), embeddings(&embed));
+    let info = server.get("/info");
+    assert_eq!(info.status, 200, "{}", info.text());
+    let info = info.json();
+    for (field, want) in [
+        ("model_id", json!("enc")),
+        ("model_dtype", json!("float32")),
+        ("model_type", json!({"embedding": {"pooling": "mean"}})),
+        ("max_input_length", json!(48)),
+        ("max_batch_tokens", json!(16_384)),
+        ("max_batch_requests", json!(64)),
+        ("max_client_batch_size", json!(64)),
+        ("auto_truncate", json!(false)),
+    ] {
+        assert_eq!(info[field], want, "{field}: {info}");
+    }
+    for path in ["/health", "/"] {
+        let r = server.get(path);
+        assert_eq!((r.status, r.text()), (200, String::new()), "{path}");
+    }
+    for (body, words) in [
+        (
+            json!({"inputs": "a", "truncation_direction": "Left"}),
+            "truncation_direction",
+        ),
+        (json!({"inputs": 3}), "must be a string"),
+    ] {
+        let r = server.post_json("/", &body);
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert_eq!(r.json()["error_type"], "Validation", "{}", r.text());
+        assert!(r.text().contains(words), "{words}: {}", r.text());
+    }
+    let r = server.post_json(
+        "/",
+        &json!({"inputs": texts, "truncation_direction": "Right"}),
+    );
+    assert_eq!(embeddings(&r), embeddings(&embed));
+}
+
+/// With no text model loaded, TEI's routes say so with a 404 in TEI's shape.
+#[test]
+fn tei_routes_without_a_text_model_are_404s() {
+    let repo = TempDir::new("tei-no-text");
+    write_version(repo.path(), "digits", 1, &[8, 4], 1);
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    for r in [
+        server.get("/info"),
+        server.post_json("/", &json!({"inputs": "a"})),
+    ] {
+        assert_eq!(r.status, 404, "{}", r.text());
+        assert!(r.text().contains("no text model"), "{}", r.text());
+        assert_eq!(r.json()["error_type"], "Validation", "{}", r.text());
+    }
+    assert_eq!(server.get("/health").status, 200);
+}
+
+#[test]
+fn minilm_scores_the_pair_as_published_through_every_endpoint() {
+    let test = "minilm_scores_the_pair_as_published_through_every_endpoint";
+    let Some(dir) = minilm() else {
+        return skip(
+            test,
+            "all-MiniLM-L6-v2 not fetched (scripts/fetch-models.sh)",
+        );
+    };
+    let server = Server::start(&["--model", &format!("minilm={}", dir.display())]);
+    let pair = ["A man is eating food.", "A man is eating a piece of bread."];
+    for (endpoint, rows) in ["v2", "/v1/embeddings", "/embed"]
+        .iter()
+        .zip(through_every_endpoint(&server, "minilm", &pair))
+    {
+        let score = cosine(&rows[0], &rows[1]);
+        assert!((score - 0.7553).abs() <= 5e-4, "{endpoint}: {score}");
+    }
+    clients_check(test, &server, "minilm", &dir, Some(0.7553));
+}
+
+/// tritonclient (BYTES in JSON and binary), the openai client (texts and token ids) and
+/// huggingface_hub's InferenceClient, unchanged.
+#[test]
+fn tritonclient_openai_and_huggingface_hub_work_unchanged() {
+    let (server, repo) = start_synthetic();
+    clients_check(
+        "tritonclient_openai_and_huggingface_hub_work_unchanged",
+        &server,
+        "enc",
+        &repo.path().join("enc/1"),
+        None,
+    );
+}
+
+/// The clients against `model`, whose folder is `dir`.
+fn clients_check(test: &str, server: &Server, model: &str, dir: &Path, pair_score: Option<f64>) {
+    let Some(python) = std::env::var_os("TANDEM_PYTHON") else {
+        return skip(test, "TANDEM_PYTHON not set (scripts/test.sh sets it)");
+    };
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/python/text_clients_check.py"
+    );
+    let mut cmd = Command::new(python);
+    cmd.arg(script)
+        .args(["--url", &server.addr.to_string(), "--model", model])
+        .arg("--tokenizer")
+        .arg(dir.join("tokenizer.json"));
+    if let Some(s) = pair_score {
+        cmd.args(["--pair-score", &s.to_string()]);
+    }
+    let out = cmd.output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && report.contains("all checks passed"),
+        "text clients check failed:\n{report}\nserver log:\n{}",
+        server.log()
+    );
+}
