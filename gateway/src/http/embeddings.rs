@@ -11,6 +11,8 @@
 //! are the model's own (its tokenizer's, special tokens included), as OpenAI's, vLLM's and
 //! TEI's servers take them.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::{Full, Limited};
@@ -144,11 +146,7 @@ pub(super) async fn embed(
 /// Counts an embedding request as v2's infer does, whatever its outcome:
 /// `tandem_requests_total{model, code}` and its duration, under `_unknown` when no model was
 /// resolved (the label set stays bounded), and a failure in the version's statistics.
-pub(super) fn count(
-    version: Option<&ModelVersion>,
-    response: &Response<Full<Bytes>>,
-    started: Instant,
-) {
+fn count(version: Option<&ModelVersion>, response: &Response<Full<Bytes>>, started: Instant) {
     let label = version.map_or("_unknown".to_string(), |v| v.name.clone());
     if let Some(v) = version
         && !response.status().is_success()
@@ -179,12 +177,36 @@ pub async fn openai(
             }
         },
     };
-    let response = match result {
-        Ok(body) => content_coding::respond(body, "application/json", coding).await,
-        Err(e) => openai_error(&e),
+    let answer = Answered {
+        version,
+        result,
+        started,
     };
-    count(version.as_deref(), &response, started);
-    response
+    answer.respond(coding, openai_error).await
+}
+
+/// What an embedding handler came to, to be answered and counted.
+pub(super) struct Answered {
+    pub(super) version: Option<Arc<ModelVersion>>,
+    pub(super) result: Result<Vec<u8>, ApiError>,
+    pub(super) started: Instant,
+}
+
+impl Answered {
+    /// The body in the coding the client accepts, or the error in its API's shape; counted
+    /// either way.
+    pub(super) async fn respond(
+        self,
+        coding: content_coding::Coding,
+        error: fn(&ApiError) -> Response<Full<Bytes>>,
+    ) -> Response<Full<Bytes>> {
+        let response = match self.result {
+            Ok(body) => content_coding::respond(body, "application/json", coding).await,
+            Err(e) => error(&e),
+        };
+        count(self.version.as_deref(), &response, self.started);
+        response
+    }
 }
 
 async fn read_openai(

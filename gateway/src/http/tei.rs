@@ -19,7 +19,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
-use super::embeddings::{Ask, Received, count, embed, inputs, receive};
+use super::embeddings::{Answered, Ask, Received, embed, inputs, receive};
 use super::inputs::{Inputs, MAX_TEXTS};
 use super::{AppState, content_coding, error_response, json_response};
 use crate::error::ApiError;
@@ -57,12 +57,12 @@ pub async fn post_embed(
             (Some(version), answer)
         }
     };
-    let response = match result {
-        Ok(body) => content_coding::respond(body, "application/json", coding).await,
-        Err(e) => tei_error(&e),
+    let answer = Answered {
+        version,
+        result,
+        started,
     };
-    count(version.as_deref(), &response, started);
-    response
+    answer.respond(coding, tei_error).await
 }
 
 async fn read(
