@@ -49,22 +49,43 @@ fn token_ids_give_what_their_text_gives() {
     let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": ids}));
     let tokens = ids.iter().map(Vec::len).sum::<usize>();
     assert_eq!(r.json()["usage"]["prompt_tokens"], tokens);
-    // 60 ids: cut to the model's 48 on /v1 (and on /embed when asked), refused otherwise.
-    let long: Vec<u32> = ids[1].iter().cycle().take(60).copied().collect();
+    // A text of 60 tokens, as ids: cut to the model's 48 as its text is cut ([SEP] kept) on
+    // /v1 (and on /embed when asked), refused otherwise.
+    let text = "a cat runs fast and ".repeat(12);
+    let wide = models::TextTokenizer::from_dir(&repo.path().join("enc/1"), 512).unwrap();
+    let long = wide.encode(&text, false).unwrap().ids;
+    assert_eq!(long.len(), 62);
+    let cut = ok("/v1/embeddings", json!({"model": "enc", "input": text}));
     let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": long}));
     assert_eq!(r.json()["usage"]["prompt_tokens"], 48, "{}", r.text());
+    let c = cosine(&embeddings(&r)[0], &cut[0]);
+    assert!(
+        c > 0.999_999,
+        "truncated ids against the truncated text: {c}"
+    );
     let r = server.post_json("/embed", &json!({"inputs": [long], "truncate": true}));
     assert_eq!(r.status, 200, "{}", r.text());
     for (path, body, words) in [
         (
             "/embed",
             json!({"inputs": [long]}),
-            "input 0 has 60 token ids, at most 48",
+            "input 0 has 62 token ids, at most 48",
         ),
         (
             "/embed",
-            json!({"inputs": ["a", [1, 999_999]]}),
+            json!({"inputs": ["a", [2, 999_999, 3]]}),
             "token id 999999 is past",
+        ),
+        // Ids without the model's [CLS] and [SEP] (here 2 and 3): another tokenizer's.
+        (
+            "/v1/embeddings",
+            json!({"model": "enc", "input": [[9906, 1917]]}),
+            "must be the model's own",
+        ),
+        (
+            "/v1/embeddings",
+            json!({"model": "enc", "input": [2, 5, 6]}),
+            "ending with [3]",
         ),
         (
             "/v1/embeddings",

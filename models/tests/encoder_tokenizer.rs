@@ -281,6 +281,7 @@ fn the_files_own_padding_and_truncation_are_replaced() {
     assert_eq!(cut.len(), 256);
     assert_eq!(*cut.ids.last().unwrap(), 102, "the limit keeps [SEP]");
     assert!(cut.truncated());
+    assert_eq!(tokenizer.special_ends(), (&[101][..], &[102][..]));
 }
 
 fn synthetic_tokenizer(tag: &str, max: usize) -> (PathBuf, TextTokenizer) {
@@ -295,6 +296,7 @@ fn empty_text_is_cls_sep_and_pairs_get_type_ids() {
     let (dir, tokenizer) = synthetic_tokenizer("basics", 48);
     let empty = tokenizer.encode("", false).unwrap();
     assert_eq!((empty.ids, empty.type_ids), (vec![2, 3], vec![0, 0]));
+    assert_eq!(tokenizer.special_ends(), (&[2][..], &[3][..]));
     let pair = tokenizer.encode_pair("a cat", "the dog", false).unwrap();
     assert_eq!(pair.ids.len(), 7);
     assert_eq!(pair.type_ids, vec![0, 0, 0, 0, 1, 1, 1]);
@@ -303,6 +305,22 @@ fn empty_text_is_cls_sep_and_pairs_get_type_ids() {
         .encode("zzzzzzzzzzzzzzzzzzzzzzzzzzzz 東", false)
         .unwrap();
     assert!(unknown.ids.contains(&1), "{:?}", unknown.ids);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A tokenizer with no post-processor adds no special tokens, so there are none to expect
+/// around token ids either.
+#[test]
+fn without_a_post_processor_there_are_no_special_ends() {
+    let (dir, _) = synthetic_tokenizer("no-specials", 48);
+    let path = dir.join("tokenizer.json");
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    json["post_processor"] = serde_json::Value::Null;
+    std::fs::write(&path, json.to_string()).unwrap();
+    let tokenizer = TextTokenizer::from_dir(&dir, 48).unwrap();
+    assert_eq!(tokenizer.special_ends(), (&[][..], &[][..]));
+    assert_eq!(tokenizer.encode("a cat", false).unwrap().len(), 2);
     let _ = std::fs::remove_dir_all(dir);
 }
 

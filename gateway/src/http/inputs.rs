@@ -50,13 +50,26 @@ pub struct TokenIds {
     pub ids: Vec<u32>,
     /// How many the request held.
     pub count: usize,
+    /// The last of them, kept or not.
+    pub last: Option<u32>,
 }
 
 impl TokenIds {
     fn push(&mut self, id: u32) {
         self.count += 1;
+        self.last = Some(id);
         if self.ids.len() < MAX_IDS {
             self.ids.push(id);
+        }
+    }
+
+    /// Whether they end with `suffix`: in full where every id was kept, by the last id
+    /// otherwise.
+    pub fn ends_with(&self, suffix: &[u32]) -> bool {
+        if self.count == self.ids.len() {
+            self.ids.ends_with(suffix)
+        } else {
+            suffix.last().is_none_or(|&s| self.last == Some(s))
         }
     }
 }
@@ -245,6 +258,7 @@ mod tests {
         Input::Ids(TokenIds {
             ids: ids.to_vec(),
             count: ids.len(),
+            last: ids.last().copied(),
         })
     }
 
@@ -309,6 +323,7 @@ mod tests {
                 panic!("no ids: {list:?}")
             };
             assert_eq!((ids.ids.len(), ids.count), (MAX_IDS, MAX_IDS + 100));
+            assert!(ids.ends_with(&[7]) && !ids.ends_with(&[8]) && ids.ends_with(&[]));
         }
     }
 }

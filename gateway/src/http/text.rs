@@ -107,8 +107,8 @@ pub(crate) fn encode_all(
         match input {
             Input::Text(text) => packed.push(&encode_text(tokenizer, i, text, truncate)?),
             Input::Ids(ids) => {
-                let ids = checked_ids(model, i, ids, truncate)?;
-                packed.push_ids(ids, &vec![0; ids.len()]);
+                let ids = checked_ids(tokenizer, model, i, ids, truncate)?;
+                packed.push_ids(&ids, &vec![0; ids.len()]);
             }
         }
     }
@@ -144,15 +144,19 @@ fn encode_text(
     }
 }
 
-/// Token ids as the model runs them: each below its vocabulary's size, at most
-/// `max_seq_len` of them (the first, when `truncate` is on). They are taken as they are, so
-/// they include the special tokens the model's tokenizer adds ([CLS] and [SEP] for BERT).
-fn checked_ids<'a>(
+/// Token ids as the model runs them. They must be what the model's tokenizer gives, special
+/// tokens included (`[CLS] ... [SEP]` for BERT): ids made by another tokenizer (a client
+/// that counts with OpenAI's tiktoken, say) would embed as meaningless text, and their
+/// ends tell them apart. Each id is below the vocabulary's size; past `max_seq_len` they are
+/// cut as the tokenizer cuts a text (the start kept, the closing ids put back) when
+/// `truncate` is on, refused otherwise.
+fn checked_ids(
+    tokenizer: &TextTokenizer,
     model: &TextInput,
     i: usize,
-    ids: &'a TokenIds,
+    ids: &TokenIds,
     truncate: bool,
-) -> Result<&'a [u32], ApiError> {
+) -> Result<Vec<u32>, ApiError> {
     let max = model.max_seq_len;
     if ids.count == 0 {
         return Err(ApiError::invalid(format!("input {i} holds no token ids")));
@@ -169,7 +173,22 @@ fn checked_ids<'a>(
             ids.ids.len()
         )));
     }
-    let kept = &ids.ids[..ids.ids.len().min(max)];
+    let (prefix, suffix) = tokenizer.special_ends();
+    if !ids.ids.starts_with(prefix)
+        || !ids.ends_with(suffix)
+        || ids.count < prefix.len() + suffix.len()
+    {
+        return Err(ApiError::invalid(format!(
+            "input {i}: token ids must be the model's own, as its tokenizer gives them: \
+             starting with {prefix:?} and ending with {suffix:?} (its special tokens); \
+             ids from another tokenizer embed as meaningless text, so send such texts as text"
+        )));
+    }
+    let mut kept = ids.ids[..ids.ids.len().min(max)].to_vec();
+    if ids.count > max {
+        kept.truncate(max - suffix.len());
+        kept.extend_from_slice(suffix);
+    }
     if let Some(id) = kept.iter().find(|&&id| id as usize >= model.vocab_size) {
         return Err(ApiError::invalid(format!(
             "input {i}: token id {id} is past the model's vocabulary of {}; send ids from \

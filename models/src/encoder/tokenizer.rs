@@ -85,6 +85,9 @@ pub struct TextTokenizer {
     /// Truncating at `max_seq_len`: used only for inputs that do not fit.
     truncating: Tokenizer,
     max_seq_len: usize,
+    /// The ids the tokenizer puts before and after one text's: `[CLS]` and `[SEP]` for BERT.
+    prefix: Vec<u32>,
+    suffix: Vec<u32>,
 }
 
 /// The fewest tokens a limit may allow: a pair's three special tokens and one of each text.
@@ -123,10 +126,13 @@ impl TextTokenizer {
                 stride: 0,
             }))
             .map_err(|e| invalid(e.to_string()))?;
+        let (prefix, suffix) = special_ends(&whole).map_err(|e| invalid(e.to_string()))?;
         let tokenizer = TextTokenizer {
             whole,
             truncating,
             max_seq_len,
+            prefix,
+            suffix,
         };
         // A tokenizer that cannot encode plain text is a broken folder: say so at load.
         tokenizer
@@ -137,6 +143,12 @@ impl TextTokenizer {
 
     pub fn max_seq_len(&self) -> usize {
         self.max_seq_len
+    }
+
+    /// The ids it puts before and after one text's tokens (`[CLS]` and `[SEP]` for BERT;
+    /// none for a tokenizer without special tokens).
+    pub fn special_ends(&self) -> (&[u32], &[u32]) {
+        (&self.prefix, &self.suffix)
     }
 
     /// One past the largest id the tokenizer can give, added tokens included: the model's
@@ -248,6 +260,19 @@ impl TextTokenizer {
             full_len,
         })
     }
+}
+
+/// The ids around a text's own, read off one encoding with special tokens and one without.
+fn special_ends(tokenizer: &Tokenizer) -> tokenizers::Result<(Vec<u32>, Vec<u32>)> {
+    let with = tokenizer.encode_fast("a", true)?.get_ids().to_vec();
+    let text = tokenizer.encode_fast("a", false)?.get_ids().to_vec();
+    let start = (!text.is_empty())
+        .then(|| with.windows(text.len()).position(|w| w == text.as_slice()))
+        .flatten();
+    Ok(match start {
+        Some(s) => (with[..s].to_vec(), with[s + text.len()..].to_vec()),
+        None => (Vec::new(), Vec::new()),
+    })
 }
 
 /// Where the first piece of `text` ends: just after the last whitespace within `target`
