@@ -216,6 +216,71 @@ fn tei_routes_without_a_text_model_are_404s() {
     assert_eq!(server.get("/health").status, 200);
 }
 
+/// A folder's sentence-transformers prompts: the one a request names (TEI's and tandem's
+/// `prompt_name`, v2's `parameters.prompt_name`), or the folder's default, goes before each
+/// text; unknown names and prompts for token ids are 400s.
+#[test]
+fn prompts_go_before_texts_by_name_or_by_default() {
+    let repo = TempDir::new("text-prompts");
+    let dir = repo.path().join("enc/1");
+    synthetic(&dir, 7);
+    let prompts = json!({"prompts": {"query": "a cat ", "passage": "the dog ", "none": ""},
+                         "default_prompt_name": "passage"});
+    std::fs::write(
+        dir.join("config_sentence_transformers.json"),
+        prompts.to_string(),
+    )
+    .unwrap();
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let embed = |body: Value| {
+        let r = server.post_json("/embed", &body);
+        assert_eq!(r.status, 200, "{body}: {}", r.text());
+        embeddings(&r)
+    };
+    let plain = |text: &str| embed(json!({"inputs": [text], "prompt_name": "none"}));
+    assert_eq!(
+        embed(json!({"inputs": ["runs fast"]})),
+        plain("the dog runs fast")
+    );
+    let query = plain("a cat runs fast");
+    assert_eq!(
+        embed(json!({"inputs": ["runs fast"], "prompt_name": "query"})),
+        query
+    );
+    let r = server.post_json(
+        "/v1/embeddings",
+        &json!({"model": "enc", "input": "runs fast", "prompt_name": "query"}),
+    );
+    let c = cosine(&embeddings(&r)[0], &query[0]);
+    assert!(c > 0.999_999, "{c}");
+    assert_eq!(r.json()["usage"]["prompt_tokens"], 6, "{}", r.text());
+    let mut v2_body = v2(&["runs fast"]);
+    v2_body["parameters"] = json!({"prompt_name": "query"});
+    let r = server.post_json("/v2/models/enc/infer", &v2_body);
+    let c = cosine(&embeddings(&r)[0], &query[0]);
+    assert!(c > 0.999_999, "{c}");
+    for (body, words) in [
+        (
+            json!({"inputs": "a", "prompt_name": "title"}),
+            r#""none", "passage", "query""#,
+        ),
+        (
+            json!({"inputs": [[2, 3]], "prompt_name": "query"}),
+            "token ids are taken as they are",
+        ),
+    ] {
+        let r = server.post_json("/embed", &body);
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        let message = r.json()["error"].as_str().unwrap_or_default().to_string();
+        assert!(message.contains(words), "{words}: {message}");
+    }
+    // Ids get no default prompt: they are what the model runs.
+    assert_eq!(
+        embed(json!({"inputs": [[2, 3]]})),
+        embed(json!({"inputs": [[2, 3]], "prompt_name": null}))
+    );
+}
+
 #[test]
 fn minilm_scores_the_pair_as_published_through_every_endpoint() {
     let test = "minilm_scores_the_pair_as_published_through_every_endpoint";

@@ -363,6 +363,15 @@ fn text_model_versions_load_hot_and_broken_ones_are_refused_by_name() {
     std::fs::rename(&staging, &v4_dir).unwrap();
     server.assert_logs_within(Duration::from_secs(10), "past the model's vocab_size");
     assert_eq!(serving(), json!(["2"]));
+    // Version 5, whose default prompt is not one of its prompts: refused, by the file.
+    let staging = outside.path().join("5");
+    synthetic(&staging, 10);
+    let prompts = json!({"prompts": {"query": "q: "}, "default_prompt_name": "title"});
+    let file = staging.join("config_sentence_transformers.json");
+    std::fs::write(file, prompts.to_string()).unwrap();
+    std::fs::rename(&staging, repo.path().join("enc/5")).unwrap();
+    server.assert_logs_within(Duration::from_secs(10), "default_prompt_name \"title\"");
+    assert_eq!(serving(), json!(["2"]));
     let r = server.post_json("/v2/models/enc/infer", &v2(&["a cat"]));
     assert_eq!(r.status, 200, "{}", r.text());
 }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kernels::Device;
+use models::encoder::Prompts;
 use models::{InputKind, TextInput, TextTokenizer};
 use tokio::sync::mpsc;
 
@@ -145,7 +146,10 @@ async fn text_model(path: &std::path::Path, input: &TextInput) -> Result<TextMod
         path.parent().unwrap_or(path).to_path_buf()
     };
     let max = input.max_seq_len;
-    let tokenizer = tokio::task::spawn_blocking(move || TextTokenizer::from_dir(&dir, max))
+    let read = move || {
+        Ok::<_, models::LoadError>((TextTokenizer::from_dir(&dir, max)?, Prompts::read(&dir)?))
+    };
+    let (tokenizer, prompts) = tokio::task::spawn_blocking(read)
         .await
         .map_err(|e| format!("load task failed: {e}"))?
         .map_err(|e| e.to_string())?;
@@ -161,6 +165,7 @@ async fn text_model(path: &std::path::Path, input: &TextInput) -> Result<TextMod
     Ok(TextModel {
         tokenizer: Arc::new(tokenizer),
         input: input.clone(),
+        prompts,
     })
 }
 

@@ -39,6 +39,8 @@ pub struct Busy {
 pub struct TextModel {
     pub tokenizer: Arc<models::TextTokenizer>,
     pub input: models::TextInput,
+    /// Texts put before a request's texts by name (`prompt_name`).
+    pub prompts: models::encoder::Prompts,
 }
 
 /// One loaded, warmed-up model version and the way into its queue.

@@ -39,6 +39,9 @@ pub(crate) struct OpenAiRequest {
     pub(crate) encoding_format: Option<String>,
     #[serde(default)]
     pub(crate) dimensions: Option<serde_json::Value>,
+    /// tandem's addition, as TEI's: the prompt put before each text, by name.
+    #[serde(default)]
+    pub(crate) prompt_name: Option<String>,
 }
 
 /// What an embedding request asks for, whichever API it came through.
@@ -46,6 +49,7 @@ pub(super) struct Ask {
     pub(super) inputs: Vec<Input>,
     pub(super) truncate: bool,
     pub(super) normalize: Option<bool>,
+    pub(super) prompt_name: Option<String>,
 }
 
 /// What came back.
@@ -125,7 +129,13 @@ pub(super) async fn embed(
     let normalize = ask
         .normalize
         .unwrap_or(text::text_model(version)?.input.normalize_by_default);
-    let tokenized = text::tokenize(version, ask.inputs, ask.truncate).await?;
+    let tokenized = text::tokenize(
+        version,
+        ask.inputs,
+        ask.truncate,
+        ask.prompt_name.as_deref(),
+    )
+    .await?;
     let tokens = tokenized.count;
     let timeout = (settings.default_timeout_us > 0)
         .then(|| std::time::Duration::from_micros(settings.default_timeout_us));
@@ -231,6 +241,7 @@ async fn answer_openai(
         inputs: inputs("input", request.input)?,
         truncate: true,
         normalize: None,
+        prompt_name: request.prompt_name,
     };
     let e = embed(state, version, &received.arrival, ask).await?;
     Ok(openai_body(&version.name, e, base64))

@@ -182,6 +182,7 @@ async fn submission(
                 version,
                 t.texts.into_iter().map(text::Input::Text).collect(),
                 t.truncate,
+                t.prompt_name.as_deref(),
             )
             .await?;
             Ok((tokenized.submission(priority, timeout), t.normalize))

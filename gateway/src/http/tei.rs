@@ -38,6 +38,9 @@ pub(crate) struct TeiRequest {
     /// TEI's `Right` (the default: keep the start) or `Left`, which is refused.
     #[serde(default)]
     pub(crate) truncation_direction: Option<String>,
+    /// The prompt put before each text, by its name in the model's folder.
+    #[serde(default)]
+    pub(crate) prompt_name: Option<String>,
     #[serde(default)]
     pub(crate) model: Option<String>,
 }
@@ -97,6 +100,7 @@ async fn answer(
         // TEI's default: an over-long input is refused, not cut.
         truncate: request.truncate.unwrap_or(false),
         normalize: Some(request.normalize.unwrap_or(true)),
+        prompt_name: request.prompt_name,
     };
     let e = embed(state, version, &received.arrival, ask).await?;
     let rows: Vec<&[f32]> = e.values.chunks_exact(e.width.max(1)).collect();

@@ -50,15 +50,17 @@ pub fn text_model(version: &ModelVersion) -> Result<&TextModel, ApiError> {
     })
 }
 
-/// Tokenizes the texts of `inputs` and checks their token ids: each input cut at the model's
-/// limit, or refused when `truncate` is false; the whole request refused past
-/// `max_batch_tokens`.
+/// Tokenizes the texts of `inputs`, each after the prompt `prompt_name` names (or the
+/// model's default), and checks their token ids: each input cut at the model's limit, or
+/// refused when `truncate` is false; the whole request refused past `max_batch_tokens`.
 pub async fn tokenize(
     version: &ModelVersion,
-    inputs: Vec<Input>,
+    mut inputs: Vec<Input>,
     truncate: bool,
+    prompt_name: Option<&str>,
 ) -> Result<Tokenized, ApiError> {
     let text = text_model(version)?;
+    apply_prompt(text, &mut inputs, prompt_name)?;
     let bytes: usize = inputs.iter().map(text_bytes).sum();
     let (tokenizer, model) = (text.tokenizer.clone(), text.input.clone());
     let encode = move || encode_all(&tokenizer, &model, &inputs, truncate);
@@ -86,6 +88,30 @@ pub async fn tokenize(
         units,
         tokens,
     })
+}
+
+/// Puts the prompt a request names (or the model's default) before each of its texts. Token
+/// ids are taken as they are, so a prompt named for them is refused rather than ignored.
+fn apply_prompt(
+    text: &TextModel,
+    inputs: &mut [Input],
+    name: Option<&str>,
+) -> Result<(), ApiError> {
+    let Some(prompt) = text.prompts.text(name).map_err(ApiError::invalid)? else {
+        return Ok(());
+    };
+    if name.is_some() && inputs.iter().any(|i| matches!(i, Input::Ids(_))) {
+        return Err(ApiError::invalid(
+            "prompt_name applies to texts; token ids are taken as they are, so put the \
+             prompt's ids in them",
+        ));
+    }
+    for input in inputs {
+        if let Input::Text(t) = input {
+            t.insert_str(0, prompt);
+        }
+    }
+    Ok(())
 }
 
 fn text_bytes(input: &Input) -> usize {

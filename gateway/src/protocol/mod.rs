@@ -78,4 +78,7 @@ pub struct RequestParameters {
     /// Text models: L2-normalise the embeddings (by default, as the model's folder says).
     #[serde(default)]
     pub normalize: Option<bool>,
+    /// Text models: the prompt put before each text, by its name in the model's folder.
+    #[serde(default)]
+    pub prompt_name: Option<String>,
 }

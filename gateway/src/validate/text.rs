@@ -16,6 +16,8 @@ pub struct TextRequest {
     pub truncate: bool,
     /// L2-normalise the embeddings.
     pub normalize: bool,
+    /// The prompt to put before each text, by name; `None`: the model's default.
+    pub prompt_name: Option<String>,
 }
 
 /// The input as texts, and the binary section left after it.
@@ -69,6 +71,7 @@ pub fn validate<'a>(
         texts,
         truncate: parameters.truncate.unwrap_or(true),
         normalize: parameters.normalize.unwrap_or(model.normalize_by_default),
+        prompt_name: parameters.prompt_name.clone(),
     };
     Ok((ValidInput::Text(request), rest))
 }

@@ -18,6 +18,7 @@ pub mod config;
 mod cpu;
 mod cuda;
 pub mod packed;
+pub mod prompts;
 mod serving;
 pub mod synthetic;
 pub mod tokenizer;
@@ -29,6 +30,7 @@ use kernels::Device;
 
 pub use config::{EncoderConfig, Pooling};
 pub use packed::PackedTokens;
+pub use prompts::Prompts;
 pub use tokenizer::{EncodeError, Encoded, TOKEN_COUNT_LIMIT, TextTokenizer};
 pub use weights::EncoderWeights;
 
