@@ -199,6 +199,91 @@ fn tei_routes_answer_as_tei_does() {
     assert_eq!(embeddings(&r), embeddings(&embed));
 }
 
+/// TEI's `/tokenize` gives each text's tokens with their bytes of it, and those ids embed as
+/// the text does; `/decode` gives the text back. Ids for `/tokenize`, texts for `/decode`,
+/// ids past the vocabulary and texts past the counting limit are 400s.
+#[test]
+fn tei_tokenize_and_decode() {
+    let (server, _repo) = start_synthetic();
+    let r = server.post_json("/tokenize", &json!({"inputs": "a cat"}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let tokens = r.json();
+    let cat = &tokens[0];
+    assert_eq!(cat.as_array().unwrap().len(), 4, "{tokens}");
+    assert_eq!(
+        cat[0],
+        json!({"id": 2, "text": "[CLS]", "special": true, "start": null, "stop": null})
+    );
+    assert_eq!(
+        (&cat[2]["text"], &cat[2]["start"], &cat[2]["stop"]),
+        (&json!("cat"), &json!(2), &json!(5))
+    );
+    let ids: Vec<u64> = cat
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_u64().unwrap())
+        .collect();
+    let by_ids = server.post_json("/embed", &json!({"inputs": [ids]}));
+    let by_text = server.post_json("/embed", &json!({"inputs": ["a cat"]}));
+    assert_eq!(embeddings(&by_ids), embeddings(&by_text));
+    let bare = server.post_json(
+        "/tokenize",
+        &json!({"inputs": ["a cat", "the dog"], "add_special_tokens": false}),
+    );
+    assert_eq!(bare.json().as_array().unwrap().len(), 2, "{}", bare.text());
+    assert_eq!(bare.json()[0].as_array().unwrap().len(), 2);
+    let r = server.post_json("/decode", &json!({"ids": ids}));
+    assert_eq!(
+        (r.status, r.json()),
+        (200, json!(["a cat"])),
+        "{}",
+        r.text()
+    );
+    let r = server.post_json(
+        "/decode",
+        &json!({"ids": [ids, [2, 3]], "skip_special_tokens": false}),
+    );
+    assert_eq!(
+        r.json()[0].as_str().map(|t| t.starts_with("[CLS]")),
+        Some(true),
+        "{}",
+        r.text()
+    );
+    let huge = "a cat ".repeat(20_000);
+    for (path, body, words) in [
+        (
+            "/tokenize",
+            json!({"inputs": [[2, 3]]}),
+            "token ids are what /tokenize gives",
+        ),
+        (
+            "/tokenize",
+            json!({"inputs": huge}),
+            "more than 16384 tokens",
+        ),
+        (
+            "/tokenize",
+            json!({"inputs": "a", "colour": 1}),
+            "unknown field",
+        ),
+        ("/decode", json!({"ids": "a cat"}), "ids must be"),
+        (
+            "/decode",
+            json!({"ids": [2, 999_999]}),
+            "token id 999999 is past",
+        ),
+    ] {
+        let r = server.post_json(path, &body);
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        assert_eq!(r.json()["error_type"], "Validation", "{}", r.text());
+        let message = r.json()["error"].as_str().unwrap_or_default().to_string();
+        assert!(message.contains(words), "{words}: {message}");
+    }
+    let r = server.post_json("/tokenize", &json!({"inputs": "a cat"}));
+    assert_eq!(r.json(), tokens);
+}
+
 /// With no text model loaded, TEI's routes say so with a 404 in TEI's shape.
 #[test]
 fn tei_routes_without_a_text_model_are_404s() {

@@ -587,7 +587,35 @@ pub fn tokenize(data: &[u8]) {
     if text.is_empty() {
         return;
     }
-    tokenize_all(&[text.into_owned()], mode & 1 == 1);
+    tokenize_all(&[text.as_ref().to_owned()], mode & 1 == 1);
+    inspect(&text);
+}
+
+/// TEI's `/tokenize` and `/decode` on the same text: the tokens are the ids `encode` gives,
+/// each covering bytes of the text, in order, and decoding never fails on them.
+fn inspect(text: &str) {
+    let f = fixtures();
+    let Ok(tokens) = f.tokenizer.tokens(text, true) else {
+        return; // past the counting limit: a 400
+    };
+    let ids: Vec<u32> = tokens.iter().map(|t| t.id).collect();
+    if text.len() <= f.tokenizer.piece_bytes()
+        && let Ok(encoded) = f.tokenizer.encode(text, false)
+    {
+        assert_eq!(ids, encoded.ids, "{text:?}");
+    }
+    let mut previous = 0;
+    for t in tokens.iter().filter(|t| !t.special) {
+        let (start, stop) = (t.start.unwrap_or(0), t.stop.unwrap_or(0));
+        assert!(
+            previous <= start && start <= stop && stop <= text.len(),
+            "{t:?} in {text:?}"
+        );
+        previous = start;
+    }
+    f.tokenizer
+        .decode(&ids, true)
+        .expect("decoding the tokenizer's own ids");
 }
 
 /// Bounds on what a target's decoder may return, by target: documented here, asserted in
@@ -609,7 +637,7 @@ pub const fn output_bounds() -> &'static [(&'static str, &'static str)] {
         ("checkpoint", "values × 2 ≤ file bytes"),
         (
             "tokenize",
-            "tokens ≤ max_seq_len (truncating); full length ≤ 3 × characters + 2",
+            "tokens ≤ max_seq_len (truncating); full length ≤ 3 × characters + 2; /tokenize's tokens are encode's, in order within the text",
         ),
     ]
 }

@@ -308,6 +308,44 @@ fn empty_text_is_cls_sep_and_pairs_get_type_ids() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `tokens` (TEI's `/tokenize`) gives the ids `encode` gives, each with its bytes of the
+/// text; `decode` gives the text back as the tokenizer normalises it.
+#[test]
+fn tokens_are_the_encoded_ids_with_their_bytes_and_decode_back() {
+    let (dir, tokenizer) = synthetic_tokenizer("tokens", 48);
+    let tokens = tokenizer.tokens("a cat  runs", true).unwrap();
+    let spans: Vec<_> = tokens
+        .iter()
+        .map(|t| (t.id, t.text.as_str(), t.special, t.start, t.stop))
+        .collect();
+    let ids = tokenizer.encode("a cat  runs", false).unwrap().ids;
+    assert_eq!(spans.iter().map(|s| s.0).collect::<Vec<_>>(), ids);
+    assert_eq!(spans[0], (2, "[CLS]", true, None, None));
+    assert_eq!(
+        (spans[1].1, spans[1].3, spans[1].4),
+        ("a", Some(0), Some(1))
+    );
+    assert_eq!(
+        (spans[2].1, spans[2].3, spans[2].4),
+        ("cat", Some(2), Some(5))
+    );
+    assert_eq!(spans.last().unwrap().1, "[SEP]");
+    let bare = tokenizer.tokens("a cat  runs", false).unwrap();
+    assert_eq!(bare.len(), tokens.len() - 2);
+    assert_eq!(tokenizer.decode(&ids, true).unwrap(), "a cat runs");
+    assert!(tokenizer.decode(&ids, false).unwrap().starts_with("[CLS]"));
+    // Past the counting limit: refused, as a text that long is.
+    let huge = "a cat ".repeat(TOKEN_COUNT_LIMIT);
+    assert!(matches!(
+        tokenizer.tokens(&huge, true),
+        Err(EncodeError::TooLong {
+            counted_all: false,
+            ..
+        })
+    ));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A tokenizer with no post-processor adds no special tokens, so there are none to expect
 /// around token ids either.
 #[test]

@@ -2,8 +2,9 @@
 JSON and in the binary extension, the openai client's embeddings.create, with texts and with
 the token ids Python's `tokenizers` gives for them, and huggingface_hub's
 InferenceClient.feature_extraction (TEI's `POST /`) — all unchanged, all giving the same
-embeddings as tandem's own /v1/embeddings; and the openai client's models.list() and
-models.retrieve() finding the model.
+embeddings as tandem's own /v1/embeddings; the openai client's models.list() and
+models.retrieve() finding the model; and TEI's /tokenize and /decode agreeing with Python's
+`tokenizers`.
 
     python tests/python/text_clients_check.py --url 127.0.0.1:8000 --model enc \
         --tokenizer DIR/tokenizer.json [--pair-score S]
@@ -86,6 +87,29 @@ def with_huggingface_hub(url, texts):
     return client.feature_extraction(texts).astype(np.float64)
 
 
+def tokenize_parity(url, path):
+    """TEI's /tokenize gives Python's tokens for these texts, each with the text its offsets
+    cover, and /decode gives Python's decoding."""
+    tokenizer = tokenizers.Tokenizer.from_file(path)
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    texts = TEXTS + ["Héllo, WÖRLD! naïve café 東京 😀 x"]
+    got = post(url, "/tokenize", {"inputs": texts})
+    for text, tokens in zip(texts, got):
+        e = tokenizer.encode(text)
+        want = [(i, tok if special else text[start:stop])
+                for i, (start, stop), special, tok
+                in zip(e.ids, e.offsets, e.special_tokens_mask, e.tokens)]
+        assert [(t["id"], t["text"]) for t in tokens] == want, (text, tokens)
+        assert post(url, "/decode", {"ids": e.ids}) == [tokenizer.decode(e.ids)], text
+
+
+def post(url, path, body):
+    req = urllib.request.Request(f"http://{url}{path}", data=json.dumps(body).encode())
+    with urllib.request.urlopen(req) as r:
+        return json.load(r)
+
+
 def token_ids(path, texts):
     """The model's own ids for `texts`, special tokens included, with the padding and
     truncation the folder's tokenizer.json may fix switched off."""
@@ -107,6 +131,7 @@ def main():
     p.add_argument("--pair-score", type=float)
     args = p.parse_args()
     listed(args.url, args.model)
+    tokenize_parity(args.url, args.tokenizer)
     want = own(args.url, args.model, TEXTS)
     got = {
         "tritonclient JSON": triton(args.url, args.model, TEXTS, binary=False),

@@ -19,6 +19,7 @@ mod repository;
 mod routes;
 pub(crate) mod tei;
 pub(crate) mod text;
+mod tokens;
 mod write_stall;
 
 use std::convert::Infallible;

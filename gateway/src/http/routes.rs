@@ -119,6 +119,8 @@ async fn write(
         (true, ["v1", "embeddings"]) => Ok(super::embeddings::openai(state, req, arrival).await),
         // TEI routes `POST /` to its embed for an embedding model.
         (true, ["embed"] | [""]) => Ok(super::tei::post_embed(state, req, arrival).await),
+        (true, ["tokenize"]) => Ok(super::tokens::tokenize(state, req, arrival).await),
+        (true, ["decode"]) => Ok(super::tokens::decode(state, req, arrival).await),
         (true, ["v2", "repository", "index"]) => super::repository::index(state, req).await,
         (true, ["v2", "repository", "models", m, "load"]) => {
             super::repository::load(state, m, req, peer).await
@@ -169,6 +171,7 @@ fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
         ["metrics"] | ["v2"] | ["v2", "health", "live" | "ready"] => Some(READ),
         ["v1", "models"] | ["v1", "models", _] => Some(READ),
         ["v2", "repository", "index"] | ["v1", "embeddings"] | ["embed"] => Some("POST"),
+        ["tokenize"] | ["decode"] => Some("POST"),
         ["info"] | ["health"] => Some(READ),
         [""] => Some("GET, HEAD, POST"),
         ["v2", "repository", "models", _, "load" | "unload"] => Some("POST"),

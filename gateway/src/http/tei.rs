@@ -146,7 +146,10 @@ pub fn answer_or_error(result: Result<Response<Full<Bytes>>, ApiError>) -> Respo
 }
 
 /// The text model TEI's routes serve: the one named, or the only one loaded.
-fn text_model(state: &AppState, named: Option<&str>) -> Result<Arc<ModelVersion>, ApiError> {
+pub(super) fn text_model(
+    state: &AppState,
+    named: Option<&str>,
+) -> Result<Arc<ModelVersion>, ApiError> {
     if let Some(m) = named {
         return Ok(state.registry.resolve(m, None)?);
     }
@@ -175,7 +178,7 @@ fn text_model(state: &AppState, named: Option<&str>) -> Result<Arc<ModelVersion>
 }
 
 /// An error as TEI gives it: `{"error": ..., "error_type": ...}`.
-fn tei_error(e: &ApiError) -> Response<Full<Bytes>> {
+pub(super) fn tei_error(e: &ApiError) -> Response<Full<Bytes>> {
     let kind = match e.status() {
         StatusCode::TOO_MANY_REQUESTS => "Overloaded",
         StatusCode::SERVICE_UNAVAILABLE => "Unhealthy",

@@ -63,14 +63,10 @@ pub async fn tokenize(
     apply_prompt(text, &mut inputs, prompt_name)?;
     let bytes: usize = inputs.iter().map(text_bytes).sum();
     let (tokenizer, model) = (text.tokenizer.clone(), text.input.clone());
-    let encode = move || encode_all(&tokenizer, &model, &inputs, truncate);
-    let tokens = if bytes <= INLINE_TOKENIZE_BYTES {
-        encode()?
-    } else {
-        tokio::task::spawn_blocking(encode)
-            .await
-            .map_err(|_| ApiError::Internal("tokenization failed".into()))??
-    };
+    let tokens = sized(bytes, move || {
+        encode_all(&tokenizer, &model, &inputs, truncate)
+    })
+    .await?;
     let units: f64 = tokens.lengths().map(|n| text.input.units(n).ceil()).sum();
     let units = units as usize;
     let limit = version.settings().max_batch_tokens;
@@ -90,9 +86,23 @@ pub async fn tokenize(
     })
 }
 
+/// Runs `work` on this thread for texts of `bytes` in all up to [`INLINE_TOKENIZE_BYTES`],
+/// on the blocking pool for longer ones.
+pub(crate) async fn sized<T: Send + 'static>(
+    bytes: usize,
+    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    if bytes <= INLINE_TOKENIZE_BYTES {
+        return work();
+    }
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|_| ApiError::Internal("tokenization failed".into()))?
+}
+
 /// Puts the prompt a request names (or the model's default) before each of its texts. Token
 /// ids are taken as they are, so a prompt named for them is refused rather than ignored.
-fn apply_prompt(
+pub(crate) fn apply_prompt(
     text: &TextModel,
     inputs: &mut [Input],
     name: Option<&str>,
@@ -114,7 +124,7 @@ fn apply_prompt(
     Ok(())
 }
 
-fn text_bytes(input: &Input) -> usize {
+pub(crate) fn text_bytes(input: &Input) -> usize {
     match input {
         Input::Text(t) => t.len(),
         Input::Ids(_) => 0,

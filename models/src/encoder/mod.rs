@@ -31,7 +31,7 @@ use kernels::Device;
 pub use config::{EncoderConfig, Pooling};
 pub use packed::PackedTokens;
 pub use prompts::Prompts;
-pub use tokenizer::{EncodeError, Encoded, TOKEN_COUNT_LIMIT, TextTokenizer};
+pub use tokenizer::{EncodeError, Encoded, TOKEN_COUNT_LIMIT, TextTokenizer, Token};
 pub use weights::EncoderWeights;
 
 use crate::{LoadError, ModelError};

@@ -7,12 +7,16 @@
 //! sentence-transformers does) or, when the caller asks not to truncate, refused with its
 //! token count — never silently cut.
 
+mod inspect;
+
 use std::fmt;
 use std::path::Path;
 
 use tokenizers::{
     PostProcessor, Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy,
 };
+
+pub use inspect::Token;
 
 use super::config::required;
 use crate::LoadError;
