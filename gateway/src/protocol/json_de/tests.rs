@@ -2,6 +2,7 @@
 //! serde_json does, and accepted ones must give the same value (floats within two units
 //! in the last place, serde_json's own default parse being within one of the truth).
 
+use super::number::{eight_digits, leading_digits};
 use super::*;
 use crate::protocol::{Datatype, InferRequest};
 use models::rng::SplitMix64;
