@@ -21,18 +21,17 @@ use std::sync::OnceLock;
 
 use bytes::Bytes;
 use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
-use models::{EncodeError, InputKind, PackedTokens, TextInput, TextTokenizer};
+use models::{InputKind, TextInput, TextTokenizer};
 
 use crate::config::ModelSettings;
 use crate::error::ApiError;
+use crate::http::admin::{LogChange, SloChange};
+use crate::http::content_coding;
 use crate::protocol::{Datatype, InferRequest, binary, json_de};
 use crate::validate::{Signature, ValidInput, ValidRequest, validate};
 
-use crate::http::admin::{LogChange, SloChange};
-use crate::http::content_coding;
-use crate::http::embeddings::{self, OpenAiRequest};
-use crate::http::tei::TeiRequest;
-use crate::http::text;
+use text::tokenize_all;
+pub use text::{embeddings_json, tokenize};
 
 /// A fuzz target: panics when an invariant breaks on these bytes.
 pub type Target = fn(&[u8]);
@@ -244,40 +243,6 @@ fn check_valid(valid: &ValidRequest, body_len: usize) {
     assert_eq!(valid.outputs.len(), 1, "the one output, once");
 }
 
-/// Tokenizes as `http::text` does: a text too long (with truncation off) is a 400; a
-/// tokenizer failure would be a 500, so there must be none.
-fn tokenize_all(texts: &[String], truncate: bool) -> PackedTokens {
-    let f = fixtures();
-    let mut packed = PackedTokens::with_capacity(texts.len(), texts.len() * 16);
-    for text in texts {
-        match f.tokenizer.encode(text, truncate) {
-            Ok(encoded) => {
-                assert!(encoded.len() <= f.tokenizer.max_seq_len());
-                assert_eq!(encoded.ids.len(), encoded.type_ids.len());
-                assert!(encoded.full_len >= encoded.len());
-                // [CLS] and [SEP] at least; at most a few tokens per character (lower-casing
-                // may decompose one into several).
-                assert!(encoded.len() >= 2);
-                assert!(
-                    encoded.full_len <= 3 * text.chars().count() + 2,
-                    "{encoded:?}"
-                );
-                packed.push(&encoded);
-            }
-            Err(EncodeError::TooLong { tokens, max, .. }) => {
-                assert!(
-                    !truncate && tokens > max,
-                    "{tokens} > {max}, truncate {truncate}"
-                );
-            }
-            Err(EncodeError::Tokenizer(why)) => {
-                panic!("the tokenizer failed on {text:?} (a 500): {why}")
-            }
-        }
-    }
-    packed
-}
-
 /// `POST .../infer` with a JSON body, validated against the model it names (the digits MLP,
 /// or the synthetic text encoder for an input named `text`), texts tokenized.
 pub fn infer_json(data: &[u8]) {
@@ -417,58 +382,6 @@ fn check_usable(s: &ModelSettings) {
     let _ = s.batch_limits(&InputKind::Dense { width: DENSE_WIDTH });
 }
 
-/// `POST /v1/embeddings` and `POST /embed` bodies (the same bytes as both), read with the
-/// handlers' own types and checks (`http::embeddings`), then tokenized and checked as the
-/// handlers do (`http::text`): OpenAI's truncating, TEI's as the request says. A refused
-/// body must be a client error.
-pub fn embeddings_json(data: &[u8]) {
-    if let Ok(r) = json_de::from_slice::<OpenAiRequest>(data)
-        && r.dimensions.is_none()
-        && matches!(
-            r.encoding_format.as_deref(),
-            None | Some("float") | Some("base64")
-        )
-    {
-        encode_inputs(embeddings::inputs("input", r.input), true);
-    }
-    if let Ok(r) = json_de::from_slice::<TeiRequest>(data) {
-        encode_inputs(
-            embeddings::inputs("inputs", r.inputs),
-            r.truncate.unwrap_or(false),
-        );
-    }
-}
-
-fn encode_inputs(inputs: Result<Vec<text::Input>, ApiError>, truncate: bool) {
-    let f = fixtures();
-    let inputs = match inputs {
-        Ok(inputs) if inputs.len() <= f.settings.max_batch_size => inputs,
-        Ok(_) => return,
-        Err(e) => return assert_client_error(e),
-    };
-    let texts: Vec<String> = inputs
-        .iter()
-        .filter_map(|i| match i {
-            text::Input::Text(t) => Some(t.clone()),
-            text::Input::Ids(_) => None,
-        })
-        .collect();
-    tokenize_all(&texts, truncate);
-    match text::encode_all(&f.tokenizer, &f.text, &inputs, truncate) {
-        Ok(packed) => {
-            assert_eq!(packed.sequences(), inputs.len());
-            assert!(packed.lengths().all(|n| n >= 1 && n <= f.text.max_seq_len));
-            assert!(
-                packed
-                    .ids
-                    .iter()
-                    .all(|&id| (id as usize) < f.text.vocab_size)
-            );
-        }
-        Err(e) => assert_client_error(e),
-    }
-}
-
 /// The co-location socket's bytes, as a trainer may send them: lines read with the
 /// protocol's bounded reader (through a buffer of 1 to 64 bytes, the first byte says how
 /// many, so that lines cross buffer boundaries), each parsed as a trainer's message (and a
@@ -577,47 +490,6 @@ pub fn encoder_weights(data: &[u8]) {
     }
 }
 
-/// Text as any endpoint hands it to the tokenizer: the first byte's low bit says whether
-/// to truncate, the rest is the text (invalid UTF-8 replaced, as no endpoint passes it).
-pub fn tokenize(data: &[u8]) {
-    let Some((&mode, text)) = data.split_first() else {
-        return;
-    };
-    let text = String::from_utf8_lossy(text);
-    if text.is_empty() {
-        return;
-    }
-    tokenize_all(&[text.as_ref().to_owned()], mode & 1 == 1);
-    inspect(&text);
-}
-
-/// TEI's `/tokenize` and `/decode` on the same text: the tokens are the ids `encode` gives,
-/// each covering bytes of the text, in order, and decoding never fails on them.
-fn inspect(text: &str) {
-    let f = fixtures();
-    let Ok(tokens) = f.tokenizer.tokens(text, true) else {
-        return; // past the counting limit: a 400
-    };
-    let ids: Vec<u32> = tokens.iter().map(|t| t.id).collect();
-    if text.len() <= f.tokenizer.piece_bytes()
-        && let Ok(encoded) = f.tokenizer.encode(text, false)
-    {
-        assert_eq!(ids, encoded.ids, "{text:?}");
-    }
-    let mut previous = 0;
-    for t in tokens.iter().filter(|t| !t.special) {
-        let (start, stop) = (t.start.unwrap_or(0), t.stop.unwrap_or(0));
-        assert!(
-            previous <= start && start <= stop && stop <= text.len(),
-            "{t:?} in {text:?}"
-        );
-        previous = start;
-    }
-    f.tokenizer
-        .decode(&ids, true)
-        .expect("decoding the tokenizer's own ids");
-}
-
 /// Bounds on what a target's decoder may return, by target: documented here, asserted in
 /// the targets above.
 pub const fn output_bounds() -> &'static [(&'static str, &'static str)] {
@@ -653,3 +525,4 @@ pub fn corpus_dirs(target: &str) -> [PathBuf; 2] {
 
 #[cfg(test)]
 mod tests;
+mod text;

@@ -1,0 +1,137 @@
+//! The text targets: embedding request bodies read and tokenized as the handlers do, and
+//! texts through the tokenizer as every text endpoint hands them to it.
+
+use models::{EncodeError, PackedTokens};
+
+use super::{ApiError, assert_client_error, fixtures};
+use crate::http::embeddings::{self, OpenAiRequest};
+use crate::http::tei::TeiRequest;
+use crate::http::text;
+use crate::protocol::json_de;
+
+/// Tokenizes as `http::text` does: a text too long (with truncation off) is a 400; a
+/// tokenizer failure would be a 500, so there must be none.
+pub(super) fn tokenize_all(texts: &[String], truncate: bool) -> PackedTokens {
+    let f = fixtures();
+    let mut packed = PackedTokens::with_capacity(texts.len(), texts.len() * 16);
+    for text in texts {
+        match f.tokenizer.encode(text, truncate) {
+            Ok(encoded) => {
+                assert!(encoded.len() <= f.tokenizer.max_seq_len());
+                assert_eq!(encoded.ids.len(), encoded.type_ids.len());
+                assert!(encoded.full_len >= encoded.len());
+                // [CLS] and [SEP] at least; at most a few tokens per character (lower-casing
+                // may decompose one into several).
+                assert!(encoded.len() >= 2);
+                assert!(
+                    encoded.full_len <= 3 * text.chars().count() + 2,
+                    "{encoded:?}"
+                );
+                packed.push(&encoded);
+            }
+            Err(EncodeError::TooLong { tokens, max, .. }) => {
+                assert!(
+                    !truncate && tokens > max,
+                    "{tokens} > {max}, truncate {truncate}"
+                );
+            }
+            Err(EncodeError::Tokenizer(why)) => {
+                panic!("the tokenizer failed on {text:?} (a 500): {why}")
+            }
+        }
+    }
+    packed
+}
+
+/// `POST /v1/embeddings` and `POST /embed` bodies (the same bytes as both), read with the
+/// handlers' own types and checks (`http::embeddings`), then tokenized and checked as the
+/// handlers do (`http::text`): OpenAI's truncating, TEI's as the request says. A refused
+/// body must be a client error.
+pub fn embeddings_json(data: &[u8]) {
+    if let Ok(r) = json_de::from_slice::<OpenAiRequest>(data)
+        && r.dimensions.is_none()
+        && matches!(
+            r.encoding_format.as_deref(),
+            None | Some("float") | Some("base64")
+        )
+    {
+        encode_inputs(embeddings::inputs("input", r.input), true);
+    }
+    if let Ok(r) = json_de::from_slice::<TeiRequest>(data) {
+        encode_inputs(
+            embeddings::inputs("inputs", r.inputs),
+            r.truncate.unwrap_or(false),
+        );
+    }
+}
+
+fn encode_inputs(inputs: Result<Vec<text::Input>, ApiError>, truncate: bool) {
+    let f = fixtures();
+    let inputs = match inputs {
+        Ok(inputs) if inputs.len() <= f.settings.max_batch_size => inputs,
+        Ok(_) => return,
+        Err(e) => return assert_client_error(e),
+    };
+    let texts: Vec<String> = inputs
+        .iter()
+        .filter_map(|i| match i {
+            text::Input::Text(t) => Some(t.clone()),
+            text::Input::Ids(_) => None,
+        })
+        .collect();
+    tokenize_all(&texts, truncate);
+    match text::encode_all(&f.tokenizer, &f.text, &inputs, truncate) {
+        Ok(packed) => {
+            assert_eq!(packed.sequences(), inputs.len());
+            assert!(packed.lengths().all(|n| n >= 1 && n <= f.text.max_seq_len));
+            assert!(
+                packed
+                    .ids
+                    .iter()
+                    .all(|&id| (id as usize) < f.text.vocab_size)
+            );
+        }
+        Err(e) => assert_client_error(e),
+    }
+}
+
+/// Text as any endpoint hands it to the tokenizer: the first byte's low bit says whether
+/// to truncate, the rest is the text (invalid UTF-8 replaced, as no endpoint passes it).
+pub fn tokenize(data: &[u8]) {
+    let Some((&mode, text)) = data.split_first() else {
+        return;
+    };
+    let text = String::from_utf8_lossy(text);
+    if text.is_empty() {
+        return;
+    }
+    tokenize_all(&[text.as_ref().to_owned()], mode & 1 == 1);
+    inspect(&text);
+}
+
+/// TEI's `/tokenize` and `/decode` on the same text: the tokens are the ids `encode` gives,
+/// each covering bytes of the text, in order, and decoding never fails on them.
+fn inspect(text: &str) {
+    let f = fixtures();
+    let Ok(tokens) = f.tokenizer.tokens(text, true) else {
+        return; // past the counting limit: a 400
+    };
+    let ids: Vec<u32> = tokens.iter().map(|t| t.id).collect();
+    if text.len() <= f.tokenizer.piece_bytes()
+        && let Ok(encoded) = f.tokenizer.encode(text, false)
+    {
+        assert_eq!(ids, encoded.ids, "{text:?}");
+    }
+    let mut previous = 0;
+    for t in tokens.iter().filter(|t| !t.special) {
+        let (start, stop) = (t.start.unwrap_or(0), t.stop.unwrap_or(0));
+        assert!(
+            previous <= start && start <= stop && stop <= text.len(),
+            "{t:?} in {text:?}"
+        );
+        previous = start;
+    }
+    f.tokenizer
+        .decode(&ids, true)
+        .expect("decoding the tokenizer's own ids");
+}
