@@ -250,8 +250,20 @@ fn tei_tokenize_and_decode() {
         "{}",
         r.text()
     );
+    let r = server.post_json("/tokenize", &json!({"inputs": ""}));
+    assert_eq!(
+        r.json()[0].as_array().map(Vec::len),
+        Some(2),
+        "{}",
+        r.text()
+    );
     let huge = "a cat ".repeat(20_000);
     for (path, body, words) in [
+        (
+            "/embed",
+            json!({"inputs": "a", "dimensions": 8}),
+            "one size",
+        ),
         (
             "/tokenize",
             json!({"inputs": [[2, 3]]}),
@@ -360,10 +372,19 @@ fn prompts_go_before_texts_by_name_or_by_default() {
         assert!(message.contains(words), "{words}: {message}");
     }
     // Ids get no default prompt: they are what the model runs.
-    assert_eq!(
-        embed(json!({"inputs": [[2, 3]]})),
-        embed(json!({"inputs": [[2, 3]], "prompt_name": null}))
+    let r = server.post_json(
+        "/tokenize",
+        &json!({"inputs": "runs fast", "prompt_name": "none"}),
     );
+    let ids: Vec<u64> = r.json()[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_u64().unwrap())
+        .collect();
+    let by_ids = embed(json!({"inputs": [ids]}));
+    assert_eq!(by_ids, plain("runs fast"));
+    assert_ne!(by_ids, embed(json!({"inputs": ["runs fast"]})));
 }
 
 #[test]

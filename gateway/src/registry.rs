@@ -24,6 +24,9 @@ pub enum LookupError {
         version: String,
         loaded: String,
     },
+    /// TEI's routes serve the one text model loaded, and there is none.
+    #[error("no text model is loaded")]
+    NoTextModel,
 }
 
 /// A version's settings could not be switched now.

@@ -330,6 +330,13 @@ fn tokens_are_the_encoded_ids_with_their_bytes_and_decode_back() {
         ("cat", Some(2), Some(5))
     );
     assert_eq!(spans.last().unwrap().1, "[SEP]");
+    // Byte offsets, not characters: "é" is two bytes.
+    let accented = tokenizer.tokens("é cat", false).unwrap();
+    let cat = accented.last().unwrap();
+    assert_eq!(
+        (cat.text.as_str(), cat.start, cat.stop),
+        ("cat", Some(3), Some(6))
+    );
     let bare = tokenizer.tokens("a cat  runs", false).unwrap();
     assert_eq!(bare.len(), tokens.len() - 2);
     assert_eq!(tokenizer.decode(&ids, true).unwrap(), "a cat runs");

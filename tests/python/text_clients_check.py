@@ -89,7 +89,8 @@ def with_huggingface_hub(url, texts):
 
 def tokenize_parity(url, path):
     """TEI's /tokenize gives Python's tokens for these texts, each with the text its offsets
-    cover, and /decode gives Python's decoding."""
+    cover and those offsets in bytes (Python's are in characters), and /decode gives
+    Python's decoding."""
     tokenizer = tokenizers.Tokenizer.from_file(path)
     tokenizer.no_padding()
     tokenizer.no_truncation()
@@ -97,10 +98,13 @@ def tokenize_parity(url, path):
     got = post(url, "/tokenize", {"inputs": texts})
     for text, tokens in zip(texts, got):
         e = tokenizer.encode(text)
-        want = [(i, tok if special else text[start:stop])
+        in_bytes = lambda chars: len(text[:chars].encode())
+        want = [(i, tok, None, None) if special else
+                (i, text[start:stop], in_bytes(start), in_bytes(stop))
                 for i, (start, stop), special, tok
                 in zip(e.ids, e.offsets, e.special_tokens_mask, e.tokens)]
-        assert [(t["id"], t["text"]) for t in tokens] == want, (text, tokens)
+        got_tokens = [(t["id"], t["text"], t["start"], t["stop"]) for t in tokens]
+        assert got_tokens == want, (text, tokens)
         assert post(url, "/decode", {"ids": e.ids}) == [tokenizer.decode(e.ids)], text
 
 

@@ -41,6 +41,9 @@ pub(crate) struct TeiRequest {
     /// The prompt put before each text, by its name in the model's folder.
     #[serde(default)]
     pub(crate) prompt_name: Option<String>,
+    /// TEI's Matryoshka truncation, refused: these embeddings have one size.
+    #[serde(default)]
+    pub(crate) dimensions: Option<serde_json::Value>,
     #[serde(default)]
     pub(crate) model: Option<String>,
 }
@@ -77,6 +80,11 @@ async fn read(
     let received = receive(state, req, clock, started).await?;
     let request: TeiRequest = json_de::from_slice(&received.body)
         .map_err(|e| ApiError::malformed(format!("invalid embed request JSON: {e}")))?;
+    if request.dimensions.is_some() {
+        return Err(ApiError::invalid(
+            "dimensions: this model's embeddings have one size; leave it out",
+        ));
+    }
     match request.truncation_direction.as_deref() {
         None | Some("Right" | "right") => {}
         Some(other) => {
@@ -85,7 +93,7 @@ async fn read(
             )));
         }
     }
-    let version = text_model(state, request.model.as_deref())?;
+    let version = served_text_version(state, request.model.as_deref())?;
     Ok((received, request, version))
 }
 
@@ -109,7 +117,7 @@ async fn answer(
 
 /// `GET /info`: TEI's description of the model and its limits.
 pub fn info(state: &AppState) -> Result<Response<Full<Bytes>>, ApiError> {
-    let version = text_model(state, None)?;
+    let version = served_text_version(state, None)?;
     let text = super::text::text_model(&version)?;
     let settings = version.settings();
     let pooling = match text.input.pooling {
@@ -146,7 +154,7 @@ pub fn answer_or_error(result: Result<Response<Full<Bytes>>, ApiError>) -> Respo
 }
 
 /// The text model TEI's routes serve: the one named, or the only one loaded.
-pub(super) fn text_model(
+pub(super) fn served_text_version(
     state: &AppState,
     named: Option<&str>,
 ) -> Result<Arc<ModelVersion>, ApiError> {
@@ -162,12 +170,10 @@ pub(super) fn text_model(
         .collect();
     match text_models.as_slice() {
         [only] => Ok(only.clone()),
-        [] => Err(LookupError::UnknownModel {
-            model: "(no text model is loaded)".into(),
-        }
-        .into()),
+        [] => Err(LookupError::NoTextModel.into()),
         several => Err(ApiError::invalid(format!(
-            "several text models are loaded ({}); name one in a \"model\" field",
+            "several text models are loaded ({}); name one in a \"model\" field (/info \
+             describes only a single one)",
             several
                 .iter()
                 .map(|v| v.name.as_str())

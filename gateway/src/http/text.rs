@@ -13,6 +13,7 @@ use crate::infer::Submission;
 use crate::metrics as names;
 use crate::registry::{ModelVersion, TextModel};
 
+use super::inputs::MAX_IDS;
 pub use super::inputs::{Input, TokenIds};
 
 /// Texts longer than this in all are tokenized on the blocking pool: a few sentences cost
@@ -63,7 +64,7 @@ pub async fn tokenize(
     apply_prompt(text, &mut inputs, prompt_name)?;
     let bytes: usize = inputs.iter().map(text_bytes).sum();
     let (tokenizer, model) = (text.tokenizer.clone(), text.input.clone());
-    let tokens = sized(bytes, move || {
+    let tokens = inline_or_blocking(bytes, move || {
         encode_all(&tokenizer, &model, &inputs, truncate)
     })
     .await?;
@@ -88,7 +89,7 @@ pub async fn tokenize(
 
 /// Runs `work` on this thread for texts of `bytes` in all up to [`INLINE_TOKENIZE_BYTES`],
 /// on the blocking pool for longer ones.
-pub(crate) async fn sized<T: Send + 'static>(
+pub(crate) async fn inline_or_blocking<T: Send + 'static>(
     bytes: usize,
     work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
@@ -193,20 +194,16 @@ fn checked_ids(
     ids: &TokenIds,
     truncate: bool,
 ) -> Result<Vec<u32>, ApiError> {
-    let max = model.max_seq_len;
+    // Past MAX_IDS the ids were only counted, so no longer model takes more.
+    let max = model.max_seq_len.min(MAX_IDS);
     if ids.count == 0 {
         return Err(ApiError::invalid(format!("input {i} holds no token ids")));
     }
     if ids.count > max && !truncate {
-        let more = if ids.count > ids.ids.len() {
-            "more than "
-        } else {
-            ""
-        };
         return Err(ApiError::invalid(format!(
-            "input {i} has {more}{} token ids, at most {max} fit; send it shorter or with \
+            "input {i} has {} token ids, at most {max} fit; send it shorter or with \
              truncate on",
-            ids.ids.len()
+            ids.count
         )));
     }
     let (prefix, suffix) = tokenizer.special_ends();
@@ -222,7 +219,8 @@ fn checked_ids(
     }
     let mut kept = ids.ids[..ids.ids.len().min(max)].to_vec();
     if ids.count > max {
-        kept.truncate(max - suffix.len());
+        // The tokenizer leaves room for more than its special tokens (`TextTokenizer::from_dir`).
+        kept.truncate(max.saturating_sub(suffix.len()));
         kept.extend_from_slice(suffix);
     }
     if let Some(id) = kept.iter().find(|&&id| id as usize >= model.vocab_size) {

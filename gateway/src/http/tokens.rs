@@ -7,7 +7,7 @@
 //! [`TOKEN_COUNT_LIMIT`] tokens in all, in the answer or among the ids.
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use http_body_util::{Full, Limited};
 use hyper::body::Incoming;
 use models::encoder::{EncodeError, TOKEN_COUNT_LIMIT, TextTokenizer, Token};
@@ -18,8 +18,8 @@ use tokio::time::Instant;
 use super::arrival::ArrivalClock;
 use super::embeddings::receive;
 use super::inputs::{Input, Inputs, MAX_TEXTS, TokenIds};
-use super::tei::{tei_error, text_model};
-use super::{AppState, json_response, text};
+use super::tei::{served_text_version, tei_error};
+use super::{AppState, content_coding, text};
 use crate::error::ApiError;
 use crate::protocol::json_de;
 
@@ -57,10 +57,8 @@ pub async fn tokenize(
     req: Request<Limited<Incoming>>,
     clock: &ArrivalClock,
 ) -> Response<Full<Bytes>> {
-    match answer_tokenize(state, req, clock).await {
-        Ok(body) => json_response(StatusCode::OK, body),
-        Err(e) => tei_error(&e),
-    }
+    let coding = content_coding::accepted(req.headers());
+    respond(answer_tokenize(state, req, clock).await, coding).await
 }
 
 /// `POST /decode`: for each array of ids, its text.
@@ -69,8 +67,17 @@ pub async fn decode(
     req: Request<Limited<Incoming>>,
     clock: &ArrivalClock,
 ) -> Response<Full<Bytes>> {
-    match answer_decode(state, req, clock).await {
-        Ok(body) => json_response(StatusCode::OK, body),
+    let coding = content_coding::accepted(req.headers());
+    respond(answer_decode(state, req, clock).await, coding).await
+}
+
+/// The answer in the coding the client accepts, or the error in TEI's shape.
+async fn respond(
+    result: Result<Vec<u8>, ApiError>,
+    coding: content_coding::Coding,
+) -> Response<Full<Bytes>> {
+    match result {
+        Ok(body) => content_coding::respond(body, "application/json", coding).await,
         Err(e) => tei_error(&e),
     }
 }
@@ -83,7 +90,7 @@ async fn answer_tokenize(
     let body = receive(state, req, clock, Instant::now()).await?.body;
     let request: TokenizeRequest = json_de::from_slice(&body)
         .map_err(|e| ApiError::malformed(format!("invalid tokenize request JSON: {e}")))?;
-    let version = text_model(state, request.model.as_deref())?;
+    let version = served_text_version(state, request.model.as_deref())?;
     let model = text::text_model(&version)?;
     let mut inputs = texts_only(request.inputs)?;
     text::apply_prompt(model, &mut inputs, request.prompt_name.as_deref())?;
@@ -91,18 +98,26 @@ async fn answer_tokenize(
     let tokenizer = model.tokenizer.clone();
     let special = request.add_special_tokens;
     let answer = move || every_token(&tokenizer, &inputs, special);
-    text::sized(bytes, answer).await
+    text::inline_or_blocking(bytes, answer).await
 }
 
-/// The inputs, which must be texts: at least one, at most [`MAX_TEXTS`].
+/// The inputs, which must be texts (an empty one is only its special tokens): at least one,
+/// at most [`MAX_TEXTS`].
 fn texts_only(inputs: Inputs) -> Result<Vec<Input>, ApiError> {
-    let inputs = super::embeddings::inputs("inputs", inputs)?;
-    if inputs.iter().any(|i| matches!(i, Input::Ids(_))) {
-        return Err(ApiError::invalid(
-            "inputs must be a string or an array of strings: token ids are what /tokenize gives",
-        ));
+    match inputs {
+        Inputs::List(list)
+            if !list.is_empty() && list.iter().all(|i| matches!(i, Input::Text(_))) =>
+        {
+            Ok(list)
+        }
+        Inputs::TooMany(n) => Err(ApiError::invalid(format!(
+            "inputs holds {n} texts; a request takes at most {MAX_TEXTS}"
+        ))),
+        _ => Err(ApiError::invalid(
+            "inputs must be a string or an array of strings, at least one: token ids are what \
+             /tokenize gives",
+        )),
     }
-    Ok(inputs)
 }
 
 /// The tokens of every text, as TEI's JSON, at most [`TOKEN_COUNT_LIMIT`] in all.
@@ -115,7 +130,9 @@ fn every_token(
     let mut count = 0;
     for (i, input) in inputs.iter().enumerate() {
         let Input::Text(text) = input else { continue };
-        let tokens = tokenizer.tokens(text, special).map_err(|e| refused(i, e))?;
+        let tokens = tokenizer
+            .tokens(text, special)
+            .map_err(|e| refused("text", i, e))?;
         count += tokens.len();
         if count > TOKEN_COUNT_LIMIT {
             return Err(ApiError::invalid(format!(
@@ -132,13 +149,14 @@ fn token_json(t: &Token) -> Value {
     json!({"id": t.id, "text": t.text, "special": t.special, "start": t.start, "stop": t.stop})
 }
 
-fn refused(i: usize, e: EncodeError) -> ApiError {
+/// A refusal of input `i` (`what`: a text or ids): too long, or a fault of the tokenizer.
+fn refused(what: &str, i: usize, e: EncodeError) -> ApiError {
     match e {
         EncodeError::TooLong { max, .. } => ApiError::invalid(format!(
-            "text {i} has more than {max} tokens; /tokenize answers at most that many"
+            "{what} {i} has more than {max} tokens; /tokenize answers at most that many"
         )),
         EncodeError::Tokenizer(why) => {
-            ApiError::Internal(format!("the model's tokenizer failed on text {i}: {why}"))
+            ApiError::Internal(format!("the model's tokenizer failed on {what} {i}: {why}"))
         }
     }
 }
@@ -151,15 +169,25 @@ async fn answer_decode(
     let body = receive(state, req, clock, Instant::now()).await?.body;
     let request: DecodeRequest = json_de::from_slice(&body)
         .map_err(|e| ApiError::malformed(format!("invalid decode request JSON: {e}")))?;
-    let version = text_model(state, request.model.as_deref())?;
+    let version = served_text_version(state, request.model.as_deref())?;
     let model = text::text_model(&version)?;
     let sequences = ids_only(request.ids, model.input.vocab_size)?;
+    let (tokenizer, skip) = (model.tokenizer.clone(), request.skip_special_tokens);
+    let bytes = sequences.iter().map(|ids| 4 * ids.ids.len()).sum();
+    text::inline_or_blocking(bytes, move || every_text(&tokenizer, &sequences, skip)).await
+}
+
+/// The text of every array of ids, as TEI's JSON.
+fn every_text(
+    tokenizer: &TextTokenizer,
+    sequences: &[TokenIds],
+    skip_special_tokens: bool,
+) -> Result<Vec<u8>, ApiError> {
     let mut texts = Vec::with_capacity(sequences.len());
     for (i, ids) in sequences.iter().enumerate() {
-        let text = model
-            .tokenizer
-            .decode(&ids.ids, request.skip_special_tokens)
-            .map_err(|e| refused(i, e))?;
+        let text = tokenizer
+            .decode(&ids.ids, skip_special_tokens)
+            .map_err(|e| refused("ids", i, e))?;
         texts.push(text);
     }
     Ok(json!(texts).to_string().into_bytes())

@@ -131,6 +131,13 @@ impl TextTokenizer {
             }))
             .map_err(|e| invalid(e.to_string()))?;
         let (prefix, suffix) = special_ends(&whole).map_err(|e| invalid(e.to_string()))?;
+        if prefix.len() + suffix.len() >= max_seq_len {
+            return Err(invalid(format!(
+                "a limit of {max_seq_len} tokens leaves no room for text beside the {} special \
+                 tokens the tokenizer adds",
+                prefix.len() + suffix.len()
+            )));
+        }
         let tokenizer = TextTokenizer {
             whole,
             truncating,

@@ -34,7 +34,9 @@ impl TextTokenizer {
                 let (start, stop) = (offset + start, offset + stop);
                 tokens.push(Token {
                     id,
-                    text: String::from_utf8_lossy(&text.as_bytes()[start..stop]).into_owned(),
+                    // Offsets come from the folder's tokenizer: out of range, they cover nothing.
+                    text: String::from_utf8_lossy(text.as_bytes().get(start..stop).unwrap_or(&[]))
+                        .into_owned(),
                     special: false,
                     start: Some(start),
                     stop: Some(stop),
