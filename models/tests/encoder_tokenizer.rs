@@ -4,44 +4,15 @@
 //! limit with and without truncation. And, with no download, what the wrapper itself
 //! promises: padding and truncation replaced, refusals that say how long the input was.
 
+mod support;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
 use models::encoder::{EncodeError, TOKEN_COUNT_LIMIT, TextTokenizer};
-
-fn skip<T>(test: &str, reason: &str) -> Option<T> {
-    assert!(
-        std::env::var_os("TANDEM_REQUIRE_TOOLS").is_none(),
-        "{test}: {reason} (TANDEM_REQUIRE_TOOLS is set)"
-    );
-    kernels::cuda::report_skip(test, reason);
-    None
-}
-
-fn minilm_dir(test: &str) -> Option<PathBuf> {
-    let dir = match std::env::var_os("TANDEM_MINILM_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => std::env::var_os("TANDEM_CACHE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tandem")
-            })
-            .join("models/all-minilm-l6-v2"),
-    };
-    if dir.join("tokenizer.json").is_file() {
-        Some(dir)
-    } else {
-        skip(
-            test,
-            &format!(
-                "no all-MiniLM-L6-v2 in {} (run scripts/fetch-models.sh)",
-                dir.display()
-            ),
-        )
-    }
-}
+use support::{minilm_dir, skip};
 
 const TEXTS: &[&str] = &[
     "A man is eating food.",
