@@ -129,6 +129,7 @@ fn fixtures() -> &'static Fixtures {
                 pooling: encoder.pooling,
                 precision: kernels::DType::F32,
                 attention_per_token_pair: 0.01,
+                labels: Vec::new(),
             },
             tokenizer,
             synthetic,

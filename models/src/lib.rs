@@ -41,9 +41,10 @@ pub struct ModelMetadata {
 pub const INPUT_NAME: &str = "input-0";
 pub const OUTPUT_NAME: &str = "output-0";
 /// A text encoder's input (BYTES, one text per row) and output (FP32, one embedding per
-/// row).
+/// row, or a classifier's logits).
 pub const TEXT_INPUT_NAME: &str = "text";
 pub const EMBEDDING_OUTPUT_NAME: &str = "embedding";
+pub const LOGITS_OUTPUT_NAME: &str = "logits";
 
 /// What a model takes, which decides how requests to it are decoded and batched.
 #[derive(Clone, Debug, PartialEq)]
@@ -68,9 +69,16 @@ pub struct TextInput {
     /// A sequence of `n` tokens costs `n + n² × attention_per_token_pair` token-units of
     /// compute: the dense layers per token, attention per pair of tokens.
     pub attention_per_token_pair: f64,
+    /// A classifier's labels in output order; empty for an encoder of embeddings.
+    pub labels: Vec<String>,
 }
 
 impl TextInput {
+    /// Whether the model classifies (one logit per label) rather than embeds.
+    pub fn is_classifier(&self) -> bool {
+        !self.labels.is_empty()
+    }
+
     /// The compute of one sequence of `tokens`, in token-units.
     pub fn units(&self, tokens: usize) -> f64 {
         tokens as f64 + (tokens * tokens) as f64 * self.attention_per_token_pair

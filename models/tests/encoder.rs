@@ -56,6 +56,23 @@ fn reference(python: &Path, dir: &Path, seqs: &[Encoded], pooling: Pooling) -> V
     serde_json::from_value(reply["embeddings"].clone()).unwrap()
 }
 
+/// The reference's logits of `seqs` through a classifier's head.
+fn reference_logits(python: &Path, dir: &Path, seqs: &[Encoded]) -> Vec<Vec<f64>> {
+    let request = serde_json::json!({
+        "sequences": seqs
+            .iter()
+            .map(|e| serde_json::json!({"ids": e.ids, "type_ids": e.type_ids}))
+            .collect::<Vec<_>>(),
+    });
+    let stdout = run_python(
+        python,
+        &["classify", dir.to_str().unwrap()],
+        request.to_string().as_bytes(),
+    );
+    let reply: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
+    serde_json::from_value(reply["logits"].clone()).unwrap()
+}
+
 // ---------------------------------------------------------------------------------------
 // Helpers on embeddings.
 
@@ -66,7 +83,7 @@ fn pack(seqs: &[Encoded]) -> PackedTokens {
 }
 
 fn embed(encoder: &mut Encoder, seqs: &[Encoded]) -> Vec<f32> {
-    let mut out = vec![f32::NAN; seqs.len() * encoder.hidden()];
+    let mut out = vec![f32::NAN; seqs.len() * encoder.output_width()];
     encoder.forward_packed(&pack(seqs), &mut out).unwrap();
     out
 }
@@ -218,6 +235,51 @@ fn check_synthetic(device: &Device, test: &str, spec: SyntheticSpec) {
         &want,
         min,
         &format!("{test} {device:?} {:?}", spec.dtype),
+    );
+}
+
+/// A classifier's logits against the reference's, on single texts and on pairs (whose
+/// second text has token type 1), packed in one batch.
+fn check_synthetic_classifier(device: &Device, test: &str, labels: usize, dtype: DType) {
+    let Some(python) = python(test) else { return };
+    let spec = SyntheticSpec {
+        labels,
+        dtype,
+        bert_prefix: true,
+        seed: 11,
+        ..SyntheticSpec::default()
+    };
+    let tag = test.replace("::", "-");
+    let dir = synthetic(&format!("{tag}-{dtype:?}"), &spec);
+    let tokenizer = TextTokenizer::from_dir(&dir.0, spec.max_seq_length).unwrap();
+    let mut seqs = encode_all(&tokenizer, &SYNTHETIC_TEXTS[..3]);
+    for (a, b) in [
+        ("a cat", "the dog runs"),
+        ("the man", &"is eating bread ".repeat(9)),
+    ] {
+        seqs.push(tokenizer.encode_pair(a, b, true).unwrap());
+    }
+    let mut encoder = Encoder::load(&dir.0, device).unwrap();
+    assert_eq!(encoder.output_width(), labels);
+    let got = embed(&mut encoder, &seqs);
+    let f32_dir = synthetic(
+        &format!("{tag}-ref"),
+        &SyntheticSpec {
+            dtype: DType::F32,
+            ..spec
+        },
+    );
+    let want: Vec<f64> = reference_logits(&python, &f32_dir.0, &seqs).concat();
+    let scale = want.iter().fold(0.0f64, |m, w| m.max(w.abs()));
+    let worst = got
+        .iter()
+        .zip(&want)
+        .fold(0.0f64, |m, (g, w)| m.max((*g as f64 - w).abs()));
+    let max = if dtype == DType::F32 { 1e-4 } else { 2e-2 };
+    assert!(
+        worst <= max * scale,
+        "{test} {device:?} {dtype:?}: logits differ by {worst:e} (largest {scale:e}); got \
+         {got:?}, want {want:?}"
     );
 }
 
@@ -391,6 +453,15 @@ on_every_device!(synthetic_bf16, |device, test| check_synthetic(
         ..SyntheticSpec::default()
     }
 ));
+on_every_device!(synthetic_reranker, |device, test| {
+    check_synthetic_classifier(device, test, 1, DType::F32)
+});
+on_every_device!(synthetic_classifier_3_labels, |device, test| {
+    check_synthetic_classifier(device, test, 3, DType::F32)
+});
+on_every_device!(synthetic_classifier_bf16, |device, test| {
+    check_synthetic_classifier(device, test, 3, DType::BF16)
+});
 on_every_device!(synthetic_packing, |device, _test| check_synthetic_packing(
     device
 ));

@@ -304,3 +304,107 @@ fn unsupported_pooling_and_modules_are_refused() {
         ],
     );
 }
+
+#[test]
+fn a_classifier_loads_its_labels_in_order_and_its_head() {
+    let spec = SyntheticSpec {
+        labels: 3,
+        bert_prefix: true,
+        ..spec()
+    };
+    let f = Folder::new("classifier", &spec);
+    // id2label's keys as JSON gives them, out of numeric order.
+    f.edit_json("config.json", |c| {
+        c["id2label"] =
+            serde_json::json!({"2": "neutral", "0": "contradiction", "1": "entailment"});
+        c["num_labels"] = serde_json::json!(3);
+    });
+    let e = Encoder::load(&f.0, &Device::Cpu).unwrap();
+    assert_eq!(
+        e.config().labels,
+        ["contradiction", "entailment", "neutral"]
+    );
+    assert_eq!((e.output_width(), e.config().pooling), (3, Pooling::Cls));
+    assert!(!e.normalize_by_default());
+    let outputs = &e.signature().outputs;
+    assert_eq!(
+        (outputs[0].name.as_str(), &outputs[0].shape),
+        ("logits", &vec![-1, 3])
+    );
+}
+
+#[test]
+fn a_classifier_without_id2label_has_num_labels_or_two() {
+    let f = Folder::new(
+        "classifier-defaults",
+        &SyntheticSpec {
+            labels: 2,
+            ..spec()
+        },
+    );
+    f.edit_json("config.json", |c| {
+        c.as_object_mut().unwrap().remove("id2label");
+    });
+    let e = Encoder::load(&f.0, &Device::Cpu).unwrap();
+    assert_eq!(e.config().labels, ["LABEL_0", "LABEL_1"]);
+}
+
+#[test]
+fn a_classifier_head_and_labels_that_disagree_are_refused_by_name() {
+    let classifier = || SyntheticSpec {
+        labels: 1,
+        ..spec()
+    };
+    let f = Folder::new("head-missing", &classifier());
+    f.edit_tensors(|ts| ts.retain(|t| t.name != "pooler.dense.weight"));
+    assert_contains(&f.load_error(), &["pooler.dense.weight", "missing"]);
+    let f = Folder::new("head-shape", &classifier());
+    f.edit_json("config.json", |c| {
+        c["id2label"] = serde_json::json!({"0": "a", "1": "b"})
+    });
+    assert_contains(
+        &f.load_error(),
+        &["classifier.weight", "[2, 32]", "[1, 32]"],
+    );
+    for (tag, id2label, num_labels, why) in [
+        (
+            "gap",
+            serde_json::json!({"0": "a", "2": "b"}),
+            None,
+            "\"2\" is not an index",
+        ),
+        (
+            "twice",
+            serde_json::json!({"0": "a", "00": "b"}),
+            None,
+            "twice",
+        ),
+        ("empty", serde_json::json!({}), None, "no labels"),
+        (
+            "count",
+            serde_json::json!({"0": "a"}),
+            Some(2),
+            "num_labels is 2",
+        ),
+    ] {
+        let f = Folder::new(&format!("labels-{tag}"), &classifier());
+        f.edit_json("config.json", |c| {
+            c["id2label"] = id2label;
+            if let Some(n) = num_labels {
+                c["num_labels"] = serde_json::json!(n);
+            }
+        });
+        assert_contains(&f.load_error(), &["config.json", why]);
+    }
+    // An encoder of embeddings holding a classifier's head is not one.
+    let f = Folder::new("head-on-encoder", &spec());
+    f.edit_tensors(|ts| {
+        ts.push(Tensor {
+            name: "classifier.bias".into(),
+            dtype: safetensors::Dtype::F32,
+            shape: vec![1],
+            bytes: vec![0; 4],
+        })
+    });
+    assert_contains(&f.load_error(), &["classifier.bias"]);
+}

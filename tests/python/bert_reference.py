@@ -9,6 +9,9 @@ Commands (JSON on stdin, JSON on stdout):
   embed DIR     stdin {"sequences": [{"ids": [...], "type_ids": [...]}, ...],
                        "pooling": "mean" | "cls"}
                 stdout {"embeddings": [[...], ...]}  (pooled, not normalised, float64)
+  classify DIR  stdin {"sequences": [...]} as for embed, of a BertForSequenceClassification
+                stdout {"logits": [[...], ...]}  (one per label: the [CLS] state through
+                the pooler's dense layer and tanh, then the classifier)
   convert SRC DST DTYPE
                 copies the model folder SRC to DST with every floating-point tensor of
                 model.safetensors stored as DTYPE (F16 or BF16, rounded to nearest even);
@@ -28,13 +31,14 @@ from safetensors.numpy import load_file
 SKIPPED = ("embeddings.position_ids",)
 
 
-def load_weights(folder):
-    """The tensors as float64, names without the `bert.` prefix."""
+def load_weights(folder, head=False):
+    """The tensors as float64, names without the `bert.` prefix; the pooler and classifier
+    only with `head`."""
     raw = load_file(str(Path(folder) / "model.safetensors"))
     weights = {}
     for name, value in raw.items():
         name = name[len("bert.") :] if name.startswith("bert.") else name
-        if name in SKIPPED or name.startswith("pooler."):
+        if name in SKIPPED or (not head and name.startswith("pooler.")):
             continue
         weights[name] = value.astype(np.float64)
     return weights
@@ -117,6 +121,18 @@ def embed(folder):
     json.dump({"embeddings": out}, sys.stdout)
 
 
+def classify(folder):
+    request = json.load(sys.stdin)
+    cfg = json.loads((Path(folder) / "config.json").read_text())
+    w = load_weights(folder, head=True)
+    out = []
+    for seq in request["sequences"]:
+        states = encode(np.array(seq["ids"]), np.array(seq["type_ids"]), w, cfg)
+        pooled = np.tanh(linear(states[0], w, "pooler.dense"))
+        out.append(linear(pooled, w, "classifier").tolist())
+    json.dump({"logits": out}, sys.stdout)
+
+
 def f32_to_16_bits(values, dtype):
     """float32 array -> uint16 bits of F16 or BF16, rounded to nearest even."""
     if dtype == "F16":
@@ -169,6 +185,8 @@ def convert(src, dst, dtype):
 def main(argv):
     if len(argv) == 3 and argv[1] == "embed":
         embed(argv[2])
+    elif len(argv) == 3 and argv[1] == "classify":
+        classify(argv[2])
     elif len(argv) == 5 and argv[1] == "convert":
         convert(argv[2], argv[3], argv[4])
     else:

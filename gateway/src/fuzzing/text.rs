@@ -76,7 +76,7 @@ fn encode_inputs(inputs: Result<Vec<text::Input>, ApiError>, truncate: bool) {
         .iter()
         .filter_map(|i| match i {
             text::Input::Text(t) => Some(t.clone()),
-            text::Input::Ids(_) => None,
+            text::Input::Ids(_) | text::Input::Pair(..) => None,
         })
         .collect();
     tokenize_all(&texts, truncate);

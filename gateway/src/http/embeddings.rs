@@ -44,16 +44,26 @@ pub(crate) struct OpenAiRequest {
     pub(crate) prompt_name: Option<String>,
 }
 
-/// What an embedding request asks for, whichever API it came through.
+/// What a text request asks for, whichever API it came through.
 pub(super) struct Ask {
     pub(super) inputs: Vec<Input>,
     pub(super) truncate: bool,
+    /// L2-normalise what comes back: an embedding model's default when `None`; never for a
+    /// classifier's logits.
     pub(super) normalize: Option<bool>,
     pub(super) prompt_name: Option<String>,
+    pub(super) task: Task,
+}
+
+/// What an endpoint serves, which the model must do.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Task {
+    Embed,
+    Classify,
 }
 
 /// What came back.
-pub(super) struct Embeddings {
+pub(super) struct Outputs {
     /// Row-major `[texts, width]`.
     pub(super) values: Vec<f32>,
     pub(super) width: usize,
@@ -110,13 +120,31 @@ pub(super) async fn receive(
     Ok(Received { body, arrival })
 }
 
-/// Admits, tokenizes and runs one embedding request on `version`.
-pub(super) async fn embed(
+/// Admits, tokenizes and runs one text request on `version`.
+pub(super) async fn run(
     state: &AppState,
     version: &ModelVersion,
     arrival: &crate::infer::Arrival,
     ask: Ask,
-) -> Result<Embeddings, ApiError> {
+) -> Result<Outputs, ApiError> {
+    let classifier = text::text_model(version)?.input.is_classifier();
+    match (ask.task, classifier) {
+        (Task::Embed, true) => {
+            return Err(ApiError::invalid(format!(
+                "model {:?} is a classifier: it answers /predict, /rerank and v2 infer \
+                 (logits), not embeddings",
+                version.name
+            )));
+        }
+        (Task::Classify, false) => {
+            return Err(ApiError::invalid(format!(
+                "model {:?} gives embeddings, not scores: /predict and /rerank take a \
+                 classifier (BertForSequenceClassification)",
+                version.name
+            )));
+        }
+        _ => {}
+    }
     version.core.admit_unparsed(arrival)?;
     let settings = version.settings();
     if ask.inputs.len() > settings.max_batch_size {
@@ -146,7 +174,7 @@ pub(super) async fn embed(
     let completed = version.core.submit(submission, arrival, wait).await?;
     record(version, arrival, queued, rows, &completed);
     let width = version.info.output_width;
-    Ok(Embeddings {
+    Ok(Outputs {
         values: text::normalized(completed.output, width, normalize),
         width,
         tokens,
@@ -242,8 +270,9 @@ async fn answer_openai(
         truncate: true,
         normalize: None,
         prompt_name: request.prompt_name,
+        task: Task::Embed,
     };
-    let e = embed(state, version, &received.arrival, ask).await?;
+    let e = run(state, version, &received.arrival, ask).await?;
     Ok(openai_body(&version.name, e, base64))
 }
 
@@ -263,7 +292,7 @@ fn parse_openai(body: &[u8]) -> Result<OpenAiRequest, ApiError> {
     }
 }
 
-fn openai_body(model: &str, e: Embeddings, base64: bool) -> Vec<u8> {
+fn openai_body(model: &str, e: Outputs, base64: bool) -> Vec<u8> {
     let data: Vec<serde_json::Value> = e
         .values
         .chunks_exact(e.width.max(1))

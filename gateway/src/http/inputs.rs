@@ -79,6 +79,9 @@ impl TokenIds {
 pub enum Input {
     Text(String),
     Ids(TokenIds),
+    /// Two texts as one sequence (`[CLS] a [SEP] b [SEP]`), as a cross-encoder scores a
+    /// query and a passage; built by the classification endpoints, never parsed here.
+    Pair(String, String),
 }
 
 /// What `input(s)` held.

@@ -8,6 +8,7 @@
 pub(crate) mod admin;
 mod arrival;
 mod body;
+mod classify;
 pub(crate) mod content_coding;
 pub(crate) mod embeddings;
 mod infer;

@@ -117,8 +117,10 @@ async fn write(
             return Some(Ok(super::infer::infer(state, m, v, req, arrival).await));
         }
         (true, ["v1", "embeddings"]) => Ok(super::embeddings::openai(state, req, arrival).await),
-        // TEI routes `POST /` to its embed for an embedding model.
-        (true, ["embed"] | [""]) => Ok(super::tei::post_embed(state, req, arrival).await),
+        (true, ["embed"]) => Ok(super::tei::post_embed(state, req, arrival).await),
+        (true, ["predict"]) => Ok(super::classify::predict(state, req, arrival).await),
+        (true, ["rerank"]) => Ok(super::classify::rerank(state, req, arrival).await),
+        (true, [""]) => Ok(super::tei::post_root(state, req, arrival).await),
         (true, ["tokenize"]) => Ok(super::tokens::tokenize(state, req, arrival).await),
         (true, ["decode"]) => Ok(super::tokens::decode(state, req, arrival).await),
         (true, ["v2", "repository", "index"]) => super::repository::index(state, req).await,
@@ -171,7 +173,7 @@ fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
         ["metrics"] | ["v2"] | ["v2", "health", "live" | "ready"] => Some(READ),
         ["v1", "models"] | ["v1", "models", _] => Some(READ),
         ["v2", "repository", "index"] | ["v1", "embeddings"] | ["embed"] => Some("POST"),
-        ["tokenize"] | ["decode"] => Some("POST"),
+        ["tokenize"] | ["decode"] | ["predict"] | ["rerank"] => Some("POST"),
         ["info"] | ["health"] => Some(READ),
         [""] => Some("GET, HEAD, POST"),
         ["v2", "repository", "models", _, "load" | "unload"] => Some("POST"),

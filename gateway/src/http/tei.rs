@@ -3,6 +3,7 @@
 //! - `POST /embed`, and `POST /` as TEI routes it for an embedding model (what
 //!   `huggingface_hub`'s `InferenceClient.feature_extraction` posts to a server's URL):
 //!   `inputs`, `normalize`, `truncate`, `truncation_direction`; an array of embeddings back;
+//! - `POST /predict` and `POST /rerank` for a classifier, in [`super::classify`];
 //! - `GET /info`: the model and the limits it is served with, in TEI's fields;
 //! - `GET /health`: 200 once serving, 503 before and while draining.
 //!
@@ -19,7 +20,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
-use super::embeddings::{Answered, Ask, Received, embed, inputs, receive};
+use super::embeddings::{Answered, Ask, Received, Task, inputs, receive, run};
 use super::inputs::{Inputs, MAX_TEXTS};
 use super::{AppState, content_coding, error_response, json_response};
 use crate::error::ApiError;
@@ -48,7 +49,21 @@ pub(crate) struct TeiRequest {
     pub(crate) model: Option<String>,
 }
 
-/// `POST /embed`, and `POST /`.
+/// `POST /`: TEI's predict for a classifier, its embed otherwise.
+pub async fn post_root(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+    clock: &ArrivalClock,
+) -> Response<Full<Bytes>> {
+    let classifier = served_text_version(state, None)
+        .is_ok_and(|v| v.text.as_ref().is_some_and(|t| t.input.is_classifier()));
+    match classifier {
+        true => super::classify::predict(state, req, clock).await,
+        false => post_embed(state, req, clock).await,
+    }
+}
+
+/// `POST /embed`.
 pub async fn post_embed(
     state: &AppState,
     req: Request<Limited<Incoming>>,
@@ -85,16 +100,19 @@ async fn read(
             "dimensions: this model's embeddings have one size; leave it out",
         ));
     }
-    match request.truncation_direction.as_deref() {
-        None | Some("Right" | "right") => {}
-        Some(other) => {
-            return Err(ApiError::invalid(format!(
-                "truncation_direction {other:?}: only \"Right\" (keep the start) is served"
-            )));
-        }
-    }
+    check_truncation_direction(request.truncation_direction.as_deref())?;
     let version = served_text_version(state, request.model.as_deref())?;
     Ok((received, request, version))
+}
+
+/// TEI's `Right` (the default: keep the start) is served; `Left` is refused.
+pub(super) fn check_truncation_direction(direction: Option<&str>) -> Result<(), ApiError> {
+    match direction {
+        None | Some("Right" | "right") => Ok(()),
+        Some(other) => Err(ApiError::invalid(format!(
+            "truncation_direction {other:?}: only \"Right\" (keep the start) is served"
+        ))),
+    }
 }
 
 async fn answer(
@@ -109,8 +127,9 @@ async fn answer(
         truncate: request.truncate.unwrap_or(false),
         normalize: Some(request.normalize.unwrap_or(true)),
         prompt_name: request.prompt_name,
+        task: Task::Embed,
     };
-    let e = embed(state, version, &received.arrival, ask).await?;
+    let e = run(state, version, &received.arrival, ask).await?;
     let rows: Vec<&[f32]> = e.values.chunks_exact(e.width.max(1)).collect();
     Ok(json!(rows).to_string().into_bytes())
 }
@@ -120,10 +139,7 @@ pub fn info(state: &AppState) -> Result<Response<Full<Bytes>>, ApiError> {
     let version = served_text_version(state, None)?;
     let text = super::text::text_model(&version)?;
     let settings = version.settings();
-    let pooling = match text.input.pooling {
-        models::encoder::Pooling::Mean => "mean",
-        models::encoder::Pooling::Cls => "cls",
-    };
+    let model_type = model_type(&text.input);
     let dtype = match text.input.precision {
         kernels::DType::F32 => "float32",
         kernels::DType::F16 => "float16",
@@ -133,7 +149,7 @@ pub fn info(state: &AppState) -> Result<Response<Full<Bytes>>, ApiError> {
         "model_id": version.name,
         "model_sha": null,
         "model_dtype": dtype,
-        "model_type": {"embedding": {"pooling": pooling}},
+        "model_type": model_type,
         "max_concurrent_requests": settings.queue_capacity,
         "max_input_length": text.input.max_seq_len,
         "max_batch_tokens": settings.max_batch_tokens,
@@ -146,6 +162,29 @@ pub fn info(state: &AppState) -> Result<Response<Full<Bytes>>, ApiError> {
         "docker_label": null,
     });
     Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
+}
+
+/// TEI's `model_type`: an embedding model's pooling, a classifier's labels both ways (a
+/// reranker's when it has one label).
+fn model_type(input: &models::TextInput) -> serde_json::Value {
+    if !input.is_classifier() {
+        let pooling = match input.pooling {
+            models::encoder::Pooling::Mean => "mean",
+            models::encoder::Pooling::Cls => "cls",
+        };
+        return json!({"embedding": {"pooling": pooling}});
+    }
+    let id2label: serde_json::Map<String, serde_json::Value> = (input.labels.iter().enumerate())
+        .map(|(i, l)| (i.to_string(), json!(l)))
+        .collect();
+    let label2id: serde_json::Map<String, serde_json::Value> = (input.labels.iter().enumerate())
+        .map(|(i, l)| (l.clone(), json!(i)))
+        .collect();
+    let kind = match input.labels.len() {
+        1 => "reranker",
+        _ => "classifier",
+    };
+    json!({kind: {"id2label": id2label, "label2id": label2id}})
 }
 
 /// TEI's answers other than embeddings: its error shape for whatever went wrong.

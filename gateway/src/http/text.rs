@@ -118,7 +118,7 @@ pub(crate) fn apply_prompt(
         ));
     }
     for input in inputs {
-        if let Input::Text(t) = input {
+        if let Input::Text(t) | Input::Pair(t, _) = input {
             t.insert_str(0, prompt);
         }
     }
@@ -128,6 +128,7 @@ pub(crate) fn apply_prompt(
 pub(crate) fn text_bytes(input: &Input) -> usize {
     match input {
         Input::Text(t) => t.len(),
+        Input::Pair(a, b) => a.len() + b.len(),
         Input::Ids(_) => 0,
     }
 }
@@ -142,7 +143,12 @@ pub(crate) fn encode_all(
     let mut packed = PackedTokens::with_capacity(inputs.len(), inputs.len() * 16);
     for (i, input) in inputs.iter().enumerate() {
         match input {
-            Input::Text(text) => packed.push(&encode_text(tokenizer, i, text, truncate)?),
+            Input::Text(text) => {
+                packed.push(&encoded(i, tokenizer.encode(text, truncate))?);
+            }
+            Input::Pair(a, b) => {
+                packed.push(&encoded(i, tokenizer.encode_pair(a, b, truncate))?);
+            }
             Input::Ids(ids) => {
                 let ids = checked_ids(tokenizer, model, i, ids, truncate)?;
                 packed.push_ids(&ids, &vec![0; ids.len()]);
@@ -152,13 +158,12 @@ pub(crate) fn encode_all(
     Ok(packed)
 }
 
-fn encode_text(
-    tokenizer: &TextTokenizer,
+/// Input `i` as the tokenizer gave it, or why not as a client's error.
+fn encoded(
     i: usize,
-    text: &str,
-    truncate: bool,
+    result: Result<models::encoder::Encoded, EncodeError>,
 ) -> Result<models::encoder::Encoded, ApiError> {
-    match tokenizer.encode(text, truncate) {
+    match result {
         // A tokenizer with no special tokens of its own gives none for blank text.
         Ok(encoded) if encoded.is_empty() => {
             Err(ApiError::invalid(format!("text {i} gives no tokens")))

@@ -67,6 +67,12 @@ pub fn validate<'a>(
     if let Some(i) = texts.iter().position(String::is_empty) {
         return Err(invalid(format!("input {name:?}: text {i} is empty")));
     }
+    if model.is_classifier() && parameters.normalize == Some(true) {
+        return Err(invalid(
+            "parameters.normalize: this model is a classifier; its logits are not normalised"
+                .into(),
+        ));
+    }
     let request = TextRequest {
         texts,
         truncate: parameters.truncate.unwrap_or(true),

@@ -138,6 +138,7 @@ mod tests {
             pooling: models::encoder::Pooling::Mean,
             precision: kernels::DType::F32,
             attention_per_token_pair: 0.0,
+            labels: Vec::new(),
         };
         let s = text_samples(&text, 1024, 16);
         let sizes: Vec<(usize, usize)> = s

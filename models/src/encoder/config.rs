@@ -6,6 +6,7 @@
 //! the file and the value found: another architecture, activation, position embedding,
 //! pooling mode or module. Reading never touches the weights.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -38,6 +39,9 @@ pub struct EncoderConfig {
     pub pooling: Pooling,
     /// Whether the folder's modules end with `Normalize`.
     pub normalize: bool,
+    /// A sequence classifier's labels in output order (`id2label`); empty for an encoder
+    /// of embeddings. A classifier's head reads the `[CLS]` state, so its pooling is `Cls`.
+    pub labels: Vec<String>,
 }
 
 /// `config.json` as transformers writes it for BERT; fields tandem does not need are
@@ -60,7 +64,17 @@ struct BertJson {
     hidden_act: String,
     #[serde(default = "absolute")]
     position_embedding_type: String,
+    /// A classifier's label names by output index, as decimal strings.
+    #[serde(default)]
+    id2label: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    num_labels: Option<usize>,
 }
+
+/// `architectures` for an encoder of embeddings and for a sequence classifier (a
+/// cross-encoder, for reranking, is one with a single label).
+const ENCODER: &str = "BertModel";
+const CLASSIFIER: &str = "BertForSequenceClassification";
 
 fn two() -> usize {
     2
@@ -114,12 +128,12 @@ impl EncoderConfig {
         let path = required(dir, "config.json")?;
         let bert: BertJson = read_json(&path)?;
         check_architecture(&path, &bert)?;
-        let modules = read_modules(dir)?;
-        let pooling_dir = modules
-            .iter()
-            .find(|m| m.kind == "Pooling")
-            .map_or(DEFAULT_POOLING_DIR, |m| m.path.as_str());
-        let pooling = read_pooling(&dir.join(pooling_dir).join("config.json"))?;
+        let labels = read_labels(&path, &bert)?;
+        let (pooling, normalize) = if labels.is_empty() {
+            read_head_modules(dir)?
+        } else {
+            (Pooling::Cls, false)
+        };
         let max_seq_len = read_max_seq_len(dir)?.min(bert.max_position_embeddings);
         Ok(EncoderConfig {
             vocab_size: bert.vocab_size,
@@ -132,8 +146,14 @@ impl EncoderConfig {
             layer_norm_eps: bert.layer_norm_eps as f32,
             max_seq_len,
             pooling,
-            normalize: modules.iter().any(|m| m.kind == "Normalize"),
+            normalize,
+            labels,
         })
+    }
+
+    /// Whether it is a sequence classifier rather than an encoder of embeddings.
+    pub fn is_classifier(&self) -> bool {
+        !self.labels.is_empty()
     }
 
     /// Values per head.
@@ -188,11 +208,12 @@ fn check_architecture(path: &Path, bert: &BertJson) -> Result<(), LoadError> {
         .architectures
         .iter()
         .flatten()
-        .find(|a| a.as_str() != "BertModel")
+        .find(|a| !matches!(a.as_str(), ENCODER | CLASSIFIER))
     {
         return Err(unsupported(
             format!("architecture {other:?}"),
-            "only the bare encoder is served: architectures [\"BertModel\"]",
+            "the architectures served are \"BertModel\" (embeddings) and \
+             \"BertForSequenceClassification\" (classifiers and rerankers)",
         ));
     }
     if bert.hidden_act != "gelu" {
@@ -240,6 +261,65 @@ fn check_dimensions(path: &Path, bert: &BertJson) -> Result<(), LoadError> {
         )));
     }
     Ok(())
+}
+
+/// How an encoder of embeddings pools and whether it normalises, from its modules.
+fn read_head_modules(dir: &Path) -> Result<(Pooling, bool), LoadError> {
+    let modules = read_modules(dir)?;
+    let pooling_dir = modules
+        .iter()
+        .find(|m| m.kind == "Pooling")
+        .map_or(DEFAULT_POOLING_DIR, |m| m.path.as_str());
+    let pooling = read_pooling(&dir.join(pooling_dir).join("config.json"))?;
+    Ok((pooling, modules.iter().any(|m| m.kind == "Normalize")))
+}
+
+/// A classifier's labels in output order: `id2label` when it is given (its keys must be
+/// 0 to n - 1), else `num_labels` as `LABEL_i`, else transformers' default of two. None
+/// for an encoder of embeddings.
+fn read_labels(path: &Path, bert: &BertJson) -> Result<Vec<String>, LoadError> {
+    let classifier = bert.architectures.iter().flatten().any(|a| a == CLASSIFIER);
+    if !classifier {
+        return Ok(Vec::new());
+    }
+    let invalid = |reason: String| LoadError::Config {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let labels = match &bert.id2label {
+        Some(names) => {
+            let mut labels = vec![None; names.len()];
+            for (key, name) in names {
+                let slot = key.parse::<usize>().ok().and_then(|i| labels.get_mut(i));
+                match slot {
+                    Some(slot) => *slot = Some(name.clone()),
+                    None => {
+                        return Err(invalid(format!(
+                            "id2label key {key:?} is not an index from 0 to {}",
+                            names.len() - 1
+                        )));
+                    }
+                }
+            }
+            labels
+                .into_iter()
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| invalid("id2label names an index twice".into()))?
+        }
+        None => (0..bert.num_labels.unwrap_or(2))
+            .map(|i| format!("LABEL_{i}"))
+            .collect(),
+    };
+    if labels.is_empty() {
+        return Err(invalid("a classifier with no labels".into()));
+    }
+    if let Some(n) = bert.num_labels.filter(|n| *n != labels.len()) {
+        return Err(invalid(format!(
+            "num_labels is {n} but id2label names {}",
+            labels.len()
+        )));
+    }
+    Ok(labels)
 }
 
 /// The modules after the transformer, from `modules.json`; none when the file is absent

@@ -1,11 +1,13 @@
 //! BERT-family sentence encoders served from a sentence-transformers folder: text in,
-//! one embedding per text out.
+//! one embedding per text out; or, for a sequence classifier (a cross-encoder, say), one
+//! logit per label out.
 //!
 //! - [`config`]: what the folder's JSON files say (architecture, limits, pooling,
 //!   normalisation), refusing what tandem would run differently;
 //! - [`weights`]: `model.safetensors`, validated against the config;
 //! - [`tokenizer`]: `tokenizer.json` through the `tokenizers` crate, with tandem's padding
 //!   (none) and truncation (the model's limit, or a refusal);
+//! - `head`: a classifier's pooler and classifier, on the host;
 //! - [`packed`]: a batch as sequences packed end to end, the only input the encoder runs;
 //! - `cpu` and `cuda`: the forward pass on each device. Every dense layer runs once over
 //!   all the tokens of a batch and attention runs per sequence on its own length, so a
@@ -17,6 +19,7 @@
 pub mod config;
 mod cpu;
 mod cuda;
+mod head;
 pub mod packed;
 pub mod prompts;
 mod serving;
@@ -45,11 +48,23 @@ pub struct Encoder {
     precision: kernels::DType,
     /// Its signature, for the model seam (`serving`).
     metadata: crate::ModelMetadata,
+    /// A classifier's head, and the `[CLS]` states it reads.
+    head: Option<(head::ClassifierHead, Vec<f32>)>,
 }
 
 enum Backend {
     Cpu(Box<cpu::CpuEncoder>),
     Cuda(Box<cuda::CudaEncoder>),
+}
+
+impl Backend {
+    /// `[sequences, hidden]` pooled states of validated `tokens`.
+    fn forward(&mut self, tokens: &PackedTokens, output: &mut [f32]) -> Result<(), ModelError> {
+        match self {
+            Backend::Cpu(m) => m.forward(tokens, output),
+            Backend::Cuda(m) => m.forward(tokens, output),
+        }
+    }
 }
 
 /// Whether `dir` looks like a text encoder's folder (rather than, say, an MLP version):
@@ -81,6 +96,10 @@ impl Encoder {
                 .first()
                 .map_or(kernels::DType::F32, |l| l.qkv.weight.dtype()),
         };
+        let head = weights
+            .classifier
+            .as_ref()
+            .map(|w| (head::ClassifierHead::new(w), Vec::new()));
         let backend = match device {
             Device::Cpu => Backend::Cpu(Box::new(cpu::CpuEncoder::new(&config, weights)?)),
             Device::Cuda(d) => Backend::Cuda(Box::new(cuda::CudaEncoder::new(
@@ -94,6 +113,7 @@ impl Encoder {
             device: device.clone(),
             backend,
             precision,
+            head,
             metadata: crate::ModelMetadata {
                 inputs: Vec::new(),
                 outputs: Vec::new(),
@@ -119,6 +139,14 @@ impl Encoder {
     /// Values per embedding.
     pub fn hidden(&self) -> usize {
         self.config.hidden
+    }
+
+    /// Values per sequence out: an embedding's, or a classifier's logits (one per label).
+    pub fn output_width(&self) -> usize {
+        match &self.head {
+            Some((head, _)) => head.labels(),
+            None => self.config.hidden,
+        }
     }
 
     /// The longest sequence a forward pass takes, in tokens, special tokens included.
@@ -150,8 +178,9 @@ impl Encoder {
         per_layer * c.layers as u64
     }
 
-    /// Runs a packed batch and writes one pooled embedding per sequence into `output`
-    /// (`[sequences, hidden]`, row-major), not normalised: see [`l2_normalize_rows`].
+    /// Runs a packed batch and writes one row per sequence into `output` (`[sequences,
+    /// output_width]`, row-major): its pooled embedding, not normalised (see
+    /// [`l2_normalize_rows`]), or a classifier's logits.
     pub fn forward_packed(
         &mut self,
         tokens: &PackedTokens,
@@ -161,17 +190,20 @@ impl Encoder {
         if tokens.is_empty() {
             return Ok(());
         }
-        match &mut self.backend {
-            Backend::Cpu(m) => m.forward(tokens, output),
-            Backend::Cuda(m) => m.forward(tokens, output),
-        }
+        let Some((head, cls)) = &mut self.head else {
+            return self.backend.forward(tokens, output);
+        };
+        cls.resize(tokens.sequences() * self.config.hidden, 0.0);
+        self.backend.forward(tokens, cls)?;
+        head.apply(cls, output);
+        Ok(())
     }
 
     /// Refuses a batch the forward pass could not run: malformed packing, empty or
     /// over-long sequences, ids outside the vocabularies, a wrongly sized output.
     fn check(&self, tokens: &PackedTokens, output: &mut [f32]) -> Result<(), ModelError> {
         let c = &self.config;
-        let expected = tokens.sequences() * c.hidden;
+        let expected = tokens.sequences() * self.output_width();
         if output.len() != expected {
             return Err(ModelError::OutputSize {
                 expected,

@@ -1,18 +1,23 @@
 //! The encoder behind the [`Model`] seam: texts in (`text`, BYTES), one embedding per text
-//! out (`embedding`, FP32), batches of packed token sequences.
+//! out (`embedding`, FP32) or a classifier's logits (`logits`, FP32), batches of packed
+//! token sequences.
 
 use kernels::Device;
 
 use super::Encoder;
 use crate::{
-    Batch, EMBEDDING_OUTPUT_NAME, InputKind, Model, ModelError, ModelMetadata, TEXT_INPUT_NAME,
-    TensorSpec, TextInput,
+    Batch, EMBEDDING_OUTPUT_NAME, InputKind, LOGITS_OUTPUT_NAME, Model, ModelError, ModelMetadata,
+    TEXT_INPUT_NAME, TensorSpec, TextInput,
 };
 
 impl Encoder {
     /// The signature the gateway validates against: texts as `[-1]` (or `[-1, 1]`, as
-    /// tritonclient sends them), embeddings as `[-1, hidden]`.
+    /// tritonclient sends them), embeddings as `[-1, hidden]` or logits as `[-1, labels]`.
     pub fn signature(&self) -> ModelMetadata {
+        let output = match self.config().is_classifier() {
+            true => LOGITS_OUTPUT_NAME,
+            false => EMBEDDING_OUTPUT_NAME,
+        };
         ModelMetadata {
             inputs: vec![TensorSpec {
                 name: TEXT_INPUT_NAME.into(),
@@ -20,9 +25,9 @@ impl Encoder {
                 shape: vec![-1],
             }],
             outputs: vec![TensorSpec {
-                name: EMBEDDING_OUTPUT_NAME.into(),
+                name: output.into(),
                 datatype: "FP32",
-                shape: vec![-1, self.hidden() as i64],
+                shape: vec![-1, self.output_width() as i64],
             }],
         }
     }
@@ -40,6 +45,7 @@ impl Encoder {
             pooling: c.pooling,
             precision: self.precision(),
             attention_per_token_pair: 4.0 * h / per_token,
+            labels: c.labels.clone(),
         }
     }
 }
@@ -58,7 +64,7 @@ impl Model for Encoder {
     }
 
     fn output_width(&self) -> usize {
-        self.hidden()
+        Encoder::output_width(self)
     }
 
     fn forward(&mut self, batch: Batch<'_>, output: &mut [f32]) -> Result<(), ModelError> {

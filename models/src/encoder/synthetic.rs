@@ -32,6 +32,10 @@ pub struct SyntheticSpec {
     pub pooling: Pooling,
     /// `modules.json` lists a `Normalize` module.
     pub normalize: bool,
+    /// A sequence classifier with this many labels (`BertForSequenceClassification`, no
+    /// sentence-transformers modules, as a cross-encoder's folder); 0 for an encoder of
+    /// embeddings.
+    pub labels: usize,
     pub seed: u64,
 }
 
@@ -48,6 +52,7 @@ impl Default for SyntheticSpec {
             bert_prefix: false,
             pooling: Pooling::Mean,
             normalize: true,
+            labels: 0,
             seed: 7,
         }
     }
@@ -77,13 +82,18 @@ fn vocabulary() -> Vec<&'static str> {
 
 /// Writes the folder (created if needed).
 pub fn write_synthetic(dir: &Path, spec: &SyntheticSpec) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir.join("1_Pooling"))?;
+    std::fs::create_dir_all(dir)?;
     let vocab = vocabulary();
     let write_json = |file: &str, value: serde_json::Value| {
         std::fs::write(dir.join(file), serde_json::to_vec_pretty(&value)?)
     };
     write_json("config.json", config_json(spec, vocab.len()))?;
     write_json("tokenizer.json", tokenizer_json(&vocab))?;
+    std::fs::write(dir.join("model.safetensors"), weights(spec, vocab.len()))?;
+    if spec.labels > 0 {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir.join("1_Pooling"))?;
     write_json("modules.json", modules_json(spec.normalize))?;
     write_json(
         "sentence_bert_config.json",
@@ -98,12 +108,22 @@ pub fn write_synthetic(dir: &Path, spec: &SyntheticSpec) -> std::io::Result<()> 
             "pooling_mode_max_tokens": false,
             "pooling_mode_mean_sqrt_len_tokens": false,
         }),
-    )?;
-    std::fs::write(dir.join("model.safetensors"), weights(spec, vocab.len()))
+    )
+}
+
+/// A classifier's label names: an NLI model's three, or `LABEL_i` as transformers names
+/// them by default.
+pub fn label_names(labels: usize) -> Vec<String> {
+    match labels {
+        3 => ["contradiction", "entailment", "neutral"]
+            .map(String::from)
+            .to_vec(),
+        n => (0..n).map(|i| format!("LABEL_{i}")).collect(),
+    }
 }
 
 fn config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
-    json!({
+    let mut config = json!({
         "architectures": ["BertModel"],
         "model_type": "bert",
         "hidden_act": "gelu",
@@ -117,7 +137,16 @@ fn config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
         "position_embedding_type": "absolute",
         "type_vocab_size": 2,
         "vocab_size": vocab,
-    })
+    });
+    if spec.labels > 0 {
+        let names = label_names(spec.labels);
+        let id2label: serde_json::Map<_, _> = (0..spec.labels)
+            .map(|i| (i.to_string(), json!(names[i])))
+            .collect();
+        config["architectures"] = json!(["BertForSequenceClassification"]);
+        config["id2label"] = json!(id2label);
+    }
+    config
 }
 
 fn modules_json(normalize: bool) -> serde_json::Value {
@@ -234,6 +263,19 @@ fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
             add(format!("{p}.{norm}.bias"), vec![h], 0.1, 0.0, false);
         }
     }
+    if spec.labels > 0 {
+        let scale = 1.0 / (h as f32).sqrt();
+        add("pooler.dense.weight".into(), vec![h, h], scale, 0.0, true);
+        add("pooler.dense.bias".into(), vec![h], 0.1, 0.0, false);
+        add(
+            "classifier.weight".into(),
+            vec![spec.labels, h],
+            1.0,
+            0.0,
+            true,
+        );
+        add("classifier.bias".into(), vec![spec.labels], 0.1, 0.0, false);
+    }
     serialize(spec, tensors)
 }
 
@@ -241,7 +283,8 @@ fn serialize(spec: &SyntheticSpec, tensors: Vec<(String, Vec<usize>, Vec<f32>, b
     let encoded: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = tensors
         .into_iter()
         .map(|(name, shape, values, matrix)| {
-            let name = if spec.bert_prefix {
+            // A task model's head sits beside `bert.`, not in it.
+            let name = if spec.bert_prefix && !name.starts_with("classifier.") {
                 format!("bert.{name}")
             } else {
                 name

@@ -3,8 +3,9 @@
 //! Names may carry the `bert.` prefix (a checkpoint saved from a task model) or not (a bare
 //! `BertModel`); LayerNorm parameters may be spelled `gamma`/`beta` as in old checkpoints.
 //! Every tensor the config implies must be present with exactly its shape; anything else
-//! is refused by name, except the position ids buffer and the pooler, which the encoder
-//! does not use. Matrices keep their stored precision (f32, f16 or bf16) for the device to
+//! is refused by name, except the position ids buffer, and the pooler of an encoder of
+//! embeddings (which does not use it). A sequence classifier's head (`pooler.dense`, then
+//! `classifier`) is read whole and widened to f32: it runs on the host. Matrices keep their stored precision (f32, f16 or bf16) for the device to
 //! lay out; embeddings, biases and norms are widened to f32.
 
 use std::collections::HashMap;
@@ -54,10 +55,19 @@ pub struct Embeddings {
     pub norm: Norm,
 }
 
+/// A sequence classifier's head: `tanh(pooler · cls + b)`, then `classifier` to logits.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassifierWeights {
+    pub pooler: Dense,
+    pub classifier: Dense,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct EncoderWeights {
     pub embeddings: Embeddings,
     pub layers: Vec<LayerWeights>,
+    /// Set for a classifier.
+    pub classifier: Option<ClassifierWeights>,
 }
 
 impl EncoderWeights {
@@ -71,13 +81,21 @@ impl EncoderWeights {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
-        let mut found = Found::index(path, &tensors)?;
+        let mut found = Found::index(path, &tensors, config.is_classifier())?;
         let embeddings = found.embeddings(config)?;
         let layers = (0..config.layers)
             .map(|i| found.layer(i, config))
             .collect::<Result<Vec<_>, _>>()?;
+        let classifier = match config.is_classifier() {
+            true => Some(found.classifier(config)?),
+            false => None,
+        };
         found.refuse_leftovers()?;
-        Ok(EncoderWeights { embeddings, layers })
+        Ok(EncoderWeights {
+            embeddings,
+            layers,
+            classifier,
+        })
     }
 }
 
@@ -88,11 +106,15 @@ struct Found<'a> {
 }
 
 impl<'a> Found<'a> {
-    fn index(path: &Path, file: &'a SafeTensors<'a>) -> Result<Found<'a>, LoadError> {
+    fn index(
+        path: &Path,
+        file: &'a SafeTensors<'a>,
+        classifier: bool,
+    ) -> Result<Found<'a>, LoadError> {
         let mut tensors = HashMap::new();
         for (name, view) in file.iter() {
             let canonical = canonical_name(name);
-            if is_ignored(&canonical) {
+            if is_ignored(&canonical, classifier) {
                 continue;
             }
             if tensors.insert(canonical.clone(), view).is_some() {
@@ -188,6 +210,18 @@ impl<'a> Found<'a> {
         })
     }
 
+    fn classifier(&mut self, c: &EncoderConfig) -> Result<ClassifierWeights, LoadError> {
+        let h = c.hidden;
+        let widened = |mut d: Dense| {
+            d.weight = WeightData::F32(d.weight.to_f32());
+            d
+        };
+        Ok(ClassifierWeights {
+            pooler: widened(self.dense("pooler.dense", h, h)?),
+            classifier: widened(self.dense("classifier", h, c.labels.len())?),
+        })
+    }
+
     /// Refuses the first tensor (in name order) that nothing asked for.
     fn refuse_leftovers(self) -> Result<(), LoadError> {
         match self.tensors.into_keys().min() {
@@ -214,9 +248,10 @@ fn canonical_name(name: &str) -> String {
     name.to_string()
 }
 
-/// Tensors a checkpoint may hold that the encoder does not use.
-fn is_ignored(canonical: &str) -> bool {
-    canonical == "embeddings.position_ids" || canonical.starts_with("pooler.")
+/// Tensors a checkpoint may hold that the model does not use: the position ids buffer, and
+/// the pooler unless a classifier's head reads it.
+fn is_ignored(canonical: &str, classifier: bool) -> bool {
+    canonical == "embeddings.position_ids" || (!classifier && canonical.starts_with("pooler."))
 }
 
 /// Matrices with the same input width, one above the other, in their common precision

@@ -1,0 +1,381 @@
+//! TEI's endpoints for a sequence classifier (`BertForSequenceClassification`), answered as
+//! TEI answers them, on the same inference core as embeddings:
+//! - `POST /predict` (and `POST /` for a classifier, as TEI routes it; what
+//!   `huggingface_hub`'s `InferenceClient.text_classification` posts): `inputs` as a text,
+//!   a pair `[a, b]`, or an array of either; every label with its score, best first;
+//! - `POST /rerank`: a `query` and `texts`, each text scored as the pair `(query, text)` by
+//!   a cross-encoder (a classifier with one label); `{index, score}` best first.
+//!
+//! Scores are the sigmoid of a single logit and the softmax of several, as TEI and
+//! sentence-transformers' `CrossEncoder` give them; `raw_scores: true` gives the logits.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{Full, Limited};
+use hyper::body::Incoming;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::arrival::ArrivalClock;
+use super::embeddings::{Answered, Ask, Outputs, Received, Task, receive, run};
+use super::inputs::{Input, MAX_TEXTS};
+use super::tei::{check_truncation_direction, served_text_version, tei_error};
+use super::{AppState, content_coding};
+use crate::error::ApiError;
+use crate::protocol::json_de;
+use crate::registry::ModelVersion;
+
+/// TEI's predict request; `parameters` is what `huggingface_hub` sends beside `inputs`,
+/// and `model` tandem's addition for servers of several models.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PredictRequest {
+    inputs: PredictInputs,
+    #[serde(default)]
+    truncate: Option<bool>,
+    #[serde(default)]
+    truncation_direction: Option<String>,
+    #[serde(default)]
+    raw_scores: bool,
+    #[serde(default)]
+    parameters: Parameters,
+    #[serde(default)]
+    model: Option<String>,
+}
+
+/// The pipeline parameters of Hugging Face's text classification.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Parameters {
+    /// The most labels to give, best first.
+    #[serde(default)]
+    top_k: Option<usize>,
+    /// `"sigmoid"`, `"softmax"` or `"none"` (the logits); the model's own by default.
+    #[serde(default)]
+    function_to_apply: Option<String>,
+}
+
+/// One sequence or several, as TEI reads them: a two-string array is one pair.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum PredictInputs {
+    One(Sequence),
+    Many(Vec<Sequence>),
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Sequence {
+    Text(String),
+    Pair(String, String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RerankRequest {
+    query: String,
+    texts: Vec<String>,
+    #[serde(default)]
+    truncate: Option<bool>,
+    #[serde(default)]
+    truncation_direction: Option<String>,
+    #[serde(default)]
+    raw_scores: bool,
+    #[serde(default)]
+    return_text: bool,
+    #[serde(default)]
+    model: Option<String>,
+}
+
+/// How logits become scores.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Activation {
+    Sigmoid,
+    Softmax,
+    None,
+}
+
+/// `POST /predict`, and `POST /` for a classifier.
+pub async fn predict(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+    clock: &ArrivalClock,
+) -> Response<Full<Bytes>> {
+    handle(state, req, clock, answer_predict).await
+}
+
+/// `POST /rerank`.
+pub async fn rerank(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+    clock: &ArrivalClock,
+) -> Response<Full<Bytes>> {
+    handle(state, req, clock, answer_rerank).await
+}
+
+/// Reads the body, runs `answer` on it, and answers (and counts) in TEI's shapes.
+async fn handle(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+    clock: &ArrivalClock,
+    answer: impl AsyncFnOnce(&AppState, Received) -> Answer,
+) -> Response<Full<Bytes>> {
+    let started = Instant::now();
+    let coding = content_coding::accepted(req.headers());
+    let (version, result) = match receive(state, req, clock, started).await {
+        Err(e) => (None, Err(e)),
+        Ok(received) => answer(state, received).await,
+    };
+    let answer = Answered {
+        version,
+        result,
+        started,
+    };
+    answer.respond(coding, tei_error).await
+}
+
+type Answer = (Option<Arc<ModelVersion>>, Result<Vec<u8>, ApiError>);
+
+async fn answer_predict(state: &AppState, received: Received) -> Answer {
+    let request: PredictRequest = match parse(&received.body, "predict") {
+        Ok(r) => r,
+        Err(e) => return (None, Err(e)),
+    };
+    let version = match resolve(state, &request.model, &request.truncation_direction) {
+        Ok(v) => v,
+        Err(e) => return (None, Err(e)),
+    };
+    let result = predict_on(state, &version, received, request).await;
+    (Some(version), result)
+}
+
+async fn predict_on(
+    state: &AppState,
+    version: &ModelVersion,
+    received: Received,
+    request: PredictRequest,
+) -> Result<Vec<u8>, ApiError> {
+    let activation = activation(version, request.raw_scores, &request.parameters)?;
+    let (inputs, one) = match request.inputs {
+        PredictInputs::One(s) => (vec![input_of(s)], true),
+        PredictInputs::Many(list) => (list.into_iter().map(input_of).collect(), false),
+    };
+    let out = classify(state, version, &received, inputs, request.truncate).await?;
+    let labels = &super::text::text_model(version)?.input.labels;
+    let top_k = request.parameters.top_k.unwrap_or(labels.len());
+    let answers: Vec<serde_json::Value> = out
+        .values
+        .chunks_exact(out.width)
+        .map(|logits| {
+            let mut scored: Vec<(f32, &String)> =
+                scores(logits, activation).into_iter().zip(labels).collect();
+            scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+            scored.truncate(top_k);
+            json!(
+                scored
+                    .iter()
+                    .map(|(score, label)| json!({"score": score, "label": label}))
+                    .collect::<Vec<_>>()
+            )
+        })
+        .collect();
+    let body = if one {
+        answers[0].clone()
+    } else {
+        json!(answers)
+    };
+    Ok(body.to_string().into_bytes())
+}
+
+async fn answer_rerank(state: &AppState, received: Received) -> Answer {
+    let request: RerankRequest = match parse(&received.body, "rerank") {
+        Ok(r) => r,
+        Err(e) => return (None, Err(e)),
+    };
+    let version = match resolve(state, &request.model, &request.truncation_direction) {
+        Ok(v) => v,
+        Err(e) => return (None, Err(e)),
+    };
+    let result = rerank_on(state, &version, received, request).await;
+    (Some(version), result)
+}
+
+async fn rerank_on(
+    state: &AppState,
+    version: &ModelVersion,
+    received: Received,
+    request: RerankRequest,
+) -> Result<Vec<u8>, ApiError> {
+    let labels = super::text::text_model(version)?.input.labels.len();
+    if labels > 1 {
+        return Err(ApiError::invalid(format!(
+            "model {:?} has {labels} labels; /rerank takes a cross-encoder, a classifier \
+             with one score (use /predict for its labels)",
+            version.name
+        )));
+    }
+    let inputs = request
+        .texts
+        .iter()
+        .map(|t| Input::Pair(request.query.clone(), t.clone()))
+        .collect();
+    let out = classify(state, version, &received, inputs, request.truncate).await?;
+    let activation = match request.raw_scores {
+        true => Activation::None,
+        false => Activation::Sigmoid,
+    };
+    let mut ranked: Vec<(usize, f32)> = out
+        .values
+        .iter()
+        .map(|&logit| scores(&[logit], activation)[0])
+        .enumerate()
+        .collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let answer: Vec<serde_json::Value> = ranked
+        .into_iter()
+        .map(|(index, score)| match request.return_text {
+            true => json!({"index": index, "score": score, "text": request.texts[index]}),
+            false => json!({"index": index, "score": score}),
+        })
+        .collect();
+    Ok(json!(answer).to_string().into_bytes())
+}
+
+fn parse<T: DeserializeOwned>(body: &[u8], what: &str) -> Result<T, ApiError> {
+    json_de::from_slice(body)
+        .map_err(|e| ApiError::malformed(format!("invalid {what} request JSON: {e}")))
+}
+
+fn resolve(
+    state: &AppState,
+    model: &Option<String>,
+    truncation_direction: &Option<String>,
+) -> Result<Arc<ModelVersion>, ApiError> {
+    check_truncation_direction(truncation_direction.as_deref())?;
+    served_text_version(state, model.as_deref())
+}
+
+fn input_of(sequence: Sequence) -> Input {
+    match sequence {
+        Sequence::Text(t) => Input::Text(t),
+        Sequence::Pair(a, b) => Input::Pair(a, b),
+    }
+}
+
+/// Admits, tokenizes and runs `inputs` (at least one, at most [`MAX_TEXTS`], no text
+/// empty) on the classifier `version`: their logits.
+async fn classify(
+    state: &AppState,
+    version: &ModelVersion,
+    received: &Received,
+    inputs: Vec<Input>,
+    truncate: Option<bool>,
+) -> Result<Outputs, ApiError> {
+    if inputs.is_empty() || inputs.len() > MAX_TEXTS {
+        return Err(ApiError::invalid(format!(
+            "a request scores 1 to {MAX_TEXTS} texts or pairs, this one {}",
+            inputs.len()
+        )));
+    }
+    let empty = |input: &Input| match input {
+        Input::Text(t) => t.is_empty(),
+        Input::Pair(a, b) => a.is_empty() || b.is_empty(),
+        Input::Ids(_) => false,
+    };
+    if let Some(i) = inputs.iter().position(empty) {
+        return Err(ApiError::invalid(format!("input {i} holds an empty text")));
+    }
+    let ask = Ask {
+        inputs,
+        // TEI's default: an over-long input is refused, not cut.
+        truncate: truncate.unwrap_or(false),
+        normalize: Some(false),
+        prompt_name: None,
+        task: Task::Classify,
+    };
+    run(state, version, &received.arrival, ask).await
+}
+
+/// The activation a request asks for: logits with `raw_scores` or `function_to_apply:
+/// "none"`, else the one `function_to_apply` names, else the model's (sigmoid for one
+/// label, softmax for more).
+fn activation(
+    version: &ModelVersion,
+    raw_scores: bool,
+    parameters: &Parameters,
+) -> Result<Activation, ApiError> {
+    let labels = super::text::text_model(version)?.input.labels.len();
+    let default = match labels {
+        1 => Activation::Sigmoid,
+        _ => Activation::Softmax,
+    };
+    if raw_scores {
+        return Ok(Activation::None);
+    }
+    match parameters.function_to_apply.as_deref() {
+        None => Ok(default),
+        Some("sigmoid") => Ok(Activation::Sigmoid),
+        Some("softmax") => Ok(Activation::Softmax),
+        Some("none") => Ok(Activation::None),
+        Some(other) => Err(ApiError::invalid(format!(
+            "parameters.function_to_apply {other:?}: expected \"sigmoid\", \"softmax\" or \
+             \"none\""
+        ))),
+    }
+}
+
+/// One sequence's scores from its logits.
+fn scores(logits: &[f32], activation: Activation) -> Vec<f32> {
+    match activation {
+        Activation::None => logits.to_vec(),
+        Activation::Sigmoid => logits.iter().map(|&x| sigmoid(x)).collect(),
+        Activation::Softmax => {
+            let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let exp: Vec<f64> = logits.iter().map(|&x| ((x - max) as f64).exp()).collect();
+            let sum: f64 = exp.iter().sum();
+            exp.iter().map(|e| (e / sum) as f32).collect()
+        }
+    }
+}
+
+fn sigmoid(x: f32) -> f32 {
+    (1.0 / (1.0 + (-(x as f64)).exp())) as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scores_are_sigmoid_softmax_or_the_logits() {
+        assert_eq!(scores(&[0.0], Activation::Sigmoid), vec![0.5]);
+        let s = scores(&[1.0, 1.0, 1.0 + 2f32.ln()], Activation::Softmax);
+        let want = [0.25, 0.25, 0.5];
+        assert!(
+            s.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6),
+            "{s:?}"
+        );
+        // Large logits neither overflow nor lose the order.
+        let s = scores(&[1000.0, 999.0], Activation::Softmax);
+        assert!(s[0] > s[1] && s.iter().all(|v| v.is_finite()), "{s:?}");
+        assert_eq!(scores(&[-3.5, 2.0], Activation::None), vec![-3.5, 2.0]);
+    }
+
+    #[test]
+    fn a_two_string_array_is_one_pair_as_tei_reads_it() {
+        let parse = |body: &str| json_de::from_slice::<PredictRequest>(body.as_bytes());
+        let r = parse(r#"{"inputs": ["a", "b"]}"#).unwrap();
+        assert!(matches!(r.inputs, PredictInputs::One(Sequence::Pair(..))));
+        let r = parse(r#"{"inputs": ["a", "b", "c"]}"#).unwrap();
+        assert!(matches!(r.inputs, PredictInputs::Many(ref v) if v.len() == 3));
+        let r = parse(r#"{"inputs": [["a", "b"], "c"], "parameters": {}}"#).unwrap();
+        assert!(matches!(r.inputs, PredictInputs::Many(ref v) if v.len() == 2));
+        assert!(parse(r#"{"inputs": 3}"#).is_err());
+        assert!(parse(r#"{"inputs": [["a", "b", "c"]]}"#).is_err());
+        assert!(parse(r#"{"inputs": "a", "parameters": {"bogus": 1}}"#).is_err());
+    }
+}
