@@ -57,12 +57,12 @@ fn run_batch(
     for t in texts {
         packed.push(&tokenizer.encode(t, true).expect("truncating never refuses"));
     }
-    out.resize(texts.len() * encoder.hidden(), 0.0);
+    out.resize(texts.len() * encoder.output_width(), 0.0);
     let (started, cpu) = (Instant::now(), process_cpu_seconds());
     encoder.forward_packed(packed, out).unwrap();
     totals.forward += started.elapsed();
     totals.forward_cpu += process_cpu_seconds() - cpu;
-    l2_normalize_rows(out, encoder.hidden());
+    l2_normalize_rows(out, encoder.output_width());
     totals.batches += 1;
     totals.texts += texts.len() as u64;
     totals.tokens += packed.tokens() as u64;

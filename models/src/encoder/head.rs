@@ -1,70 +1,59 @@
 //! A sequence classifier's head, as `BertForSequenceClassification` runs it on the
 //! `[CLS]` state: the pooler (`tanh(W·x + b)`, hidden to hidden), then the classifier
-//! (hidden to one logit per label). It runs on the host in f32 after the device's forward
-//! pass: a few hundred thousand multiply-adds a sequence, next to the encoder's millions a
-//! token, so moving it onto the device would save nothing worth a kernel.
+//! (hidden to one logit per label). It runs on the host, with the CPU's packed kernels over
+//! all the batch's sequences at once, after the device's forward pass: `hidden²` multiply-
+//! adds a sequence, next to the encoder's `12·hidden²` a token, so moving it onto a GPU
+//! would save less than the copy it needs.
+
+use kernels::Activation;
+use kernels::cpu::PackedLinear;
 
 use super::weights::{ClassifierWeights, Dense};
+use crate::{LoadError, ModelError};
 
 pub(super) struct ClassifierHead {
-    pooler: HostDense,
-    classifier: HostDense,
-    /// One sequence's pooled state.
+    pooler: PackedLinear,
+    classifier: PackedLinear,
+    /// The pooled states, `[sequences, hidden]`.
     pooled: Vec<f32>,
 }
 
-/// A dense layer in f32, `[outputs, inputs]` row-major.
-struct HostDense {
-    inputs: usize,
-    outputs: usize,
-    weight: Vec<f32>,
-    bias: Vec<f32>,
-}
-
-impl HostDense {
-    fn new(d: &Dense) -> HostDense {
-        HostDense {
-            inputs: d.inputs,
-            outputs: d.outputs,
-            weight: d.weight.to_f32(),
-            bias: d.bias.clone(),
-        }
-    }
-
-    /// `out = W·x + b`, each sum in f64 (the head is tiny; its outputs are compared as
-    /// scores, so they should not carry f32 summation noise).
-    fn apply(&self, x: &[f32], out: &mut [f32]) {
-        for ((o, row), b) in out
-            .iter_mut()
-            .zip(self.weight.chunks_exact(self.inputs))
-            .zip(&self.bias)
-        {
-            let dot: f64 = row.iter().zip(x).map(|(w, v)| *w as f64 * *v as f64).sum();
-            *o = (dot + *b as f64) as f32;
-        }
-    }
+fn packed(d: &Dense) -> Result<PackedLinear, LoadError> {
+    Ok(PackedLinear::new(
+        d.weight.host(),
+        &d.bias,
+        d.inputs,
+        d.outputs,
+    )?)
 }
 
 impl ClassifierHead {
-    pub(super) fn new(w: &ClassifierWeights) -> ClassifierHead {
-        ClassifierHead {
-            pooler: HostDense::new(&w.pooler),
-            classifier: HostDense::new(&w.classifier),
-            pooled: vec![0.0; w.pooler.outputs],
-        }
+    pub(super) fn new(w: &ClassifierWeights) -> Result<ClassifierHead, LoadError> {
+        Ok(ClassifierHead {
+            pooler: packed(&w.pooler)?,
+            classifier: packed(&w.classifier)?,
+            pooled: Vec::new(),
+        })
     }
 
     pub(super) fn labels(&self) -> usize {
-        self.classifier.outputs
+        self.classifier.outputs()
     }
 
-    /// Logits `[sequences, labels]` from the `[CLS]` states `[sequences, hidden]`.
-    pub(super) fn apply(&mut self, cls: &[f32], logits: &mut [f32]) {
-        let (h, labels) = (self.pooler.inputs, self.labels());
-        for (x, out) in cls.chunks_exact(h).zip(logits.chunks_exact_mut(labels)) {
-            self.pooler.apply(x, &mut self.pooled);
-            self.pooled.iter_mut().for_each(|v| *v = v.tanh());
-            self.classifier.apply(&self.pooled, out);
-        }
+    /// Logits `[sequences, labels]` from the `[CLS]` states `[sequences, hidden]`, on up to
+    /// `threads` threads of the current rayon pool.
+    pub(super) fn apply(
+        &mut self,
+        cls: &[f32],
+        logits: &mut [f32],
+        threads: usize,
+    ) -> Result<(), ModelError> {
+        let sequences = cls.len() / self.pooler.inputs();
+        self.pooled.resize(sequences * self.pooler.outputs(), 0.0);
+        let id = Activation::Identity;
+        (self.pooler).forward(cls, sequences, &mut self.pooled, id, threads)?;
+        self.pooled.iter_mut().for_each(|v| *v = v.tanh());
+        (self.classifier).forward(&self.pooled, sequences, logits, id, threads)?;
+        Ok(())
     }
 }

@@ -96,10 +96,10 @@ impl Encoder {
                 .first()
                 .map_or(kernels::DType::F32, |l| l.qkv.weight.dtype()),
         };
-        let head = weights
-            .classifier
-            .as_ref()
-            .map(|w| (head::ClassifierHead::new(w), Vec::new()));
+        let head = match &weights.classifier {
+            Some(w) => Some((head::ClassifierHead::new(w)?, Vec::new())),
+            None => None,
+        };
         let backend = match device {
             Device::Cpu => Backend::Cpu(Box::new(cpu::CpuEncoder::new(&config, weights)?)),
             Device::Cuda(d) => Backend::Cuda(Box::new(cuda::CudaEncoder::new(
@@ -195,8 +195,11 @@ impl Encoder {
         };
         cls.resize(tokens.sequences() * self.config.hidden, 0.0);
         self.backend.forward(tokens, cls)?;
-        head.apply(cls, output);
-        Ok(())
+        let threads = match &self.backend {
+            Backend::Cpu(m) => m.threads,
+            Backend::Cuda(_) => 1,
+        };
+        head.apply(cls, output, threads)
     }
 
     /// Refuses a batch the forward pass could not run: malformed packing, empty or
