@@ -258,6 +258,13 @@ def embeddings_json():
         {"inputs": ["a cat", [2, 7, 3]], "truncate": False},
         {"inputs": [2] + [5] * 60 + [3], "truncate": True},
         {"model": "enc", "input": [[2, 99999], [-1], [4294967296]]},
+        {"inputs": "a cat runs", "raw_scores": True},
+        {"inputs": ["a man is eating", "the dog runs"]},
+        {"inputs": [["a", "b"], "c", ["", "d"]], "parameters": {"top_k": 1}},
+        {"inputs": [long, long], "truncate": True},
+        {"query": "a man is eating", "texts": ["food", "the cat runs", long], "return_text": True},
+        {"query": long, "texts": [long], "truncate": True},
+        {"query": "", "texts": []},
     ]]
     return write("embeddings_json", bodies)
 

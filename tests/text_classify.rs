@@ -351,3 +351,85 @@ fn classification_refusals_are_clear_and_serving_goes_on() {
     let counted = server.series("tandem_requests_total", &["model=\"nli\"", "code=\"400\""]);
     assert!(counted >= 5.0, "refusals on nli counted: {counted}");
 }
+
+/// Cohere's rerank API on `/v1/rerank` and `/v2/rerank`: documents as strings or `{text}`
+/// objects, `top_n`, `return_documents`, the relevance TEI's `/rerank` gives; and Cohere's
+/// own SDK, unchanged, through both.
+#[test]
+fn cohere_rerank_answers_as_cohere_and_its_sdk_works_unchanged() {
+    let (server, _repo) = start();
+    let query = "a man is eating food";
+    let texts = [
+        "the dog runs",
+        "a man is eating bread",
+        "one two three",
+        "a red cat",
+    ];
+    let tei = ok(
+        &server,
+        "/rerank",
+        &json!({"query": query, "texts": texts, "model": "rerank"}),
+    );
+    let want: Vec<(u64, f64)> = (tei.as_array().unwrap().iter())
+        .map(|r| (r["index"].as_u64().unwrap(), r["score"].as_f64().unwrap()))
+        .collect();
+    let documents = json!(["the dog runs", {"text": "a man is eating bread"}, "one two three",
+                           {"text": "a red cat"}]);
+    for path in ["/v1/rerank", "/v2/rerank"] {
+        let body = json!({"model": "rerank", "query": query, "documents": documents,
+                          "top_n": 3, "return_documents": true, "max_tokens_per_doc": 512});
+        let got = ok(&server, path, &body);
+        let results = got["results"].as_array().unwrap();
+        assert_eq!(results.len(), 3, "top_n: {got}");
+        for (r, (index, score)) in results.iter().zip(&want) {
+            assert_eq!(r["index"].as_u64().unwrap(), *index, "{path}: {got}");
+            assert_near(r["relevance_score"].as_f64().unwrap(), *score, path);
+            assert_eq!(r["document"]["text"], texts[*index as usize]);
+        }
+        assert!(got["usage"]["total_tokens"].as_u64().unwrap() > 0, "{got}");
+    }
+    let r = server.post_json(
+        "/v1/rerank",
+        &json!({"model": "nli", "query": "a", "documents": ["b"]}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.json()["message"].as_str().unwrap().contains("3 labels"),
+        "{}",
+        r.text()
+    );
+    let Some(python) = std::env::var_os("TANDEM_PYTHON") else {
+        return skip("cohere", "TANDEM_PYTHON not set (scripts/test.sh sets it)");
+    };
+    let script = r#"
+import json, sys, cohere
+url, query, docs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+v2 = cohere.ClientV2(api_key="unused", base_url=url).rerank(
+    model="rerank", query=query, documents=docs, top_n=2)
+v1 = cohere.Client(api_key="unused", base_url=url).rerank(
+    model="rerank", query=query, documents=docs, return_documents=True)
+print(json.dumps({
+    "v2": [[r.index, r.relevance_score] for r in v2.results],
+    "v1": [[r.index, r.relevance_score, r.document.text] for r in v1.results]}))
+"#;
+    let out = Command::new(python)
+        .args(["-c", script, &format!("http://{}", server.addr), query])
+        .arg(json!(texts).to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got["v2"].as_array().unwrap().len(), 2, "{got}");
+    assert_eq!(got["v1"].as_array().unwrap().len(), 4, "{got}");
+    for api in ["v1", "v2"] {
+        for (r, (index, score)) in got[api].as_array().unwrap().iter().zip(&want) {
+            assert_eq!(r[0].as_u64().unwrap(), *index, "{api}: {got}");
+            assert_near(r[1].as_f64().unwrap(), *score, api);
+        }
+    }
+    assert_eq!(got["v1"][0][2], texts[want[0].0 as usize], "{got}");
+}

@@ -4,6 +4,7 @@
 use models::{EncodeError, PackedTokens};
 
 use super::{ApiError, assert_client_error, fixtures};
+use crate::http::classify::{self, PredictRequest, RerankRequest};
 use crate::http::embeddings::{self, OpenAiRequest};
 use crate::http::tei::TeiRequest;
 use crate::http::text;
@@ -43,10 +44,10 @@ pub(super) fn tokenize_all(texts: &[String], truncate: bool) -> PackedTokens {
     packed
 }
 
-/// `POST /v1/embeddings` and `POST /embed` bodies (the same bytes as both), read with the
-/// handlers' own types and checks (`http::embeddings`), then tokenized and checked as the
-/// handlers do (`http::text`): OpenAI's truncating, TEI's as the request says. A refused
-/// body must be a client error.
+/// `POST /v1/embeddings`, `/embed`, `/predict` and `/rerank` bodies (the same bytes as
+/// each), read with the handlers' own types and checks (`http::embeddings`,
+/// `http::classify`), then tokenized and checked as the handlers do (`http::text`):
+/// OpenAI's truncating, TEI's as the request says. A refused body must be a client error.
 pub fn embeddings_json(data: &[u8]) {
     if let Ok(r) = json_de::from_slice::<OpenAiRequest>(data)
         && r.dimensions.is_none()
@@ -62,6 +63,17 @@ pub fn embeddings_json(data: &[u8]) {
             embeddings::inputs("inputs", r.inputs),
             r.truncate.unwrap_or(false),
         );
+    }
+    if let Ok(r) = json_de::from_slice::<PredictRequest>(data) {
+        let truncate = r.truncate.unwrap_or(false);
+        encode_inputs(
+            classify::checked(classify::predict_inputs(r.inputs)),
+            truncate,
+        );
+    }
+    if let Ok(r) = json_de::from_slice::<RerankRequest>(data) {
+        let truncate = r.truncate.unwrap_or(false);
+        encode_inputs(classify::checked(classify::rerank_inputs(&r)), truncate);
     }
 }
 
@@ -80,6 +92,7 @@ fn encode_inputs(inputs: Result<Vec<text::Input>, ApiError>, truncate: bool) {
         })
         .collect();
     tokenize_all(&texts, truncate);
+    pairs_fit(&inputs, truncate);
     match text::encode_all(&f.tokenizer, &f.text, &inputs, truncate) {
         Ok(packed) => {
             assert_eq!(packed.sequences(), inputs.len());
@@ -92,6 +105,34 @@ fn encode_inputs(inputs: Result<Vec<text::Input>, ApiError>, truncate: bool) {
             );
         }
         Err(e) => assert_client_error(e),
+    }
+}
+
+/// A pair cut to the limit keeps both its texts' special tokens and some of each, and is
+/// refused only with truncation off.
+fn pairs_fit(inputs: &[text::Input], truncate: bool) {
+    let f = fixtures();
+    for input in inputs {
+        let text::Input::Pair(a, b) = input else {
+            continue;
+        };
+        match f.tokenizer.encode_pair(a, b, truncate) {
+            Ok(e) => {
+                assert!(e.len() <= f.tokenizer.max_seq_len(), "{e:?}");
+                assert_eq!(e.ids.len(), e.type_ids.len());
+                assert!(
+                    e.type_ids.iter().any(|&t| t == 1),
+                    "a pair has a second text: {e:?}"
+                );
+            }
+            Err(EncodeError::TooLong { tokens, max, .. }) => {
+                assert!(
+                    !truncate && tokens > max,
+                    "{tokens} > {max}, truncate {truncate}"
+                );
+            }
+            Err(EncodeError::Tokenizer(why)) => panic!("the tokenizer failed on a pair: {why}"),
+        }
     }
 }
 

@@ -33,10 +33,10 @@ use crate::registry::ModelVersion;
 /// and `model` tandem's addition for servers of several models.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct PredictRequest {
-    inputs: PredictInputs,
+pub(crate) struct PredictRequest {
+    pub(crate) inputs: PredictInputs,
     #[serde(default)]
-    truncate: Option<bool>,
+    pub(crate) truncate: Option<bool>,
     #[serde(default)]
     truncation_direction: Option<String>,
     #[serde(default)]
@@ -62,25 +62,25 @@ struct Parameters {
 /// One sequence or several, as TEI reads them: a two-string array is one pair.
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum PredictInputs {
+pub(crate) enum PredictInputs {
     One(Sequence),
     Many(Vec<Sequence>),
 }
 
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum Sequence {
+pub(crate) enum Sequence {
     Text(String),
     Pair(String, String),
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RerankRequest {
+pub(crate) struct RerankRequest {
     query: String,
     texts: Vec<String>,
     #[serde(default)]
-    truncate: Option<bool>,
+    pub(crate) truncate: Option<bool>,
     #[serde(default)]
     truncation_direction: Option<String>,
     #[serde(default)]
@@ -93,7 +93,7 @@ struct RerankRequest {
 
 /// How logits become scores.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Activation {
+pub(super) enum Activation {
     Sigmoid,
     Softmax,
     None,
@@ -160,10 +160,8 @@ async fn predict_on(
     request: PredictRequest,
 ) -> Result<Vec<u8>, ApiError> {
     let activation = activation(version, request.raw_scores, &request.parameters)?;
-    let (inputs, one) = match request.inputs {
-        PredictInputs::One(s) => (vec![input_of(s)], true),
-        PredictInputs::Many(list) => (list.into_iter().map(input_of).collect(), false),
-    };
+    let one = matches!(request.inputs, PredictInputs::One(_));
+    let inputs = predict_inputs(request.inputs);
     let out = classify(state, version, &received, inputs, request.truncate).await?;
     let labels = &super::text::text_model(version)?.input.labels;
     let top_k = request.parameters.top_k.unwrap_or(labels.len());
@@ -210,32 +208,14 @@ async fn rerank_on(
     received: Received,
     request: RerankRequest,
 ) -> Result<Vec<u8>, ApiError> {
-    let labels = super::text::text_model(version)?.input.labels.len();
-    if labels > 1 {
-        return Err(ApiError::invalid(format!(
-            "model {:?} has {labels} labels; /rerank takes a cross-encoder, a classifier \
-             with one score (use /predict for its labels)",
-            version.name
-        )));
-    }
-    let inputs = request
-        .texts
-        .iter()
-        .map(|t| Input::Pair(request.query.clone(), t.clone()))
-        .collect();
+    reranker_labels(version)?;
+    let inputs = rerank_inputs(&request);
     let out = classify(state, version, &received, inputs, request.truncate).await?;
     let activation = match request.raw_scores {
         true => Activation::None,
         false => Activation::Sigmoid,
     };
-    let mut ranked: Vec<(usize, f32)> = out
-        .values
-        .iter()
-        .map(|&logit| scores(&[logit], activation)[0])
-        .enumerate()
-        .collect();
-    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    let answer: Vec<serde_json::Value> = ranked
+    let answer: Vec<serde_json::Value> = rerank_scores(&out.values, activation)
         .into_iter()
         .map(|(index, score)| match request.return_text {
             true => json!({"index": index, "score": score, "text": request.texts[index]}),
@@ -243,6 +223,31 @@ async fn rerank_on(
         })
         .collect();
     Ok(json!(answer).to_string().into_bytes())
+}
+
+/// Refuses a classifier of several labels: reranking takes one score per pair. (A model
+/// of embeddings is refused where it runs: `Task::Classify`.)
+pub(super) fn reranker_labels(version: &ModelVersion) -> Result<(), ApiError> {
+    let labels = super::text::text_model(version)?.input.labels.len();
+    if labels > 1 {
+        return Err(ApiError::invalid(format!(
+            "model {:?} has {labels} labels; reranking takes a cross-encoder, a classifier \
+             with one score (use /predict for its labels)",
+            version.name
+        )));
+    }
+    Ok(())
+}
+
+/// `(index, score)` of each pair from its one logit, best first (ties in the order given).
+pub(super) fn rerank_scores(logits: &[f32], activation: Activation) -> Vec<(usize, f32)> {
+    let mut ranked: Vec<(usize, f32)> = logits
+        .iter()
+        .map(|&logit| scores(&[logit], activation)[0])
+        .enumerate()
+        .collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    ranked
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8], what: &str) -> Result<T, ApiError> {
@@ -259,22 +264,46 @@ fn resolve(
     served_text_version(state, model.as_deref())
 }
 
-fn input_of(sequence: Sequence) -> Input {
-    match sequence {
+/// The texts and pairs of a predict request, in order.
+pub(crate) fn predict_inputs(inputs: PredictInputs) -> Vec<Input> {
+    let input = |sequence| match sequence {
         Sequence::Text(t) => Input::Text(t),
         Sequence::Pair(a, b) => Input::Pair(a, b),
+    };
+    match inputs {
+        PredictInputs::One(s) => vec![input(s)],
+        PredictInputs::Many(list) => list.into_iter().map(input).collect(),
     }
 }
 
-/// Admits, tokenizes and runs `inputs` (at least one, at most [`MAX_TEXTS`], no text
-/// empty) on the classifier `version`: their logits.
-async fn classify(
+/// The pairs `(query, text)` a rerank request scores, in the order of its texts.
+pub(crate) fn rerank_inputs(request: &RerankRequest) -> Vec<Input> {
+    (request.texts.iter())
+        .map(|t| Input::Pair(request.query.clone(), t.clone()))
+        .collect()
+}
+
+/// Admits, tokenizes and runs `inputs` on the classifier `version`: their logits.
+pub(super) async fn classify(
     state: &AppState,
     version: &ModelVersion,
     received: &Received,
     inputs: Vec<Input>,
     truncate: Option<bool>,
 ) -> Result<Outputs, ApiError> {
+    let ask = Ask {
+        inputs: checked(inputs)?,
+        // TEI's default: an over-long input is refused, not cut.
+        truncate: truncate.unwrap_or(false),
+        normalize: Some(false),
+        prompt_name: None,
+        task: Task::Classify,
+    };
+    run(state, version, &received.arrival, ask).await
+}
+
+/// `inputs` if there are 1 to [`MAX_TEXTS`] of them and no text is empty.
+pub(crate) fn checked(inputs: Vec<Input>) -> Result<Vec<Input>, ApiError> {
     if inputs.is_empty() || inputs.len() > MAX_TEXTS {
         return Err(ApiError::invalid(format!(
             "a request scores 1 to {MAX_TEXTS} texts or pairs, this one {}",
@@ -286,18 +315,10 @@ async fn classify(
         Input::Pair(a, b) => a.is_empty() || b.is_empty(),
         Input::Ids(_) => false,
     };
-    if let Some(i) = inputs.iter().position(empty) {
-        return Err(ApiError::invalid(format!("input {i} holds an empty text")));
+    match inputs.iter().position(empty) {
+        Some(i) => Err(ApiError::invalid(format!("input {i} holds an empty text"))),
+        None => Ok(inputs),
     }
-    let ask = Ask {
-        inputs,
-        // TEI's default: an over-long input is refused, not cut.
-        truncate: truncate.unwrap_or(false),
-        normalize: Some(false),
-        prompt_name: None,
-        task: Task::Classify,
-    };
-    run(state, version, &received.arrival, ask).await
 }
 
 /// The activation a request asks for: logits with `raw_scores` or `function_to_apply:

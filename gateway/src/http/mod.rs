@@ -8,7 +8,8 @@
 pub(crate) mod admin;
 mod arrival;
 mod body;
-mod classify;
+pub(crate) mod classify;
+mod cohere;
 pub(crate) mod content_coding;
 pub(crate) mod embeddings;
 mod infer;

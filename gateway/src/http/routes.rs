@@ -120,6 +120,14 @@ async fn write(
         (true, ["embed"]) => Ok(super::tei::post_embed(state, req, arrival).await),
         (true, ["predict"]) => Ok(super::classify::predict(state, req, arrival).await),
         (true, ["rerank"]) => Ok(super::classify::rerank(state, req, arrival).await),
+        (true, ["v1", "rerank"]) => {
+            let api = super::cohere::ApiVersion::V1;
+            Ok(super::cohere::rerank(state, req, arrival, api).await)
+        }
+        (true, ["v2", "rerank"]) => {
+            let api = super::cohere::ApiVersion::V2;
+            Ok(super::cohere::rerank(state, req, arrival, api).await)
+        }
         (true, [""]) => Ok(super::tei::post_root(state, req, arrival).await),
         (true, ["tokenize"]) => Ok(super::tokens::tokenize(state, req, arrival).await),
         (true, ["decode"]) => Ok(super::tokens::decode(state, req, arrival).await),
@@ -174,6 +182,7 @@ fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
         ["v1", "models"] | ["v1", "models", _] => Some(READ),
         ["v2", "repository", "index"] | ["v1", "embeddings"] | ["embed"] => Some("POST"),
         ["tokenize"] | ["decode"] | ["predict"] | ["rerank"] => Some("POST"),
+        ["v1" | "v2", "rerank"] => Some("POST"),
         ["info"] | ["health"] => Some(READ),
         [""] => Some("GET, HEAD, POST"),
         ["v2", "repository", "models", _, "load" | "unload"] => Some("POST"),

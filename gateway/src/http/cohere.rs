@@ -1,0 +1,154 @@
+//! Cohere's rerank API, `POST /v1/rerank` and `POST /v2/rerank`, for a cross-encoder: the
+//! shape Jina's, vLLM's and Infinity's servers also answer, and what Cohere's SDK (and so
+//! LangChain's and LlamaIndex's Cohere rerankers) posts. `query` and `documents` (strings,
+//! or objects with a `text`) in; each document's relevance (the sigmoid of the model's
+//! logit for the pair `(query, document)`), best first, out. Documents are cut at the
+//! model's limit, as Cohere cuts them. Fields that only tune Cohere's own service
+//! (`max_tokens_per_doc`, `priority`, ...) are accepted and ignored.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, header};
+use http_body_util::{Full, Limited};
+use hyper::body::Incoming;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::arrival::ArrivalClock;
+use super::classify::{Activation, classify, rerank_scores, reranker_labels};
+use super::embeddings::{Answered, Received, receive};
+use super::inputs::Input;
+use super::tei::served_text_version;
+use super::{AppState, content_coding, error_response};
+use crate::error::ApiError;
+use crate::protocol::json_de;
+use crate::registry::ModelVersion;
+
+#[derive(Deserialize)]
+struct CohereRequest {
+    /// The model; without it, the one text model loaded.
+    #[serde(default)]
+    model: Option<String>,
+    query: String,
+    documents: Vec<Document>,
+    #[serde(default)]
+    top_n: Option<usize>,
+    #[serde(default)]
+    return_documents: bool,
+}
+
+/// A document: its text, or an object holding it as `text`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Document {
+    Text(String),
+    Object { text: String },
+}
+
+impl Document {
+    fn text(&self) -> &str {
+        match self {
+            Document::Text(t) | Document::Object { text: t } => t,
+        }
+    }
+}
+
+/// Which of Cohere's API versions a request came through, for `meta.api_version`.
+#[derive(Clone, Copy)]
+pub enum ApiVersion {
+    V1,
+    V2,
+}
+
+/// `POST /v1/rerank` and `POST /v2/rerank`.
+pub async fn rerank(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+    clock: &ArrivalClock,
+    api: ApiVersion,
+) -> Response<Full<Bytes>> {
+    let started = Instant::now();
+    let coding = content_coding::accepted(req.headers());
+    let (version, result) = match receive(state, req, clock, started).await {
+        Err(e) => (None, Err(e)),
+        Ok(received) => answer(state, received, api).await,
+    };
+    let answer = Answered {
+        version,
+        result,
+        started,
+    };
+    answer.respond(coding, cohere_error).await
+}
+
+async fn answer(
+    state: &AppState,
+    received: Received,
+    api: ApiVersion,
+) -> (Option<Arc<ModelVersion>>, Result<Vec<u8>, ApiError>) {
+    let request: CohereRequest = match json_de::from_slice(&received.body) {
+        Ok(r) => r,
+        Err(e) => {
+            let e = ApiError::malformed(format!("invalid rerank request JSON: {e}"));
+            return (None, Err(e));
+        }
+    };
+    let version = match served_text_version(state, request.model.as_deref()) {
+        Ok(v) => v,
+        Err(e) => return (None, Err(e)),
+    };
+    let result = rerank_on(state, &version, received, request, api).await;
+    (Some(version), result)
+}
+
+async fn rerank_on(
+    state: &AppState,
+    version: &ModelVersion,
+    received: Received,
+    request: CohereRequest,
+    api: ApiVersion,
+) -> Result<Vec<u8>, ApiError> {
+    reranker_labels(version)?;
+    let inputs = (request.documents.iter())
+        .map(|d| Input::Pair(request.query.clone(), d.text().to_owned()))
+        .collect();
+    let out = classify(state, version, &received, inputs, Some(true)).await?;
+    let mut ranked = rerank_scores(&out.values, Activation::Sigmoid);
+    ranked.truncate(request.top_n.unwrap_or(ranked.len()));
+    let results: Vec<serde_json::Value> = ranked
+        .into_iter()
+        .map(|(index, score)| {
+            let mut r = json!({"index": index, "relevance_score": score});
+            if request.return_documents {
+                r["document"] = json!({"text": request.documents[index].text()});
+            }
+            r
+        })
+        .collect();
+    let api_version = match api {
+        ApiVersion::V1 => "1",
+        ApiVersion::V2 => "2",
+    };
+    let body = json!({
+        "model": version.name,
+        "results": results,
+        "meta": {"api_version": {"version": api_version},
+                 "billed_units": {"search_units": 1}},
+        "usage": {"total_tokens": out.tokens},
+    });
+    Ok(body.to_string().into_bytes())
+}
+
+/// An error as Cohere's API gives it: `{"message": ...}`.
+fn cohere_error(e: &ApiError) -> Response<Full<Bytes>> {
+    let mut response = error_response(e);
+    let body = json!({"message": e.to_string()});
+    *response.body_mut() = Full::new(Bytes::from(body.to_string()));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
