@@ -132,6 +132,12 @@ fn cases() -> Vec<(String, Option<String>)> {
     cases.push(("a short question?".into(), Some(long_text(400))));
     cases.push((long_text(300), Some("a short passage".into())));
     cases.push((long_text(200), Some(long_text(180))));
+    // The second longer (it keeps the odd token of an odd room), texts of many pieces, and
+    // the shorter text fitting in half the room while the longer does not.
+    cases.push((long_text(180), Some(long_text(200))));
+    cases.push((long_text(3000), Some(TEXTS.concat().repeat(4))));
+    cases.push((long_text(100), Some(long_text(2000))));
+    cases.push((long_text(2000), Some(long_text(2001))));
     cases
 }
 

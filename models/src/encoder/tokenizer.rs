@@ -194,53 +194,90 @@ impl TextTokenizer {
     /// (about 100 bytes each) and take microseconds a token, when a truncated answer needs
     /// only the first `max_seq_len`.
     fn encode_in_pieces(&self, text: &str, truncate: bool) -> Result<Encoded, EncodeError> {
-        let failed = |e: tokenizers::Error| EncodeError::Tokenizer(e.to_string());
-        let specials = self
-            .whole
-            .get_post_processor()
-            .map_or(0, |p| p.added_tokens(false));
+        let specials = self.specials(false);
         let room = self.max_seq_len.saturating_sub(specials);
         let enough = if truncate {
             room + 1
         } else {
             TOKEN_COUNT_LIMIT
         };
+        let bare = self.bare(text, room, enough)?;
+        let full_len = bare.count + specials;
+        if !truncate && bare.count > room {
+            return Err(EncodeError::TooLong {
+                tokens: full_len,
+                max: self.max_seq_len,
+                counted_all: bare.counted_all,
+            });
+        }
+        let encoding = (self.truncating)
+            .post_process(bare.encoding, None, true)
+            .map_err(failed)?;
+        Ok(Encoded::of(&encoding, full_len))
+    }
+
+    /// How many special tokens it adds to one text, or to a pair.
+    fn specials(&self, pair: bool) -> usize {
+        self.whole
+            .get_post_processor()
+            .map_or(0, |p| p.added_tokens(pair))
+    }
+
+    /// A text's own tokens (no special tokens), a piece at a time, counted until there are
+    /// `enough` and kept only until there are more than `room`: what a cut needs, where a
+    /// refusal needs only the count. A text within [`TextTokenizer::piece_bytes`] is one
+    /// piece, counted in full.
+    fn bare(&self, text: &str, room: usize, enough: usize) -> Result<Bare, EncodeError> {
         let mut encodings = Vec::new();
         let (mut count, mut rest) = (0, text);
         while !rest.is_empty() && count < enough {
             let (piece, after) = rest.split_at(piece_end(rest, self.piece_bytes()));
             let encoding = self.whole.encode_fast(piece, false).map_err(failed)?;
-            count += encoding.len();
-            // Refusing needs only the count; the pieces' tokens are kept only to answer.
-            if truncate || count <= room {
+            let tokens = encoding.len();
+            if count <= room {
                 encodings.push(encoding);
             }
+            count += tokens;
             rest = after;
         }
-        let full_len = count + specials;
-        if !truncate && count > room {
-            return Err(EncodeError::TooLong {
-                tokens: full_len,
-                max: self.max_seq_len,
-                counted_all: rest.is_empty(),
-            });
-        }
-        let encoding = tokenizers::Encoding::merge(encodings, false);
-        let encoding = self
-            .truncating
-            .post_process(encoding, None, true)
-            .map_err(failed)?;
-        Ok(Encoded {
-            ids: encoding.get_ids().to_vec(),
-            type_ids: encoding.get_type_ids().to_vec(),
-            full_len,
+        Ok(Bare {
+            encoding: tokenizers::Encoding::merge(encodings, false),
+            count,
+            counted_all: rest.is_empty(),
         })
     }
 
     /// A pair of texts (a query and a passage, say), as one sequence: `[CLS] a [SEP] b
-    /// [SEP]` for BERT, with type ids 0 then 1. Truncation shortens the longer text first.
+    /// [SEP]` for BERT, with type ids 0 then 1. Truncation shortens the longer text first,
+    /// as the `tokenizers` library's longest-first strategy does. Each text is tokenized
+    /// a piece at a time and counted up to [`TOKEN_COUNT_LIMIT`] (the cut depends on both
+    /// lengths), and cut here rather than by the library, whose pair truncation keeps every
+    /// combination of the two texts' overflowing parts: memory growing with the product of
+    /// their lengths.
     pub fn encode_pair(&self, a: &str, b: &str, truncate: bool) -> Result<Encoded, EncodeError> {
-        self.run((a, b).into(), truncate)
+        let specials = self.specials(true);
+        let room = self.max_seq_len.saturating_sub(specials);
+        let limit = TOKEN_COUNT_LIMIT;
+        let (mut a, mut b) = (self.bare(a, room, limit)?, self.bare(b, room, limit)?);
+        let full_len = a.count + b.count + specials;
+        if a.count + b.count > room {
+            if !truncate {
+                return Err(EncodeError::TooLong {
+                    tokens: full_len,
+                    max: self.max_seq_len,
+                    counted_all: a.counted_all && b.counted_all,
+                });
+            }
+            let (keep_a, keep_b) = longest_first(a.count, b.count, room);
+            for (bare, keep) in [(&mut a, keep_a), (&mut b, keep_b)] {
+                bare.encoding.truncate(keep, 0, TruncationDirection::Right);
+                drop(bare.encoding.take_overflowing());
+            }
+        }
+        let encoding = (self.whole)
+            .post_process(a.encoding, Some(b.encoding), true)
+            .map_err(failed)?;
+        Ok(Encoded::of(&encoding, full_len))
     }
 
     fn run(
@@ -270,6 +307,50 @@ impl TextTokenizer {
             type_ids: encoding.get_type_ids().to_vec(),
             full_len,
         })
+    }
+}
+
+/// A text's own tokens, and how many it has as far as they were counted.
+struct Bare {
+    encoding: tokenizers::Encoding,
+    count: usize,
+    /// Whether `count` is all of them.
+    counted_all: bool,
+}
+
+impl Encoded {
+    fn of(encoding: &tokenizers::Encoding, full_len: usize) -> Encoded {
+        Encoded {
+            ids: encoding.get_ids().to_vec(),
+            type_ids: encoding.get_type_ids().to_vec(),
+            full_len,
+        }
+    }
+}
+
+fn failed(e: tokenizers::Error) -> EncodeError {
+    EncodeError::Tokenizer(e.to_string())
+}
+
+/// How many tokens of a pair of texts of `a` and `b` tokens to keep within `room`, as the
+/// `tokenizers` library's longest-first truncation keeps them: the shorter whole and the
+/// longer cut to what is left when the shorter fits in half, both cut to half otherwise
+/// (the longer keeping the odd one).
+fn longest_first(a: usize, b: usize, room: usize) -> (usize, usize) {
+    let (short, long) = (a.min(b), a.max(b));
+    let (mut keep_short, mut keep_long) = if short > room {
+        (short, short)
+    } else {
+        (short, short.max(room - short))
+    };
+    if keep_short + keep_long > room {
+        keep_short = room / 2;
+        keep_long = keep_short + room % 2;
+    }
+    if a > b {
+        (keep_long, keep_short)
+    } else {
+        (keep_short, keep_long)
     }
 }
 
