@@ -337,7 +337,7 @@ fn failed(e: tokenizers::Error) -> EncodeError {
 /// longer cut to what is left when the shorter fits in half, both cut to half otherwise
 /// (the longer keeping the odd one).
 fn longest_first(a: usize, b: usize, room: usize) -> (usize, usize) {
-    let (short, long) = (a.min(b), a.max(b));
+    let short = a.min(b);
     let (mut keep_short, mut keep_long) = if short > room {
         (short, short)
     } else {
