@@ -433,3 +433,84 @@ print(json.dumps({
     }
     assert_eq!(got["v1"][0][2], texts[want[0].0 as usize], "{got}");
 }
+
+/// v2 takes a classifier's pairs as a second BYTES input, `text_pair`, in JSON and in the
+/// binary extension (each input's texts from its own part of the binary section, in the
+/// header's order); the logits are the pairs' own. Mismatched counts and `text_pair` on a
+/// model of embeddings are 400s.
+#[test]
+fn v2_scores_pairs_from_text_and_text_pair() {
+    let (server, repo) = start();
+    let (a, b) = (
+        ["a man is eating", "the cat"],
+        ["the dog runs", "is big and red"],
+    );
+    let seqs: Vec<Seq> = a.iter().zip(&b).map(|(a, b)| Seq::Pair(a, b)).collect();
+    let here = logits_here(&repo.path().join("nli/1"), &seqs);
+    let bytes = |name: &str, texts: &[&str]| json!({"name": name, "datatype": "BYTES", "shape": [texts.len()], "data": texts});
+    let body = json!({"inputs": [bytes("text_pair", &b), bytes("text", &a)]});
+    let json_logits = ok(&server, "/v2/models/nli/infer", &body)["outputs"][0]["data"].clone();
+    // The same request in the binary extension: text_pair's bytes first, as its header is.
+    let encode = |texts: &[&str]| -> Vec<u8> {
+        (texts.iter())
+            .flat_map(|t| {
+                [
+                    (t.len() as u32).to_le_bytes().to_vec(),
+                    t.as_bytes().to_vec(),
+                ]
+                .concat()
+            })
+            .collect()
+    };
+    let (pair_bytes, text_bytes) = (encode(&b), encode(&a));
+    let header = json!({"inputs": [
+        {"name": "text_pair", "datatype": "BYTES", "shape": [2],
+         "parameters": {"binary_data_size": pair_bytes.len()}},
+        {"name": "text", "datatype": "BYTES", "shape": [2, 1],
+         "parameters": {"binary_data_size": text_bytes.len()}}]})
+    .to_string();
+    let r = request(
+        server.addr,
+        "POST",
+        "/v2/models/nli/infer",
+        &[("Inference-Header-Content-Length", header.len().to_string())],
+        &[header.as_bytes(), &pair_bytes, &text_bytes].concat(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let binary_logits = r.json()["outputs"][0]["data"].clone();
+    for data in [json_logits, binary_logits] {
+        let got: Vec<f64> = serde_json::from_value(data).unwrap();
+        for (g, w) in got.iter().zip(here.concat()) {
+            assert_near(*g, w as f64, "v2 pair logit");
+        }
+    }
+    let cases = [
+        (
+            "nli",
+            json!({"inputs": [bytes("text", &a), bytes("text_pair", &b[..1])]}),
+            "a pair",
+        ),
+        (
+            "nli",
+            json!({"inputs": [bytes("text_pair", &b)]}),
+            "for pairs",
+        ),
+        (
+            "nli",
+            json!({"inputs": [bytes("text", &a), bytes("text", &a)]}),
+            "exactly one",
+        ),
+        (
+            "enc",
+            json!({"inputs": [bytes("text", &a), bytes("text_pair", &b)]}),
+            "exactly one",
+        ),
+    ];
+    for (model, body, words) in cases {
+        let r = server.post_json(&format!("/v2/models/{model}/infer"), &body);
+        assert_eq!(r.status, 400, "{model} {body}: {}", r.text());
+        assert!(r.text().contains(words), "{words:?} in {}", r.text());
+    }
+    let meta = server.get("/v2/models/nli").json();
+    assert_eq!(meta["inputs"][1]["name"], "text_pair", "{meta}");
+}

@@ -43,6 +43,8 @@ pub const OUTPUT_NAME: &str = "output-0";
 /// A text encoder's input (BYTES, one text per row) and output (FP32, one embedding per
 /// row, or a classifier's logits).
 pub const TEXT_INPUT_NAME: &str = "text";
+/// A classifier's optional second input: the second text of each pair (BYTES).
+pub const TEXT_PAIR_INPUT_NAME: &str = "text_pair";
 pub const EMBEDDING_OUTPUT_NAME: &str = "embedding";
 pub const LOGITS_OUTPUT_NAME: &str = "logits";
 

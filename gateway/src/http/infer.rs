@@ -178,13 +178,14 @@ async fn submission(
             false,
         )),
         ValidInput::Text(t) => {
-            let tokenized = text::tokenize(
-                version,
-                t.texts.into_iter().map(text::Input::Text).collect(),
-                t.truncate,
-                t.prompt_name.as_deref(),
-            )
-            .await?;
+            let inputs = match t.pairs {
+                None => t.texts.into_iter().map(text::Input::Text).collect(),
+                Some(pairs) => (t.texts.into_iter().zip(pairs))
+                    .map(|(a, b)| text::Input::Pair(a, b))
+                    .collect(),
+            };
+            let tokenized =
+                text::tokenize(version, inputs, t.truncate, t.prompt_name.as_deref()).await?;
             Ok((tokenized.submission(priority, timeout), t.normalize))
         }
     }

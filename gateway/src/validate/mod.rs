@@ -64,10 +64,12 @@ pub fn validate(
         outputs,
         parameters,
     } = request;
-    let input = only_input(inputs, model.input_name)?;
     let (input, rest) = match model.input {
-        InputKind::Dense { width } => dense::validate(input, binary_section, *width, settings)?,
-        InputKind::Text(t) => text::validate(input, binary_section, &parameters, t, settings)?,
+        InputKind::Dense { width } => {
+            let input = only_input(inputs, model.input_name)?;
+            dense::validate(input, binary_section, *width, settings)?
+        }
+        InputKind::Text(t) => text::validate(inputs, binary_section, &parameters, t, settings)?,
     };
     if !rest.is_empty() {
         return Err(RequestError::Malformed(format!(

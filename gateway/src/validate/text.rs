@@ -1,8 +1,10 @@
 //! Texts for a text model: a BYTES input of shape `[n]` or `[n, 1]` (as tritonclient sends
 //! it), its elements JSON strings or, in the binary extension, each a 4-byte little-endian
-//! length and that many bytes of UTF-8. Tokenizing comes after ([`crate::infer::tokenize`]).
+//! length and that many bytes of UTF-8; for a classifier, optionally a second such input,
+//! `text_pair`, each of its texts scored with the `text` of the same row. Tokenizing comes
+//! after ([`crate::infer::tokenize`]).
 
-use models::TextInput;
+use models::{TEXT_INPUT_NAME, TEXT_PAIR_INPUT_NAME, TextInput};
 
 use super::{ValidInput, invalid};
 use crate::config::ModelSettings;
@@ -12,6 +14,8 @@ use crate::protocol::{InputTensor, RequestError, RequestParameters, binary};
 #[derive(Debug, Clone, PartialEq)]
 pub struct TextRequest {
     pub texts: Vec<String>,
+    /// For a classifier, the second text of each pair, as many as `texts`.
+    pub pairs: Option<Vec<String>>,
     /// Cut over-long texts at the model's limit; otherwise refuse them.
     pub truncate: bool,
     /// L2-normalise the embeddings.
@@ -20,14 +24,71 @@ pub struct TextRequest {
     pub prompt_name: Option<String>,
 }
 
-/// The input as texts, and the binary section left after it.
+/// The inputs as texts (and pairs), and the binary section left after them.
 pub fn validate<'a>(
-    input: InputTensor,
+    inputs: Vec<InputTensor>,
     binary_section: &'a [u8],
     parameters: &RequestParameters,
     model: &TextInput,
     settings: &ModelSettings,
 ) -> Result<(ValidInput, &'a [u8]), RequestError> {
+    let (mut texts, mut pairs, mut rest) = (None, None, binary_section);
+    let names: Vec<String> = inputs.iter().map(|i| i.name.clone()).collect();
+    for input in inputs {
+        let slot = match input.name.as_str() {
+            TEXT_INPUT_NAME => &mut texts,
+            TEXT_PAIR_INPUT_NAME if model.is_classifier() => &mut pairs,
+            _ => return Err(wrong_inputs(model, &names)),
+        };
+        if slot.is_some() {
+            return Err(wrong_inputs(model, &names));
+        }
+        let (these, after) = texts_of(input, rest, settings)?;
+        (*slot, rest) = (Some(these), after);
+    }
+    let texts = texts.ok_or_else(|| wrong_inputs(model, &names))?;
+    if let Some(p) = &pairs
+        && p.len() != texts.len()
+    {
+        return Err(invalid(format!(
+            "input {TEXT_PAIR_INPUT_NAME:?} holds {} texts and {TEXT_INPUT_NAME:?} {}; a pair \
+             is one of each",
+            p.len(),
+            texts.len()
+        )));
+    }
+    if model.is_classifier() && parameters.normalize == Some(true) {
+        return Err(invalid(
+            "parameters.normalize: this model is a classifier; its logits are not normalised"
+                .into(),
+        ));
+    }
+    let request = TextRequest {
+        texts,
+        pairs,
+        truncate: parameters.truncate.unwrap_or(true),
+        normalize: parameters.normalize.unwrap_or(model.normalize_by_default),
+        prompt_name: parameters.prompt_name.clone(),
+    };
+    Ok((ValidInput::Text(request), rest))
+}
+
+fn wrong_inputs(model: &TextInput, names: &[String]) -> RequestError {
+    let pair = match model.is_classifier() {
+        true => format!(" (and, for pairs, {TEXT_PAIR_INPUT_NAME:?})"),
+        false => String::new(),
+    };
+    invalid(format!(
+        "inputs: expected exactly one input named {TEXT_INPUT_NAME:?}{pair}, got {names:?}"
+    ))
+}
+
+/// One BYTES input's texts, and the binary section left after them.
+fn texts_of<'a>(
+    input: InputTensor,
+    binary_section: &'a [u8],
+    settings: &ModelSettings,
+) -> Result<(Vec<String>, &'a [u8]), RequestError> {
     let name = input.name.as_str();
     if input.datatype != "BYTES" {
         return Err(invalid(format!(
@@ -67,19 +128,7 @@ pub fn validate<'a>(
     if let Some(i) = texts.iter().position(String::is_empty) {
         return Err(invalid(format!("input {name:?}: text {i} is empty")));
     }
-    if model.is_classifier() && parameters.normalize == Some(true) {
-        return Err(invalid(
-            "parameters.normalize: this model is a classifier; its logits are not normalised"
-                .into(),
-        ));
-    }
-    let request = TextRequest {
-        texts,
-        truncate: parameters.truncate.unwrap_or(true),
-        normalize: parameters.normalize.unwrap_or(model.normalize_by_default),
-        prompt_name: parameters.prompt_name.clone(),
-    };
-    Ok((ValidInput::Text(request), rest))
+    Ok((texts, rest))
 }
 
 /// The number of texts a shape `[n]` or `[n, 1]` declares, at most `max_batch_size`.

@@ -7,23 +7,28 @@ use kernels::Device;
 use super::Encoder;
 use crate::{
     Batch, EMBEDDING_OUTPUT_NAME, InputKind, LOGITS_OUTPUT_NAME, Model, ModelError, ModelMetadata,
-    TEXT_INPUT_NAME, TensorSpec, TextInput,
+    TEXT_INPUT_NAME, TEXT_PAIR_INPUT_NAME, TensorSpec, TextInput,
 };
 
 impl Encoder {
     /// The signature the gateway validates against: texts as `[-1]` (or `[-1, 1]`, as
     /// tritonclient sends them), embeddings as `[-1, hidden]` or logits as `[-1, labels]`.
     pub fn signature(&self) -> ModelMetadata {
-        let output = match self.config().is_classifier() {
-            true => LOGITS_OUTPUT_NAME,
-            false => EMBEDDING_OUTPUT_NAME,
+        let text = |name: &str| TensorSpec {
+            name: name.into(),
+            datatype: "BYTES",
+            shape: vec![-1],
+        };
+        let (inputs, output) = match self.config().is_classifier() {
+            // `text_pair` is optional: without it each text is scored alone.
+            true => (
+                vec![text(TEXT_INPUT_NAME), text(TEXT_PAIR_INPUT_NAME)],
+                LOGITS_OUTPUT_NAME,
+            ),
+            false => (vec![text(TEXT_INPUT_NAME)], EMBEDDING_OUTPUT_NAME),
         };
         ModelMetadata {
-            inputs: vec![TensorSpec {
-                name: TEXT_INPUT_NAME.into(),
-                datatype: "BYTES",
-                shape: vec![-1],
-            }],
+            inputs,
             outputs: vec![TensorSpec {
                 name: output.into(),
                 datatype: "FP32",
