@@ -265,6 +265,8 @@ def embeddings_json():
         {"query": "a man is eating", "texts": ["food", "the cat runs", long], "return_text": True},
         {"query": long, "texts": [long], "truncate": True},
         {"query": "", "texts": []},
+        {"inputs": ["a"] * 2100},
+        {"query": "q", "texts": ["a"] * 2100, "model": "enc"},
     ]]
     return write("embeddings_json", bodies)
 

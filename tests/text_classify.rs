@@ -38,9 +38,10 @@ enum Seq<'a> {
     Pair(&'a str, &'a str),
 }
 
-/// The logits of `seqs` from the model in `dir`, run in this process.
+/// The logits of `seqs` from the model in `dir`, run in this process, cut at the server's
+/// limit for it: its 64 positions (a classifier's folder has no sentence_bert_config.json).
 fn logits_here(dir: &Path, seqs: &[Seq]) -> Vec<Vec<f32>> {
-    let tokenizer = TextTokenizer::from_dir(dir, 48).unwrap();
+    let tokenizer = TextTokenizer::from_dir(dir, 64).unwrap();
     let mut encoder = Encoder::load(dir, &Device::Cpu).unwrap();
     let mut packed = PackedTokens::new();
     for s in seqs {
@@ -124,7 +125,9 @@ fn predict_scores_texts_and_pairs_as_the_model_does() {
         &json!({"inputs": ["a cat runs fast", ["a man is eating", "the dog runs"]],
                 "raw_scores": true, "model": "nli"}),
     );
+    assert_eq!(many.as_array().unwrap().len(), here.len(), "{many}");
     for (answer, logits) in many.as_array().unwrap().iter().zip(&here) {
+        assert_eq!(labelled(answer).len(), 3, "{answer}");
         for (label, score) in labelled(answer) {
             let i = labels.iter().position(|l| *l == label).unwrap();
             assert_near(score, logits[i] as f64, &label);
@@ -214,7 +217,10 @@ fn a_lone_classifier_answers_tei_root_info_and_huggingface_hub() {
     let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
     let body = json!({"inputs": "a cat runs fast"});
     let predicted = ok(&server, "/predict", &body);
+    let answered = || server.series("tandem_requests_total", &["model=\"nli\"", "code=\"200\""]);
+    let before = answered();
     assert_eq!(ok(&server, "/", &body), predicted);
+    assert_eq!(answered(), before + 1.0, "POST / counted once");
     let info = server.get("/info").json();
     let want = json!({"classifier": {
         "id2label": {"0": "contradiction", "1": "entailment", "2": "neutral"},
@@ -299,7 +305,7 @@ fn classification_refusals_are_clear_and_serving_goes_on() {
         (
             "/predict",
             json!({"inputs": 3, "model": "nli"}),
-            "invalid predict request",
+            "inputs must be a text",
         ),
         (
             "/predict",
@@ -335,21 +341,59 @@ fn classification_refusals_are_clear_and_serving_goes_on() {
                                 "data": ["a"]}], "parameters": {"normalize": true}});
     let r = server.post_json("/v2/models/nli/infer", &v2);
     assert_eq!(r.status, 400, "{}", r.text());
-    // Over-long inputs are cut when asked, and every model still answers.
-    ok(
+    // Every refusal of a request naming nli is counted under it, once: seven above and v2's.
+    let counted = server.series("tandem_requests_total", &["model=\"nli\"", "code=\"400\""]);
+    assert_eq!(counted, 8.0, "refusals on nli counted");
+    ok(&server, "/embed", &json!({"inputs": "a", "model": "enc"}));
+}
+
+/// Over-long inputs are cut when asked, as the model's tokenizer cuts them (a pair longest
+/// text first); more than 2,048 texts, documents or pairs are refused, counted without
+/// being kept.
+#[test]
+fn long_inputs_are_cut_and_too_many_are_refused() {
+    let (server, repo) = start();
+    let long = "a cat runs fast and ".repeat(20);
+    let query = "the man is eating ".repeat(15);
+    let nli = logits_here(&repo.path().join("nli/1"), &[Seq::One(&long)]);
+    let cut = ok(
         &server,
         "/predict",
-        &json!({"inputs": long, "model": "nli", "truncate": true}),
+        &json!({"inputs": long, "model": "nli", "truncate": true, "raw_scores": true}),
     );
-    ok(
+    let labels = ["contradiction", "entailment", "neutral"];
+    for (label, score) in labelled(&cut) {
+        let i = labels.iter().position(|l| *l == label).unwrap();
+        assert_near(score, nli[0][i] as f64, "cut text");
+    }
+    let rerank = logits_here(&repo.path().join("rerank/1"), &[Seq::Pair(&query, &long)]);
+    let cut = ok(
         &server,
         "/rerank",
-        &json!({"query": long, "texts": [long], "model": "rerank",
-                                   "truncate": true}),
+        &json!({"query": query, "texts": [long], "model": "rerank", "truncate": true,
+                "raw_scores": true}),
     );
-    ok(&server, "/embed", &json!({"inputs": "a", "model": "enc"}));
-    let counted = server.series("tandem_requests_total", &["model=\"nli\"", "code=\"400\""]);
-    assert!(counted >= 5.0, "refusals on nli counted: {counted}");
+    assert_near(
+        cut[0]["score"].as_f64().unwrap(),
+        rerank[0][0] as f64,
+        "cut pair",
+    );
+    let many: Vec<&str> = vec!["a"; 2049];
+    for (path, body) in [
+        ("/predict", json!({"inputs": many, "model": "nli"})),
+        (
+            "/rerank",
+            json!({"query": "q", "texts": many, "model": "rerank"}),
+        ),
+        (
+            "/v2/rerank",
+            json!({"query": "q", "documents": many, "model": "rerank"}),
+        ),
+    ] {
+        let r = server.post_json(path, &body);
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        assert!(r.text().contains("this one 2049"), "{path}: {}", r.text());
+    }
 }
 
 /// Cohere's rerank API on `/v1/rerank` and `/v2/rerank`: documents as strings or `{text}`
@@ -480,6 +524,7 @@ fn v2_scores_pairs_from_text_and_text_pair() {
     let binary_logits = r.json()["outputs"][0]["data"].clone();
     for data in [json_logits, binary_logits] {
         let got: Vec<f64> = serde_json::from_value(data).unwrap();
+        assert_eq!(got.len(), 2 * 3, "{got:?}");
         for (g, w) in got.iter().zip(here.concat()) {
             assert_near(*g, w as f64, "v2 pair logit");
         }
@@ -513,4 +558,39 @@ fn v2_scores_pairs_from_text_and_text_pair() {
     }
     let meta = server.get("/v2/models/nli").json();
     assert_eq!(meta["inputs"][1]["name"], "text_pair", "{meta}");
+}
+
+/// A multi-label classifier (`problem_type` `multi_label_classification`) scores each
+/// label by its own sigmoid, as transformers' pipeline does; `function_to_apply` overrides.
+#[test]
+fn a_multi_label_classifier_scores_each_label_alone() {
+    let repo = TempDir::new("classify-multi");
+    let dir = repo.path().join("tags/1");
+    let spec = SyntheticSpec {
+        labels: 3,
+        seed: 24,
+        ..SyntheticSpec::default()
+    };
+    write_synthetic(&dir, &spec).unwrap();
+    let config = dir.join("config.json");
+    let mut c: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    c["problem_type"] = json!("multi_label_classification");
+    std::fs::write(&config, c.to_string()).unwrap();
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let here = logits_here(&dir, &[Seq::One("a cat runs fast")]);
+    let labels = ["contradiction", "entailment", "neutral"];
+    let sigmoid = |x: f32| 1.0 / (1.0 + (-(x as f64)).exp());
+    let got = ok(&server, "/predict", &json!({"inputs": "a cat runs fast"}));
+    assert_eq!(labelled(&got).len(), 3, "{got}");
+    for (label, score) in labelled(&got) {
+        let i = labels.iter().position(|l| *l == label).unwrap();
+        assert_near(score, sigmoid(here[0][i]), &label);
+    }
+    let softmax = ok(
+        &server,
+        "/predict",
+        &json!({"inputs": "a cat runs fast", "parameters": {"function_to_apply": "softmax"}}),
+    );
+    let sum: f64 = labelled(&softmax).iter().map(|(_, s)| s).sum();
+    assert_near(sum, 1.0, "softmax sums to 1");
 }

@@ -130,6 +130,7 @@ fn fixtures() -> &'static Fixtures {
                 precision: kernels::DType::F32,
                 attention_per_token_pair: 0.01,
                 labels: Vec::new(),
+                multi_label: false,
             },
             tokenizer,
             synthetic,

@@ -73,6 +73,8 @@ pub struct TextInput {
     pub attention_per_token_pair: f64,
     /// A classifier's labels in output order; empty for an encoder of embeddings.
     pub labels: Vec<String>,
+    /// A classifier's labels are scored each alone (a sigmoid each), not against each other.
+    pub multi_label: bool,
 }
 
 impl TextInput {

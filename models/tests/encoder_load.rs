@@ -347,6 +347,22 @@ fn a_classifier_without_id2label_has_num_labels_or_two() {
     });
     let e = Encoder::load(&f.0, &Device::Cpu).unwrap();
     assert_eq!(e.config().labels, ["LABEL_0", "LABEL_1"]);
+    // num_labels alone names that many; the head must then have as many rows.
+    let f = Folder::new(
+        "classifier-num-labels",
+        &SyntheticSpec {
+            labels: 3,
+            ..spec()
+        },
+    );
+    f.edit_json("config.json", |c| {
+        c.as_object_mut().unwrap().remove("id2label");
+        c["num_labels"] = serde_json::json!(3);
+        c["problem_type"] = serde_json::json!("multi_label_classification");
+    });
+    let e = Encoder::load(&f.0, &Device::Cpu).unwrap();
+    assert_eq!(e.config().labels, ["LABEL_0", "LABEL_1", "LABEL_2"]);
+    assert!(e.config().multi_label);
 }
 
 #[test]

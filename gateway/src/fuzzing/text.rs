@@ -66,14 +66,11 @@ pub fn embeddings_json(data: &[u8]) {
     }
     if let Ok(r) = json_de::from_slice::<PredictRequest>(data) {
         let truncate = r.truncate.unwrap_or(false);
-        encode_inputs(
-            classify::checked(classify::predict_inputs(r.inputs)),
-            truncate,
-        );
+        encode_inputs(classify::predict_inputs(r.inputs), truncate);
     }
     if let Ok(r) = json_de::from_slice::<RerankRequest>(data) {
         let truncate = r.truncate.unwrap_or(false);
-        encode_inputs(classify::checked(classify::rerank_inputs(&r)), truncate);
+        encode_inputs(classify::rerank_inputs(&r), truncate);
     }
 }
 
@@ -120,10 +117,7 @@ fn pairs_fit(inputs: &[text::Input], truncate: bool) {
             Ok(e) => {
                 assert!(e.len() <= f.tokenizer.max_seq_len(), "{e:?}");
                 assert_eq!(e.ids.len(), e.type_ids.len());
-                assert!(
-                    e.type_ids.iter().any(|&t| t == 1),
-                    "a pair has a second text: {e:?}"
-                );
+                assert!(e.type_ids.contains(&1), "a pair has a second text: {e:?}");
             }
             Err(EncodeError::TooLong { tokens, max, .. }) => {
                 assert!(

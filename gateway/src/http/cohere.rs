@@ -2,9 +2,9 @@
 //! shape Jina's, vLLM's and Infinity's servers also answer, and what Cohere's SDK (and so
 //! LangChain's and LlamaIndex's Cohere rerankers) posts. `query` and `documents` (strings,
 //! or objects with a `text`) in; each document's relevance (the sigmoid of the model's
-//! logit for the pair `(query, document)`), best first, out. Documents are cut at the
-//! model's limit, as Cohere cuts them. Fields that only tune Cohere's own service
-//! (`max_tokens_per_doc`, `priority`, ...) are accepted and ignored.
+//! logit for the pair `(query, document)`), best first, out. A pair past the model's limit
+//! is cut longest text first, as the model's tokenizer cuts it. Fields that only tune
+//! Cohere's own service (`max_tokens_per_doc`, `priority`, ...) are accepted and ignored.
 
 use std::sync::Arc;
 
@@ -17,9 +17,8 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
-use super::classify::{Activation, classify, rerank_scores, reranker_labels};
+use super::classify::{Activation, Bounded, classify, pairs, require_one_label, rerank_scores};
 use super::embeddings::{Answered, Received, receive};
-use super::inputs::Input;
 use super::tei::served_text_version;
 use super::{AppState, content_coding, error_response};
 use crate::error::ApiError;
@@ -32,7 +31,7 @@ struct CohereRequest {
     #[serde(default)]
     model: Option<String>,
     query: String,
-    documents: Vec<Document>,
+    documents: Bounded<Document>,
     #[serde(default)]
     top_n: Option<usize>,
     #[serde(default)]
@@ -110,10 +109,10 @@ async fn rerank_on(
     request: CohereRequest,
     api: ApiVersion,
 ) -> Result<Vec<u8>, ApiError> {
-    reranker_labels(version)?;
-    let inputs = (request.documents.iter())
-        .map(|d| Input::Pair(request.query.clone(), d.text().to_owned()))
-        .collect();
+    require_one_label(version)?;
+    let documents = &request.documents;
+    let texts = documents.items.iter().map(|d| d.text().to_owned());
+    let inputs = pairs(&request.query, texts, documents.count)?;
     let out = classify(state, version, &received, inputs, Some(true)).await?;
     let mut ranked = rerank_scores(&out.values, Activation::Sigmoid);
     ranked.truncate(request.top_n.unwrap_or(ranked.len()));
@@ -122,7 +121,7 @@ async fn rerank_on(
         .map(|(index, score)| {
             let mut r = json!({"index": index, "relevance_score": score});
             if request.return_documents {
-                r["document"] = json!({"text": request.documents[index].text()});
+                r["document"] = json!({"text": documents.items[index].text()});
             }
             r
         })

@@ -181,7 +181,7 @@ async fn submission(
             let inputs = match t.pairs {
                 None => t.texts.into_iter().map(text::Input::Text).collect(),
                 Some(pairs) => (t.texts.into_iter().zip(pairs))
-                    .map(|(a, b)| text::Input::Pair(a, b))
+                    .map(|(a, b)| text::Input::Pair(a.into(), b))
                     .collect(),
             };
             let tokenized =

@@ -80,8 +80,9 @@ pub enum Input {
     Text(String),
     Ids(TokenIds),
     /// Two texts as one sequence (`[CLS] a [SEP] b [SEP]`), as a cross-encoder scores a
-    /// query and a passage; built by the classification endpoints, never parsed here.
-    Pair(String, String),
+    /// query and a passage; built by the classification endpoints, never parsed here. The
+    /// pairs of one query share it.
+    Pair(std::sync::Arc<str>, String),
 }
 
 /// What `input(s)` held.

@@ -102,7 +102,8 @@ pub(crate) async fn inline_or_blocking<T: Send + 'static>(
 }
 
 /// Puts the prompt a request names (or the model's default) before each of its texts. Token
-/// ids are taken as they are, so a prompt named for them is refused rather than ignored.
+/// ids are taken as they are, so a prompt named for them is refused rather than ignored;
+/// prompts are for embeddings, and pairs (a classifier's) get none.
 pub(crate) fn apply_prompt(
     text: &TextModel,
     inputs: &mut [Input],
@@ -118,7 +119,7 @@ pub(crate) fn apply_prompt(
         ));
     }
     for input in inputs {
-        if let Input::Text(t) | Input::Pair(t, _) = input {
+        if let Input::Text(t) = input {
             t.insert_str(0, prompt);
         }
     }
@@ -141,13 +142,24 @@ pub(crate) fn encode_all(
     truncate: bool,
 ) -> Result<PackedTokens, ApiError> {
     let mut packed = PackedTokens::with_capacity(inputs.len(), inputs.len() * 16);
+    // The first text of the pairs last seen, tokenized once for all the pairs sharing it.
+    let mut first: Option<(&std::sync::Arc<str>, models::encoder::PairPart)> = None;
     for (i, input) in inputs.iter().enumerate() {
         match input {
             Input::Text(text) => {
                 packed.push(&encoded(i, tokenizer.encode(text, truncate))?);
             }
             Input::Pair(a, b) => {
-                packed.push(&encoded(i, tokenizer.encode_pair(a, b, truncate))?);
+                let part = match first.take() {
+                    Some((shared, part)) if std::sync::Arc::ptr_eq(shared, a) => part,
+                    _ => tokenizer.pair_part(a).map_err(|e| tokenizer_failed(i, e))?,
+                };
+                let second = tokenizer.pair_part(b).map_err(|e| tokenizer_failed(i, e))?;
+                packed.push(&encoded(
+                    i,
+                    tokenizer.encode_parts(&part, &second, truncate),
+                )?);
+                first = Some((a, part));
             }
             Input::Ids(ids) => {
                 let ids = checked_ids(tokenizer, model, i, ids, truncate)?;
@@ -180,10 +192,17 @@ fn encoded(
                  or with truncate on"
             )))
         }
-        Err(EncodeError::Tokenizer(why)) => Err(ApiError::Internal(format!(
-            "the model's tokenizer failed on text {i}: {why}"
-        ))),
+        Err(e @ EncodeError::Tokenizer(_)) => Err(tokenizer_failed(i, e)),
     }
+}
+
+/// A tokenizer's failure on input `i`: a fault of the model's folder, not of the text.
+fn tokenizer_failed(i: usize, e: EncodeError) -> ApiError {
+    let why = match e {
+        EncodeError::Tokenizer(why) => why,
+        other => other.to_string(),
+    };
+    ApiError::Internal(format!("the model's tokenizer failed on text {i}: {why}"))
 }
 
 /// Token ids as the model runs them. They must be what the model's tokenizer gives, special

@@ -139,6 +139,7 @@ mod tests {
             precision: kernels::DType::F32,
             attention_per_token_pair: 0.0,
             labels: Vec::new(),
+            multi_label: false,
         };
         let s = text_samples(&text, 1024, 16);
         let sizes: Vec<(usize, usize)> = s

@@ -42,6 +42,9 @@ pub struct EncoderConfig {
     /// A sequence classifier's labels in output order (`id2label`); empty for an encoder
     /// of embeddings. A classifier's head reads the `[CLS]` state, so its pooling is `Cls`.
     pub labels: Vec<String>,
+    /// A classifier whose labels are independent (`problem_type`
+    /// `"multi_label_classification"`): each is scored by its own sigmoid, not a softmax.
+    pub multi_label: bool,
 }
 
 /// `config.json` as transformers writes it for BERT; fields tandem does not need are
@@ -67,6 +70,9 @@ struct BertJson {
     /// A classifier's label names by output index, as decimal strings.
     #[serde(default)]
     id2label: Option<BTreeMap<String, String>>,
+    /// `"multi_label_classification"` for a classifier whose labels are scored each alone.
+    #[serde(default)]
+    problem_type: Option<String>,
     #[serde(default)]
     num_labels: Option<usize>,
 }
@@ -148,6 +154,7 @@ impl EncoderConfig {
             pooling,
             normalize,
             labels,
+            multi_label: bert.problem_type.as_deref() == Some("multi_label_classification"),
         })
     }
 

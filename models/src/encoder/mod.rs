@@ -34,7 +34,7 @@ use kernels::Device;
 pub use config::{EncoderConfig, Pooling};
 pub use packed::PackedTokens;
 pub use prompts::Prompts;
-pub use tokenizer::{EncodeError, Encoded, TOKEN_COUNT_LIMIT, TextTokenizer, Token};
+pub use tokenizer::{EncodeError, Encoded, PairPart, TOKEN_COUNT_LIMIT, TextTokenizer, Token};
 pub use weights::EncoderWeights;
 
 use crate::{LoadError, ModelError};
@@ -197,7 +197,7 @@ impl Encoder {
         self.backend.forward(tokens, cls)?;
         let threads = match &self.backend {
             Backend::Cpu(m) => m.threads,
-            Backend::Cuda(_) => 1,
+            Backend::Cuda(_) => rayon::current_num_threads(),
         };
         head.apply(cls, output, threads)
     }

@@ -51,6 +51,7 @@ impl Encoder {
             precision: self.precision(),
             attention_per_token_pair: 4.0 * h / per_token,
             labels: c.labels.clone(),
+            multi_label: c.multi_label,
         }
     }
 }

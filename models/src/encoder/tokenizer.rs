@@ -30,7 +30,7 @@ pub struct Encoded {
     /// The length before truncation; `ids.len()` when nothing was cut. A text longer than
     /// [`TextTokenizer::piece_bytes`] is counted only as far as its answer needs: in full
     /// when it fits, up to [`TOKEN_COUNT_LIMIT`] when it is refused, and just past the limit when
-    /// it is truncated.
+    /// it is truncated. Each text of a pair is counted up to [`TOKEN_COUNT_LIMIT`].
     pub full_len: usize,
 }
 
@@ -255,10 +255,26 @@ impl TextTokenizer {
     /// combination of the two texts' overflowing parts: memory growing with the product of
     /// their lengths.
     pub fn encode_pair(&self, a: &str, b: &str, truncate: bool) -> Result<Encoded, EncodeError> {
+        self.encode_parts(&self.pair_part(a)?, &self.pair_part(b)?, truncate)
+    }
+
+    /// One text of a pair, tokenized as far as any pair holding it needs: so that a query
+    /// paired with many passages is tokenized once ([`TextTokenizer::encode_parts`]).
+    pub fn pair_part(&self, text: &str) -> Result<PairPart, EncodeError> {
+        let room = self.max_seq_len.saturating_sub(self.specials(true));
+        Ok(PairPart(self.bare(text, room, TOKEN_COUNT_LIMIT)?))
+    }
+
+    /// The pair of `a` and `b`, as [`TextTokenizer::encode_pair`] gives it.
+    pub fn encode_parts(
+        &self,
+        a: &PairPart,
+        b: &PairPart,
+        truncate: bool,
+    ) -> Result<Encoded, EncodeError> {
         let specials = self.specials(true);
         let room = self.max_seq_len.saturating_sub(specials);
-        let limit = TOKEN_COUNT_LIMIT;
-        let (mut a, mut b) = (self.bare(a, room, limit)?, self.bare(b, room, limit)?);
+        let (mut a, mut b) = (a.0.clone(), b.0.clone());
         let full_len = a.count + b.count + specials;
         if a.count + b.count > room {
             if !truncate {
@@ -310,7 +326,12 @@ impl TextTokenizer {
     }
 }
 
+/// One text of a pair, tokenized: see [`TextTokenizer::pair_part`].
+#[derive(Clone, Debug)]
+pub struct PairPart(Bare);
+
 /// A text's own tokens, and how many it has as far as they were counted.
+#[derive(Clone, Debug)]
 struct Bare {
     encoding: tokenizers::Encoding,
     count: usize,
@@ -399,3 +420,25 @@ const _: () = {
     const fn shared<T: Send + Sync>() {}
     shared::<TextTokenizer>();
 };
+
+#[cfg(test)]
+mod tests {
+    use super::longest_first;
+
+    /// The cases of the `tokenizers` library's longest-first truncation of a pair.
+    #[test]
+    fn longest_first_keeps_what_the_tokenizers_library_keeps() {
+        // The shorter fits in half the room: kept whole, the longer cut to the rest.
+        assert_eq!(longest_first(10, 100, 45), (10, 35));
+        assert_eq!(longest_first(100, 10, 45), (35, 10));
+        // Both longer than half: both cut to half, the longer keeping the odd token.
+        assert_eq!(longest_first(30, 100, 45), (22, 23));
+        assert_eq!(longest_first(100, 30, 45), (23, 22));
+        // Equal lengths: the second keeps it, as the library does without a swap.
+        assert_eq!(longest_first(50, 50, 45), (22, 23));
+        // One longer than the whole room.
+        assert_eq!(longest_first(60, 50, 45), (23, 22));
+        assert_eq!(longest_first(23, 23, 45), (22, 23));
+        assert_eq!(longest_first(1, 1000, 2), (1, 1));
+    }
+}

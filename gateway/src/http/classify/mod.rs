@@ -6,8 +6,12 @@
 //! - `POST /rerank`: a `query` and `texts`, each text scored as the pair `(query, text)` by
 //!   a cross-encoder (a classifier with one label); `{index, score}` best first.
 //!
-//! Scores are the sigmoid of a single logit and the softmax of several, as TEI and
-//! sentence-transformers' `CrossEncoder` give them; `raw_scores: true` gives the logits.
+//! Scores are as TEI gives them: the sigmoid of a single logit (as sentence-transformers'
+//! `CrossEncoder` gives it too), the softmax of several; the sigmoid of each for a
+//! multi-label model (`problem_type`), as transformers' pipeline does. `raw_scores: true`
+//! gives the logits.
+
+mod request;
 
 use std::sync::Arc;
 
@@ -15,7 +19,6 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{Full, Limited};
 use hyper::body::Incoming;
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use tokio::time::Instant;
@@ -28,68 +31,8 @@ use super::{AppState, content_coding};
 use crate::error::ApiError;
 use crate::protocol::json_de;
 use crate::registry::ModelVersion;
-
-/// TEI's predict request; `parameters` is what `huggingface_hub` sends beside `inputs`,
-/// and `model` tandem's addition for servers of several models.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct PredictRequest {
-    pub(crate) inputs: PredictInputs,
-    #[serde(default)]
-    pub(crate) truncate: Option<bool>,
-    #[serde(default)]
-    truncation_direction: Option<String>,
-    #[serde(default)]
-    raw_scores: bool,
-    #[serde(default)]
-    parameters: Parameters,
-    #[serde(default)]
-    model: Option<String>,
-}
-
-/// The pipeline parameters of Hugging Face's text classification.
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct Parameters {
-    /// The most labels to give, best first.
-    #[serde(default)]
-    top_k: Option<usize>,
-    /// `"sigmoid"`, `"softmax"` or `"none"` (the logits); the model's own by default.
-    #[serde(default)]
-    function_to_apply: Option<String>,
-}
-
-/// One sequence or several, as TEI reads them: a two-string array is one pair.
-#[derive(Deserialize)]
-#[serde(untagged)]
-pub(crate) enum PredictInputs {
-    One(Sequence),
-    Many(Vec<Sequence>),
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-pub(crate) enum Sequence {
-    Text(String),
-    Pair(String, String),
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RerankRequest {
-    query: String,
-    texts: Vec<String>,
-    #[serde(default)]
-    pub(crate) truncate: Option<bool>,
-    #[serde(default)]
-    truncation_direction: Option<String>,
-    #[serde(default)]
-    raw_scores: bool,
-    #[serde(default)]
-    return_text: bool,
-    #[serde(default)]
-    model: Option<String>,
-}
+pub(crate) use request::{Bounded, PredictInputs, PredictRequest, RerankRequest};
+use request::{Parameters, Sequence};
 
 /// How logits become scores.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -145,7 +88,7 @@ async fn answer_predict(state: &AppState, received: Received) -> Answer {
         Ok(r) => r,
         Err(e) => return (None, Err(e)),
     };
-    let version = match resolve(state, &request.model, &request.truncation_direction) {
+    let version = match served_text_version(state, request.model.as_deref()) {
         Ok(v) => v,
         Err(e) => return (None, Err(e)),
     };
@@ -159,15 +102,16 @@ async fn predict_on(
     received: Received,
     request: PredictRequest,
 ) -> Result<Vec<u8>, ApiError> {
+    check_truncation_direction(request.truncation_direction.as_deref())?;
     let activation = activation(version, request.raw_scores, &request.parameters)?;
     let one = matches!(request.inputs, PredictInputs::One(_));
-    let inputs = predict_inputs(request.inputs);
+    let inputs = predict_inputs(request.inputs)?;
     let out = classify(state, version, &received, inputs, request.truncate).await?;
     let labels = &super::text::text_model(version)?.input.labels;
     let top_k = request.parameters.top_k.unwrap_or(labels.len());
     let answers: Vec<serde_json::Value> = out
         .values
-        .chunks_exact(out.width)
+        .chunks_exact(out.width.max(1))
         .map(|logits| {
             let mut scored: Vec<(f32, &String)> =
                 scores(logits, activation).into_iter().zip(labels).collect();
@@ -194,7 +138,7 @@ async fn answer_rerank(state: &AppState, received: Received) -> Answer {
         Ok(r) => r,
         Err(e) => return (None, Err(e)),
     };
-    let version = match resolve(state, &request.model, &request.truncation_direction) {
+    let version = match served_text_version(state, request.model.as_deref()) {
         Ok(v) => v,
         Err(e) => return (None, Err(e)),
     };
@@ -208,8 +152,9 @@ async fn rerank_on(
     received: Received,
     request: RerankRequest,
 ) -> Result<Vec<u8>, ApiError> {
-    reranker_labels(version)?;
-    let inputs = rerank_inputs(&request);
+    check_truncation_direction(request.truncation_direction.as_deref())?;
+    require_one_label(version)?;
+    let inputs = rerank_inputs(&request)?;
     let out = classify(state, version, &received, inputs, request.truncate).await?;
     let activation = match request.raw_scores {
         true => Activation::None,
@@ -218,7 +163,7 @@ async fn rerank_on(
     let answer: Vec<serde_json::Value> = rerank_scores(&out.values, activation)
         .into_iter()
         .map(|(index, score)| match request.return_text {
-            true => json!({"index": index, "score": score, "text": request.texts[index]}),
+            true => json!({"index": index, "score": score, "text": request.texts.items[index]}),
             false => json!({"index": index, "score": score}),
         })
         .collect();
@@ -227,7 +172,7 @@ async fn rerank_on(
 
 /// Refuses a classifier of several labels: reranking takes one score per pair. (A model
 /// of embeddings is refused where it runs: `Task::Classify`.)
-pub(super) fn reranker_labels(version: &ModelVersion) -> Result<(), ApiError> {
+pub(super) fn require_one_label(version: &ModelVersion) -> Result<(), ApiError> {
     let labels = super::text::text_model(version)?.input.labels.len();
     if labels > 1 {
         return Err(ApiError::invalid(format!(
@@ -255,32 +200,50 @@ fn parse<T: DeserializeOwned>(body: &[u8], what: &str) -> Result<T, ApiError> {
         .map_err(|e| ApiError::malformed(format!("invalid {what} request JSON: {e}")))
 }
 
-fn resolve(
-    state: &AppState,
-    model: &Option<String>,
-    truncation_direction: &Option<String>,
-) -> Result<Arc<ModelVersion>, ApiError> {
-    check_truncation_direction(truncation_direction.as_deref())?;
-    served_text_version(state, model.as_deref())
-}
-
-/// The texts and pairs of a predict request, in order.
-pub(crate) fn predict_inputs(inputs: PredictInputs) -> Vec<Input> {
+/// The texts and pairs of a predict request, in order, checked by [`checked`].
+pub(crate) fn predict_inputs(inputs: PredictInputs) -> Result<Vec<Input>, ApiError> {
     let input = |sequence| match sequence {
         Sequence::Text(t) => Input::Text(t),
-        Sequence::Pair(a, b) => Input::Pair(a, b),
+        Sequence::Pair(a, b) => Input::Pair(a.into(), b),
     };
-    match inputs {
+    let inputs = match inputs {
         PredictInputs::One(s) => vec![input(s)],
         PredictInputs::Many(list) => list.into_iter().map(input).collect(),
-    }
+        PredictInputs::TooMany(n) => return Err(too_many(n)),
+        PredictInputs::Invalid => {
+            return Err(ApiError::invalid(
+                "inputs must be a text, a pair of texts [a, b], or an array of texts and pairs",
+            ));
+        }
+    };
+    checked(inputs)
 }
 
-/// The pairs `(query, text)` a rerank request scores, in the order of its texts.
-pub(crate) fn rerank_inputs(request: &RerankRequest) -> Vec<Input> {
-    (request.texts.iter())
-        .map(|t| Input::Pair(request.query.clone(), t.clone()))
-        .collect()
+/// The pairs `(query, text)` a rerank request scores, in the order of its texts, checked
+/// by [`checked`].
+pub(crate) fn rerank_inputs(request: &RerankRequest) -> Result<Vec<Input>, ApiError> {
+    let texts = &request.texts;
+    pairs(&request.query, texts.items.iter().cloned(), texts.count)
+}
+
+/// The pairs of `query` and each of `texts` (`count` of them sent, of which these were
+/// kept), checked by [`checked`]. They share one copy of the query.
+pub(super) fn pairs(
+    query: &str,
+    texts: impl Iterator<Item = String>,
+    count: usize,
+) -> Result<Vec<Input>, ApiError> {
+    if count > MAX_TEXTS {
+        return Err(too_many(count));
+    }
+    let query: Arc<str> = query.into();
+    checked(texts.map(|t| Input::Pair(query.clone(), t)).collect())
+}
+
+fn too_many(n: usize) -> ApiError {
+    ApiError::invalid(format!(
+        "a request scores 1 to {MAX_TEXTS} texts or pairs, this one {n}"
+    ))
 }
 
 /// Admits, tokenizes and runs `inputs` on the classifier `version`: their logits.
@@ -292,7 +255,7 @@ pub(super) async fn classify(
     truncate: Option<bool>,
 ) -> Result<Outputs, ApiError> {
     let ask = Ask {
-        inputs: checked(inputs)?,
+        inputs,
         // TEI's default: an over-long input is refused, not cut.
         truncate: truncate.unwrap_or(false),
         normalize: Some(false),
@@ -303,12 +266,9 @@ pub(super) async fn classify(
 }
 
 /// `inputs` if there are 1 to [`MAX_TEXTS`] of them and no text is empty.
-pub(crate) fn checked(inputs: Vec<Input>) -> Result<Vec<Input>, ApiError> {
+fn checked(inputs: Vec<Input>) -> Result<Vec<Input>, ApiError> {
     if inputs.is_empty() || inputs.len() > MAX_TEXTS {
-        return Err(ApiError::invalid(format!(
-            "a request scores 1 to {MAX_TEXTS} texts or pairs, this one {}",
-            inputs.len()
-        )));
+        return Err(too_many(inputs.len()));
     }
     let empty = |input: &Input| match input {
         Input::Text(t) => t.is_empty(),
@@ -323,16 +283,16 @@ pub(crate) fn checked(inputs: Vec<Input>) -> Result<Vec<Input>, ApiError> {
 
 /// The activation a request asks for: logits with `raw_scores` or `function_to_apply:
 /// "none"`, else the one `function_to_apply` names, else the model's (sigmoid for one
-/// label, softmax for more).
+/// label or a multi-label model, softmax otherwise).
 fn activation(
     version: &ModelVersion,
     raw_scores: bool,
     parameters: &Parameters,
 ) -> Result<Activation, ApiError> {
-    let labels = super::text::text_model(version)?.input.labels.len();
-    let default = match labels {
-        1 => Activation::Sigmoid,
-        _ => Activation::Softmax,
+    let input = &super::text::text_model(version)?.input;
+    let default = match input.labels.len() == 1 || input.multi_label {
+        true => Activation::Sigmoid,
+        false => Activation::Softmax,
     };
     if raw_scores {
         return Ok(Activation::None);
@@ -384,19 +344,5 @@ mod tests {
         let s = scores(&[1000.0, 999.0], Activation::Softmax);
         assert!(s[0] > s[1] && s.iter().all(|v| v.is_finite()), "{s:?}");
         assert_eq!(scores(&[-3.5, 2.0], Activation::None), vec![-3.5, 2.0]);
-    }
-
-    #[test]
-    fn a_two_string_array_is_one_pair_as_tei_reads_it() {
-        let parse = |body: &str| json_de::from_slice::<PredictRequest>(body.as_bytes());
-        let r = parse(r#"{"inputs": ["a", "b"]}"#).unwrap();
-        assert!(matches!(r.inputs, PredictInputs::One(Sequence::Pair(..))));
-        let r = parse(r#"{"inputs": ["a", "b", "c"]}"#).unwrap();
-        assert!(matches!(r.inputs, PredictInputs::Many(ref v) if v.len() == 3));
-        let r = parse(r#"{"inputs": [["a", "b"], "c"], "parameters": {}}"#).unwrap();
-        assert!(matches!(r.inputs, PredictInputs::Many(ref v) if v.len() == 2));
-        assert!(parse(r#"{"inputs": 3}"#).is_err());
-        assert!(parse(r#"{"inputs": [["a", "b", "c"]]}"#).is_err());
-        assert!(parse(r#"{"inputs": "a", "parameters": {"bogus": 1}}"#).is_err());
     }
 }

@@ -1,0 +1,333 @@
+//! The bodies of `/predict` and `/rerank`, read straight into what the handlers take, with
+//! their arrays kept only up to [`MAX_TEXTS`] elements and the rest only counted: a body of
+//! millions of tiny texts costs no more than a few times its own bytes.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::Deserialize;
+use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+use crate::http::inputs::MAX_TEXTS;
+
+/// The visitor methods for JSON values that are not strings, arrays or objects: each is
+/// `$other`.
+macro_rules! other_scalars {
+    ($other:expr) => {
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($other)
+        }
+
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($other)
+        }
+
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($other)
+        }
+
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($other)
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok($other)
+        }
+    };
+}
+
+/// TEI's predict request; `parameters` is what `huggingface_hub` sends beside `inputs`,
+/// and `model` tandem's addition for servers of several models.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PredictRequest {
+    pub(crate) inputs: PredictInputs,
+    #[serde(default)]
+    pub(crate) truncate: Option<bool>,
+    #[serde(default)]
+    pub(super) truncation_direction: Option<String>,
+    #[serde(default)]
+    pub(super) raw_scores: bool,
+    #[serde(default)]
+    pub(super) parameters: Parameters,
+    #[serde(default)]
+    pub(super) model: Option<String>,
+}
+
+/// The pipeline parameters of Hugging Face's text classification.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Parameters {
+    /// The most labels to give, best first.
+    #[serde(default)]
+    pub(super) top_k: Option<usize>,
+    /// `"sigmoid"`, `"softmax"` or `"none"` (the logits); the model's own by default.
+    #[serde(default)]
+    pub(super) function_to_apply: Option<String>,
+}
+
+/// TEI's rerank request, with `model` as for predict.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RerankRequest {
+    pub(crate) query: String,
+    pub(crate) texts: Bounded<String>,
+    #[serde(default)]
+    pub(crate) truncate: Option<bool>,
+    #[serde(default)]
+    pub(super) truncation_direction: Option<String>,
+    #[serde(default)]
+    pub(super) raw_scores: bool,
+    #[serde(default)]
+    pub(super) return_text: bool,
+    #[serde(default)]
+    pub(super) model: Option<String>,
+}
+
+/// An array of which the first [`MAX_TEXTS`] elements are kept; `count` says how many it had.
+pub(crate) struct Bounded<T> {
+    pub(crate) items: Vec<T>,
+    pub(crate) count: usize,
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Bounded<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Bounded<T>, D::Error> {
+        d.deserialize_seq(BoundedVisitor(PhantomData))
+    }
+}
+
+struct BoundedVisitor<T>(PhantomData<T>);
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for BoundedVisitor<T> {
+    type Value = Bounded<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an array")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Bounded<T>, A::Error> {
+        let mut items = Vec::new();
+        while items.len() < MAX_TEXTS {
+            match seq.next_element::<T>()? {
+                Some(item) => items.push(item),
+                None => break,
+            }
+        }
+        let mut count = items.len();
+        while seq.next_element::<IgnoredAny>()?.is_some() {
+            count += 1;
+        }
+        Ok(Bounded { items, count })
+    }
+}
+
+/// `inputs` of a predict request as TEI reads them: a text, a pair (an array of two
+/// strings is one pair), or an array of texts and pairs.
+#[derive(Debug, PartialEq)]
+pub(crate) enum PredictInputs {
+    One(Sequence),
+    Many(Vec<Sequence>),
+    /// An array of this many, more than [`MAX_TEXTS`].
+    TooMany(usize),
+    /// Anything else: a number, an object, an array holding anything but texts and pairs.
+    Invalid,
+}
+
+#[derive(Debug, PartialEq)]
+pub(crate) enum Sequence {
+    Text(String),
+    Pair(String, String),
+}
+
+impl<'de> Deserialize<'de> for PredictInputs {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<PredictInputs, D::Error> {
+        d.deserialize_any(PredictVisitor)
+    }
+}
+
+struct PredictVisitor;
+
+impl<'de> Visitor<'de> for PredictVisitor {
+    type Value = PredictInputs;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a text, a pair of texts, or an array of texts and pairs")
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<PredictInputs, E> {
+        Ok(PredictInputs::One(Sequence::Text(s.to_owned())))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<PredictInputs, A::Error> {
+        let list: Bounded<Element> = BoundedVisitor(PhantomData).visit_seq(seq)?;
+        if list.count > MAX_TEXTS {
+            return Ok(PredictInputs::TooMany(list.count));
+        }
+        let mut sequences = Vec::with_capacity(list.items.len());
+        for element in list.items {
+            match element {
+                Element::Sequence(s) => sequences.push(s),
+                Element::Other => return Ok(PredictInputs::Invalid),
+            }
+        }
+        Ok(match <[Sequence; 2]>::try_from(sequences) {
+            Ok([Sequence::Text(a), Sequence::Text(b)]) => PredictInputs::One(Sequence::Pair(a, b)),
+            Ok(two) => PredictInputs::Many(two.into()),
+            Err(sequences) => PredictInputs::Many(sequences),
+        })
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<PredictInputs, A::Error> {
+        skip_map(map).map(|_| PredictInputs::Invalid)
+    }
+
+    other_scalars!(PredictInputs::Invalid);
+}
+
+/// One element of a predict array: a text, a pair, or anything else.
+enum Element {
+    Sequence(Sequence),
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Element {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Element, D::Error> {
+        d.deserialize_any(ElementVisitor)
+    }
+}
+
+struct ElementVisitor;
+
+impl<'de> Visitor<'de> for ElementVisitor {
+    type Value = Element;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a text or a pair of texts")
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Element, E> {
+        Ok(Element::Sequence(Sequence::Text(s.to_owned())))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Element, A::Error> {
+        let mut texts = Vec::with_capacity(2);
+        while let Some(item) = seq.next_element::<Text>()? {
+            texts.push(item.0);
+        }
+        Ok(match <[Option<String>; 2]>::try_from(texts) {
+            Ok([Some(a), Some(b)]) => Element::Sequence(Sequence::Pair(a, b)),
+            _ => Element::Other,
+        })
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Element, A::Error> {
+        skip_map(map).map(|_| Element::Other)
+    }
+
+    other_scalars!(Element::Other);
+}
+
+/// An element of a pair: a string, or `None` for anything else (skipped unread). Three or
+/// more elements make the pair invalid, so keeping them costs at most the body's strings.
+struct Text(Option<String>);
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Text, D::Error> {
+        d.deserialize_any(TextVisitor)
+    }
+}
+
+struct TextVisitor;
+
+impl<'de> Visitor<'de> for TextVisitor {
+    type Value = Text;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a text")
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Text, E> {
+        Ok(Text(Some(s.to_owned())))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Text, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Text(None))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Text, A::Error> {
+        skip_map(map).map(|_| Text(None))
+    }
+
+    other_scalars!(Text(None));
+}
+
+fn skip_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
+    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::json_de;
+
+    fn inputs(json: &str) -> PredictInputs {
+        json_de::from_slice::<PredictInputs>(json.as_bytes()).unwrap()
+    }
+
+    fn text(s: &str) -> Sequence {
+        Sequence::Text(s.into())
+    }
+
+    fn pair(a: &str, b: &str) -> Sequence {
+        Sequence::Pair(a.into(), b.into())
+    }
+
+    #[test]
+    fn a_two_string_array_is_one_pair_as_tei_reads_it() {
+        assert_eq!(inputs(r#""a""#), PredictInputs::One(text("a")));
+        assert_eq!(inputs(r#"["a", "b"]"#), PredictInputs::One(pair("a", "b")));
+        let three = PredictInputs::Many(vec![text("a"), text("b"), text("c")]);
+        assert_eq!(inputs(r#"["a", "b", "c"]"#), three);
+        let mixed = PredictInputs::Many(vec![pair("a", "b"), text("c")]);
+        assert_eq!(inputs(r#"[["a", "b"], "c"]"#), mixed);
+        let two_pairs = PredictInputs::Many(vec![pair("a", "b"), pair("c", "d")]);
+        assert_eq!(inputs(r#"[["a", "b"], ["c", "d"]]"#), two_pairs);
+        assert_eq!(inputs("[]"), PredictInputs::Many(vec![]));
+        for other in [
+            "3",
+            "null",
+            r#"{"a": "b"}"#,
+            r#"[["a", "b", "c"]]"#,
+            r#"[["a"]]"#,
+            r#"["a", 3]"#,
+            r#"[["a", 3]]"#,
+            r#"[["a", ["b"]]]"#,
+            r#"[{"text": "a"}]"#,
+        ] {
+            assert_eq!(inputs(other), PredictInputs::Invalid, "{other}");
+        }
+        assert!(json_de::from_slice::<PredictInputs>(br#"["a", "#).is_err());
+        let unknown = br#"{"inputs": "a", "parameters": {"bogus": 1}}"#;
+        assert!(json_de::from_slice::<PredictRequest>(unknown).is_err());
+        let known = br#"{"inputs": "a", "parameters": {"top_k": 1}, "raw_scores": true}"#;
+        assert!(json_de::from_slice::<PredictRequest>(known).is_ok());
+    }
+
+    #[test]
+    fn past_the_limit_texts_are_counted_not_kept() {
+        let many = format!("[{}\"a\"]", "\"a\",".repeat(MAX_TEXTS + 9));
+        assert_eq!(inputs(&many), PredictInputs::TooMany(MAX_TEXTS + 10));
+        let body = format!(
+            r#"{{"query": "q", "texts": [{}"a"]}}"#,
+            "\"a\",".repeat(MAX_TEXTS)
+        );
+        let r: RerankRequest = json_de::from_slice(body.as_bytes()).unwrap();
+        assert_eq!(
+            (r.texts.items.len(), r.texts.count),
+            (MAX_TEXTS, MAX_TEXTS + 1)
+        );
+        assert!(json_de::from_slice::<RerankRequest>(br#"{"query": "q", "texts": "a"}"#).is_err());
+    }
+}
