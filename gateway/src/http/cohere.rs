@@ -18,8 +18,8 @@ use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
 use super::classify::{Activation, Bounded, classify, pairs, require_one_label, rerank_scores};
-use super::embeddings::{Answered, Received, receive};
 use super::tei::served_text_version;
+use super::text_request::{Answered, Received, receive};
 use super::{AppState, content_coding, error_response};
 use crate::error::ApiError;
 use crate::protocol::json_de;

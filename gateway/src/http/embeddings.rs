@@ -1,7 +1,6 @@
-//! The embedding endpoints users already call, on the same inference core as v2: what they
-//! share (reading the body, admitting, tokenizing and running a request, counting it), and
-//! OpenAI's `POST /v1/embeddings` (`model`, `input` as a string, token ids, or an array of
-//! either, `encoding_format` `float` or `base64`; `dimensions` refused), answered in OpenAI's
+//! OpenAI's `POST /v1/embeddings`, on the same inference core as v2 (through
+//! [`super::text_request`]): `model`, `input` as a string, token ids, or an array of
+//! either, `encoding_format` `float` or `base64`; `dimensions` refused; answered in OpenAI's
 //! shape with `usage.prompt_tokens`, its errors in OpenAI's error object, and 429s that carry
 //! `retry-after-ms` beside `Retry-After` (the `openai` client honours both). TEI's API is in
 //! [`super::tei`].
@@ -10,8 +9,6 @@
 //! an over-long input is a 400 that says how many tokens it has and how many fit. Token ids
 //! are the model's own (its tokenizer's, special tokens included), as OpenAI's, vLLM's and
 //! TEI's servers take them.
-
-use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
@@ -22,11 +19,10 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
-use super::infer::{arrival_of, read_head, record};
 use super::inputs::{Input, Inputs, MAX_TEXTS};
-use super::{AppState, body, content_coding, error_response, text};
+use super::text_request::{Answered, Ask, Outputs, Received, Task, receive, run};
+use super::{AppState, content_coding, error_response};
 use crate::error::ApiError;
-use crate::metrics as names;
 use crate::protocol::json_de;
 use crate::registry::ModelVersion;
 
@@ -42,32 +38,6 @@ pub(crate) struct OpenAiRequest {
     /// tandem's addition, as TEI's: the prompt put before each text, by name.
     #[serde(default)]
     pub(crate) prompt_name: Option<String>,
-}
-
-/// What a text request asks for, whichever API it came through.
-pub(super) struct Ask {
-    pub(super) inputs: Vec<Input>,
-    pub(super) truncate: bool,
-    /// L2-normalise what comes back: an embedding model's default when `None`; never for a
-    /// classifier's logits.
-    pub(super) normalize: Option<bool>,
-    pub(super) prompt_name: Option<String>,
-    pub(super) task: Task,
-}
-
-/// What an endpoint serves, which the model must do.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Task {
-    Embed,
-    Classify,
-}
-
-/// What came back.
-pub(super) struct Outputs {
-    /// Row-major `[texts, width]`.
-    pub(super) values: Vec<f32>,
-    pub(super) width: usize,
-    pub(super) tokens: usize,
 }
 
 /// `input`/`inputs`: a string, an array of token ids, or an array of strings and arrays of
@@ -97,106 +67,6 @@ pub(crate) fn inputs(field: &str, inputs: Inputs) -> Result<Vec<Input>, ApiError
     Ok(inputs)
 }
 
-/// A request read whole, decoded from its content coding, with when it arrived.
-pub(super) struct Received {
-    pub(super) body: Bytes,
-    pub(super) arrival: crate::infer::Arrival,
-}
-
-/// Reads the body (bounded in size and time) and decodes it. Both APIs name the model in
-/// the body, so admission comes after this read, before tokenizing: the expensive part.
-pub(super) async fn receive(
-    state: &AppState,
-    req: Request<Limited<Incoming>>,
-    clock: &ArrivalClock,
-    started: Instant,
-) -> Result<Received, ApiError> {
-    let head = read_head(req.headers())?;
-    let config = state.config();
-    let limit = config.limits.max_body_bytes;
-    let body = body::read_body(req.into_body(), limit, config.limits.body_read_timeout()).await?;
-    let arrival = arrival_of(started, clock, &head);
-    let body = content_coding::decode(body, head.coding, limit).await?;
-    Ok(Received { body, arrival })
-}
-
-/// Admits, tokenizes and runs one text request on `version`.
-pub(super) async fn run(
-    state: &AppState,
-    version: &ModelVersion,
-    arrival: &crate::infer::Arrival,
-    ask: Ask,
-) -> Result<Outputs, ApiError> {
-    let classifier = text::text_model(version)?.input.is_classifier();
-    match (ask.task, classifier) {
-        (Task::Embed, true) => {
-            return Err(ApiError::invalid(format!(
-                "model {:?} is a classifier: it answers /predict, /rerank and v2 infer \
-                 (logits), not embeddings",
-                version.name
-            )));
-        }
-        (Task::Classify, false) => {
-            return Err(ApiError::invalid(format!(
-                "model {:?} gives embeddings, not scores: /predict and /rerank take a \
-                 classifier (BertForSequenceClassification)",
-                version.name
-            )));
-        }
-        _ => {}
-    }
-    version.core.admit_unparsed(arrival)?;
-    let settings = version.settings();
-    if ask.inputs.len() > settings.max_batch_size {
-        return Err(ApiError::invalid(format!(
-            "{} texts exceed the model's max_batch_size of {}",
-            ask.inputs.len(),
-            settings.max_batch_size
-        )));
-    }
-    let normalize = ask
-        .normalize
-        .unwrap_or(text::text_model(version)?.input.normalize_by_default);
-    let tokenized = text::tokenize(
-        version,
-        ask.inputs,
-        ask.truncate,
-        ask.prompt_name.as_deref(),
-    )
-    .await?;
-    let tokens = tokenized.count;
-    let timeout = (settings.default_timeout_us > 0)
-        .then(|| std::time::Duration::from_micros(settings.default_timeout_us));
-    let submission = tokenized.submission(settings.default_priority, timeout);
-    let rows = submission.outputs;
-    let queued = std::time::Instant::now();
-    let wait = state.config().limits.request_timeout();
-    let completed = version.core.submit(submission, arrival, wait).await?;
-    record(version, arrival, queued, rows, &completed);
-    let width = version.info.output_width;
-    Ok(Outputs {
-        values: text::normalized(completed.output, width, normalize),
-        width,
-        tokens,
-    })
-}
-
-/// Counts an embedding request as v2's infer does, whatever its outcome:
-/// `tandem_requests_total{model, code}` and its duration, under `_unknown` when no model was
-/// resolved (the label set stays bounded), and a failure in the version's statistics.
-fn count(version: Option<&ModelVersion>, response: &Response<Full<Bytes>>, started: Instant) {
-    let label = version.map_or("_unknown".to_string(), |v| v.name.clone());
-    if let Some(v) = version
-        && !response.status().is_success()
-    {
-        v.stats.failed(started.elapsed());
-    }
-    let code = response.status().as_u16().to_string();
-    metrics::counter!(names::REQUESTS, "model" => label.clone(), "code" => code).increment(1);
-    metrics::histogram!(names::REQUEST_DURATION, "model" => label)
-        .record(started.elapsed().as_secs_f64());
-}
-
 /// `POST /v1/embeddings`.
 pub async fn openai(
     state: &AppState,
@@ -221,30 +91,6 @@ pub async fn openai(
         started,
     };
     answer.respond(coding, openai_error).await
-}
-
-/// What an embedding handler came to, to be answered and counted.
-pub(super) struct Answered {
-    pub(super) version: Option<Arc<ModelVersion>>,
-    pub(super) result: Result<Vec<u8>, ApiError>,
-    pub(super) started: Instant,
-}
-
-impl Answered {
-    /// The body in the coding the client accepts, or the error in its API's shape; counted
-    /// either way.
-    pub(super) async fn respond(
-        self,
-        coding: content_coding::Coding,
-        error: fn(&ApiError) -> Response<Full<Bytes>>,
-    ) -> Response<Full<Bytes>> {
-        let response = match self.result {
-            Ok(body) => content_coding::respond(body, "application/json", coding).await,
-            Err(e) => error(&e),
-        };
-        count(self.version.as_deref(), &response, self.started);
-        response
-    }
 }
 
 async fn read_openai(

@@ -21,6 +21,7 @@ mod repository;
 mod routes;
 pub(crate) mod tei;
 pub(crate) mod text;
+mod text_request;
 mod tokens;
 mod write_stall;
 

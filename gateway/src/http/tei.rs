@@ -20,8 +20,9 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
-use super::embeddings::{Answered, Ask, Received, Task, inputs, receive, run};
+use super::embeddings::inputs;
 use super::inputs::{Inputs, MAX_TEXTS};
+use super::text_request::{Answered, Ask, Received, Task, receive, run};
 use super::{AppState, content_coding, error_response, json_response};
 use crate::error::ApiError;
 use crate::protocol::json_de;

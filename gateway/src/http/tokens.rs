@@ -16,9 +16,9 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
-use super::embeddings::receive;
 use super::inputs::{Input, Inputs, MAX_TEXTS, TokenIds};
 use super::tei::{served_text_version, tei_error};
+use super::text_request::receive;
 use super::{AppState, content_coding, text};
 use crate::error::ApiError;
 use crate::protocol::json_de;

@@ -24,9 +24,9 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
-use super::embeddings::{Answered, Ask, Outputs, Received, Task, receive, run};
 use super::inputs::{Input, MAX_TEXTS};
 use super::tei::{check_truncation_direction, served_text_version, tei_error};
+use super::text_request::{Answered, Ask, Outputs, Received, Task, receive, run};
 use super::{AppState, content_coding};
 use crate::error::ApiError;
 use crate::protocol::json_de;

@@ -1,0 +1,169 @@
+//! What every text endpoint (OpenAI's and TEI's embeddings, TEI's and Cohere's
+//! classification) does with a request: read its body, admit it, tokenize and run it on the
+//! inference core, and answer and count it, whatever the API's shapes.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{Full, Limited};
+use hyper::body::Incoming;
+use tokio::time::Instant;
+
+use super::arrival::ArrivalClock;
+use super::infer::{arrival_of, read_head, record};
+use super::inputs::Input;
+use super::{AppState, body, content_coding, text};
+use crate::error::ApiError;
+use crate::metrics as names;
+use crate::registry::ModelVersion;
+
+/// What a text request asks for, whichever API it came through.
+pub(super) struct Ask {
+    pub(super) inputs: Vec<Input>,
+    pub(super) truncate: bool,
+    /// L2-normalise what comes back: an embedding model's default when `None`; never for a
+    /// classifier's logits.
+    pub(super) normalize: Option<bool>,
+    pub(super) prompt_name: Option<String>,
+    pub(super) task: Task,
+}
+
+/// What an endpoint serves, which the model must do.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Task {
+    Embed,
+    Classify,
+}
+
+/// What came back.
+pub(super) struct Outputs {
+    /// Row-major `[texts, width]`.
+    pub(super) values: Vec<f32>,
+    pub(super) width: usize,
+    pub(super) tokens: usize,
+}
+
+/// A request read whole, decoded from its content coding, with when it arrived.
+pub(super) struct Received {
+    pub(super) body: Bytes,
+    pub(super) arrival: crate::infer::Arrival,
+}
+
+/// Reads the body (bounded in size and time) and decodes it. These APIs name the model in
+/// the body, so admission comes after this read, before tokenizing: the expensive part.
+pub(super) async fn receive(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+    clock: &ArrivalClock,
+    started: Instant,
+) -> Result<Received, ApiError> {
+    let head = read_head(req.headers())?;
+    let config = state.config();
+    let limit = config.limits.max_body_bytes;
+    let body = body::read_body(req.into_body(), limit, config.limits.body_read_timeout()).await?;
+    let arrival = arrival_of(started, clock, &head);
+    let body = content_coding::decode(body, head.coding, limit).await?;
+    Ok(Received { body, arrival })
+}
+
+/// Admits, tokenizes and runs one text request on `version`.
+pub(super) async fn run(
+    state: &AppState,
+    version: &ModelVersion,
+    arrival: &crate::infer::Arrival,
+    ask: Ask,
+) -> Result<Outputs, ApiError> {
+    let classifier = text::text_model(version)?.input.is_classifier();
+    match (ask.task, classifier) {
+        (Task::Embed, true) => {
+            return Err(ApiError::invalid(format!(
+                "model {:?} is a classifier: it answers /predict, /rerank and v2 infer \
+                 (logits), not embeddings",
+                version.name
+            )));
+        }
+        (Task::Classify, false) => {
+            return Err(ApiError::invalid(format!(
+                "model {:?} gives embeddings, not scores: /predict and /rerank take a \
+                 classifier (BertForSequenceClassification)",
+                version.name
+            )));
+        }
+        _ => {}
+    }
+    version.core.admit_unparsed(arrival)?;
+    let settings = version.settings();
+    if ask.inputs.len() > settings.max_batch_size {
+        return Err(ApiError::invalid(format!(
+            "{} texts exceed the model's max_batch_size of {}",
+            ask.inputs.len(),
+            settings.max_batch_size
+        )));
+    }
+    let normalize = ask
+        .normalize
+        .unwrap_or(text::text_model(version)?.input.normalize_by_default);
+    let tokenized = text::tokenize(
+        version,
+        ask.inputs,
+        ask.truncate,
+        ask.prompt_name.as_deref(),
+    )
+    .await?;
+    let tokens = tokenized.count;
+    let timeout = (settings.default_timeout_us > 0)
+        .then(|| std::time::Duration::from_micros(settings.default_timeout_us));
+    let submission = tokenized.submission(settings.default_priority, timeout);
+    let rows = submission.outputs;
+    let queued = std::time::Instant::now();
+    let wait = state.config().limits.request_timeout();
+    let completed = version.core.submit(submission, arrival, wait).await?;
+    record(version, arrival, queued, rows, &completed);
+    let width = version.info.output_width;
+    Ok(Outputs {
+        values: text::normalized(completed.output, width, normalize),
+        width,
+        tokens,
+    })
+}
+
+/// Counts a text request as v2's infer does, whatever its outcome:
+/// `tandem_requests_total{model, code}` and its duration, under `_unknown` when no model was
+/// resolved (the label set stays bounded), and a failure in the version's statistics.
+fn count(version: Option<&ModelVersion>, response: &Response<Full<Bytes>>, started: Instant) {
+    let label = version.map_or("_unknown".to_string(), |v| v.name.clone());
+    if let Some(v) = version
+        && !response.status().is_success()
+    {
+        v.stats.failed(started.elapsed());
+    }
+    let code = response.status().as_u16().to_string();
+    metrics::counter!(names::REQUESTS, "model" => label.clone(), "code" => code).increment(1);
+    metrics::histogram!(names::REQUEST_DURATION, "model" => label)
+        .record(started.elapsed().as_secs_f64());
+}
+
+/// What a text handler came to, to be answered and counted.
+pub(super) struct Answered {
+    pub(super) version: Option<Arc<ModelVersion>>,
+    pub(super) result: Result<Vec<u8>, ApiError>,
+    pub(super) started: Instant,
+}
+
+impl Answered {
+    /// The body in the coding the client accepts, or the error in its API's shape; counted
+    /// either way.
+    pub(super) async fn respond(
+        self,
+        coding: content_coding::Coding,
+        error: fn(&ApiError) -> Response<Full<Bytes>>,
+    ) -> Response<Full<Bytes>> {
+        let response = match self.result {
+            Ok(body) => content_coding::respond(body, "application/json", coding).await,
+            Err(e) => error(&e),
+        };
+        count(self.version.as_deref(), &response, self.started);
+        response
+    }
+}
