@@ -453,3 +453,38 @@ fn a_folder_without_tokenizer_json_or_with_a_tiny_limit_is_refused() {
     assert!(err.contains("tokenizer.json is missing"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A tokenizer without a post-processor (no special tokens, so nothing sets type ids after
+/// tokenizing) still marks a pair's second text with type 1, as the `tokenizers` library
+/// does, cut or not.
+#[test]
+fn pairs_get_type_ids_without_a_post_processor_as_the_library_gives_them() {
+    let dir =
+        std::env::temp_dir().join(format!("tandem-tokenizer-bertproc-{}", std::process::id()));
+    write_synthetic(&dir, &SyntheticSpec::default()).unwrap();
+    let path = dir.join("tokenizer.json");
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    json["post_processor"] = serde_json::Value::Null;
+    std::fs::write(&path, json.to_string()).unwrap();
+    let max = 12;
+    let ours = TextTokenizer::from_dir(&dir, max).unwrap();
+    let mut library = tokenizers::Tokenizer::from_file(&path).unwrap();
+    library
+        .with_truncation(Some(tokenizers::TruncationParams {
+            max_length: max,
+            ..Default::default()
+        }))
+        .unwrap();
+    for (a, b) in [
+        ("a cat", "the dog"),
+        ("a big red cat runs", "the small dog runs fast now"),
+    ] {
+        let got = ours.encode_pair(a, b, true).unwrap();
+        let want = library.encode((a, b), true).unwrap();
+        assert_eq!(got.ids, want.get_ids(), "{a:?} {b:?}");
+        assert_eq!(got.type_ids, want.get_type_ids(), "{a:?} {b:?}");
+        assert!(got.type_ids.contains(&1), "{got:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

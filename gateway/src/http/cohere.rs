@@ -17,7 +17,9 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
-use super::classify::{Activation, Bounded, classify, pairs, require_one_label, rerank_scores};
+use super::classify::{
+    Activation, Bounded, Document, classify, pairs, require_one_label, rerank_scores,
+};
 use super::tei::served_text_version;
 use super::text_request::{Answered, Received, receive};
 use super::{AppState, content_coding, error_response};
@@ -36,22 +38,6 @@ struct CohereRequest {
     top_n: Option<usize>,
     #[serde(default)]
     return_documents: bool,
-}
-
-/// A document: its text, or an object holding it as `text`.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Document {
-    Text(String),
-    Object { text: String },
-}
-
-impl Document {
-    fn text(&self) -> &str {
-        match self {
-            Document::Text(t) | Document::Object { text: t } => t,
-        }
-    }
 }
 
 /// Which of Cohere's API versions a request came through, for `meta.api_version`.
@@ -111,7 +97,7 @@ async fn rerank_on(
 ) -> Result<Vec<u8>, ApiError> {
     require_one_label(version)?;
     let documents = &request.documents;
-    let texts = documents.items.iter().map(|d| d.text().to_owned());
+    let texts = documents.items.iter().map(|d| d.0.clone());
     let inputs = pairs(&request.query, texts, documents.count)?;
     let out = classify(state, version, &received, inputs, Some(true)).await?;
     let mut ranked = rerank_scores(&out.values, Activation::Sigmoid);
@@ -121,7 +107,7 @@ async fn rerank_on(
         .map(|(index, score)| {
             let mut r = json!({"index": index, "relevance_score": score});
             if request.return_documents {
-                r["document"] = json!({"text": documents.items[index].text()});
+                r["document"] = json!({"text": documents.items[index].0});
             }
             r
         })

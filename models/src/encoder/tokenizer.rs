@@ -199,7 +199,7 @@ impl TextTokenizer {
         let enough = if truncate {
             room + 1
         } else {
-            TOKEN_COUNT_LIMIT
+            TOKEN_COUNT_LIMIT.max(room + 1)
         };
         let bare = self.bare(text, room, enough)?;
         let full_len = bare.count + specials;
@@ -262,7 +262,11 @@ impl TextTokenizer {
     /// paired with many passages is tokenized once ([`TextTokenizer::encode_parts`]).
     pub fn pair_part(&self, text: &str) -> Result<PairPart, EncodeError> {
         let room = self.max_seq_len.saturating_sub(self.specials(true));
-        Ok(PairPart(self.bare(text, room, TOKEN_COUNT_LIMIT)?))
+        let mut bare = self.bare(text, room, TOKEN_COUNT_LIMIT.max(room + 1))?;
+        // No cut keeps more than the room, and a query's part is copied for every pair.
+        bare.encoding.truncate(room, 0, TruncationDirection::Right);
+        drop(bare.encoding.take_overflowing());
+        Ok(PairPart(bare))
     }
 
     /// The pair of `a` and `b`, as [`TextTokenizer::encode_pair`] gives it.
@@ -290,6 +294,9 @@ impl TextTokenizer {
                 drop(bare.encoding.take_overflowing());
             }
         }
+        // The library tokenizes the second text with type id 1: a post-processor sets type
+        // ids again, but without one these stand.
+        b.encoding.set_type_ids(vec![1; b.encoding.len()]);
         let encoding = (self.whole)
             .post_process(a.encoding, Some(b.encoding), true)
             .map_err(failed)?;

@@ -31,7 +31,7 @@ use super::{AppState, content_coding};
 use crate::error::ApiError;
 use crate::protocol::json_de;
 use crate::registry::ModelVersion;
-pub(crate) use request::{Bounded, PredictInputs, PredictRequest, RerankRequest};
+pub(crate) use request::{Bounded, Document, PredictInputs, PredictRequest, RerankRequest};
 use request::{Parameters, Sequence};
 
 /// How logits become scores.

@@ -210,12 +210,15 @@ impl<'de> Visitor<'de> for ElementVisitor {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Element, A::Error> {
-        let mut texts = Vec::with_capacity(2);
-        while let Some(item) = seq.next_element::<Text>()? {
-            texts.push(item.0);
+        let (a, b) = (seq.next_element::<Text>()?, seq.next_element::<Text>()?);
+        let mut more = false;
+        while seq.next_element::<IgnoredAny>()?.is_some() {
+            more = true;
         }
-        Ok(match <[Option<String>; 2]>::try_from(texts) {
-            Ok([Some(a), Some(b)]) => Element::Sequence(Sequence::Pair(a, b)),
+        Ok(match (a, b, more) {
+            (Some(Text(Some(a))), Some(Text(Some(b))), false) => {
+                Element::Sequence(Sequence::Pair(a, b))
+            }
             _ => Element::Other,
         })
     }
@@ -227,8 +230,7 @@ impl<'de> Visitor<'de> for ElementVisitor {
     other_scalars!(Element::Other);
 }
 
-/// An element of a pair: a string, or `None` for anything else (skipped unread). Three or
-/// more elements make the pair invalid, so keeping them costs at most the body's strings.
+/// An element of a pair: a string, or `None` for anything else (skipped unread).
 struct Text(Option<String>);
 
 impl<'de> Deserialize<'de> for Text {
@@ -260,6 +262,43 @@ impl<'de> Visitor<'de> for TextVisitor {
     }
 
     other_scalars!(Text(None));
+}
+
+/// A Cohere document: a string, or an object with its text under `text` (other fields
+/// skipped unread).
+pub(crate) struct Document(pub(crate) String);
+
+impl<'de> Deserialize<'de> for Document {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Document, D::Error> {
+        d.deserialize_any(DocumentVisitor)
+    }
+}
+
+struct DocumentVisitor;
+
+impl<'de> Visitor<'de> for DocumentVisitor {
+    type Value = Document;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a document: a string, or an object with a \"text\" string")
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Document, E> {
+        Ok(Document(s.to_owned()))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Document, A::Error> {
+        let mut text = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "text" && text.is_none() {
+                text = Some(map.next_value::<String>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        text.map(Document)
+            .ok_or_else(|| serde::de::Error::missing_field("text"))
+    }
 }
 
 fn skip_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
@@ -329,5 +368,17 @@ mod tests {
             (MAX_TEXTS, MAX_TEXTS + 1)
         );
         assert!(json_de::from_slice::<RerankRequest>(br#"{"query": "q", "texts": "a"}"#).is_err());
+        let docs = br#"["a", {"text": "b", "title": [1, [2]]}, {"title": "c", "text": "d"}]"#;
+        let docs = json_de::from_slice::<Bounded<Document>>(docs).unwrap();
+        let texts: Vec<&str> = docs.items.iter().map(|d| d.0.as_str()).collect();
+        assert_eq!(texts, ["a", "b", "d"]);
+        for bad in [
+            &br#"[{"title": "a"}]"#[..],
+            br#"[3]"#,
+            br#"[{"text": 3}]"#,
+            br#"[["a"]]"#,
+        ] {
+            assert!(json_de::from_slice::<Bounded<Document>>(bad).is_err());
+        }
     }
 }
