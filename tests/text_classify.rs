@@ -28,6 +28,9 @@ fn start() -> (Server, TempDir) {
         };
         write_synthetic(&repo.path().join(model).join("1"), &spec).unwrap();
     }
+    // These tests are about answers, not admission: a budget that a busy test machine
+    // cannot make a long rerank list miss (tests/text_serving.rs does the same).
+    std::fs::write(repo.path().join("rerank/config.toml"), "p99_ms = 2000\n").unwrap();
     let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
     (server, repo)
 }
@@ -378,6 +381,14 @@ fn long_inputs_are_cut_and_too_many_are_refused() {
         rerank[0][0] as f64,
         "cut pair",
     );
+    // More than a batch takes (64 by default) runs as several.
+    let hundred: Vec<String> = (0..100).map(|i| format!("a cat {}", i % 10)).collect();
+    let ranked = ok(
+        &server,
+        "/v2/rerank",
+        &json!({"query": "q", "documents": hundred, "model": "rerank"}),
+    );
+    assert_eq!(ranked["results"].as_array().unwrap().len(), 100, "{ranked}");
     let many: Vec<&str> = vec!["a"; 2049];
     for (path, body) in [
         ("/predict", json!({"inputs": many, "model": "nli"})),

@@ -399,3 +399,51 @@ fn a_text_that_gives_no_tokens_is_a_400_for_its_own_request() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["usage"]["prompt_tokens"], 2);
 }
+
+/// A request of more inputs than one batch takes (`max_batch_size` texts,
+/// `max_batch_tokens` token-units) runs as several batches, its answers in order and each
+/// what the text gives alone; only a text that alone is over `max_batch_tokens` is refused.
+/// v2's one batch per request still refuses more than `max_batch_size` texts.
+#[test]
+fn requests_past_one_batch_run_as_several_in_order() {
+    let repo = TempDir::new("text-split");
+    synthetic(&repo.path().join("enc/1"), 7);
+    // A text of 10 tokens is 11 token-units for this model; of 48 tokens, 66. The budget is
+    // one a busy test machine cannot make three small batches miss: this is about answers,
+    // not admission.
+    std::fs::write(
+        repo.path().join("enc/config.toml"),
+        "max_batch_size = 4\nmax_batch_tokens = 60\np99_ms = 2000\n",
+    )
+    .unwrap();
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let words = [
+        "a", "cat", "runs", "fast", "the", "big", "red", "dog", "is", "eating",
+    ];
+    let texts: Vec<String> = (0..10).map(|i| words[..1 + i % 10].join(" ")).collect();
+    let alone: Vec<Vec<f64>> = (texts.iter())
+        .map(|t| embeddings(&server.post_json("/embed", &json!({"inputs": t}))).remove(0))
+        .collect();
+    for (path, body) in [
+        ("/embed", json!({"inputs": texts})),
+        ("/v1/embeddings", json!({"input": texts, "model": "enc"})),
+    ] {
+        let r = server.post_json(path, &body);
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        let together = embeddings(&r);
+        assert_eq!(together.len(), texts.len(), "{path}");
+        for (i, (a, b)) in alone.iter().zip(&together).enumerate() {
+            assert!(cosine(a, b) > 0.999_999, "{path}: text {i} out of place");
+        }
+    }
+    let long = "a cat runs fast and ".repeat(20);
+    let r = server.post_json(
+        "/embed",
+        &json!({"inputs": ["a cat", long], "truncate": true}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("input 1's 48 tokens"), "{}", r.text());
+    let r = server.post_json("/v2/models/enc/infer", &v2(&["a", "b", "c", "d", "e"]));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("max_batch_size of 4"), "{}", r.text());
+}

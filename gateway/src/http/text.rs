@@ -53,22 +53,17 @@ pub fn text_model(version: &ModelVersion) -> Result<&TextModel, ApiError> {
 
 /// Tokenizes the texts of `inputs`, each after the prompt `prompt_name` names (or the
 /// model's default), and checks their token ids: each input cut at the model's limit, or
-/// refused when `truncate` is false; the whole request refused past `max_batch_tokens`.
+/// refused when `truncate` is false; the whole request refused past `max_batch_tokens`, as
+/// it runs in one batch.
 pub async fn tokenize(
     version: &ModelVersion,
-    mut inputs: Vec<Input>,
+    inputs: Vec<Input>,
     truncate: bool,
     prompt_name: Option<&str>,
 ) -> Result<Tokenized, ApiError> {
-    let text = text_model(version)?;
-    apply_prompt(text, &mut inputs, prompt_name)?;
-    let bytes: usize = inputs.iter().map(text_bytes).sum();
-    let (tokenizer, model) = (text.tokenizer.clone(), text.input.clone());
-    let tokens = inline_or_blocking(bytes, move || {
-        encode_all(&tokenizer, &model, &inputs, truncate)
-    })
-    .await?;
-    let units: f64 = tokens.lengths().map(|n| text.input.units(n).ceil()).sum();
+    let tokens = tokenize_all(version, inputs, truncate, prompt_name).await?;
+    let model = &text_model(version)?.input;
+    let units: f64 = tokens.lengths().map(|n| model.units(n).ceil()).sum();
     let units = units as usize;
     let limit = version.settings().max_batch_tokens;
     if units > limit {
@@ -78,13 +73,74 @@ pub async fn tokenize(
             tokens.tokens()
         )));
     }
-    metrics::histogram!(names::REQUEST_TOKENS, "model" => version.name.clone())
-        .record(tokens.tokens() as f64);
     Ok(Tokenized {
         count: tokens.tokens(),
         units,
         tokens,
     })
+}
+
+/// As [`tokenize`], for a request that may run as several batches: its inputs in order,
+/// cut into runs of at most `max_batch_size` inputs and `max_batch_tokens` token-units
+/// each. Only an input that alone comes to more than `max_batch_tokens` is refused.
+pub async fn tokenize_in_batches(
+    version: &ModelVersion,
+    inputs: Vec<Input>,
+    truncate: bool,
+    prompt_name: Option<&str>,
+) -> Result<Vec<Tokenized>, ApiError> {
+    let tokens = tokenize_all(version, inputs, truncate, prompt_name).await?;
+    let model = &text_model(version)?.input;
+    let settings = version.settings();
+    let (max_inputs, max_units) = (settings.max_batch_size.max(1), settings.max_batch_tokens);
+    let mut batches = Vec::new();
+    let (mut start, mut units) = (0, 0);
+    for (i, n) in tokens.lengths().enumerate() {
+        let these = model.units(n).ceil() as usize;
+        if these > max_units {
+            return Err(ApiError::invalid(format!(
+                "input {i}'s {n} tokens come to {these} token-units (attention included), \
+                 more than the model's max_batch_tokens of {max_units}"
+            )));
+        }
+        if i > start && (i - start == max_inputs || units + these > max_units) {
+            batches.push(tokenized(&tokens, start..i, units));
+            (start, units) = (i, 0);
+        }
+        units += these;
+    }
+    batches.push(tokenized(&tokens, start..tokens.sequences(), units));
+    Ok(batches)
+}
+
+fn tokenized(tokens: &PackedTokens, range: std::ops::Range<usize>, units: usize) -> Tokenized {
+    let tokens = tokens.sequences_in(range);
+    Tokenized {
+        count: tokens.tokens(),
+        units,
+        tokens,
+    }
+}
+
+/// Every input tokenized (or its ids checked), with the prompt applied, counted in the
+/// request-tokens histogram.
+async fn tokenize_all(
+    version: &ModelVersion,
+    mut inputs: Vec<Input>,
+    truncate: bool,
+    prompt_name: Option<&str>,
+) -> Result<PackedTokens, ApiError> {
+    let text = text_model(version)?;
+    apply_prompt(text, &mut inputs, prompt_name)?;
+    let bytes: usize = inputs.iter().map(text_bytes).sum();
+    let (tokenizer, model) = (text.tokenizer.clone(), text.input.clone());
+    let tokens = inline_or_blocking(bytes, move || {
+        encode_all(&tokenizer, &model, &inputs, truncate)
+    })
+    .await?;
+    metrics::histogram!(names::REQUEST_TOKENS, "model" => version.name.clone())
+        .record(tokens.tokens() as f64);
+    Ok(tokens)
 }
 
 /// Runs `work` on this thread for texts of `bytes` in all up to [`INLINE_TOKENIZE_BYTES`],

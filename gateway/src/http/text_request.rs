@@ -14,6 +14,7 @@ use super::arrival::ArrivalClock;
 use super::infer::{arrival_of, read_head, record};
 use super::inputs::Input;
 use super::{AppState, body, content_coding, text};
+use crate::batching::Completed;
 use crate::error::ApiError;
 use crate::metrics as names;
 use crate::registry::ModelVersion;
@@ -67,58 +68,37 @@ pub(super) async fn receive(
     Ok(Received { body, arrival })
 }
 
-/// Admits, tokenizes and runs one text request on `version`.
+/// Admits, tokenizes and runs one text request on `version`: as one batch, or as several
+/// where its inputs are more than one batch takes (`max_batch_size` inputs,
+/// `max_batch_tokens` token-units), all queued at once.
 pub(super) async fn run(
     state: &AppState,
     version: &ModelVersion,
     arrival: &crate::infer::Arrival,
     ask: Ask,
 ) -> Result<Outputs, ApiError> {
-    let classifier = text::text_model(version)?.input.is_classifier();
-    match (ask.task, classifier) {
-        (Task::Embed, true) => {
-            return Err(ApiError::invalid(format!(
-                "model {:?} is a classifier: it answers /predict, /rerank and v2 infer \
-                 (logits), not embeddings",
-                version.name
-            )));
-        }
-        (Task::Classify, false) => {
-            return Err(ApiError::invalid(format!(
-                "model {:?} gives embeddings, not scores: /predict and /rerank take a \
-                 classifier (BertForSequenceClassification)",
-                version.name
-            )));
-        }
-        _ => {}
-    }
+    check_task(version, ask.task)?;
     version.core.admit_unparsed(arrival)?;
-    let settings = version.settings();
-    if ask.inputs.len() > settings.max_batch_size {
-        return Err(ApiError::invalid(format!(
-            "{} texts exceed the model's max_batch_size of {}",
-            ask.inputs.len(),
-            settings.max_batch_size
-        )));
-    }
     let normalize = ask
         .normalize
         .unwrap_or(text::text_model(version)?.input.normalize_by_default);
-    let tokenized = text::tokenize(
-        version,
-        ask.inputs,
-        ask.truncate,
-        ask.prompt_name.as_deref(),
-    )
-    .await?;
-    let tokens = tokenized.count;
+    let prompt_name = ask.prompt_name.as_deref();
+    let batches = text::tokenize_in_batches(version, ask.inputs, ask.truncate, prompt_name);
+    let batches = batches.await?;
+    let tokens = batches.iter().map(|b| b.count).sum();
+    let settings = version.settings();
     let timeout = (settings.default_timeout_us > 0)
         .then(|| std::time::Duration::from_micros(settings.default_timeout_us));
-    let submission = tokenized.submission(settings.default_priority, timeout);
-    let rows = submission.outputs;
+    let submissions: Vec<_> = (batches.into_iter())
+        .map(|b| b.submission(settings.default_priority, timeout))
+        .collect();
+    let rows = submissions.iter().map(|s| s.outputs).sum();
     let queued = std::time::Instant::now();
     let wait = state.config().limits.request_timeout();
-    let completed = version.core.submit(submission, arrival, wait).await?;
+    let answers = submissions
+        .into_iter()
+        .map(|s| version.core.submit(s, arrival, wait));
+    let completed = joined(all(answers.collect()).await?);
     record(version, arrival, queued, rows, &completed);
     let width = version.info.output_width;
     Ok(Outputs {
@@ -126,6 +106,69 @@ pub(super) async fn run(
         width,
         tokens,
     })
+}
+
+/// Refuses a request for what the model does not do: embeddings of a classifier, scores of
+/// an encoder of embeddings.
+fn check_task(version: &ModelVersion, task: Task) -> Result<(), ApiError> {
+    let classifier = text::text_model(version)?.input.is_classifier();
+    match (task, classifier) {
+        (Task::Embed, true) => Err(ApiError::invalid(format!(
+            "model {:?} is a classifier: it answers /predict, /rerank and v2 infer (logits), \
+             not embeddings",
+            version.name
+        ))),
+        (Task::Classify, false) => Err(ApiError::invalid(format!(
+            "model {:?} gives embeddings, not scores: /predict and /rerank take a classifier \
+             (BertForSequenceClassification)",
+            version.name
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Every future's output in order, or the first error (the others are then dropped, which
+/// withdraws what they queued).
+async fn all<T, E, F>(futures: Vec<F>) -> Result<Vec<T>, E>
+where
+    F: Future<Output = Result<T, E>>,
+{
+    let mut futures: Vec<_> = futures.into_iter().map(Box::pin).collect();
+    let mut done: Vec<Option<T>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        for (future, slot) in futures.iter_mut().zip(done.iter_mut()) {
+            if slot.is_none() {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(Ok(value)) => *slot = Some(value),
+                    std::task::Poll::Ready(Err(e)) => return std::task::Poll::Ready(Err(e)),
+                    std::task::Poll::Pending => {}
+                }
+            }
+        }
+        match done.iter().all(Option::is_some) {
+            true => std::task::Poll::Ready(Ok(done.drain(..).flatten().collect())),
+            false => std::task::Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// The batches of one request as one answer: outputs in order, tokens and compute summed,
+/// the longest wait in a queue.
+fn joined(parts: Vec<Completed>) -> Completed {
+    let mut whole = Completed {
+        output: Vec::new(),
+        tokens: 0,
+        queue_time: std::time::Duration::ZERO,
+        compute_time: std::time::Duration::ZERO,
+    };
+    for part in parts {
+        whole.output.extend(part.output);
+        whole.tokens += part.tokens;
+        whole.queue_time = whole.queue_time.max(part.queue_time);
+        whole.compute_time += part.compute_time;
+    }
+    whole
 }
 
 /// Counts a text request as v2's infer does, whatever its outcome:

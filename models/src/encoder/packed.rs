@@ -38,6 +38,19 @@ impl PackedTokens {
         }
     }
 
+    /// The sequences `range` (of `0..sequences()`), packed on their own.
+    pub fn sequences_in(&self, range: std::ops::Range<usize>) -> PackedTokens {
+        let (start, end) = (self.offsets[range.start], self.offsets[range.end]);
+        PackedTokens {
+            ids: self.ids[start..end].to_vec(),
+            type_ids: self.type_ids[start..end].to_vec(),
+            offsets: self.offsets[range.start..=range.end]
+                .iter()
+                .map(|o| o - start)
+                .collect(),
+        }
+    }
+
     /// Appends one tokenized input as the next sequence.
     pub fn push(&mut self, encoded: &Encoded) {
         self.push_ids(&encoded.ids, &encoded.type_ids);
