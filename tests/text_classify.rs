@@ -1,99 +1,26 @@
-//! Sequence classifiers and cross-encoders served end to end: TEI's `/predict` and
-//! `/rerank`, `POST /` and `/info` for a classifier, v2's logits, and huggingface_hub's
-//! `text_classification` unchanged. Scores are checked against the same synthetic model
-//! run in-process (itself held to the numpy reference in models/tests/encoder.rs), so a
-//! pair tokenized or packed wrongly on the way would show.
+//! Sequence classifiers served end to end: TEI's `/predict`, `POST /` and `/info` for a
+//! classifier, v2's logits, refusals and limits, and huggingface_hub's `text_classification`
+//! unchanged (reranking is in tests/text_rerank.rs). Scores are checked against the same
+//! synthetic model run in-process (itself held to the numpy reference in
+//! models/tests/encoder_classifier.rs), so a pair tokenized or packed wrongly on the way
+//! would show.
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 
+use common::classify::*;
 use common::text::skip;
 use common::*;
-use kernels::Device;
 use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
-use models::encoder::{Encoder, PackedTokens, TextTokenizer};
 use serde_json::{Value, json};
-
-/// A repository with the classifier `nli` (three labels), the cross-encoder `rerank` (one)
-/// and the embedding model `enc`.
-fn start() -> (Server, TempDir) {
-    let repo = TempDir::new("classify");
-    for (model, labels, seed) in [("nli", 3, 21), ("rerank", 1, 22), ("enc", 0, 23)] {
-        let spec = SyntheticSpec {
-            labels,
-            seed,
-            ..SyntheticSpec::default()
-        };
-        write_synthetic(&repo.path().join(model).join("1"), &spec).unwrap();
-    }
-    // These tests are about answers, not admission: a budget that a busy test machine
-    // cannot make a long rerank list miss (tests/text_serving.rs does the same).
-    std::fs::write(repo.path().join("rerank/config.toml"), "p99_ms = 2000\n").unwrap();
-    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
-    (server, repo)
-}
-
-/// One input: a text or a pair.
-enum Seq<'a> {
-    One(&'a str),
-    Pair(&'a str, &'a str),
-}
-
-/// The logits of `seqs` from the model in `dir`, run in this process, cut at the server's
-/// limit for it: its 64 positions (a classifier's folder has no sentence_bert_config.json).
-fn logits_here(dir: &Path, seqs: &[Seq]) -> Vec<Vec<f32>> {
-    let tokenizer = TextTokenizer::from_dir(dir, 64).unwrap();
-    let mut encoder = Encoder::load(dir, &Device::Cpu).unwrap();
-    let mut packed = PackedTokens::new();
-    for s in seqs {
-        let encoded = match s {
-            Seq::One(t) => tokenizer.encode(t, true),
-            Seq::Pair(a, b) => tokenizer.encode_pair(a, b, true),
-        };
-        packed.push(&encoded.unwrap());
-    }
-    let width = encoder.output_width();
-    let mut out = vec![0.0; seqs.len() * width];
-    encoder.forward_packed(&packed, &mut out).unwrap();
-    out.chunks(width).map(<[f32]>::to_vec).collect()
-}
-
-fn assert_near(got: f64, want: f64, what: &str) {
-    assert!(
-        (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
-        "{what}: {got} vs {want}"
-    );
-}
-
-fn ok(server: &Server, path: &str, body: &Value) -> Value {
-    let r = server.post_json(path, body);
-    assert_eq!(r.status, 200, "{path} {body}: {}", r.text());
-    r.json()
-}
-
-/// `(label, score)` of one `/predict` answer, in its order.
-fn labelled(answer: &Value) -> Vec<(String, f64)> {
-    answer
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            (
-                e["label"].as_str().unwrap().into(),
-                e["score"].as_f64().unwrap(),
-            )
-        })
-        .collect()
-}
 
 /// `/predict` gives every label with its softmax score (or its logit with `raw_scores`),
 /// best first, for a text, a pair and a list of both; `POST /` answers as `/predict` for a
 /// classifier; v2 serves the same logits as `logits`.
 #[test]
 fn predict_scores_texts_and_pairs_as_the_model_does() {
-    let (server, repo) = start();
+    let (server, repo) = start_classifiers();
     let dir = repo.path().join("nli/1");
     let here = logits_here(
         &dir,
@@ -163,49 +90,6 @@ fn predict_scores_texts_and_pairs_as_the_model_does() {
     }
 }
 
-/// `/rerank` scores each text as the pair (query, text), sigmoid of the cross-encoder's
-/// logit, best first, with the text when asked; `/info` calls the model a reranker.
-#[test]
-fn rerank_orders_texts_by_the_cross_encoders_score() {
-    let (server, repo) = start();
-    let texts = [
-        "the dog runs",
-        "a man is eating bread",
-        "one two three",
-        "a red cat",
-    ];
-    let query = "a man is eating food";
-    let pairs: Vec<Seq> = texts.iter().map(|t| Seq::Pair(query, t)).collect();
-    let here = logits_here(&repo.path().join("rerank/1"), &pairs);
-    let body = json!({"query": query, "texts": texts, "return_text": true, "model": "rerank"});
-    let ranked = ok(&server, "/rerank", &body);
-    let ranked = ranked.as_array().unwrap();
-    assert_eq!(ranked.len(), texts.len());
-    let mut last = f64::INFINITY;
-    for r in ranked {
-        let index = r["index"].as_u64().unwrap() as usize;
-        let score = r["score"].as_f64().unwrap();
-        let sigmoid = 1.0 / (1.0 + (-(here[index][0] as f64)).exp());
-        assert_near(score, sigmoid, &format!("text {index}"));
-        assert_eq!(r["text"], texts[index]);
-        assert!(score <= last, "best first: {ranked:?}");
-        last = score;
-    }
-    let raw = ok(
-        &server,
-        "/rerank",
-        &json!({"query": query, "texts": texts, "raw_scores": true, "model": "rerank"}),
-    );
-    let first = &raw[0];
-    assert!(first.get("text").is_none(), "{raw}");
-    let index = first["index"].as_u64().unwrap() as usize;
-    assert_near(
-        first["score"].as_f64().unwrap(),
-        here[index][0] as f64,
-        "raw",
-    );
-}
-
 /// With a classifier the only text model, `POST /` is its `/predict` and `/info` gives its
 /// labels as TEI does; huggingface_hub's `text_classification` gets the best label.
 #[test]
@@ -265,7 +149,7 @@ fn a_lone_classifier_answers_tei_root_info_and_huggingface_hub() {
 /// server keeps serving.
 #[test]
 fn classification_refusals_are_clear_and_serving_goes_on() {
-    let (server, _repo) = start();
+    let (server, _repo) = start_classifiers();
     // 100 tokens; a classifier's folder has no sentence_bert_config.json, so its limit is
     // its 64 positions.
     let long = "a cat runs fast and ".repeat(20);
@@ -355,7 +239,7 @@ fn classification_refusals_are_clear_and_serving_goes_on() {
 /// being kept.
 #[test]
 fn long_inputs_are_cut_and_too_many_are_refused() {
-    let (server, repo) = start();
+    let (server, repo) = start_classifiers();
     let long = "a cat runs fast and ".repeat(20);
     let query = "the man is eating ".repeat(15);
     let nli = logits_here(&repo.path().join("nli/1"), &[Seq::One(&long)]);
@@ -405,170 +289,6 @@ fn long_inputs_are_cut_and_too_many_are_refused() {
         assert_eq!(r.status, 400, "{path}: {}", r.text());
         assert!(r.text().contains("this one 2049"), "{path}: {}", r.text());
     }
-}
-
-/// Cohere's rerank API on `/v1/rerank` and `/v2/rerank`: documents as strings or `{text}`
-/// objects, `top_n`, `return_documents`, the relevance TEI's `/rerank` gives; and Cohere's
-/// own SDK, unchanged, through both.
-#[test]
-fn cohere_rerank_answers_as_cohere_and_its_sdk_works_unchanged() {
-    let (server, _repo) = start();
-    let query = "a man is eating food";
-    let texts = [
-        "the dog runs",
-        "a man is eating bread",
-        "one two three",
-        "a red cat",
-    ];
-    let tei = ok(
-        &server,
-        "/rerank",
-        &json!({"query": query, "texts": texts, "model": "rerank"}),
-    );
-    let want: Vec<(u64, f64)> = (tei.as_array().unwrap().iter())
-        .map(|r| (r["index"].as_u64().unwrap(), r["score"].as_f64().unwrap()))
-        .collect();
-    let documents = json!(["the dog runs", {"text": "a man is eating bread"}, "one two three",
-                           {"text": "a red cat"}]);
-    for path in ["/v1/rerank", "/v2/rerank"] {
-        let body = json!({"model": "rerank", "query": query, "documents": documents,
-                          "top_n": 3, "return_documents": true, "max_tokens_per_doc": 512});
-        let got = ok(&server, path, &body);
-        let results = got["results"].as_array().unwrap();
-        assert_eq!(results.len(), 3, "top_n: {got}");
-        for (r, (index, score)) in results.iter().zip(&want) {
-            assert_eq!(r["index"].as_u64().unwrap(), *index, "{path}: {got}");
-            assert_near(r["relevance_score"].as_f64().unwrap(), *score, path);
-            assert_eq!(r["document"]["text"], texts[*index as usize]);
-        }
-        assert!(got["usage"]["total_tokens"].as_u64().unwrap() > 0, "{got}");
-    }
-    let r = server.post_json(
-        "/v1/rerank",
-        &json!({"model": "nli", "query": "a", "documents": ["b"]}),
-    );
-    assert_eq!(r.status, 400, "{}", r.text());
-    assert!(
-        r.json()["message"].as_str().unwrap().contains("3 labels"),
-        "{}",
-        r.text()
-    );
-    let Some(python) = std::env::var_os("TANDEM_PYTHON") else {
-        return skip("cohere", "TANDEM_PYTHON not set (scripts/test.sh sets it)");
-    };
-    let script = r#"
-import json, sys, cohere
-url, query, docs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-v2 = cohere.ClientV2(api_key="unused", base_url=url).rerank(
-    model="rerank", query=query, documents=docs, top_n=2)
-v1 = cohere.Client(api_key="unused", base_url=url).rerank(
-    model="rerank", query=query, documents=docs, return_documents=True)
-print(json.dumps({
-    "v2": [[r.index, r.relevance_score] for r in v2.results],
-    "v1": [[r.index, r.relevance_score, r.document.text] for r in v1.results]}))
-"#;
-    let out = Command::new(python)
-        .args(["-c", script, &format!("http://{}", server.addr), query])
-        .arg(json!(texts).to_string())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(got["v2"].as_array().unwrap().len(), 2, "{got}");
-    assert_eq!(got["v1"].as_array().unwrap().len(), 4, "{got}");
-    for api in ["v1", "v2"] {
-        for (r, (index, score)) in got[api].as_array().unwrap().iter().zip(&want) {
-            assert_eq!(r[0].as_u64().unwrap(), *index, "{api}: {got}");
-            assert_near(r[1].as_f64().unwrap(), *score, api);
-        }
-    }
-    assert_eq!(got["v1"][0][2], texts[want[0].0 as usize], "{got}");
-}
-
-/// v2 takes a classifier's pairs as a second BYTES input, `text_pair`, in JSON and in the
-/// binary extension (each input's texts from its own part of the binary section, in the
-/// header's order); the logits are the pairs' own. Mismatched counts and `text_pair` on a
-/// model of embeddings are 400s.
-#[test]
-fn v2_scores_pairs_from_text_and_text_pair() {
-    let (server, repo) = start();
-    let (a, b) = (
-        ["a man is eating", "the cat"],
-        ["the dog runs", "is big and red"],
-    );
-    let seqs: Vec<Seq> = a.iter().zip(&b).map(|(a, b)| Seq::Pair(a, b)).collect();
-    let here = logits_here(&repo.path().join("nli/1"), &seqs);
-    let bytes = |name: &str, texts: &[&str]| json!({"name": name, "datatype": "BYTES", "shape": [texts.len()], "data": texts});
-    let body = json!({"inputs": [bytes("text_pair", &b), bytes("text", &a)]});
-    let json_logits = ok(&server, "/v2/models/nli/infer", &body)["outputs"][0]["data"].clone();
-    // The same request in the binary extension: text_pair's bytes first, as its header is.
-    let encode = |texts: &[&str]| -> Vec<u8> {
-        (texts.iter())
-            .flat_map(|t| {
-                [
-                    (t.len() as u32).to_le_bytes().to_vec(),
-                    t.as_bytes().to_vec(),
-                ]
-                .concat()
-            })
-            .collect()
-    };
-    let (pair_bytes, text_bytes) = (encode(&b), encode(&a));
-    let header = json!({"inputs": [
-        {"name": "text_pair", "datatype": "BYTES", "shape": [2],
-         "parameters": {"binary_data_size": pair_bytes.len()}},
-        {"name": "text", "datatype": "BYTES", "shape": [2, 1],
-         "parameters": {"binary_data_size": text_bytes.len()}}]})
-    .to_string();
-    let r = request(
-        server.addr,
-        "POST",
-        "/v2/models/nli/infer",
-        &[("Inference-Header-Content-Length", header.len().to_string())],
-        &[header.as_bytes(), &pair_bytes, &text_bytes].concat(),
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    let binary_logits = r.json()["outputs"][0]["data"].clone();
-    for data in [json_logits, binary_logits] {
-        let got: Vec<f64> = serde_json::from_value(data).unwrap();
-        assert_eq!(got.len(), 2 * 3, "{got:?}");
-        for (g, w) in got.iter().zip(here.concat()) {
-            assert_near(*g, w as f64, "v2 pair logit");
-        }
-    }
-    let cases = [
-        (
-            "nli",
-            json!({"inputs": [bytes("text", &a), bytes("text_pair", &b[..1])]}),
-            "a pair",
-        ),
-        (
-            "nli",
-            json!({"inputs": [bytes("text_pair", &b)]}),
-            "for pairs",
-        ),
-        (
-            "nli",
-            json!({"inputs": [bytes("text", &a), bytes("text", &a)]}),
-            "exactly one",
-        ),
-        (
-            "enc",
-            json!({"inputs": [bytes("text", &a), bytes("text_pair", &b)]}),
-            "exactly one",
-        ),
-    ];
-    for (model, body, words) in cases {
-        let r = server.post_json(&format!("/v2/models/{model}/infer"), &body);
-        assert_eq!(r.status, 400, "{model} {body}: {}", r.text());
-        assert!(r.text().contains(words), "{words:?} in {}", r.text());
-    }
-    let meta = server.get("/v2/models/nli").json();
-    assert_eq!(meta["inputs"][1]["name"], "text_pair", "{meta}");
 }
 
 /// A multi-label classifier (`problem_type` `multi_label_classification`) scores each

@@ -5,38 +5,16 @@
 //! CPU and, where a device exists, on CUDA. A test whose model or Python is absent says
 //! `SKIPPED <test>: <reason>`, unless TANDEM_REQUIRE_TOOLS is set, when it fails.
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use kernels::{DType, Device};
-use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
+use models::encoder::synthetic::SyntheticSpec;
 use models::encoder::{Encoded, Encoder, PackedTokens, Pooling, TextTokenizer, l2_normalize_rows};
 use models::rng::SplitMix64;
 
 mod support;
 
-use support::{TempDir, minilm_dir, python, script};
-
-/// Runs tests/python/bert_reference.py with `args` and `stdin`, returning its stdout.
-fn run_python(python: &Path, args: &[&str], stdin: &[u8]) -> Vec<u8> {
-    let mut child = Command::new(python)
-        .arg(script("bert_reference.py"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "bert_reference.py {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
+use support::{TempDir, minilm_dir, on_every_device, python, run_python, synthetic};
 
 /// The reference's pooled (not normalised) embeddings of `seqs`.
 fn reference(python: &Path, dir: &Path, seqs: &[Encoded], pooling: Pooling) -> Vec<Vec<f64>> {
@@ -54,23 +32,6 @@ fn reference(python: &Path, dir: &Path, seqs: &[Encoded], pooling: Pooling) -> V
     );
     let reply: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
     serde_json::from_value(reply["embeddings"].clone()).unwrap()
-}
-
-/// The reference's logits of `seqs` through a classifier's head.
-fn reference_logits(python: &Path, dir: &Path, seqs: &[Encoded]) -> Vec<Vec<f64>> {
-    let request = serde_json::json!({
-        "sequences": seqs
-            .iter()
-            .map(|e| serde_json::json!({"ids": e.ids, "type_ids": e.type_ids}))
-            .collect::<Vec<_>>(),
-    });
-    let stdout = run_python(
-        python,
-        &["classify", dir.to_str().unwrap()],
-        request.to_string().as_bytes(),
-    );
-    let reply: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
-    serde_json::from_value(reply["logits"].clone()).unwrap()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -181,12 +142,6 @@ fn long_text() -> String {
 // ---------------------------------------------------------------------------------------
 // The tiny synthetic BERT: no download needed.
 
-fn synthetic(tag: &str, spec: &SyntheticSpec) -> TempDir {
-    let dir = TempDir::new(tag);
-    write_synthetic(&dir.0, spec).unwrap();
-    dir
-}
-
 const SYNTHETIC_TEXTS: [&str; 6] = [
     "a man is eating food.",
     "the big red dog runs fast, the small cat runs slow!",
@@ -235,51 +190,6 @@ fn check_synthetic(device: &Device, test: &str, spec: SyntheticSpec) {
         &want,
         min,
         &format!("{test} {device:?} {:?}", spec.dtype),
-    );
-}
-
-/// A classifier's logits against the reference's, on single texts and on pairs (whose
-/// second text has token type 1), packed in one batch.
-fn check_synthetic_classifier(device: &Device, test: &str, labels: usize, dtype: DType) {
-    let Some(python) = python(test) else { return };
-    let spec = SyntheticSpec {
-        labels,
-        dtype,
-        bert_prefix: true,
-        seed: 11,
-        ..SyntheticSpec::default()
-    };
-    let tag = test.replace("::", "-");
-    let dir = synthetic(&format!("{tag}-{dtype:?}"), &spec);
-    let tokenizer = TextTokenizer::from_dir(&dir.0, spec.max_seq_length).unwrap();
-    let mut seqs = encode_all(&tokenizer, &SYNTHETIC_TEXTS[..3]);
-    for (a, b) in [
-        ("a cat", "the dog runs"),
-        ("the man", &"is eating bread ".repeat(9)),
-    ] {
-        seqs.push(tokenizer.encode_pair(a, b, true).unwrap());
-    }
-    let mut encoder = Encoder::load(&dir.0, device).unwrap();
-    assert_eq!(encoder.output_width(), labels);
-    let got = embed(&mut encoder, &seqs);
-    let f32_dir = synthetic(
-        &format!("{tag}-ref"),
-        &SyntheticSpec {
-            dtype: DType::F32,
-            ..spec
-        },
-    );
-    let want: Vec<f64> = reference_logits(&python, &f32_dir.0, &seqs).concat();
-    let scale = want.iter().fold(0.0f64, |m, w| m.max(w.abs()));
-    let worst = got
-        .iter()
-        .zip(&want)
-        .fold(0.0f64, |m, (g, w)| m.max((*g as f64 - w).abs()));
-    let max = if dtype == DType::F32 { 1e-4 } else { 2e-2 };
-    assert!(
-        worst <= max * scale,
-        "{test} {device:?} {dtype:?}: logits differ by {worst:e} (largest {scale:e}); got \
-         {got:?}, want {want:?}"
     );
 }
 
@@ -398,30 +308,6 @@ fn check_minilm_pair_score(device: &Device, test: &str) {
 // ---------------------------------------------------------------------------------------
 // Every check on every device.
 
-macro_rules! on_every_device {
-    ($name:ident, |$device:ident, $test:ident| $body:expr) => {
-        mod $name {
-            use super::*;
-
-            #[test]
-            fn cpu() {
-                let $device = &Device::Cpu;
-                let $test = concat!(stringify!($name), "::cpu");
-                $body
-            }
-
-            #[test]
-            fn cuda() {
-                let $test = concat!(stringify!($name), "::cuda");
-                if let Some(d) = kernels::cuda::device_for_test($test) {
-                    let $device = &Device::Cuda(d);
-                    $body
-                }
-            }
-        }
-    };
-}
-
 on_every_device!(synthetic_f32_mean, |device, test| check_synthetic(
     device,
     test,
@@ -453,15 +339,6 @@ on_every_device!(synthetic_bf16, |device, test| check_synthetic(
         ..SyntheticSpec::default()
     }
 ));
-on_every_device!(synthetic_reranker, |device, test| {
-    check_synthetic_classifier(device, test, 1, DType::F32)
-});
-on_every_device!(synthetic_classifier_3_labels, |device, test| {
-    check_synthetic_classifier(device, test, 3, DType::F32)
-});
-on_every_device!(synthetic_classifier_bf16, |device, test| {
-    check_synthetic_classifier(device, test, 3, DType::BF16)
-});
 on_every_device!(synthetic_packing, |device, _test| check_synthetic_packing(
     device
 ));

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use kernels::DType;
 use models::Checkpoint;
 
+pub mod classify;
 pub mod text;
 
 /// A temporary folder removed on drop.

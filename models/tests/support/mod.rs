@@ -4,7 +4,11 @@
 
 #![allow(dead_code)]
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
 
 pub fn require_tools() -> bool {
     std::env::var_os("TANDEM_REQUIRE_TOOLS").is_some()
@@ -77,3 +81,60 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Runs tests/python/bert_reference.py with `args` and `stdin`, returning its stdout.
+pub fn run_python(python: &Path, args: &[&str], stdin: &[u8]) -> Vec<u8> {
+    let mut child = Command::new(python)
+        .arg(script("bert_reference.py"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "bert_reference.py {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// A synthetic BERT folder (see `models::encoder::synthetic`) under a scratch folder.
+pub fn synthetic(tag: &str, spec: &SyntheticSpec) -> TempDir {
+    let dir = TempDir::new(tag);
+    write_synthetic(&dir.0, spec).unwrap();
+    dir
+}
+
+/// Defines a test module `$name` whose `cpu` test runs `$body` on the CPU and whose `cuda` test
+/// runs it on a GPU, or says SKIPPED where there is none.
+#[allow(unused_macros)]
+macro_rules! on_every_device {
+    ($name:ident, |$device:ident, $test:ident| $body:expr) => {
+        mod $name {
+            use super::*;
+
+            #[test]
+            fn cpu() {
+                let $device = &Device::Cpu;
+                let $test = concat!(stringify!($name), "::cpu");
+                $body
+            }
+
+            #[test]
+            fn cuda() {
+                let $test = concat!(stringify!($name), "::cuda");
+                if let Some(d) = kernels::cuda::device_for_test($test) {
+                    let $device = &Device::Cuda(d);
+                    $body
+                }
+            }
+        }
+    };
+}
+
+#[allow(unused_imports)]
+pub(crate) use on_every_device;
