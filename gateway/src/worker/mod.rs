@@ -277,6 +277,7 @@ fn run_batch(
     m.compute.record(compute.as_secs_f64());
     let finished = Instant::now();
     let mut latencies = Vec::with_capacity(live.len());
+    let mut replies = Vec::with_capacity(live.len());
     let mut offset = 0;
     for p in live {
         let n = p.outputs * width;
@@ -294,11 +295,16 @@ fn run_batch(
             Err(e) => Err(InferError::Model(e.clone())),
         };
         offset += n;
-        let _ = p.reply.send(reply);
+        replies.push((p.reply, reply));
     }
     buffers.output = output;
+    // Counted before anyone is answered, so that a client reading the statistics after its
+    // answer finds its batch in them.
     spec.stats
         .executed(outputs, copied_in, forward, finished.elapsed());
+    for (to, reply) in replies {
+        let _ = to.send(reply);
+    }
     WorkerDone {
         rows,
         compute,
