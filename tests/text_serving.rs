@@ -447,3 +447,25 @@ fn requests_past_one_batch_run_as_several_in_order() {
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(r.text().contains("max_batch_size of 4"), "{}", r.text());
 }
+
+/// A request of several batches is admitted or refused as a whole: under a budget no
+/// batch behind another can meet, its first batch (alone in front of an idle device) is
+/// admitted and the rest follow it, where judged one by one they would be refused with a
+/// 429 for the request's own batches ahead of them.
+#[test]
+fn a_request_of_several_batches_is_admitted_as_a_whole() {
+    let repo = TempDir::new("text-split-admit");
+    synthetic(&repo.path().join("enc/1"), 7);
+    std::fs::write(
+        repo.path().join("enc/config.toml"),
+        "max_batch_size = 2\np99_ms = 0.1\n",
+    )
+    .unwrap();
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let texts: Vec<String> = (0..12).map(|i| "a cat runs ".repeat(1 + i % 5)).collect();
+    for _ in 0..3 {
+        let r = server.post_json("/v1/embeddings", &json!({"input": texts, "model": "enc"}));
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(embeddings(&r).len(), texts.len());
+    }
+}

@@ -52,6 +52,9 @@ pub struct Pending {
     pub enqueued: Instant,
     /// When the client stops waiting; the request is answered 504 then.
     pub deadline: Option<Instant>,
+    /// A later batch of a request, queued right behind its first: a request is admitted or
+    /// refused as a whole, so this one is not judged again.
+    pub continues: bool,
     pub reply: oneshot::Sender<Reply>,
 }
 

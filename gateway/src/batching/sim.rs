@@ -165,6 +165,7 @@ pub async fn simulate(
             priority: a.priority,
             enqueued: now,
             deadline: a.timeout.map(|t| now + t),
+            continues: false,
             reply: tx,
         };
         if req_tx.try_send(pending).is_err() {

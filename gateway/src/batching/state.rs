@@ -262,6 +262,7 @@ mod tests {
             priority,
             enqueued,
             deadline,
+            continues: false,
             reply: tx,
         };
         (p, rx)

@@ -430,14 +430,18 @@ impl Batcher {
     fn admit(&mut self, p: Pending, load: &mut LoadMeter) {
         let now = Instant::now();
         let ahead = self.state.rows_ahead(p.priority);
-        if let Err(shed) = self.policy.admit(
-            &self.state.view(),
-            ahead,
-            p.rows,
-            p.enqueued,
-            p.deadline,
-            now,
-        ) {
+        let judged = match p.continues {
+            true => Ok(()),
+            false => (self.policy).admit(
+                &self.state.view(),
+                ahead,
+                p.rows,
+                p.enqueued,
+                p.deadline,
+                now,
+            ),
+        };
+        if let Err(shed) = judged {
             // Under overload, turn the next requests away before they are parsed (for at
             // most a few milliseconds): parsing requests only to refuse them would take the
             // CPU the admitted ones need.

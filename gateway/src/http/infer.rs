@@ -174,6 +174,7 @@ async fn submission(
                 outputs: rows,
                 priority,
                 timeout,
+                continues: false,
             },
             false,
         )),

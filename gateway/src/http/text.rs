@@ -37,6 +37,7 @@ impl Tokenized {
             input: Payload::Tokens(Box::new(self.tokens)),
             priority,
             timeout,
+            continues: false,
         }
     }
 }

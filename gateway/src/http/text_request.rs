@@ -16,6 +16,7 @@ use super::inputs::Input;
 use super::{AppState, body, content_coding, text};
 use crate::batching::Completed;
 use crate::error::ApiError;
+use crate::infer::Submission;
 use crate::metrics as names;
 use crate::registry::ModelVersion;
 
@@ -89,8 +90,13 @@ pub(super) async fn run(
     let settings = version.settings();
     let timeout = (settings.default_timeout_us > 0)
         .then(|| std::time::Duration::from_micros(settings.default_timeout_us));
-    let submissions: Vec<_> = (batches.into_iter())
-        .map(|b| b.submission(settings.default_priority, timeout))
+    // The first batch is admitted or refused; the rest follow it, so that a request is
+    // judged once, as a whole, and not refused half-way for the batches of its own ahead.
+    let submissions: Vec<_> = (batches.into_iter().enumerate())
+        .map(|(i, b)| Submission {
+            continues: i > 0,
+            ..b.submission(settings.default_priority, timeout)
+        })
         .collect();
     let rows = submissions.iter().map(|s| s.outputs).sum();
     let queued = std::time::Instant::now();

@@ -39,6 +39,8 @@ pub struct Submission {
     pub priority: u32,
     /// The request's own timeout (`parameters.timeout`), counted from its arrival.
     pub timeout: Option<Duration>,
+    /// A later batch of a request whose first batch was just submitted: admitted with it.
+    pub continues: bool,
 }
 
 /// Handles to `tandem_requests_rejected_total{model, reason}`, made once per version:
@@ -128,6 +130,7 @@ impl Core {
             priority: request.priority,
             enqueued: arrived,
             deadline: deadline.map(Instant::from_std),
+            continues: request.continues,
             reply,
         };
         self.requests.try_send(pending).map_err(|e| match e {
