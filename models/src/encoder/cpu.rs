@@ -46,7 +46,8 @@ struct Scratch {
     attention: AttentionScratch,
 }
 
-fn packed(d: &Dense) -> Result<PackedLinear, LoadError> {
+/// A dense layer's weights laid out in panels for the CPU's kernels.
+pub(super) fn packed(d: &Dense) -> Result<PackedLinear, LoadError> {
     Ok(PackedLinear::new(
         d.weight.host(),
         &d.bias,

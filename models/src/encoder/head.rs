@@ -8,7 +8,8 @@
 use kernels::Activation;
 use kernels::cpu::PackedLinear;
 
-use super::weights::{ClassifierWeights, Dense};
+use super::cpu::packed;
+use super::weights::ClassifierWeights;
 use crate::{LoadError, ModelError};
 
 pub(super) struct ClassifierHead {
@@ -16,15 +17,6 @@ pub(super) struct ClassifierHead {
     classifier: PackedLinear,
     /// The pooled states, `[sequences, hidden]`.
     pooled: Vec<f32>,
-}
-
-fn packed(d: &Dense) -> Result<PackedLinear, LoadError> {
-    Ok(PackedLinear::new(
-        d.weight.host(),
-        &d.bias,
-        d.inputs,
-        d.outputs,
-    )?)
 }
 
 impl ClassifierHead {
