@@ -35,11 +35,9 @@ const ROW_BLOCK: usize = 48;
 /// Pieces a layer's panels are cut into per thread. In a server the compute threads share
 /// the cores with the HTTP threads, and the scheduler takes a core from one of them now
 /// and then; with one piece each, the others then wait at the end of the layer for the
-/// one that was preempted, while with four they take over what it has not started.
-/// Side by side past saturation (two servers, `tandem bench load --rate 20000 --bodies 64`
-/// on each in turn): 3.3% more requests served (median of 16 rounds, more in 15), where
-/// the forward pass alone is the same (benches/README.md, "Where the cores go at
-/// saturation").
+/// one that was preempted, while with four they take over what it has not started. The
+/// benchmark that supports it: two servers side by side past saturation, `tandem bench
+/// load --rate 20000 --bodies 64` on each in turn (its figure is in commit 0a9f8f8).
 const PIECES_PER_THREAD: usize = 4;
 
 /// A dense layer `y = act(x · Wᵀ + b)` with its weights in panels, for inference.
