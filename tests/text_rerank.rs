@@ -1,5 +1,6 @@
 //! Cross-encoders reranking end to end: TEI's `/rerank`, Cohere's `/v1/rerank` and
-//! `/v2/rerank` with Cohere's own SDK unchanged, and v2's pairs (`text_pair`). Scores are
+//! `/v2/rerank` with Cohere's own SDK unchanged, and v2's pairs (`text_pair`); and an
+//! XLM-RoBERTa reranker and encoder, as bge-reranker and multilingual-e5 are. Scores are
 //! checked against the same synthetic model run in-process.
 
 mod common;
@@ -9,6 +10,8 @@ use std::process::Command;
 use common::classify::*;
 use common::text::skip;
 use common::*;
+use models::encoder::config::Family;
+use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
 use serde_json::{Value, json};
 
 /// `/rerank` scores each text as the pair (query, text), sigmoid of the cross-encoder's
@@ -216,4 +219,69 @@ fn v2_scores_pairs_from_text_and_text_pair() {
     }
     let meta = server.get("/v2/models/nli").json();
     assert_eq!(meta["inputs"][1]["name"], "text_pair", "{meta}");
+}
+
+/// An XLM-RoBERTa cross-encoder reranks, and an XLM-RoBERTa encoder embeds, as the same
+/// models run in this process: `<s> query </s></s> text </s>`, one token type, positions
+/// after the padding id.
+#[test]
+fn xlm_roberta_models_rerank_and_embed_as_run_in_process() {
+    let repo = TempDir::new("xlmr");
+    for (model, labels) in [("xrerank", 1), ("xembed", 0)] {
+        let spec = SyntheticSpec {
+            family: Family::Roberta,
+            labels,
+            prefixed: labels > 0,
+            seed: 31,
+            ..SyntheticSpec::default()
+        };
+        write_synthetic(&repo.path().join(model).join("1"), &spec).unwrap();
+    }
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let texts = ["the dog runs", "a man is eating bread", "a red cat"];
+    let query = "a man is eating food";
+    let pairs: Vec<Seq> = texts.iter().map(|t| Seq::Pair(query, t)).collect();
+    let here = logits_here(&repo.path().join("xrerank/1"), &pairs);
+    let ranked = ok(
+        &server,
+        "/rerank",
+        &json!({"query": query, "texts": texts, "raw_scores": true, "model": "xrerank"}),
+    );
+    assert_eq!(ranked.as_array().unwrap().len(), texts.len());
+    for r in ranked.as_array().unwrap() {
+        let index = r["index"].as_u64().unwrap() as usize;
+        assert_near(
+            r["score"].as_f64().unwrap(),
+            here[index][0] as f64,
+            "rerank",
+        );
+    }
+    let tokens = ok(
+        &server,
+        "/tokenize",
+        &json!({"inputs": "a cat", "model": "xembed"}),
+    );
+    let texts_of: Vec<&str> = (tokens[0].as_array().unwrap().iter())
+        .map(|t| t["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts_of, ["<s>", "a", " cat", "</s>"], "{tokens}");
+    let seqs: Vec<Seq> = texts.iter().map(|t| Seq::One(t)).collect();
+    let mut want = logits_here(&repo.path().join("xembed/1"), &seqs);
+    let got = ok(
+        &server,
+        "/v1/embeddings",
+        &json!({"input": texts, "model": "xembed"}),
+    );
+    for (i, w) in want.iter_mut().enumerate() {
+        let width = w.len();
+        models::encoder::l2_normalize_rows(w, width);
+        let g = &got["data"][i]["embedding"];
+        for (d, v) in w.iter().enumerate() {
+            assert_near(
+                g[d].as_f64().unwrap(),
+                *v as f64,
+                &format!("text {i} [{d}]"),
+            );
+        }
+    }
 }

@@ -372,6 +372,20 @@ fn text_model_versions_load_hot_and_broken_ones_are_refused_by_name() {
     std::fs::rename(&staging, repo.path().join("enc/5")).unwrap();
     server.assert_logs_within(Duration::from_secs(10), "default_prompt_name \"title\"");
     assert_eq!(serving(), json!(["2"]));
+    // Version 6, an XLM-RoBERTa (one token type) whose tokenizer gives a pair's second text
+    // type 1, as BERT's does: refused, or every pair would fail its batch.
+    let staging = outside.path().join("6");
+    let spec = SyntheticSpec {
+        family: models::encoder::config::Family::Roberta,
+        ..SyntheticSpec::default()
+    };
+    write_synthetic(&staging, &spec).unwrap();
+    let mut tokenizer = read_json(&staging.join("tokenizer.json"));
+    tokenizer["post_processor"]["pair"][4]["Sequence"]["type_id"] = json!(1);
+    std::fs::write(staging.join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    std::fs::rename(&staging, repo.path().join("enc/6")).unwrap();
+    server.assert_logs_within(Duration::from_secs(10), "type_vocab_size of 1");
+    assert_eq!(serving(), json!(["2"]));
     let r = server.post_json("/v2/models/enc/infer", &v2(&["a cat"]));
     assert_eq!(r.status, 200, "{}", r.text());
 }

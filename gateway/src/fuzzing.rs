@@ -125,6 +125,7 @@ fn fixtures() -> &'static Fixtures {
             text: TextInput {
                 max_seq_len: SEQ_LEN,
                 vocab_size: encoder.vocab_size,
+                type_vocab_size: encoder.type_vocab_size,
                 normalize_by_default: true,
                 pooling: encoder.pooling,
                 precision: kernels::DType::F32,
@@ -464,7 +465,8 @@ pub fn encoder_config(data: &[u8]) {
     assert!(config.hidden >= 1 && config.heads >= 1 && config.layers >= 1);
     assert_eq!(config.hidden % config.heads, 0);
     assert!(config.head_dim() >= 1);
-    assert!(config.max_seq_len >= 1 && config.max_seq_len <= config.max_position_embeddings);
+    assert!(config.max_seq_len >= 1);
+    assert!(config.first_position() + config.max_seq_len <= config.max_position_embeddings);
     // (Not asserted finite and positive: an f64 epsilon that passes the check can still round
     // to 0 or infinity as the f32 the encoder keeps; docs/fuzzing.md, "Findings".)
     assert!(!config.layer_norm_eps.is_nan());

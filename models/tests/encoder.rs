@@ -1,6 +1,6 @@
 //! The text encoder's forward pass against a float64 reference written from the
 //! architecture in numpy (tests/python/bert_reference.py, run with $TANDEM_PYTHON), on a
-//! tiny random BERT written here (no download) and on all-MiniLM-L6-v2 (fetched by
+//! tiny random BERT and XLM-RoBERTa written here (no download) and on all-MiniLM-L6-v2 (fetched by
 //! scripts/fetch-models.sh; $TANDEM_MINILM_DIR or the cache). The same bodies run on the
 //! CPU and, where a device exists, on CUDA. A test whose model or Python is absent says
 //! `SKIPPED <test>: <reason>`, unless TANDEM_REQUIRE_TOOLS is set, when it fails.
@@ -8,6 +8,7 @@
 use std::path::Path;
 
 use kernels::{DType, Device};
+use models::encoder::config::Family;
 use models::encoder::synthetic::SyntheticSpec;
 use models::encoder::{Encoded, Encoder, PackedTokens, Pooling, TextTokenizer, l2_normalize_rows};
 use models::rng::SplitMix64;
@@ -142,8 +143,11 @@ fn long_text() -> String {
 // ---------------------------------------------------------------------------------------
 // The tiny synthetic BERT: no download needed.
 
-const SYNTHETIC_TEXTS: [&str; 6] = [
+/// The padding token inside a text is a token like any other for BERT; RoBERTa gives it the
+/// padding position and does not count it.
+const SYNTHETIC_TEXTS: [&str; 7] = [
     "a man is eating food.",
+    "the <pad> dog <pad> runs",
     "the big red dog runs fast, the small cat runs slow!",
     "x",
     "",
@@ -317,7 +321,7 @@ on_every_device!(synthetic_bert_prefix_cls, |device, test| check_synthetic(
     device,
     test,
     SyntheticSpec {
-        bert_prefix: true,
+        prefixed: true,
         pooling: Pooling::Cls,
         seed: 8,
         ..SyntheticSpec::default()
@@ -339,6 +343,28 @@ on_every_device!(synthetic_bf16, |device, test| check_synthetic(
         ..SyntheticSpec::default()
     }
 ));
+on_every_device!(synthetic_xlm_roberta_mean, |device, test| check_synthetic(
+    device,
+    test,
+    SyntheticSpec {
+        family: Family::Roberta,
+        ..SyntheticSpec::default()
+    }
+));
+on_every_device!(synthetic_xlm_roberta_prefixed_cls_bf16, |device, test| {
+    check_synthetic(
+        device,
+        test,
+        SyntheticSpec {
+            family: Family::Roberta,
+            prefixed: true,
+            pooling: Pooling::Cls,
+            dtype: DType::BF16,
+            seed: 9,
+            ..SyntheticSpec::default()
+        },
+    )
+});
 on_every_device!(synthetic_packing, |device, _test| check_synthetic_packing(
     device
 ));

@@ -1,5 +1,5 @@
 //! Sequence classifiers' logits (the encoder, then `BertForSequenceClassification`'s pooler
-//! and classifier) against the float64 reference written from the architecture in numpy
+//! and classifier, or `XLMRobertaForSequenceClassification`'s head) against the float64 reference written from the architecture in numpy
 //! (tests/python/bert_reference.py `classify`, run with $TANDEM_PYTHON), on synthetic
 //! classifiers over single texts and pairs packed in one batch. The same bodies run on the
 //! CPU and, where a device exists, on CUDA.
@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use kernels::{DType, Device};
+use models::encoder::config::Family;
 use models::encoder::synthetic::SyntheticSpec;
 use models::encoder::{Encoded, Encoder, PackedTokens, TextTokenizer};
 
@@ -46,13 +47,20 @@ fn reference_logits(python: &Path, dir: &Path, seqs: &[Encoded]) -> Vec<Vec<f64>
 }
 
 /// A classifier's logits against the reference's, on single texts and on pairs (whose
-/// second text has token type 1), packed in one batch.
-fn check_synthetic_classifier(device: &Device, test: &str, labels: usize, dtype: DType) {
+/// second text has token type 1 for BERT), packed in one batch.
+fn check_synthetic_classifier(
+    device: &Device,
+    test: &str,
+    family: Family,
+    labels: usize,
+    dtype: DType,
+) {
     let Some(python) = python(test) else { return };
     let spec = SyntheticSpec {
+        family,
         labels,
         dtype,
-        bert_prefix: true,
+        prefixed: true,
         seed: 11,
         ..SyntheticSpec::default()
     };
@@ -93,11 +101,17 @@ fn check_synthetic_classifier(device: &Device, test: &str, labels: usize, dtype:
 }
 
 on_every_device!(synthetic_reranker, |device, test| {
-    check_synthetic_classifier(device, test, 1, DType::F32)
+    check_synthetic_classifier(device, test, Family::Bert, 1, DType::F32)
 });
 on_every_device!(synthetic_classifier_3_labels, |device, test| {
-    check_synthetic_classifier(device, test, 3, DType::F32)
+    check_synthetic_classifier(device, test, Family::Bert, 3, DType::F32)
 });
 on_every_device!(synthetic_classifier_bf16, |device, test| {
-    check_synthetic_classifier(device, test, 3, DType::BF16)
+    check_synthetic_classifier(device, test, Family::Bert, 3, DType::BF16)
+});
+on_every_device!(synthetic_xlm_roberta_reranker, |device, test| {
+    check_synthetic_classifier(device, test, Family::Roberta, 1, DType::F32)
+});
+on_every_device!(synthetic_xlm_roberta_classifier_f16, |device, test| {
+    check_synthetic_classifier(device, test, Family::Roberta, 3, DType::F16)
 });

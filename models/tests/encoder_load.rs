@@ -1,10 +1,12 @@
 //! Loading a text encoder's folder: what loads (prefixes, 16-bit weights, old LayerNorm
 //! names, the configs' limits and modules) and what is refused, with a message that names
-//! the file, the tensor or the value. All on the tiny synthetic BERT: no download.
+//! the file, the tensor or the value. All on the tiny synthetic BERT and XLM-RoBERTa: no
+//! download.
 
 use std::path::{Path, PathBuf};
 
 use kernels::{DType, Device};
+use models::encoder::config::Family;
 use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
 use models::encoder::{Encoder, Pooling, is_encoder_dir};
 use safetensors::SafeTensors;
@@ -106,7 +108,7 @@ fn prefixes_16_bit_weights_and_old_norm_names_load() {
     for (tag, dtype, prefix) in [("bf16", DType::BF16, true), ("f16", DType::F16, false)] {
         let spec = SyntheticSpec {
             dtype,
-            bert_prefix: prefix,
+            prefixed: prefix,
             pooling: Pooling::Cls,
             normalize: false,
             ..spec()
@@ -240,8 +242,12 @@ fn other_architectures_activations_and_positions_are_refused_by_name() {
     let cases: [(&str, serde_json::Value, &[&str]); 5] = [
         (
             "model_type",
-            "roberta".into(),
-            &["model_type \"roberta\"", "config.json"],
+            "distilbert".into(),
+            &[
+                "model_type \"distilbert\"",
+                "config.json",
+                "\"xlm-roberta\"",
+            ],
         ),
         (
             "architectures",
@@ -309,7 +315,7 @@ fn unsupported_pooling_and_modules_are_refused() {
 fn a_classifier_loads_its_labels_in_order_and_its_head() {
     let spec = SyntheticSpec {
         labels: 3,
-        bert_prefix: true,
+        prefixed: true,
         ..spec()
     };
     let f = Folder::new("classifier", &spec);
@@ -423,4 +429,107 @@ fn a_classifier_head_and_labels_that_disagree_are_refused_by_name() {
         })
     });
     assert_contains(&f.load_error(), &["classifier.bias"]);
+}
+
+fn roberta() -> SyntheticSpec {
+    SyntheticSpec {
+        family: Family::Roberta,
+        ..spec()
+    }
+}
+
+/// RoBERTa's position table starts after the padding id, so 514 rows serve 512 tokens; its
+/// tensors may sit under `roberta.`, and a checkpoint's pooler is not used.
+#[test]
+fn an_xlm_roberta_folder_loads_with_its_positions_after_the_padding_id() {
+    let f = Folder::new("xlmr", &roberta());
+    let e = Encoder::load(&f.0, &Device::Cpu).unwrap();
+    assert_eq!(e.config().family, Family::Roberta);
+    assert_eq!(
+        (e.config().pad_token_id, e.config().type_vocab_size),
+        (1, 1)
+    );
+    assert_eq!(e.max_seq_len(), 48);
+    let mut positions = Vec::new();
+    e.config().position_ids(&[0, 7, 1, 9, 2], &mut positions);
+    assert_eq!(positions, vec![2, 3, 1, 4, 5]);
+    f.edit_json("config.json", |c| c["max_position_embeddings"] = 40.into());
+    f.edit_tensors(|ts| {
+        let t = ts
+            .iter_mut()
+            .find(|t| t.name.contains("position_emb"))
+            .unwrap();
+        t.shape[0] = 40;
+        t.bytes.truncate(40 * 32 * 4);
+    });
+    assert_eq!(Encoder::load(&f.0, &Device::Cpu).unwrap().max_seq_len(), 38);
+    std::fs::remove_file(f.path("sentence_bert_config.json")).unwrap();
+    f.edit_json("config.json", |c| c["max_position_embeddings"] = 514.into());
+    f.edit_tensors(|ts| {
+        let t = ts
+            .iter_mut()
+            .find(|t| t.name.contains("position_emb"))
+            .unwrap();
+        t.shape[0] = 514;
+        t.bytes.resize(514 * 32 * 4, 0);
+        ts.push(Tensor {
+            name: "roberta.pooler.dense.bias".into(),
+            dtype: safetensors::Dtype::F32,
+            shape: vec![32],
+            bytes: vec![0; 128],
+        });
+        for t in ts.iter_mut() {
+            t.name = format!("roberta.{}", t.name.trim_start_matches("roberta."));
+        }
+    });
+    assert_eq!(
+        Encoder::load(&f.0, &Device::Cpu).unwrap().max_seq_len(),
+        512
+    );
+}
+
+#[test]
+fn a_roberta_config_that_mixes_families_or_leaves_no_positions_is_refused() {
+    let f = Folder::new("xlmr-bert-arch", &roberta());
+    f.edit_json("config.json", |c| {
+        c["architectures"] = serde_json::json!(["BertModel"])
+    });
+    assert_contains(
+        &f.load_error(),
+        &[
+            "architecture \"BertModel\" of model_type \"xlm-roberta\"",
+            "XLMRobertaModel",
+        ],
+    );
+    let f = Folder::new("bert-roberta-arch", &spec());
+    f.edit_json("config.json", |c| {
+        c["architectures"] = serde_json::json!(["RobertaModel"])
+    });
+    assert_contains(
+        &f.load_error(),
+        &["architecture \"RobertaModel\" of model_type \"bert\""],
+    );
+    let f = Folder::new("xlmr-no-positions", &roberta());
+    f.edit_json("config.json", |c| c["max_position_embeddings"] = 2.into());
+    assert_contains(
+        &f.load_error(),
+        &["max_position_embeddings 2 leaves no position after pad_token_id 1"],
+    );
+    // A BERT-named head in a RoBERTa classifier is not RoBERTa's: refused by name.
+    let f = Folder::new(
+        "xlmr-bert-head",
+        &SyntheticSpec {
+            labels: 1,
+            ..roberta()
+        },
+    );
+    f.edit_tensors(|ts| {
+        for t in ts.iter_mut() {
+            t.name = t
+                .name
+                .replace("classifier.dense", "pooler.dense")
+                .replace("classifier.out_proj", "classifier");
+        }
+    });
+    assert_contains(&f.load_error(), &["classifier.dense.weight"]);
 }

@@ -1,7 +1,8 @@
 //! `TextTokenizer` against Python's `tokenizers` (tests/python/tokenizer_parity.py, run with
-//! $TANDEM_PYTHON) on all-MiniLM-L6-v2's own tokenizer.json: single texts and pairs in many
-//! scripts, accents, emoji, odd whitespace and control characters, and inputs past the
-//! limit with and without truncation. And, with no download, what the wrapper itself
+//! $TANDEM_PYTHON) on all-MiniLM-L6-v2's own tokenizer.json (WordPiece), the synthetic
+//! XLM-RoBERTa's (SentencePiece Unigram) and a RoBERTa byte-level BPE trained here: single
+//! texts and pairs in many scripts, accents, emoji, odd whitespace and control characters,
+//! and inputs past the limit with and without truncation. And, with no download, what the wrapper itself
 //! promises: padding and truncation replaced, refusals that say how long the input was.
 
 mod support;
@@ -10,6 +11,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use models::encoder::config::Family;
 use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
 use models::encoder::{EncodeError, TOKEN_COUNT_LIMIT, TextTokenizer};
 use support::{minilm_dir, skip};
@@ -184,19 +186,84 @@ fn python_ids(
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+fn python_for(test: &str) -> Option<PathBuf> {
+    match std::env::var_os("TANDEM_PYTHON") {
+        Some(p) => Some(PathBuf::from(p)),
+        None => skip(test, "TANDEM_PYTHON is not set (scripts/test.sh sets it)"),
+    }
+}
+
 #[test]
 fn ids_match_python_tokenizers_on_varied_texts_and_pairs() {
     let test = "ids_match_python_tokenizers_on_varied_texts_and_pairs";
     let Some(dir) = minilm_dir(test) else { return };
-    let Some(python) = std::env::var_os("TANDEM_PYTHON").map(PathBuf::from) else {
-        skip::<()>(test, "TANDEM_PYTHON is not set (scripts/test.sh sets it)");
+    let Some(python) = python_for(test) else {
         return;
     };
-    let max = 256;
-    let tokenizer = TextTokenizer::from_dir(&dir, max).unwrap();
+    assert_parity(&python, &dir, 256);
+}
+
+#[test]
+fn ids_match_python_tokenizers_for_xlm_roberta_sentencepiece() {
+    let test = "ids_match_python_tokenizers_for_xlm_roberta_sentencepiece";
+    let Some(python) = python_for(test) else {
+        return;
+    };
+    let dir = support::synthetic(
+        "parity-xlmr",
+        &SyntheticSpec {
+            family: Family::Roberta,
+            max_position_embeddings: 300,
+            ..SyntheticSpec::default()
+        },
+    );
+    assert_parity(&python, &dir.0, 256);
+}
+
+#[test]
+fn ids_match_python_tokenizers_for_roberta_byte_level_bpe() {
+    let test = "ids_match_python_tokenizers_for_roberta_byte_level_bpe";
+    let Some(python) = python_for(test) else {
+        return;
+    };
+    let dir = support::TempDir::new("parity-roberta-bpe");
+    let corpus: Vec<String> = TEXTS
+        .iter()
+        .chain(PAIRS.iter().flat_map(|(a, b)| [a, b]))
+        .map(|t| t.to_string())
+        .chain([long_text(200)])
+        .collect();
+    let request = serde_json::json!({"corpus": corpus, "vocab_size": 600});
+    let path = dir.0.join("tokenizer.json");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/tokenizer_parity.py");
+    let mut child = Command::new(&python)
+        .arg(script)
+        .args(["train-roberta-bpe", path.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    (child.stdin.take().unwrap())
+        .write_all(request.to_string().as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "training the BPE failed");
+    let tokenizer = assert_parity(&python, &dir.0, 256);
+    assert_eq!(tokenizer.special_ends(), (&[0][..], &[2][..]));
+    let pair = tokenizer.encode_pair("a", "b", false).unwrap();
+    assert_eq!(
+        pair.type_ids,
+        vec![0; pair.len()],
+        "RoBERTa has one token type"
+    );
+    assert_eq!(tokenizer.pair_type_ids_below(), 1);
+}
+
+/// Every case of [`cases`], with and without truncation at `max`, gives the ids Python's
+/// `tokenizers` gives with `dir`'s tokenizer.json.
+fn assert_parity(python: &Path, dir: &Path, max: usize) -> TextTokenizer {
+    let tokenizer = TextTokenizer::from_dir(dir, max).unwrap();
     let cases = cases();
     assert!(cases.len() >= 64, "only {} cases", cases.len());
-    let want = python_ids(&python, &dir.join("tokenizer.json"), max, &cases);
+    let want = python_ids(python, &dir.join("tokenizer.json"), max, &cases);
     let mut truncated = 0;
     for (i, (a, b)) in cases.iter().enumerate() {
         let (cut, whole) = (&want[2 * i], &want[2 * i + 1]);
@@ -211,8 +278,13 @@ fn ids_match_python_tokenizers_on_varied_texts_and_pairs() {
             got.type_ids, cut.type_ids,
             "{case}: type ids with truncation"
         );
-        // A long text is counted only past the limit when it is truncated.
-        if b.is_some() || a.len() <= tokenizer.piece_bytes() || !got.truncated() {
+        // A long text is counted only past the limit when it is truncated, and each text of a
+        // pair only up to the count limit.
+        let past_count_limit =
+            |n: usize| whole.ids.len() > TOKEN_COUNT_LIMIT && n > TOKEN_COUNT_LIMIT;
+        if past_count_limit(got.full_len) {
+            assert!(got.full_len <= whole.ids.len(), "{case}: {}", got.full_len);
+        } else if b.is_some() || a.len() <= tokenizer.piece_bytes() || !got.truncated() {
             assert_eq!(got.full_len, whole.ids.len(), "{case}: full length");
         } else {
             assert!(
@@ -228,16 +300,24 @@ fn ids_match_python_tokenizers_on_varied_texts_and_pairs() {
             Err(EncodeError::TooLong {
                 tokens,
                 max: m,
-                counted_all: true,
+                counted_all,
             }) => {
                 assert!(whole.ids.len() > max, "{case}: refused but fits");
-                assert_eq!((tokens, m), (whole.ids.len(), max), "{case}: refusal");
+                if counted_all {
+                    assert_eq!((tokens, m), (whole.ids.len(), max), "{case}: refusal");
+                } else {
+                    assert!(
+                        past_count_limit(tokens) && tokens <= whole.ids.len(),
+                        "{case}"
+                    );
+                }
                 truncated += 1;
             }
             Err(e) => panic!("{case}: {e}"),
         }
     }
     assert!(truncated >= 5, "only {truncated} cases ran past the limit");
+    tokenizer
 }
 
 #[test]

@@ -1,4 +1,5 @@
-"""A float64 reference of a BERT-family sentence encoder, written from the architecture.
+"""A float64 reference of a BERT-family sentence encoder (BERT, RoBERTa, XLM-RoBERTa),
+written from the architecture.
 
 Not from sentence-transformers or torch: the weights are read with `safetensors.numpy` and
 every step (embeddings, attention, feed-forward, layer norms, pooling) is spelled out in
@@ -10,8 +11,10 @@ Commands (JSON on stdin, JSON on stdout):
                        "pooling": "mean" | "cls"}
                 stdout {"embeddings": [[...], ...]}  (pooled, not normalised, float64)
   classify DIR  stdin {"sequences": [...]} as for embed, of a BertForSequenceClassification
-                stdout {"logits": [[...], ...]}  (one per label: the [CLS] state through
-                the pooler's dense layer and tanh, then the classifier)
+                or (XLM)RobertaForSequenceClassification
+                stdout {"logits": [[...], ...]}  (one per label: the first token's state
+                through a dense layer and tanh, then the output layer: BERT's pooler and
+                classifier, RoBERTa's classifier.dense and classifier.out_proj)
   convert SRC DST DTYPE
                 copies the model folder SRC to DST with every floating-point tensor of
                 model.safetensors stored as DTYPE (F16 or BF16, rounded to nearest even);
@@ -29,19 +32,32 @@ import numpy as np
 from safetensors.numpy import load_file
 
 SKIPPED = ("embeddings.position_ids",)
+ROBERTA = ("roberta", "xlm-roberta")
 
 
 def load_weights(folder, head=False):
-    """The tensors as float64, names without the `bert.` prefix; the pooler and classifier
+    """The tensors as float64, names without the `bert.` or `roberta.` prefix; the pooler
     only with `head`."""
     raw = load_file(str(Path(folder) / "model.safetensors"))
     weights = {}
     for name, value in raw.items():
-        name = name[len("bert.") :] if name.startswith("bert.") else name
+        for prefix in ("bert.", "roberta."):
+            name = name[len(prefix) :] if name.startswith(prefix) else name
         if name in SKIPPED or (not head and name.startswith("pooler.")):
             continue
         weights[name] = value.astype(np.float64)
     return weights
+
+
+def position_ids(ids, cfg):
+    """BERT counts positions from 0. RoBERTa counts from pad_token_id + 1 over the tokens
+    that are not padding; a padding token takes pad_token_id (transformers'
+    create_position_ids_from_input_ids)."""
+    if cfg.get("model_type") not in ROBERTA:
+        return np.arange(len(ids))
+    pad = cfg.get("pad_token_id", 1)
+    mask = (ids != pad).astype(np.int64)
+    return np.cumsum(mask) * mask + pad
 
 
 def layer_norm(x, gamma, beta, eps):
@@ -81,10 +97,9 @@ def attention(x, w, p, heads):
 
 def encode(ids, type_ids, w, cfg):
     eps = cfg["layer_norm_eps"]
-    n = len(ids)
     x = (
         w["embeddings.word_embeddings.weight"][ids]
-        + w["embeddings.position_embeddings.weight"][np.arange(n)]
+        + w["embeddings.position_embeddings.weight"][position_ids(ids, cfg)]
         + w["embeddings.token_type_embeddings.weight"][type_ids]
     )
     x = layer_norm(
@@ -128,8 +143,12 @@ def classify(folder):
     out = []
     for seq in request["sequences"]:
         states = encode(np.array(seq["ids"]), np.array(seq["type_ids"]), w, cfg)
-        pooled = np.tanh(linear(states[0], w, "pooler.dense"))
-        out.append(linear(pooled, w, "classifier").tolist())
+        if cfg.get("model_type") in ROBERTA:
+            pooled = np.tanh(linear(states[0], w, "classifier.dense"))
+            out.append(linear(pooled, w, "classifier.out_proj").tolist())
+        else:
+            pooled = np.tanh(linear(states[0], w, "pooler.dense"))
+            out.append(linear(pooled, w, "classifier").tolist())
     json.dump({"logits": out}, sys.stdout)
 
 

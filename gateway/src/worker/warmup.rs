@@ -134,6 +134,7 @@ mod tests {
         let text = TextInput {
             max_seq_len: 256,
             vocab_size: 1000,
+            type_vocab_size: 2,
             normalize_by_default: true,
             pooling: models::encoder::Pooling::Mean,
             precision: kernels::DType::F32,

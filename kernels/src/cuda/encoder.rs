@@ -18,7 +18,18 @@ use super::linear::{Executor, Linear, SliceActivations, elementwise};
 use super::{CudaDevice, StreamPriority, sources};
 use crate::{DType, HostWeights, KernelError};
 
-/// A packed batch on the device: per token its id, type id and position in its sequence,
+/// A packed batch on the host, as [`EncoderOps::upload_batch`] takes it: per token its id,
+/// type id and row of the position table, and the sequences' offsets (one more than there
+/// are sequences, from 0 to the number of tokens).
+#[derive(Clone, Copy, Debug)]
+pub struct BatchIds<'a> {
+    pub ids: &'a [u32],
+    pub type_ids: &'a [u32],
+    pub positions: &'a [u32],
+    pub offsets: &'a [usize],
+}
+
+/// A packed batch on the device: per token its id, type id and row of the position table,
 /// and the sequences' offsets, in one allocation.
 #[derive(Default)]
 pub struct DeviceBatch {
@@ -160,21 +171,27 @@ impl EncoderOps {
     /// Uploads a packed batch: sequence `s` is `ids[offsets[s]..offsets[s + 1]]`.
     pub fn upload_batch(
         &self,
-        ids: &[u32],
-        type_ids: &[u32],
-        offsets: &[usize],
+        packed: BatchIds<'_>,
         batch: &mut DeviceBatch,
     ) -> Result<(), KernelError> {
+        let BatchIds {
+            ids,
+            type_ids,
+            positions,
+            offsets,
+        } = packed;
         let tokens = ids.len();
         if type_ids.len() != tokens
+            || positions.len() != tokens
             || offsets.first() != Some(&0)
             || offsets.last() != Some(&tokens)
         {
             return Err(KernelError::Shape {
                 op: "cuda::upload_batch",
                 detail: format!(
-                    "{tokens} ids, {} type ids, offsets {offsets:?}",
-                    type_ids.len()
+                    "{tokens} ids, {} type ids, {} positions, offsets {offsets:?}",
+                    type_ids.len(),
+                    positions.len()
                 ),
             });
         }
@@ -183,11 +200,8 @@ impl EncoderOps {
         staging.clear();
         staging.extend_from_slice(ids);
         staging.extend_from_slice(type_ids);
-        let mut longest = 0;
-        for w in offsets.windows(2) {
-            staging.extend((0..w[1] - w[0]).map(|p| p as u32));
-            longest = longest.max(w[1] - w[0]);
-        }
+        staging.extend_from_slice(positions);
+        let longest = offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
         staging.extend(offsets.iter().map(|&o| o as u32));
         let stream = self.exec.stream();
         if batch.data.as_ref().is_none_or(|d| d.len() < staging.len()) {
@@ -246,7 +260,7 @@ impl EncoderOps {
             .arg(&hidden32);
         let cfg = rows_config(t, hidden, 0)?;
         // SAFETY: one block per token reads `hidden` values at rows ids[t], positions[t] and
-        // types[t] of the tables (the caller validated the ids against the tables' sizes)
+        // types[t] of the tables (the caller validated all three against the tables' sizes)
         // and writes row t of x, which holds tokens · hidden values (checked). Arguments
         // match (const uint*, const uint*, const uint*, const float* x3, float*, uint).
         unsafe { launch.launch(cfg) }

@@ -1,5 +1,5 @@
-//! What a sentence-transformers folder says about its encoder: `config.json` (the BERT
-//! architecture), `sentence_bert_config.json` (the sequence limit), `modules.json` (which
+//! What a sentence-transformers folder says about its encoder: `config.json` (a BERT,
+//! RoBERTa or XLM-RoBERTa architecture), `sentence_bert_config.json` (the sequence limit), `modules.json` (which
 //! modules follow the transformer) and the pooling module's `config.json`.
 //!
 //! Anything tandem would run differently from the folder's own library is refused here with
@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use super::packed::PackedTokens;
 use crate::LoadError;
 
 /// How token states become one vector per sequence.
@@ -23,14 +24,41 @@ pub enum Pooling {
     Cls,
 }
 
+/// The transformer families served. Their layers are the same; they differ in how
+/// tensors are named and how positions are numbered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// BERT (`model_type` `"bert"`): positions count from 0; tensors may sit under `bert.`;
+    /// a classifier's head is `pooler.dense`, then `classifier`.
+    Bert,
+    /// RoBERTa and XLM-RoBERTa (`"roberta"`, `"xlm-roberta"`): positions count from
+    /// `pad_token_id + 1`, skipping padding tokens; tensors may sit under `roberta.`; a
+    /// classifier's head is `classifier.dense`, then `classifier.out_proj`.
+    Roberta,
+}
+
+impl Family {
+    /// The prefix a task model (a classifier's checkpoint) puts before the encoder's tensors.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Family::Bert => "bert.",
+            Family::Roberta => "roberta.",
+        }
+    }
+}
+
 /// A validated encoder configuration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EncoderConfig {
+    pub family: Family,
+    /// The padding token's id: a RoBERTa model numbers positions after it.
+    pub pad_token_id: u32,
     pub vocab_size: usize,
     pub hidden: usize,
     pub layers: usize,
     pub heads: usize,
     pub intermediate: usize,
+    /// Rows of the position table, the ones a family skips included.
     pub max_position_embeddings: usize,
     pub type_vocab_size: usize,
     pub layer_norm_eps: f32,
@@ -47,8 +75,8 @@ pub struct EncoderConfig {
     pub multi_label: bool,
 }
 
-/// `config.json` as transformers writes it for BERT; fields tandem does not need are
-/// ignored, those it needs have no defaults.
+/// `config.json` as transformers writes it for BERT and RoBERTa; fields tandem does not
+/// need are ignored, those it needs have no defaults.
 #[derive(Deserialize)]
 struct BertJson {
     model_type: Option<String>,
@@ -75,12 +103,45 @@ struct BertJson {
     problem_type: Option<String>,
     #[serde(default)]
     num_labels: Option<usize>,
+    /// Transformers' default is 0 for BERT and 1 for RoBERTa.
+    #[serde(default)]
+    pad_token_id: Option<u32>,
 }
 
-/// `architectures` for an encoder of embeddings and for a sequence classifier (a
-/// cross-encoder, for reranking, is one with a single label).
-const ENCODER: &str = "BertModel";
-const CLASSIFIER: &str = "BertForSequenceClassification";
+/// The `model_type`s served, with their family.
+const MODEL_TYPES: [(&str, Family); 3] = [
+    ("bert", Family::Bert),
+    ("roberta", Family::Roberta),
+    ("xlm-roberta", Family::Roberta),
+];
+
+/// The `architectures` served: an encoder of embeddings, and a sequence classifier (a
+/// cross-encoder, for reranking, is one with a single label) of each model type.
+const ARCHITECTURES: [(&str, &str, Kind); 6] = [
+    ("bert", "BertModel", Kind::Encoder),
+    ("bert", "BertForSequenceClassification", Kind::Classifier),
+    ("roberta", "RobertaModel", Kind::Encoder),
+    (
+        "roberta",
+        "RobertaForSequenceClassification",
+        Kind::Classifier,
+    ),
+    ("xlm-roberta", "XLMRobertaModel", Kind::Encoder),
+    (
+        "xlm-roberta",
+        "XLMRobertaForSequenceClassification",
+        Kind::Classifier,
+    ),
+];
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Encoder,
+    Classifier,
+}
+
+const SERVED_MODEL_TYPES: &str =
+    "the model types served are \"bert\", \"roberta\" and \"xlm-roberta\"";
 
 fn two() -> usize {
     2
@@ -133,15 +194,22 @@ impl EncoderConfig {
     pub fn read(dir: &Path) -> Result<EncoderConfig, LoadError> {
         let path = required(dir, "config.json")?;
         let bert: BertJson = read_json(&path)?;
-        check_architecture(&path, &bert)?;
-        let labels = read_labels(&path, &bert)?;
+        let (family, kind) = check_architecture(&path, &bert)?;
+        let labels = read_labels(&path, &bert, kind)?;
         let (pooling, normalize) = if labels.is_empty() {
             read_head_modules(dir)?
         } else {
             (Pooling::Cls, false)
         };
-        let max_seq_len = read_max_seq_len(dir)?.min(bert.max_position_embeddings);
+        let pad_token_id = bert.pad_token_id.unwrap_or(match family {
+            Family::Bert => 0,
+            Family::Roberta => 1,
+        });
+        let positions = usable_positions(&path, &bert, family, pad_token_id)?;
+        let max_seq_len = read_max_seq_len(dir)?.min(positions);
         Ok(EncoderConfig {
+            family,
+            pad_token_id,
             vocab_size: bert.vocab_size,
             hidden: bert.hidden_size,
             layers: bert.num_hidden_layers,
@@ -167,6 +235,71 @@ impl EncoderConfig {
     pub fn head_dim(&self) -> usize {
         self.hidden / self.heads
     }
+
+    /// The row of the position table of a sequence's first token (when it is not padding):
+    /// 0 for BERT, `pad_token_id + 1` for RoBERTa.
+    pub fn first_position(&self) -> usize {
+        first_position(self.family, self.pad_token_id)
+    }
+
+    /// The row of the position table of each token of a packed batch, into `out` (cleared
+    /// first).
+    pub fn batch_position_ids(&self, tokens: &PackedTokens, out: &mut Vec<u32>) {
+        out.clear();
+        out.reserve(tokens.tokens());
+        for seq in 0..tokens.sequences() {
+            self.position_ids(&tokens.ids[tokens.range(seq)], out);
+        }
+    }
+
+    /// The row of the position table of each of a sequence's tokens, appended to `out`. BERT
+    /// counts from 0. RoBERTa counts from `pad_token_id + 1`, and a padding token inside a
+    /// sequence takes the row `pad_token_id` and does not advance the count, as
+    /// transformers' `create_position_ids_from_input_ids` does.
+    pub fn position_ids(&self, ids: &[u32], out: &mut Vec<u32>) {
+        match self.family {
+            Family::Bert => out.extend(0..ids.len() as u32),
+            Family::Roberta => {
+                let pad = self.pad_token_id;
+                let mut next = pad;
+                out.extend(ids.iter().map(|&id| {
+                    if id == pad {
+                        pad
+                    } else {
+                        next += 1;
+                        next
+                    }
+                }));
+            }
+        }
+    }
+}
+
+fn first_position(family: Family, pad_token_id: u32) -> usize {
+    match family {
+        Family::Bert => 0,
+        Family::Roberta => pad_token_id as usize + 1,
+    }
+}
+
+/// How many tokens a sequence may have for every position to have a row: a RoBERTa table's
+/// first `pad_token_id + 1` rows are not positions of tokens.
+fn usable_positions(
+    path: &Path,
+    bert: &BertJson,
+    family: Family,
+    pad_token_id: u32,
+) -> Result<usize, LoadError> {
+    match (bert.max_position_embeddings).checked_sub(first_position(family, pad_token_id)) {
+        Some(n) if n > 0 => Ok(n),
+        _ => Err(LoadError::Config {
+            path: path.to_path_buf(),
+            reason: format!(
+                "max_position_embeddings {} leaves no position after pad_token_id {pad_token_id}",
+                bert.max_position_embeddings
+            ),
+        }),
+    }
 }
 
 /// `dir/file`, or an error naming it when it is absent.
@@ -190,39 +323,57 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, LoadError> {
     })
 }
 
-fn check_architecture(path: &Path, bert: &BertJson) -> Result<(), LoadError> {
+/// The family of the folder's `model_type`, and whether its `architectures` name an encoder
+/// of embeddings (the default when none is named) or a classifier.
+fn check_architecture(path: &Path, bert: &BertJson) -> Result<(Family, Kind), LoadError> {
     let unsupported = |what: String, supported| LoadError::Unsupported {
         path: path.to_path_buf(),
         what,
         supported,
     };
-    match bert.model_type.as_deref() {
-        Some("bert") => {}
-        Some(other) => {
-            return Err(unsupported(
-                format!("model_type {other:?}"),
-                "only BERT encoders are served: model_type \"bert\"",
-            ));
-        }
+    let model_type = match bert.model_type.as_deref() {
+        Some(t) => t,
         None => {
             return Err(unsupported(
                 "a config.json without model_type".into(),
-                "only BERT encoders are served: model_type \"bert\"",
+                SERVED_MODEL_TYPES,
             ));
         }
-    }
-    if let Some(other) = bert
-        .architectures
-        .iter()
-        .flatten()
-        .find(|a| !matches!(a.as_str(), ENCODER | CLASSIFIER))
-    {
+    };
+    let Some(&(_, family)) = MODEL_TYPES.iter().find(|(t, _)| *t == model_type) else {
         return Err(unsupported(
-            format!("architecture {other:?}"),
-            "the architectures served are \"BertModel\" (embeddings) and \
-             \"BertForSequenceClassification\" (classifiers and rerankers)",
+            format!("model_type {model_type:?}"),
+            SERVED_MODEL_TYPES,
         ));
+    };
+    let mut kind = Kind::Encoder;
+    for name in bert.architectures.iter().flatten() {
+        let served = ARCHITECTURES
+            .iter()
+            .find(|(t, a, _)| *t == model_type && a == name);
+        match served {
+            Some(&(_, _, Kind::Classifier)) => kind = Kind::Classifier,
+            Some(_) => {}
+            None => {
+                return Err(unsupported(
+                    format!("architecture {name:?} of model_type {model_type:?}"),
+                    "the architectures served are BertModel, RobertaModel and XLMRobertaModel \
+                     (embeddings), and their ForSequenceClassification models (classifiers and \
+                     rerankers), each with its own model_type",
+                ));
+            }
+        }
     }
+    check_layers(path, bert)?;
+    Ok((family, kind))
+}
+
+fn check_layers(path: &Path, bert: &BertJson) -> Result<(), LoadError> {
+    let unsupported = |what: String, supported| LoadError::Unsupported {
+        path: path.to_path_buf(),
+        what,
+        supported,
+    };
     if bert.hidden_act != "gelu" {
         return Err(unsupported(
             format!("hidden_act {:?}", bert.hidden_act),
@@ -284,9 +435,8 @@ fn read_head_modules(dir: &Path) -> Result<(Pooling, bool), LoadError> {
 /// A classifier's labels in output order: `id2label` when it is given (its keys must be
 /// 0 to n - 1), else `num_labels` as `LABEL_i`, else transformers' default of two. None
 /// for an encoder of embeddings.
-fn read_labels(path: &Path, bert: &BertJson) -> Result<Vec<String>, LoadError> {
-    let classifier = bert.architectures.iter().flatten().any(|a| a == CLASSIFIER);
-    if !classifier {
+fn read_labels(path: &Path, bert: &BertJson, kind: Kind) -> Result<Vec<String>, LoadError> {
+    if kind == Kind::Encoder {
         return Ok(Vec::new());
     }
     let invalid = |reason: String| LoadError::Config {

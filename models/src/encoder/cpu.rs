@@ -44,6 +44,8 @@ struct Scratch {
     sum: AlignedVec,
     intermediate: AlignedVec,
     attention: AttentionScratch,
+    /// Each token's row of the position table.
+    positions: Vec<u32>,
 }
 
 /// A dense layer's weights laid out in panels for the CPU's kernels.
@@ -95,7 +97,8 @@ impl CpuEncoder {
         s.ctx.resize(t * h);
         s.sum.resize(t * h);
         s.intermediate.resize(t * c.intermediate);
-        embed(&self.embeddings, c, tokens, &mut s.x);
+        c.batch_position_ids(tokens, &mut s.positions);
+        embed(&self.embeddings, c, tokens, &s.positions, &mut s.x);
         add_layer_norm(
             &mut s.x,
             None,
@@ -118,20 +121,21 @@ fn params<'a>(norm: &'a Norm, c: &EncoderConfig) -> NormParams<'a> {
     }
 }
 
-/// `x[t] = word[id] + position[t's place in its sequence] + token_type[type id]`.
-fn embed(e: &Embeddings, c: &EncoderConfig, tokens: &PackedTokens, x: &mut [f32]) {
+/// `x[t] = word[id] + position[positions[t]] + token_type[type id]`.
+fn embed(
+    e: &Embeddings,
+    c: &EncoderConfig,
+    tokens: &PackedTokens,
+    positions: &[u32],
+    x: &mut [f32],
+) {
     let h = c.hidden;
-    for seq in 0..tokens.sequences() {
-        let range = tokens.range(seq);
-        let start = range.start;
-        for t in range {
-            let word = &e.word[tokens.ids[t] as usize * h..][..h];
-            let position = &e.position[(t - start) * h..][..h];
-            let kind = &e.token_type[tokens.type_ids[t] as usize * h..][..h];
-            let out = &mut x[t * h..(t + 1) * h];
-            for (((o, w), p), k) in out.iter_mut().zip(word).zip(position).zip(kind) {
-                *o = w + p + k;
-            }
+    for (t, out) in x.chunks_exact_mut(h).take(tokens.tokens()).enumerate() {
+        let word = &e.word[tokens.ids[t] as usize * h..][..h];
+        let position = &e.position[positions[t] as usize * h..][..h];
+        let kind = &e.token_type[tokens.type_ids[t] as usize * h..][..h];
+        for (((o, w), p), k) in out.iter_mut().zip(word).zip(position).zip(kind) {
+            *o = w + p + k;
         }
     }
 }

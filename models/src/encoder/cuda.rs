@@ -9,7 +9,7 @@ use std::sync::Arc;
 use kernels::KernelError;
 use kernels::cuda::CudaDevice;
 use kernels::cuda::encoder::{
-    DeviceBatch, DeviceNorm, DeviceVec, EncoderOps, Epilogue, MAX_HEAD_DIM, Residual,
+    BatchIds, DeviceBatch, DeviceNorm, DeviceVec, EncoderOps, Epilogue, MAX_HEAD_DIM, Residual,
 };
 use kernels::cuda::linear::Linear;
 
@@ -47,6 +47,8 @@ struct Scratch {
     sum: DeviceVec,
     intermediate: DeviceVec,
     pooled: DeviceVec,
+    /// Each token's row of the position table, on the host.
+    positions: Vec<u32>,
 }
 
 impl CudaEncoder {
@@ -109,7 +111,14 @@ impl CudaEncoder {
         let c = &self.config;
         let (t, h) = (tokens.tokens(), c.hidden);
         let (ops, s) = (&mut self.ops, &mut self.scratch);
-        ops.upload_batch(&tokens.ids, &tokens.type_ids, &tokens.offsets, &mut s.batch)?;
+        c.batch_position_ids(tokens, &mut s.positions);
+        let packed = BatchIds {
+            ids: &tokens.ids,
+            type_ids: &tokens.type_ids,
+            positions: &s.positions,
+            offsets: &tokens.offsets,
+        };
+        ops.upload_batch(packed, &mut s.batch)?;
         ops.reserve(&mut s.x, t * h)?;
         ops.reserve(&mut s.qkv, t * 3 * h)?;
         ops.reserve(&mut s.ctx, t * h)?;

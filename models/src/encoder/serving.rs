@@ -46,6 +46,7 @@ impl Encoder {
         TextInput {
             max_seq_len: c.max_seq_len,
             vocab_size: c.vocab_size,
+            type_vocab_size: c.type_vocab_size,
             normalize_by_default: c.normalize,
             pooling: c.pooling,
             precision: self.precision(),

@@ -1,8 +1,8 @@
-//! A tiny random BERT in a sentence-transformers folder, for tests that must run without
-//! a download: the files a real snapshot has (config, weights, a WordPiece tokenizer over
-//! a small English vocabulary, modules, pooling and sentence configs), with weights drawn
-//! from a seeded generator. It runs the same code as a real model; only its outputs mean
-//! nothing.
+//! A tiny random BERT or XLM-RoBERTa in a sentence-transformers folder, for tests that must
+//! run without a download: the files a real snapshot has (config, weights, a tokenizer over
+//! a small English vocabulary — WordPiece for BERT, SentencePiece's Unigram for XLM-RoBERTa
+//! — modules, pooling and sentence configs), with weights drawn from a seeded generator. It
+//! runs the same code as a real model; only its outputs mean nothing.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -12,12 +12,15 @@ use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 use serde_json::json;
 
-use super::config::Pooling;
+use super::config::{Family, Pooling};
 use crate::rng::SplitMix64;
 
 /// What the synthetic folder holds.
 #[derive(Clone, Debug)]
 pub struct SyntheticSpec {
+    /// BERT, or XLM-RoBERTa (positions after the padding id, one token type, `<s>` and
+    /// `</s>` around each text).
+    pub family: Family,
     pub layers: usize,
     pub hidden: usize,
     pub heads: usize,
@@ -27,8 +30,8 @@ pub struct SyntheticSpec {
     pub max_seq_length: usize,
     /// Matrices stored in this precision; embeddings, biases and norms always f32.
     pub dtype: DType,
-    /// Tensor names start with `bert.`.
-    pub bert_prefix: bool,
+    /// Tensor names start with the family's prefix (`bert.` or `roberta.`).
+    pub prefixed: bool,
     pub pooling: Pooling,
     /// `modules.json` lists a `Normalize` module.
     pub normalize: bool,
@@ -42,6 +45,7 @@ pub struct SyntheticSpec {
 impl Default for SyntheticSpec {
     fn default() -> Self {
         SyntheticSpec {
+            family: Family::Bert,
             layers: 2,
             hidden: 32,
             heads: 4,
@@ -49,7 +53,7 @@ impl Default for SyntheticSpec {
             max_position_embeddings: 64,
             max_seq_length: 48,
             dtype: DType::F32,
-            bert_prefix: false,
+            prefixed: false,
             pooling: Pooling::Mean,
             normalize: true,
             labels: 0,
@@ -80,16 +84,49 @@ fn vocabulary() -> Vec<&'static str> {
         .collect()
 }
 
+/// XLM-RoBERTa's special tokens, in its order of ids; `<mask>` comes last.
+const SENTENCEPIECE_SPECIALS: [&str; 4] = ["<s>", "<pad>", "</s>", "<unk>"];
+
+/// A SentencePiece vocabulary with scores, in id order: the specials, each word with the
+/// `▁` that marks a word's start (likelier than its letters), then every letter and digit
+/// alone and after `▁`, so that any word of them has a tokenization.
+fn sentencepiece_vocabulary() -> Vec<(String, f64)> {
+    let mut seen = std::collections::HashSet::new();
+    let specials = SENTENCEPIECE_SPECIALS.iter().map(|t| (t.to_string(), 0.0));
+    let words = WORDS
+        .split_whitespace()
+        .map(|w| (format!("\u{2581}{w}"), -2.0 - w.len() as f64 / 10.0));
+    let letters = ('a'..='z')
+        .chain('0'..='9')
+        .flat_map(|c| [(c.to_string(), -6.0), (format!("\u{2581}{c}"), -7.0)]);
+    specials
+        .chain(words)
+        .chain([("\u{2581}".to_string(), -4.0)])
+        .chain(letters)
+        .chain([("<mask>".to_string(), 0.0)])
+        .filter(|(t, _)| seen.insert(t.clone()))
+        .collect()
+}
+
 /// Writes the folder (created if needed).
 pub fn write_synthetic(dir: &Path, spec: &SyntheticSpec) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let vocab = vocabulary();
     let write_json = |file: &str, value: serde_json::Value| {
         std::fs::write(dir.join(file), serde_json::to_vec_pretty(&value)?)
     };
-    write_json("config.json", config_json(spec, vocab.len()))?;
-    write_json("tokenizer.json", tokenizer_json(&vocab))?;
-    std::fs::write(dir.join("model.safetensors"), weights(spec, vocab.len()))?;
+    let (tokenizer, vocab) = match spec.family {
+        Family::Bert => {
+            let vocab = vocabulary();
+            (tokenizer_json(&vocab), vocab.len())
+        }
+        Family::Roberta => {
+            let vocab = sentencepiece_vocabulary();
+            (unigram_tokenizer_json(&vocab), vocab.len())
+        }
+    };
+    write_json("config.json", config_json(spec, vocab))?;
+    write_json("tokenizer.json", tokenizer)?;
+    std::fs::write(dir.join("model.safetensors"), weights(spec, vocab))?;
     if spec.labels > 0 {
         return Ok(());
     }
@@ -138,12 +175,22 @@ fn config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
         "type_vocab_size": 2,
         "vocab_size": vocab,
     });
+    if spec.family == Family::Roberta {
+        config["architectures"] = json!(["XLMRobertaModel"]);
+        config["model_type"] = json!("xlm-roberta");
+        config["layer_norm_eps"] = json!(1e-5);
+        config["pad_token_id"] = json!(1);
+        config["type_vocab_size"] = json!(1);
+    }
     if spec.labels > 0 {
         let names = label_names(spec.labels);
         let id2label: serde_json::Map<_, _> = (0..spec.labels)
             .map(|i| (i.to_string(), json!(names[i])))
             .collect();
-        config["architectures"] = json!(["BertForSequenceClassification"]);
+        config["architectures"] = json!([match spec.family {
+            Family::Bert => "BertForSequenceClassification",
+            Family::Roberta => "XLMRobertaForSequenceClassification",
+        }]);
         config["id2label"] = json!(id2label);
     }
     config
@@ -197,7 +244,55 @@ fn tokenizer_json(vocab: &[&str]) -> serde_json::Value {
     })
 }
 
-/// The weights in safetensors, named as `BertModel` names them.
+/// An XLM-RoBERTa tokenizer as transformers converts one from SentencePiece (NFKC standing
+/// in for the model's own character map), over `vocab`: `<s> a </s>`, and `<s> a </s>
+/// </s> b </s>` for a pair, all of token type 0.
+fn unigram_tokenizer_json(vocab: &[(String, f64)]) -> serde_json::Value {
+    let id = |t: &str| {
+        vocab
+            .iter()
+            .position(|(v, _)| v == t)
+            .expect("a special token")
+    };
+    let added: Vec<_> = SENTENCEPIECE_SPECIALS
+        .iter()
+        .chain(&["<mask>"])
+        .map(|t| {
+            json!({"id": id(t), "content": t, "single_word": false, "lstrip": false,
+                   "rstrip": false, "normalized": false, "special": true})
+        })
+        .collect();
+    let special = |t: &str| json!({"SpecialToken": {"id": t, "type_id": 0}});
+    let sequence = |s: &str| json!({"Sequence": {"id": s, "type_id": 0}});
+    let metaspace = json!({"type": "Metaspace", "replacement": "\u{2581}",
+                           "prepend_scheme": "always", "split": true});
+    json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "NFKC"},
+            {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "},
+        ]},
+        "pre_tokenizer": metaspace,
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [special("<s>"), sequence("A"), special("</s>")],
+            "pair": [special("<s>"), sequence("A"), special("</s>"), special("</s>"),
+                     sequence("B"), special("</s>")],
+            "special_tokens": {
+                "<s>": {"id": "<s>", "ids": [id("<s>")], "tokens": ["<s>"]},
+                "</s>": {"id": "</s>", "ids": [id("</s>")], "tokens": ["</s>"]},
+            },
+        },
+        "decoder": metaspace,
+        "model": {"type": "Unigram", "unk_id": id("<unk>"), "byte_fallback": false,
+                  "vocab": vocab},
+    })
+}
+
+/// The weights in safetensors, named as `BertModel` (or `XLMRobertaModel`) names them.
 fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
     let mut rng = SplitMix64::new(spec.seed);
     let (h, i) = (spec.hidden, spec.intermediate);
@@ -222,9 +317,13 @@ fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
         0.0,
         false,
     );
+    let types = match spec.family {
+        Family::Bert => 2,
+        Family::Roberta => 1,
+    };
     add(
         "embeddings.token_type_embeddings.weight".into(),
-        vec![2, h],
+        vec![types, h],
         0.3,
         0.0,
         false,
@@ -264,17 +363,27 @@ fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
         }
     }
     if spec.labels > 0 {
+        let (pooler, classifier) = match spec.family {
+            Family::Bert => ("pooler.dense", "classifier"),
+            Family::Roberta => ("classifier.dense", "classifier.out_proj"),
+        };
         let scale = 1.0 / (h as f32).sqrt();
-        add("pooler.dense.weight".into(), vec![h, h], scale, 0.0, true);
-        add("pooler.dense.bias".into(), vec![h], 0.1, 0.0, false);
+        add(format!("{pooler}.weight"), vec![h, h], scale, 0.0, true);
+        add(format!("{pooler}.bias"), vec![h], 0.1, 0.0, false);
         add(
-            "classifier.weight".into(),
+            format!("{classifier}.weight"),
             vec![spec.labels, h],
             1.0,
             0.0,
             true,
         );
-        add("classifier.bias".into(), vec![spec.labels], 0.1, 0.0, false);
+        add(
+            format!("{classifier}.bias"),
+            vec![spec.labels],
+            0.1,
+            0.0,
+            false,
+        );
     }
     serialize(spec, tensors)
 }
@@ -283,9 +392,9 @@ fn serialize(spec: &SyntheticSpec, tensors: Vec<(String, Vec<usize>, Vec<f32>, b
     let encoded: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = tensors
         .into_iter()
         .map(|(name, shape, values, matrix)| {
-            // A task model's head sits beside `bert.`, not in it.
-            let name = if spec.bert_prefix && !name.starts_with("classifier.") {
-                format!("bert.{name}")
+            // A task model's head sits beside `bert.` (or `roberta.`), not in it.
+            let name = if spec.prefixed && !name.starts_with("classifier") {
+                format!("{}{name}", spec.family.prefix())
             } else {
                 name
             };

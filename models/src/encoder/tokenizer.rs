@@ -94,8 +94,8 @@ pub struct TextTokenizer {
     suffix: Vec<u32>,
 }
 
-/// The fewest tokens a limit may allow: a pair's three special tokens and one of each text.
-const MIN_SEQ_LEN: usize = 5;
+/// The fewest tokens a limit may allow beside a pair's special tokens: one of each text.
+const MIN_PAIR_ROOM: usize = 2;
 
 /// How far an over-long text is counted for its refusal: past this, the message says "more
 /// than". Tokenizing costs microseconds a token, so a 16 MiB text counted in full would
@@ -111,11 +111,6 @@ impl TextTokenizer {
             path: path.clone(),
             reason,
         };
-        if max_seq_len < MIN_SEQ_LEN {
-            return Err(invalid(format!(
-                "a limit of {max_seq_len} tokens leaves no room for text (at least {MIN_SEQ_LEN})"
-            )));
-        }
         let mut whole = Tokenizer::from_file(&path).map_err(|e| invalid(e.to_string()))?;
         whole.with_padding(None);
         whole
@@ -131,11 +126,13 @@ impl TextTokenizer {
             }))
             .map_err(|e| invalid(e.to_string()))?;
         let (prefix, suffix) = special_ends(&whole).map_err(|e| invalid(e.to_string()))?;
-        if prefix.len() + suffix.len() >= max_seq_len {
+        let pair_specials = whole
+            .get_post_processor()
+            .map_or(0, |p| p.added_tokens(true));
+        if pair_specials + MIN_PAIR_ROOM > max_seq_len {
             return Err(invalid(format!(
-                "a limit of {max_seq_len} tokens leaves no room for text beside the {} special \
-                 tokens the tokenizer adds",
-                prefix.len() + suffix.len()
+                "a limit of {max_seq_len} tokens leaves no room for a pair of texts beside the \
+                 {pair_specials} special tokens the tokenizer adds to a pair"
             )));
         }
         let tokenizer = TextTokenizer {
@@ -170,6 +167,15 @@ impl TextTokenizer {
             .values()
             .max()
             .map_or(0, |&id| id as usize + 1)
+    }
+
+    /// One past the largest token type id a pair is given: 2 for BERT's tokenizer (the
+    /// second text's 1), 1 for RoBERTa's (all 0).
+    pub fn pair_type_ids_below(&self) -> usize {
+        self.encode_pair("a", "b", true)
+            .ok()
+            .and_then(|e| e.type_ids.iter().max().copied())
+            .map_or(0, |t| t as usize + 1)
     }
 
     /// One text, with the model's special tokens. With `truncate` off, an input longer
@@ -395,8 +401,11 @@ fn special_ends(tokenizer: &Tokenizer) -> tokenizers::Result<(Vec<u32>, Vec<u32>
     })
 }
 
-/// Where the first piece of `text` ends: just after the last whitespace within `target`
-/// bytes. A run of `target` bytes with no whitespace at all (base64, say) is cut where it
+/// Where the first piece of `text` ends: before the last run of whitespace that starts
+/// within `target` bytes, so that the next piece begins with all of it. Each tokenizer
+/// family then splits the pieces as it splits the whole: BERT's drops the whitespace,
+/// while SentencePiece's (`▁word`) and byte-level BPE's (`Ġword`) join a space to the word
+/// after it. A run of `target` bytes with no whitespace at all (base64, say) is cut where it
 /// reaches `target`: only there may the pieces' tokens differ from the whole text's, and a
 /// BERT vocabulary makes any word past 100 characters `[UNK]` either way.
 fn piece_end(text: &str, target: usize) -> usize {
@@ -407,11 +416,19 @@ fn piece_end(text: &str, target: usize) -> usize {
     while !text.is_char_boundary(cut) {
         cut -= 1;
     }
-    text[..cut]
-        .char_indices()
-        .rev()
-        .find(|(_, c)| c.is_whitespace())
-        .map_or(cut, |(i, c)| i + c.len_utf8())
+    let head = &text[..cut];
+    let run_start = |end: usize| {
+        head[..end]
+            .char_indices()
+            .rev()
+            .take_while(|(_, c)| c.is_whitespace())
+            .last()
+            .map_or(end, |(i, _)| i)
+    };
+    match head.char_indices().rev().find(|(_, c)| c.is_whitespace()) {
+        Some((i, c)) if run_start(i + c.len_utf8()) > 0 => run_start(i + c.len_utf8()),
+        _ => cut,
+    }
 }
 
 impl fmt::Debug for TextTokenizer {

@@ -1,12 +1,16 @@
-//! The weights of a BERT encoder from `model.safetensors`, validated against its config.
+//! The weights of a BERT or RoBERTa encoder from `model.safetensors`, validated against its
+//! config.
 //!
-//! Names may carry the `bert.` prefix (a checkpoint saved from a task model) or not (a bare
-//! `BertModel`); LayerNorm parameters may be spelled `gamma`/`beta` as in old checkpoints.
-//! Every tensor the config implies must be present with exactly its shape; anything else
-//! is refused by name, except the position ids buffer, and the pooler of an encoder of
-//! embeddings (which does not use it). A sequence classifier's head (`pooler.dense`, then
-//! `classifier`) is read whole and widened to f32: it runs on the host. Matrices keep their stored precision (f32, f16 or bf16) for the device to
-//! lay out; embeddings, biases and norms are widened to f32.
+//! Names may carry the family's prefix, `bert.` or `roberta.` (a checkpoint saved from a
+//! task model), or not (a bare `BertModel`); LayerNorm parameters may be spelled
+//! `gamma`/`beta` as in old checkpoints. Every tensor the config implies must be present
+//! with exactly its shape; anything else is refused by name, except the position ids
+//! buffer, and a pooler the model does not use (an encoder of embeddings', or any
+//! RoBERTa's). A sequence classifier's head (BERT's `pooler.dense` then `classifier`,
+//! RoBERTa's `classifier.dense` then `classifier.out_proj`: the same two layers) is read
+//! whole and widened to f32: it runs on the host. Matrices keep their stored precision
+//! (f32, f16 or bf16) for the device to lay out; embeddings, biases and norms are widened
+//! to f32.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -15,7 +19,7 @@ use kernels::DType;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 
-use super::config::EncoderConfig;
+use super::config::{EncoderConfig, Family};
 use crate::{LoadError, WeightData};
 
 /// A matrix `[outputs, inputs]` (PyTorch's `nn.Linear` layout) and its biases.
@@ -56,6 +60,7 @@ pub struct Embeddings {
 }
 
 /// A sequence classifier's head: `tanh(pooler · cls + b)`, then `classifier` to logits.
+/// RoBERTa's `classifier.dense` and `classifier.out_proj` are these two layers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClassifierWeights {
     pub pooler: Dense,
@@ -81,7 +86,7 @@ impl EncoderWeights {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
-        let mut found = Found::index(path, &tensors, config.is_classifier())?;
+        let mut found = Found::index(path, &tensors, config)?;
         let embeddings = found.embeddings(config)?;
         let layers = (0..config.layers)
             .map(|i| found.layer(i, config))
@@ -109,18 +114,19 @@ impl<'a> Found<'a> {
     fn index(
         path: &Path,
         file: &'a SafeTensors<'a>,
-        classifier: bool,
+        config: &EncoderConfig,
     ) -> Result<Found<'a>, LoadError> {
+        let prefix = config.family.prefix();
         let mut tensors = HashMap::new();
         for (name, view) in file.iter() {
-            let canonical = canonical_name(name);
-            if is_ignored(&canonical, classifier) {
+            let canonical = canonical_name(name, prefix);
+            if is_ignored(&canonical, config) {
                 continue;
             }
             if tensors.insert(canonical.clone(), view).is_some() {
                 return Err(LoadError::Format {
                     path: path.to_path_buf(),
-                    reason: format!("tensor {canonical} appears twice (with and without bert.)"),
+                    reason: format!("tensor {canonical} appears twice (with and without {prefix})"),
                 });
             }
         }
@@ -216,9 +222,13 @@ impl<'a> Found<'a> {
             d.weight = WeightData::F32(d.weight.to_f32());
             d
         };
+        let (pooler, classifier) = match c.family {
+            Family::Bert => ("pooler.dense", "classifier"),
+            Family::Roberta => ("classifier.dense", "classifier.out_proj"),
+        };
         Ok(ClassifierWeights {
-            pooler: widened(self.dense("pooler.dense", h, h)?),
-            classifier: widened(self.dense("classifier", h, c.labels.len())?),
+            pooler: widened(self.dense(pooler, h, h)?),
+            classifier: widened(self.dense(classifier, h, c.labels.len())?),
         })
     }
 
@@ -234,9 +244,10 @@ impl<'a> Found<'a> {
     }
 }
 
-/// The name without `bert.`, with old LayerNorm spellings (`gamma`, `beta`) modernised.
-fn canonical_name(name: &str) -> String {
-    let name = name.strip_prefix("bert.").unwrap_or(name);
+/// The name without the family's `prefix`, with old LayerNorm spellings (`gamma`, `beta`)
+/// modernised.
+fn canonical_name(name: &str, prefix: &str) -> String {
+    let name = name.strip_prefix(prefix).unwrap_or(name);
     if name.contains("LayerNorm.") {
         if let Some(base) = name.strip_suffix(".gamma") {
             return format!("{base}.weight");
@@ -249,9 +260,10 @@ fn canonical_name(name: &str) -> String {
 }
 
 /// Tensors a checkpoint may hold that the model does not use: the position ids buffer, and
-/// the pooler unless a classifier's head reads it.
-fn is_ignored(canonical: &str, classifier: bool) -> bool {
-    canonical == "embeddings.position_ids" || (!classifier && canonical.starts_with("pooler."))
+/// the pooler unless a BERT classifier's head reads it.
+fn is_ignored(canonical: &str, c: &EncoderConfig) -> bool {
+    let pooler_read = c.is_classifier() && c.family == Family::Bert;
+    canonical == "embeddings.position_ids" || (!pooler_read && canonical.starts_with("pooler."))
 }
 
 /// Matrices with the same input width, one above the other, in their common precision
