@@ -105,17 +105,24 @@ fn read_proc(pid: u32, s: &mut Sample) {
         s.threads = field("Threads:");
     }
     if let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
-        let (mut fds, mut sockets) = (0.0, 0.0);
-        for entry in entries.flatten() {
-            fds += 1.0;
-            let target = std::fs::read_link(entry.path()).unwrap_or_default();
-            if target.to_string_lossy().starts_with("socket:") {
-                sockets += 1.0;
-            }
-        }
+        let targets = entries.flatten().map(|e| std::fs::read_link(e.path()).ok());
+        let (fds, sockets) = count_descriptors(targets);
         s.fds = Some(fds);
         s.socket_fds = Some(sockets);
     }
+}
+
+/// Descriptors and sockets among the targets of a `/proc/PID/fd` listing. A descriptor
+/// whose link could not be read closed between the listing and the read (a connection
+/// ending, as the load's all do at a segment's end): it is counted in neither, where
+/// counted as a descriptor it would read as a file the server holds.
+fn count_descriptors(targets: impl Iterator<Item = Option<std::path::PathBuf>>) -> (f64, f64) {
+    targets
+        .flatten()
+        .fold((0.0, 0.0), |(fds, sockets), target| {
+            let socket = target.to_string_lossy().starts_with("socket:");
+            (fds + 1.0, sockets + if socket { 1.0 } else { 0.0 })
+        })
 }
 
 /// How far a figure may rise above its reference: `reference × (1 + relative) + absolute`.
@@ -261,6 +268,20 @@ mod tests {
     fn no_samples_no_verdict() {
         assert!(judge("x", &points(&[1.0, 2.0]), 10.0, TOL).is_none());
         assert!(judge("x", &[], 10.0, TOL).is_none());
+    }
+
+    #[test]
+    fn descriptors_closed_during_the_scan_are_counted_in_neither() {
+        let t = |s: &str| Some(std::path::PathBuf::from(s));
+        let targets = [
+            t("socket:[12]"),
+            None,
+            t("/dev/null"),
+            None,
+            t("socket:[13]"),
+            t("pipe:[7]"),
+        ];
+        assert_eq!(count_descriptors(targets.into_iter()), (4.0, 2.0));
     }
 
     #[test]
