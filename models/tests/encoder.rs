@@ -1,6 +1,6 @@
 //! The text encoder's forward pass against a float64 reference written from the
 //! architecture in numpy (tests/python/bert_reference.py, run with $TANDEM_PYTHON), on a
-//! tiny random BERT and XLM-RoBERTa written here (no download) and on all-MiniLM-L6-v2 (fetched by
+//! tiny random BERT, DistilBERT, MPNet and XLM-RoBERTa written here (no download) and on all-MiniLM-L6-v2 (fetched by
 //! scripts/fetch-models.sh; $TANDEM_MINILM_DIR or the cache). The same bodies run on the
 //! CPU and, where a device exists, on CUDA. A test whose model or Python is absent says
 //! `SKIPPED <test>: <reason>`, unless TANDEM_REQUIRE_TOOLS is set, when it fails.
@@ -365,6 +365,69 @@ on_every_device!(synthetic_xlm_roberta_prefixed_cls_bf16, |device, test| {
         },
     )
 });
+on_every_device!(synthetic_distilbert_mean, |device, test| check_synthetic(
+    device,
+    test,
+    SyntheticSpec {
+        family: Family::DistilBert,
+        ..SyntheticSpec::default()
+    }
+));
+on_every_device!(synthetic_distilbert_prefixed_cls_f16, |device, test| {
+    check_synthetic(
+        device,
+        test,
+        SyntheticSpec {
+            family: Family::DistilBert,
+            prefixed: true,
+            pooling: Pooling::Cls,
+            dtype: DType::F16,
+            seed: 10,
+            ..SyntheticSpec::default()
+        },
+    )
+});
+/// MPNet's bias by relative position runs on the CPU only.
+#[test]
+fn synthetic_mpnet_mean_cpu() {
+    let spec = SyntheticSpec {
+        family: Family::Mpnet,
+        ..SyntheticSpec::default()
+    };
+    check_synthetic(&Device::Cpu, "synthetic_mpnet_mean_cpu", spec);
+}
+
+#[test]
+fn synthetic_mpnet_prefixed_cls_bf16_cpu() {
+    let spec = SyntheticSpec {
+        family: Family::Mpnet,
+        prefixed: true,
+        pooling: Pooling::Cls,
+        dtype: DType::BF16,
+        seed: 12,
+        ..SyntheticSpec::default()
+    };
+    check_synthetic(&Device::Cpu, "synthetic_mpnet_prefixed_cls_bf16_cpu", spec);
+}
+
+/// On a GPU an MPNet folder is refused at load with the reason, not served wrong.
+#[test]
+fn synthetic_mpnet_is_refused_on_cuda() {
+    let test = "synthetic_mpnet_is_refused_on_cuda";
+    let Some(d) = kernels::cuda::device_for_test(test) else {
+        return;
+    };
+    let spec = SyntheticSpec {
+        family: Family::Mpnet,
+        ..SyntheticSpec::default()
+    };
+    let dir = synthetic("mpnet-cuda", &spec);
+    let err = Encoder::load(&dir.0, &Device::Cuda(d))
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("--device cpu"), "{err}");
+}
+
 on_every_device!(synthetic_packing, |device, _test| check_synthetic_packing(
     device
 ));

@@ -1,5 +1,6 @@
 //! Sequence classifiers' logits (the encoder, then `BertForSequenceClassification`'s pooler
-//! and classifier, or `XLMRobertaForSequenceClassification`'s head) against the float64 reference written from the architecture in numpy
+//! and classifier, or `XLMRobertaForSequenceClassification`'s and
+//! `DistilBertForSequenceClassification`'s heads) against the float64 reference written from the architecture in numpy
 //! (tests/python/bert_reference.py `classify`, run with $TANDEM_PYTHON), on synthetic
 //! classifiers over single texts and pairs packed in one batch. The same bodies run on the
 //! CPU and, where a device exists, on CUDA.
@@ -112,6 +113,21 @@ on_every_device!(synthetic_classifier_bf16, |device, test| {
 on_every_device!(synthetic_xlm_roberta_reranker, |device, test| {
     check_synthetic_classifier(device, test, Family::Roberta, 1, DType::F32)
 });
+on_every_device!(synthetic_distilbert_classifier, |device, test| {
+    check_synthetic_classifier(device, test, Family::DistilBert, 3, DType::F32)
+});
 on_every_device!(synthetic_xlm_roberta_classifier_f16, |device, test| {
     check_synthetic_classifier(device, test, Family::Roberta, 3, DType::F16)
 });
+
+/// MPNet's classifier head is RoBERTa's; its relative attention runs on the CPU only.
+#[test]
+fn synthetic_mpnet_reranker_cpu() {
+    check_synthetic_classifier(
+        &Device::Cpu,
+        "synthetic_mpnet_reranker_cpu",
+        Family::Mpnet,
+        1,
+        DType::F32,
+    );
+}

@@ -242,9 +242,9 @@ fn other_architectures_activations_and_positions_are_refused_by_name() {
     let cases: [(&str, serde_json::Value, &[&str]); 5] = [
         (
             "model_type",
-            "distilbert".into(),
+            "deberta-v2".into(),
             &[
-                "model_type \"distilbert\"",
+                "model_type \"deberta-v2\"",
                 "config.json",
                 "\"xlm-roberta\"",
             ],
@@ -532,4 +532,61 @@ fn a_roberta_config_that_mixes_families_or_leaves_no_positions_is_refused() {
         }
     });
     assert_contains(&f.load_error(), &["classifier.dense.weight"]);
+}
+
+/// DistilBERT's config.json names its sizes its own way (`dim`, `n_layers`, `n_heads`,
+/// `hidden_dim`, `activation`) and has no `layer_norm_eps`; its layers are named its way,
+/// under `distilbert.` in a task model; it has no token types.
+#[test]
+fn a_distilbert_folder_loads_under_its_own_names() {
+    let distilbert = SyntheticSpec {
+        family: Family::DistilBert,
+        prefixed: true,
+        ..spec()
+    };
+    let f = Folder::new("distilbert", &distilbert);
+    let e = Encoder::load(&f.0, &Device::Cpu).unwrap();
+    let c = e.config();
+    assert_eq!(c.family, Family::DistilBert);
+    assert_eq!(
+        (c.hidden, c.layers, c.heads, c.intermediate),
+        (32, 2, 4, 64)
+    );
+    assert_eq!((c.layer_norm_eps, c.type_vocab_size), (1e-12, 2));
+    // A BERT layer name in a DistilBERT file is not DistilBERT's: refused by name.
+    f.edit_tensors(|ts| {
+        let t = ts
+            .iter_mut()
+            .find(|t| t.name.ends_with("0.ffn.lin1.weight"))
+            .unwrap();
+        t.name = "distilbert.transformer.layer.0.intermediate.dense.weight".into();
+    });
+    assert_contains(&f.load_error(), &["transformer.layer.0.ffn.lin1.weight"]);
+    let f = Folder::new("distilbert-relu", &distilbert);
+    f.edit_json("config.json", |c| c["activation"] = "relu".into());
+    assert_contains(&f.load_error(), &["hidden_act \"relu\""]);
+}
+
+/// MPNet: its layers' names, its relative attention bias (a row per bucket, a column per
+/// head), 32 buckets only.
+#[test]
+fn an_mpnet_folder_loads_with_its_relative_attention_bias() {
+    let mpnet = SyntheticSpec {
+        family: Family::Mpnet,
+        ..spec()
+    };
+    let f = Folder::new("mpnet", &mpnet);
+    let e = Encoder::load(&f.0, &Device::Cpu).unwrap();
+    assert_eq!(e.config().family, Family::Mpnet);
+    assert_eq!(e.config().first_position(), 1);
+    f.edit_tensors(|ts| ts.retain(|t| !t.name.contains("relative_attention_bias")));
+    assert_contains(
+        &f.load_error(),
+        &["encoder.relative_attention_bias.weight", "[32, 4]"],
+    );
+    let f = Folder::new("mpnet-buckets", &mpnet);
+    f.edit_json("config.json", |c| {
+        c["relative_attention_num_buckets"] = 64.into()
+    });
+    assert_contains(&f.load_error(), &["relative_attention_num_buckets 64"]);
 }

@@ -1,5 +1,5 @@
-"""A float64 reference of a BERT-family sentence encoder (BERT, RoBERTa, XLM-RoBERTa),
-written from the architecture.
+"""A float64 reference of a BERT-family sentence encoder (BERT, DistilBERT, MPNet, RoBERTa,
+XLM-RoBERTa), written from the architecture.
 
 Not from sentence-transformers or torch: the weights are read with `safetensors.numpy` and
 every step (embeddings, attention, feed-forward, layer norms, pooling) is spelled out in
@@ -14,7 +14,8 @@ Commands (JSON on stdin, JSON on stdout):
                 or (XLM)RobertaForSequenceClassification
                 stdout {"logits": [[...], ...]}  (one per label: the first token's state
                 through a dense layer and tanh, then the output layer: BERT's pooler and
-                classifier, RoBERTa's classifier.dense and classifier.out_proj)
+                classifier, RoBERTa's classifier.dense and classifier.out_proj; DistilBERT's
+                pre_classifier with a ReLU, then classifier)
   convert SRC DST DTYPE
                 copies the model folder SRC to DST with every floating-point tensor of
                 model.safetensors stored as DTYPE (F16 or BF16, rounded to nearest even);
@@ -33,27 +34,66 @@ from safetensors.numpy import load_file
 
 SKIPPED = ("embeddings.position_ids",)
 ROBERTA = ("roberta", "xlm-roberta")
+# Positions after the padding id, and RoBERTa's classifier head.
+AFTER_PADDING = ROBERTA + ("mpnet",)
+# MPNet's layers are BERT's under other names, plus a bias by relative position.
+MPNET_NAMES = (
+    (".attention.attn.q.", ".attention.self.query."),
+    (".attention.attn.k.", ".attention.self.key."),
+    (".attention.attn.v.", ".attention.self.value."),
+    (".attention.attn.o.", ".attention.output.dense."),
+    (".attention.LayerNorm.", ".attention.output.LayerNorm."),
+)
+# DistilBERT's layers are BERT's (post-norm, GELU) under other names.
+DISTILBERT_NAMES = (
+    ("transformer.layer.", "encoder.layer."),
+    (".attention.q_lin.", ".attention.self.query."),
+    (".attention.k_lin.", ".attention.self.key."),
+    (".attention.v_lin.", ".attention.self.value."),
+    (".attention.out_lin.", ".attention.output.dense."),
+    (".sa_layer_norm.", ".attention.output.LayerNorm."),
+    (".ffn.lin1.", ".intermediate.dense."),
+    (".ffn.lin2.", ".output.dense."),
+    (".output_layer_norm.", ".output.LayerNorm."),
+)
 
 
 def load_weights(folder, head=False):
-    """The tensors as float64, names without the `bert.` or `roberta.` prefix; the pooler
-    only with `head`."""
+    """The tensors as float64, names without the `bert.`, `distilbert.` or `roberta.`
+    prefix and DistilBERT's as BERT's, with DistilBERT's missing token type table as
+    zeros; the pooler only with `head`."""
     raw = load_file(str(Path(folder) / "model.safetensors"))
     weights = {}
     for name, value in raw.items():
-        for prefix in ("bert.", "roberta."):
+        for prefix in ("bert.", "distilbert.", "mpnet.", "roberta."):
             name = name[len(prefix) :] if name.startswith(prefix) else name
+        for theirs, ours in DISTILBERT_NAMES + MPNET_NAMES:
+            name = name.replace(theirs, ours)
         if name in SKIPPED or (not head and name.startswith("pooler.")):
             continue
         weights[name] = value.astype(np.float64)
+    types = "embeddings.token_type_embeddings.weight"
+    if types not in weights:
+        hidden = weights["embeddings.word_embeddings.weight"].shape[1]
+        weights[types] = np.zeros((2, hidden))
     return weights
+
+
+def read_config(folder):
+    """config.json, with DistilBERT's names and its fixed epsilon as BERT's."""
+    cfg = json.loads((Path(folder) / "config.json").read_text())
+    for theirs, ours in (("n_layers", "num_hidden_layers"), ("n_heads", "num_attention_heads")):
+        if theirs in cfg:
+            cfg[ours] = cfg[theirs]
+    cfg.setdefault("layer_norm_eps", 1e-12)
+    return cfg
 
 
 def position_ids(ids, cfg):
     """BERT counts positions from 0. RoBERTa counts from pad_token_id + 1 over the tokens
     that are not padding; a padding token takes pad_token_id (transformers'
     create_position_ids_from_input_ids)."""
-    if cfg.get("model_type") not in ROBERTA:
+    if cfg.get("model_type") not in AFTER_PADDING:
         return np.arange(len(ids))
     pad = cfg.get("pad_token_id", 1)
     mask = (ids != pad).astype(np.int64)
@@ -84,13 +124,35 @@ def softmax(s):
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def attention(x, w, p, heads):
+def relative_bucket(relative, buckets=32, max_distance=128):
+    """MPNet's bucket of key j's position relative to query i (j - i), as transformers'
+    relative_position_bucket computes it: half the buckets for keys after the query, each
+    half exact below 8 and logarithmic up to max_distance, in float32 as torch does."""
+    half = buckets // 2
+    exact = half // 2
+    n = np.abs(relative)
+    log = np.log(np.maximum(n, 1).astype(np.float32) / np.float32(exact))
+    large = exact + (log / np.float32(math.log(max_distance / exact)) * np.float32(half - exact))
+    large = np.minimum(large.astype(np.int64), half - 1)
+    return np.where(relative > 0, half, 0) + np.where(n < exact, n, large)
+
+
+def position_bias(w, n):
+    """[heads, n, n]: MPNet's bias of query i's score for key j, or zeros."""
+    table = w.get("encoder.relative_attention_bias.weight")
+    if table is None:
+        return 0.0
+    relative = np.arange(n)[None, :] - np.arange(n)[:, None]
+    return table[relative_bucket(relative)].transpose(2, 0, 1)
+
+
+def attention(x, w, p, heads, bias):
     n, hidden = x.shape
     d = hidden // heads
     q = linear(x, w, p + ".self.query").reshape(n, heads, d).transpose(1, 0, 2)
     k = linear(x, w, p + ".self.key").reshape(n, heads, d).transpose(1, 0, 2)
     v = linear(x, w, p + ".self.value").reshape(n, heads, d).transpose(1, 0, 2)
-    probs = softmax(q @ k.transpose(0, 2, 1) / math.sqrt(d))  # [heads, n, n]
+    probs = softmax(q @ k.transpose(0, 2, 1) / math.sqrt(d) + bias)  # [heads, n, n]
     context = (probs @ v).transpose(1, 0, 2).reshape(n, hidden)
     return linear(context, w, p + ".output.dense")
 
@@ -105,9 +167,10 @@ def encode(ids, type_ids, w, cfg):
     x = layer_norm(
         x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], eps
     )
+    bias = position_bias(w, len(ids))
     for i in range(cfg["num_hidden_layers"]):
         p = f"encoder.layer.{i}"
-        a = attention(x, w, p + ".attention", cfg["num_attention_heads"])
+        a = attention(x, w, p + ".attention", cfg["num_attention_heads"], bias)
         x = layer_norm(
             x + a,
             w[p + ".attention.output.LayerNorm.weight"],
@@ -126,7 +189,7 @@ def encode(ids, type_ids, w, cfg):
 
 def embed(folder):
     request = json.load(sys.stdin)
-    cfg = json.loads((Path(folder) / "config.json").read_text())
+    cfg = read_config(folder)
     w = load_weights(folder)
     out = []
     for seq in request["sequences"]:
@@ -138,14 +201,17 @@ def embed(folder):
 
 def classify(folder):
     request = json.load(sys.stdin)
-    cfg = json.loads((Path(folder) / "config.json").read_text())
+    cfg = read_config(folder)
     w = load_weights(folder, head=True)
     out = []
     for seq in request["sequences"]:
         states = encode(np.array(seq["ids"]), np.array(seq["type_ids"]), w, cfg)
-        if cfg.get("model_type") in ROBERTA:
+        if cfg.get("model_type") in AFTER_PADDING:
             pooled = np.tanh(linear(states[0], w, "classifier.dense"))
             out.append(linear(pooled, w, "classifier.out_proj").tolist())
+        elif cfg.get("model_type") == "distilbert":
+            pooled = np.maximum(linear(states[0], w, "pre_classifier"), 0.0)
+            out.append(linear(pooled, w, "classifier").tolist())
         else:
             pooled = np.tanh(linear(states[0], w, "pooler.dense"))
             out.append(linear(pooled, w, "classifier").tolist())

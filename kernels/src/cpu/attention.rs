@@ -1,5 +1,6 @@
 //! Multi-head self-attention over sequences packed end to end, each on its own length: no
-//! padding, no mask. `ctx = softmax(Q Kᵀ / √d) V` for every (sequence, head).
+//! padding, no mask. `ctx = softmax(Q Kᵀ / √d + B) V` for every (sequence, head), where `B`
+//! is an optional bias by relative position (MPNet's), else zero.
 //!
 //! The input is the output of the fused query/key/value product, `[tokens, 3 · hidden]`:
 //! queries in columns `0..hidden`, keys in `hidden..2·hidden`, values after them, head `h`
@@ -47,6 +48,33 @@ impl AttentionShape {
     }
 }
 
+/// Scores added before the softmax by relative position, as MPNet adds them: head `h`'s
+/// score of query `i` for key `j` of a sequence gains
+/// `table[h · (2·span − 1) + span − 1 + j − i]`. `span` is at least the longest sequence.
+#[derive(Clone, Copy, Debug)]
+pub struct RelativeBias<'a> {
+    pub table: &'a [f32],
+    pub span: usize,
+}
+
+impl RelativeBias<'_> {
+    /// The biases of query `i`'s scores for keys `0..len` of head `head`.
+    #[inline(always)]
+    fn row(&self, head: usize, i: usize, len: usize) -> &[f32] {
+        let start = head * (2 * self.span - 1) + self.span - 1 - i;
+        &self.table[start..start + len]
+    }
+}
+
+/// What [`biased_attention`] runs on: `qkv[tokens, 3·hidden]`, sequences at `offsets`.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionInput<'a> {
+    pub qkv: &'a [f32],
+    pub offsets: &'a [usize],
+    pub shape: AttentionShape,
+    pub bias: Option<RelativeBias<'a>>,
+}
+
 /// Buffers reused across calls: the head-major copy of the input; per piece, the
 /// transposed keys and a block of scores; and the pieces themselves. Grown to the largest
 /// batch seen, never shrunk.
@@ -79,6 +107,7 @@ struct Call<'a> {
     padded: usize,
     /// Whether the AVX2 kernels run (the CPU has them and d is a multiple of 8).
     simd: bool,
+    bias: Option<RelativeBias<'a>>,
 }
 
 impl Call<'_> {
@@ -109,22 +138,43 @@ pub fn attention(
     scratch: &mut AttentionScratch,
     threads: usize,
 ) -> Result<(), KernelError> {
-    let simd = has_avx2_fma() && shape.head_dim().is_multiple_of(8);
-    attention_with(qkv, offsets, shape, ctx, scratch, threads, simd)
+    let input = AttentionInput {
+        qkv,
+        offsets,
+        shape,
+        bias: None,
+    };
+    biased_attention(input, ctx, scratch, threads)
 }
 
-/// [`attention`], on the AVX2 kernels or not.
+/// [`attention`] with the scores biased by relative position where `input.bias` is set.
+pub fn biased_attention(
+    input: AttentionInput<'_>,
+    ctx: &mut [f32],
+    scratch: &mut AttentionScratch,
+    threads: usize,
+) -> Result<(), KernelError> {
+    let simd = has_avx2_fma() && input.shape.head_dim().is_multiple_of(8);
+    attention_with(input, ctx, scratch, threads, simd)
+}
+
+/// [`biased_attention`], on the AVX2 kernels or not.
 fn attention_with(
-    qkv: &[f32],
-    offsets: &[usize],
-    shape: AttentionShape,
+    input: AttentionInput<'_>,
     ctx: &mut [f32],
     scratch: &mut AttentionScratch,
     threads: usize,
     simd: bool,
 ) -> Result<(), KernelError> {
+    let AttentionInput {
+        qkv,
+        offsets,
+        shape,
+        bias,
+    } = input;
     check(qkv, offsets, shape, ctx)?;
     let longest = offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+    check_bias(bias, shape, longest)?;
     if longest == 0 {
         return Ok(());
     }
@@ -155,6 +205,7 @@ fn attention_with(
         scale: 1.0 / (d as f32).sqrt(),
         padded,
         simd,
+        bias,
     };
     let run = |range: Range<usize>, buffer: &mut AlignedVec| {
         if buffer.len() < piece_len(d, padded) {
@@ -272,6 +323,40 @@ fn check(
     Ok(())
 }
 
+fn check_bias(
+    bias: Option<RelativeBias<'_>>,
+    shape: AttentionShape,
+    longest: usize,
+) -> Result<(), KernelError> {
+    let Some(b) = bias else { return Ok(()) };
+    let needed = shape.heads * (2 * b.span).saturating_sub(1);
+    if b.span < longest.max(1) || b.table.len() < needed {
+        return Err(KernelError::Shape {
+            op: "cpu::attention",
+            detail: format!(
+                "a relative bias over {} positions ({} values) for {} heads and sequences of \
+                 up to {longest} tokens",
+                b.span,
+                b.table.len(),
+                shape.heads
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Adds the relative bias, if any, to the scores of the queries `rows` of a unit.
+fn add_bias(call: Call<'_>, unit: Unit, rows: Range<usize>, scores: &mut [f32]) {
+    let Some(bias) = call.bias else { return };
+    let p = call.padded;
+    for (r, i) in rows.enumerate() {
+        let row = &mut scores[r * p..r * p + unit.len];
+        for (s, b) in row.iter_mut().zip(bias.row(unit.head, i, unit.len)) {
+            *s += b;
+        }
+    }
+}
+
 /// Cuts the units (sequence-major, then head) into at most `pieces` contiguous ranges of
 /// about equal cost, into `out`.
 fn split(offsets: &[usize], heads: usize, pieces: usize, out: &mut Vec<Range<usize>>) {
@@ -356,6 +441,7 @@ unsafe fn query_block(call: Call<'_>, unit: Unit, rows: Range<usize>, block: &mu
         // rest is the caller's contract.
         unsafe {
             avx2::scores(call, unit, rows.clone(), block);
+            add_bias(call, unit, rows.clone(), block.scores);
             avx2::softmax_values(call, unit, rows, block);
         }
         return;
@@ -367,7 +453,7 @@ unsafe fn query_block(call: Call<'_>, unit: Unit, rows: Range<usize>, block: &mu
 mod portable {
     use std::ops::Range;
 
-    use super::{Block, Call, Unit, vmath};
+    use super::{Block, Call, Unit, add_bias, vmath};
 
     /// # Safety
     /// As [`super::run_unit`].
@@ -390,6 +476,7 @@ mod portable {
                     .sum();
                 *s = dot * call.scale;
             }
+            add_bias(call, unit, i..i + 1, row);
             let max = row.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
             let mut sum = 0.0;
             for s in row.iter_mut() {

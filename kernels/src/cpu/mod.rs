@@ -27,7 +27,9 @@ mod test_support;
 mod vmath;
 
 pub use aligned::{Aligned, AlignedVec, Element};
-pub use attention::{AttentionScratch, AttentionShape, attention};
+pub use attention::{
+    AttentionInput, AttentionScratch, AttentionShape, RelativeBias, attention, biased_attention,
+};
 pub use gelu::gelu_in_place;
 use gemm::Parallelism;
 pub use layer_norm::{NormParams, add_layer_norm};

@@ -1,5 +1,5 @@
 //! What a sentence-transformers folder says about its encoder: `config.json` (a BERT,
-//! RoBERTa or XLM-RoBERTa architecture), `sentence_bert_config.json` (the sequence limit), `modules.json` (which
+//! DistilBERT, MPNet, RoBERTa or XLM-RoBERTa architecture), `sentence_bert_config.json` (the sequence limit), `modules.json` (which
 //! modules follow the transformer) and the pooling module's `config.json`.
 //!
 //! Anything tandem would run differently from the folder's own library is refused here with
@@ -35,6 +35,16 @@ pub enum Family {
     /// `pad_token_id + 1`, skipping padding tokens; tensors may sit under `roberta.`; a
     /// classifier's head is `classifier.dense`, then `classifier.out_proj`.
     Roberta,
+    /// DistilBERT (`"distilbert"`): BERT's layers under other names (`transformer.layer.N`
+    /// with `q_lin`, `sa_layer_norm`, `ffn.lin1`, ...), no token types, tensors may sit
+    /// under `distilbert.`; a classifier's head is `pre_classifier` with a ReLU, then
+    /// `classifier`.
+    DistilBert,
+    /// MPNet (`"mpnet"`): RoBERTa's positions and no token types, layers named
+    /// `attention.attn.q` and so on under `mpnet.`, and a bias by relative position added to
+    /// every layer's attention scores (`encoder.relative_attention_bias`); a classifier's
+    /// head is RoBERTa's.
+    Mpnet,
 }
 
 impl Family {
@@ -43,8 +53,45 @@ impl Family {
         match self {
             Family::Bert => "bert.",
             Family::Roberta => "roberta.",
+            Family::DistilBert => "distilbert.",
+            Family::Mpnet => "mpnet.",
         }
     }
+
+    /// Whether the model adds a token type embedding (DistilBERT and MPNet have none).
+    pub fn has_token_types(self) -> bool {
+        matches!(self, Family::Bert | Family::Roberta)
+    }
+
+    /// Whether positions count after the padding id, skipping padding tokens.
+    fn positions_after_padding(self) -> bool {
+        matches!(self, Family::Roberta | Family::Mpnet)
+    }
+}
+
+/// The relative-position buckets MPNet's attention bias has: transformers computes them
+/// with 32 whatever the config says, so a config that says otherwise is refused.
+pub const RELATIVE_BUCKETS: usize = 32;
+/// Distances from which MPNet's buckets are all the same.
+const RELATIVE_MAX_DISTANCE: usize = 128;
+
+/// MPNet's (and T5's) bucket of the relative position `j - i` of key `j` to query `i`: half
+/// the buckets for keys after the query, half for those before, each exact for distances
+/// below 8 and logarithmic up to 128. In f32, as transformers computes it, so that the
+/// bucket of a distance is the same.
+pub fn relative_bucket(relative: i64) -> usize {
+    let half = RELATIVE_BUCKETS / 2;
+    let exact = half / 2;
+    let after = if relative > 0 { half } else { 0 };
+    let n = relative.unsigned_abs() as usize;
+    let within = if n < exact {
+        n
+    } else {
+        let ratio =
+            (n as f32 / exact as f32).ln() / ((RELATIVE_MAX_DISTANCE / exact) as f64).ln() as f32;
+        (exact + (ratio * (half - exact) as f32) as usize).min(half - 1)
+    };
+    after + within
 }
 
 /// A validated encoder configuration.
@@ -75,23 +122,29 @@ pub struct EncoderConfig {
     pub multi_label: bool,
 }
 
-/// `config.json` as transformers writes it for BERT and RoBERTa; fields tandem does not
-/// need are ignored, those it needs have no defaults.
+/// `config.json` as transformers writes it for BERT and RoBERTa, and for DistilBERT under
+/// its own names (`dim`, `n_layers`, ...); fields tandem does not need are ignored, those
+/// it needs have no defaults. DistilBERT has no `layer_norm_eps`: its norms use BERT's
+/// default.
 #[derive(Deserialize)]
 struct BertJson {
     model_type: Option<String>,
     architectures: Option<Vec<String>>,
     vocab_size: usize,
+    #[serde(alias = "dim")]
     hidden_size: usize,
+    #[serde(alias = "n_layers")]
     num_hidden_layers: usize,
+    #[serde(alias = "n_heads")]
     num_attention_heads: usize,
+    #[serde(alias = "hidden_dim")]
     intermediate_size: usize,
     max_position_embeddings: usize,
     #[serde(default = "two")]
     type_vocab_size: usize,
     #[serde(default = "bert_eps")]
     layer_norm_eps: f64,
-    #[serde(default = "gelu")]
+    #[serde(default = "gelu", alias = "activation")]
     hidden_act: String,
     #[serde(default = "absolute")]
     position_embedding_type: String,
@@ -106,20 +159,33 @@ struct BertJson {
     /// Transformers' default is 0 for BERT and 1 for RoBERTa.
     #[serde(default)]
     pad_token_id: Option<u32>,
+    /// MPNet's; [`RELATIVE_BUCKETS`] is the only value served.
+    #[serde(default)]
+    relative_attention_num_buckets: Option<usize>,
 }
 
 /// The `model_type`s served, with their family.
-const MODEL_TYPES: [(&str, Family); 3] = [
+const MODEL_TYPES: [(&str, Family); 5] = [
     ("bert", Family::Bert),
+    ("distilbert", Family::DistilBert),
+    ("mpnet", Family::Mpnet),
     ("roberta", Family::Roberta),
     ("xlm-roberta", Family::Roberta),
 ];
 
 /// The `architectures` served: an encoder of embeddings, and a sequence classifier (a
 /// cross-encoder, for reranking, is one with a single label) of each model type.
-const ARCHITECTURES: [(&str, &str, Kind); 6] = [
+const ARCHITECTURES: [(&str, &str, Kind); 10] = [
     ("bert", "BertModel", Kind::Encoder),
     ("bert", "BertForSequenceClassification", Kind::Classifier),
+    ("distilbert", "DistilBertModel", Kind::Encoder),
+    (
+        "distilbert",
+        "DistilBertForSequenceClassification",
+        Kind::Classifier,
+    ),
+    ("mpnet", "MPNetModel", Kind::Encoder),
+    ("mpnet", "MPNetForSequenceClassification", Kind::Classifier),
     ("roberta", "RobertaModel", Kind::Encoder),
     (
         "roberta",
@@ -140,8 +206,8 @@ enum Kind {
     Classifier,
 }
 
-const SERVED_MODEL_TYPES: &str =
-    "the model types served are \"bert\", \"roberta\" and \"xlm-roberta\"";
+const SERVED_MODEL_TYPES: &str = "the model types served are \"bert\", \"distilbert\", \"mpnet\", \"roberta\" and \
+     \"xlm-roberta\"";
 
 fn two() -> usize {
     2
@@ -202,8 +268,8 @@ impl EncoderConfig {
             (Pooling::Cls, false)
         };
         let pad_token_id = bert.pad_token_id.unwrap_or(match family {
-            Family::Bert => 0,
-            Family::Roberta => 1,
+            Family::Bert | Family::DistilBert => 0,
+            Family::Roberta | Family::Mpnet => 1,
         });
         let positions = usable_positions(&path, &bert, family, pad_token_id)?;
         let max_seq_len = read_max_seq_len(dir)?.min(positions);
@@ -257,9 +323,9 @@ impl EncoderConfig {
     /// sequence takes the row `pad_token_id` and does not advance the count, as
     /// transformers' `create_position_ids_from_input_ids` does.
     pub fn position_ids(&self, ids: &[u32], out: &mut Vec<u32>) {
-        match self.family {
-            Family::Bert => out.extend(0..ids.len() as u32),
-            Family::Roberta => {
+        match self.family.positions_after_padding() {
+            false => out.extend(0..ids.len() as u32),
+            true => {
                 let pad = self.pad_token_id;
                 let mut next = pad;
                 out.extend(ids.iter().map(|&id| {
@@ -276,9 +342,9 @@ impl EncoderConfig {
 }
 
 fn first_position(family: Family, pad_token_id: u32) -> usize {
-    match family {
-        Family::Bert => 0,
-        Family::Roberta => pad_token_id as usize + 1,
+    match family.positions_after_padding() {
+        false => 0,
+        true => pad_token_id as usize + 1,
     }
 }
 
@@ -357,12 +423,22 @@ fn check_architecture(path: &Path, bert: &BertJson) -> Result<(Family, Kind), Lo
             None => {
                 return Err(unsupported(
                     format!("architecture {name:?} of model_type {model_type:?}"),
-                    "the architectures served are BertModel, RobertaModel and XLMRobertaModel \
-                     (embeddings), and their ForSequenceClassification models (classifiers and \
-                     rerankers), each with its own model_type",
+                    "the architectures served are BertModel, DistilBertModel, MPNetModel, \
+                     RobertaModel and XLMRobertaModel (embeddings), and their \
+                     ForSequenceClassification models (classifiers and rerankers), each with its \
+                     own model_type",
                 ));
             }
         }
+    }
+    if family == Family::Mpnet
+        && let Some(n) = bert.relative_attention_num_buckets
+        && n != RELATIVE_BUCKETS
+    {
+        return Err(unsupported(
+            format!("relative_attention_num_buckets {n}"),
+            "MPNet's relative attention is served with 32 buckets, as transformers runs it",
+        ));
     }
     check_layers(path, bert)?;
     Ok((family, kind))
@@ -559,5 +635,38 @@ fn read_max_seq_len(dir: &Path) -> Result<usize, LoadError> {
         }),
         Some(n) => Ok(n),
         None => Ok(DEFAULT_MAX_SEQ_LEN),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::relative_bucket;
+
+    /// The buckets transformers' `relative_position_bucket` gives (computed by
+    /// tests/python/bert_reference.py's own implementation of it), around every edge.
+    #[test]
+    fn relative_buckets_are_mpnets() {
+        let cases = [
+            (0, 0),
+            (1, 17),
+            (-1, 1),
+            (7, 23),
+            (-7, 7),
+            (8, 24),
+            (-8, 8),
+            (15, 25),
+            (16, 26),
+            (31, 27),
+            (32, 28),
+            (63, 29),
+            (64, 30),
+            (127, 31),
+            (128, 31),
+            (500, 31),
+            (-500, 15),
+        ];
+        for (relative, bucket) in cases {
+            assert_eq!(relative_bucket(relative), bucket, "relative {relative}");
+        }
     }
 }

@@ -1,16 +1,16 @@
 //! The encoder on the CPU: every dense layer runs once over all the batch's tokens packed
 //! end to end (`kernels::cpu::PackedLinear`, weights in panels in their stored precision),
-//! attention per sequence and head on its own length (`kernels::cpu::attention`), layer
-//! norms and GELU in place. Activations live in buffers the encoder owns, grown to the
+//! attention per sequence and head on its own length (`kernels::cpu::biased_attention`,
+//! with MPNet's bias by relative position), layer norms and GELU in place. Activations live in buffers the encoder owns, grown to the
 //! largest batch seen, so a forward pass allocates nothing once warm.
 
 use kernels::Activation;
 use kernels::cpu::{
-    AlignedVec, AttentionScratch, AttentionShape, NormParams, PackedLinear, add_layer_norm,
-    attention, gelu_in_place,
+    AlignedVec, AttentionInput, AttentionScratch, AttentionShape, NormParams, PackedLinear,
+    RelativeBias, add_layer_norm, biased_attention, gelu_in_place,
 };
 
-use super::config::{EncoderConfig, Pooling};
+use super::config::{EncoderConfig, Pooling, relative_bucket};
 use super::packed::PackedTokens;
 use super::weights::{Dense, Embeddings, EncoderWeights, Norm};
 use crate::{LoadError, ModelError};
@@ -19,6 +19,10 @@ pub(super) struct CpuEncoder {
     config: EncoderConfig,
     embeddings: Embeddings,
     layers: Vec<CpuLayer>,
+    /// MPNet's attention bias, `[buckets, heads]`.
+    relative_bias: Option<Vec<f32>>,
+    /// That bias by head and distance for the batch's longest sequence.
+    bias_table: Vec<f32>,
     scratch: Scratch,
     pub(super) threads: usize,
 }
@@ -78,6 +82,8 @@ impl CpuEncoder {
             config: config.clone(),
             embeddings: weights.embeddings,
             layers,
+            relative_bias: weights.relative_bias,
+            bias_table: Vec::new(),
             scratch: Scratch::default(),
             threads: rayon::current_num_threads(),
         })
@@ -105,8 +111,13 @@ impl CpuEncoder {
             params(&self.embeddings.norm, c),
             self.threads,
         )?;
+        let span = tokens.lengths().max().unwrap_or(0);
+        if let Some(weights) = &self.relative_bias {
+            fill_bias_table(weights, c.heads, span, &mut self.bias_table);
+        }
+        let bias = (self.relative_bias.as_ref()).map(|_| (self.bias_table.as_slice(), span));
         for layer in &self.layers {
-            run_layer(layer, c, tokens, s, self.threads)?;
+            run_layer(layer, c, tokens, bias, s, self.threads)?;
         }
         pool(&s.x, tokens, h, c.pooling, output);
         Ok(())
@@ -140,28 +151,40 @@ fn embed(
     }
 }
 
+/// `table[h · (2·span − 1) + span − 1 + r]` = head `h`'s bias for the relative position `r`
+/// (key after query), from MPNet's `[buckets, heads]` weights.
+fn fill_bias_table(weights: &[f32], heads: usize, span: usize, table: &mut Vec<f32>) {
+    table.clear();
+    let width = (2 * span).saturating_sub(1);
+    for h in 0..heads {
+        table.extend((0..width).map(|k| {
+            let relative = k as i64 - (span as i64 - 1);
+            weights[relative_bucket(relative) * heads + h]
+        }));
+    }
+}
+
 fn run_layer(
     l: &CpuLayer,
     c: &EncoderConfig,
     tokens: &PackedTokens,
+    bias: Option<(&[f32], usize)>,
     s: &mut Scratch,
     threads: usize,
 ) -> Result<(), ModelError> {
     let t = tokens.tokens();
     let id = Activation::Identity;
     l.qkv.forward(&s.x, t, &mut s.qkv, id, threads)?;
-    let shape = AttentionShape {
-        hidden: c.hidden,
-        heads: c.heads,
+    let input = AttentionInput {
+        qkv: &s.qkv,
+        offsets: &tokens.offsets,
+        shape: AttentionShape {
+            hidden: c.hidden,
+            heads: c.heads,
+        },
+        bias: bias.map(|(table, span)| RelativeBias { table, span }),
     };
-    attention(
-        &s.qkv,
-        &tokens.offsets,
-        shape,
-        &mut s.ctx,
-        &mut s.attention,
-        threads,
-    )?;
+    biased_attention(input, &mut s.ctx, &mut s.attention, threads)?;
     l.attention_out
         .forward(&s.ctx, t, &mut s.sum, id, threads)?;
     add_layer_norm(

@@ -57,6 +57,14 @@ impl CudaEncoder {
         weights: &EncoderWeights,
         device: Arc<CudaDevice>,
     ) -> Result<Self, LoadError> {
+        if weights.relative_bias.is_some() {
+            return Err(LoadError::Device(KernelError::Shape {
+                op: "cuda attention",
+                detail: "MPNet's attention bias by relative position runs on the CPU only: \
+                         serve this model with --device cpu"
+                    .into(),
+            }));
+        }
         if config.head_dim() > MAX_HEAD_DIM {
             return Err(LoadError::Device(KernelError::Shape {
                 op: "cuda attention",

@@ -1,6 +1,6 @@
 //! A sequence classifier's head, as `BertForSequenceClassification` runs it on the
-//! `[CLS]` state: the pooler (`tanh(W·x + b)`, hidden to hidden), then the classifier
-//! (hidden to one logit per label). It runs on the host, with the CPU's packed kernels over
+//! `[CLS]` state: the pooler (`tanh(W·x + b)`, hidden to hidden; a ReLU for DistilBERT),
+//! then the classifier (hidden to one logit per label). It runs on the host, with the CPU's packed kernels over
 //! all the batch's sequences at once, after the device's forward pass has pooled the
 //! `[CLS]` states: `hidden²` multiply-adds a sequence, next to the encoder's `12·hidden²`
 //! a token, so the device's kernels serve it unchanged.
@@ -9,11 +9,12 @@ use kernels::Activation;
 use kernels::cpu::PackedLinear;
 
 use super::cpu::packed;
-use super::weights::ClassifierWeights;
+use super::weights::{ClassifierWeights, HeadActivation};
 use crate::{LoadError, ModelError};
 
 pub(super) struct ClassifierHead {
     pooler: PackedLinear,
+    activation: HeadActivation,
     classifier: PackedLinear,
     /// The pooled states, `[sequences, hidden]`.
     pooled: Vec<f32>,
@@ -23,6 +24,7 @@ impl ClassifierHead {
     pub(super) fn new(w: &ClassifierWeights) -> Result<ClassifierHead, LoadError> {
         Ok(ClassifierHead {
             pooler: packed(&w.pooler)?,
+            activation: w.activation,
             classifier: packed(&w.classifier)?,
             pooled: Vec::new(),
         })
@@ -43,8 +45,14 @@ impl ClassifierHead {
         let sequences = cls.len() / self.pooler.inputs();
         self.pooled.resize(sequences * self.pooler.outputs(), 0.0);
         let id = Activation::Identity;
-        (self.pooler).forward(cls, sequences, &mut self.pooled, id, threads)?;
-        self.pooled.iter_mut().for_each(|v| *v = v.tanh());
+        let activation = match self.activation {
+            HeadActivation::Tanh => id,
+            HeadActivation::Relu => Activation::Relu,
+        };
+        (self.pooler).forward(cls, sequences, &mut self.pooled, activation, threads)?;
+        if self.activation == HeadActivation::Tanh {
+            self.pooled.iter_mut().for_each(|v| *v = v.tanh());
+        }
         (self.classifier).forward(&self.pooled, sequences, logits, id, threads)?;
         Ok(())
     }

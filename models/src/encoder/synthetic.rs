@@ -1,4 +1,4 @@
-//! A tiny random BERT or XLM-RoBERTa in a sentence-transformers folder, for tests that must
+//! A tiny random BERT, DistilBERT, MPNet or XLM-RoBERTa in a sentence-transformers folder, for tests that must
 //! run without a download: the files a real snapshot has (config, weights, a tokenizer over
 //! a small English vocabulary — WordPiece for BERT, SentencePiece's Unigram for XLM-RoBERTa
 //! — modules, pooling and sentence configs), with weights drawn from a seeded generator. It
@@ -12,7 +12,7 @@ use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 use serde_json::json;
 
-use super::config::{Family, Pooling};
+use super::config::{Family, Pooling, RELATIVE_BUCKETS};
 use crate::rng::SplitMix64;
 
 /// What the synthetic folder holds.
@@ -115,7 +115,7 @@ pub fn write_synthetic(dir: &Path, spec: &SyntheticSpec) -> std::io::Result<()> 
         std::fs::write(dir.join(file), serde_json::to_vec_pretty(&value)?)
     };
     let (tokenizer, vocab) = match spec.family {
-        Family::Bert => {
+        Family::Bert | Family::DistilBert | Family::Mpnet => {
             let vocab = vocabulary();
             (tokenizer_json(&vocab), vocab.len())
         }
@@ -175,6 +175,41 @@ fn config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
         "type_vocab_size": 2,
         "vocab_size": vocab,
     });
+    if spec.family == Family::DistilBert {
+        let c = config.as_object_mut().expect("an object");
+        for (bert, distilbert) in [
+            ("hidden_size", "dim"),
+            ("num_hidden_layers", "n_layers"),
+            ("num_attention_heads", "n_heads"),
+            ("intermediate_size", "hidden_dim"),
+            ("hidden_act", "activation"),
+        ] {
+            let value = c.remove(bert).expect("written above");
+            c.insert(distilbert.into(), value);
+        }
+        for absent in [
+            "layer_norm_eps",
+            "type_vocab_size",
+            "position_embedding_type",
+        ] {
+            c.remove(absent);
+        }
+        c.insert("architectures".into(), json!(["DistilBertModel"]));
+        c.insert("model_type".into(), json!("distilbert"));
+        c.insert("sinusoidal_pos_embds".into(), json!(false));
+    }
+    if spec.family == Family::Mpnet {
+        // The WordPiece vocabulary's padding token is 0 (MPNet's own vocabulary has it at 1).
+        let c = config.as_object_mut().expect("an object");
+        c.remove("type_vocab_size");
+        c.insert("architectures".into(), json!(["MPNetModel"]));
+        c.insert("model_type".into(), json!("mpnet"));
+        c.insert("layer_norm_eps".into(), json!(1e-5));
+        c.insert(
+            "relative_attention_num_buckets".into(),
+            json!(RELATIVE_BUCKETS),
+        );
+    }
     if spec.family == Family::Roberta {
         config["architectures"] = json!(["XLMRobertaModel"]);
         config["model_type"] = json!("xlm-roberta");
@@ -190,6 +225,8 @@ fn config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
         config["architectures"] = json!([match spec.family {
             Family::Bert => "BertForSequenceClassification",
             Family::Roberta => "XLMRobertaForSequenceClassification",
+            Family::DistilBert => "DistilBertForSequenceClassification",
+            Family::Mpnet => "MPNetForSequenceClassification",
         }]);
         config["id2label"] = json!(id2label);
     }
@@ -318,7 +355,7 @@ fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
         false,
     );
     let types = match spec.family {
-        Family::Bert => 2,
+        Family::Bert | Family::DistilBert | Family::Mpnet => 2,
         Family::Roberta => 1,
     };
     add(
@@ -362,10 +399,20 @@ fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
             add(format!("{p}.{norm}.bias"), vec![h], 0.1, 0.0, false);
         }
     }
+    if spec.family == Family::Mpnet {
+        add(
+            "encoder.relative_attention_bias.weight".into(),
+            vec![RELATIVE_BUCKETS, spec.heads],
+            1.0,
+            0.0,
+            false,
+        );
+    }
     if spec.labels > 0 {
         let (pooler, classifier) = match spec.family {
             Family::Bert => ("pooler.dense", "classifier"),
-            Family::Roberta => ("classifier.dense", "classifier.out_proj"),
+            Family::Roberta | Family::Mpnet => ("classifier.dense", "classifier.out_proj"),
+            Family::DistilBert => ("pre_classifier", "classifier"),
         };
         let scale = 1.0 / (h as f32).sqrt();
         add(format!("{pooler}.weight"), vec![h, h], scale, 0.0, true);
@@ -388,12 +435,56 @@ fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
     serialize(spec, tensors)
 }
 
+/// How MPNet renames BERT's tensors.
+const MPNET_NAMES: [(&str, &str); 5] = [
+    ("attention.self.query", "attention.attn.q"),
+    ("attention.self.key", "attention.attn.k"),
+    ("attention.self.value", "attention.attn.v"),
+    ("attention.output.dense", "attention.attn.o"),
+    ("attention.output.LayerNorm", "attention.LayerNorm"),
+];
+
+/// How DistilBERT renames BERT's tensors.
+const DISTILBERT_NAMES: [(&str, &str); 9] = [
+    ("encoder.layer.", "transformer.layer."),
+    ("attention.self.query", "attention.q_lin"),
+    ("attention.self.key", "attention.k_lin"),
+    ("attention.self.value", "attention.v_lin"),
+    ("attention.output.dense", "attention.out_lin"),
+    ("attention.output.LayerNorm", "sa_layer_norm"),
+    ("intermediate.dense", "ffn.lin1"),
+    ("output.dense", "ffn.lin2"),
+    ("output.LayerNorm", "output_layer_norm"),
+];
+
+/// A BERT tensor's name as `family` names it; None for the token type table, which
+/// DistilBERT and MPNet do not have.
+fn family_name(family: Family, name: String) -> Option<String> {
+    let names: &[(&str, &str)] = match family {
+        Family::DistilBert => &DISTILBERT_NAMES,
+        Family::Mpnet => &MPNET_NAMES,
+        Family::Bert | Family::Roberta => return Some(name),
+    };
+    if name.contains("token_type") {
+        return None;
+    }
+    Some(
+        names
+            .iter()
+            .fold(name, |n, (bert, theirs)| n.replacen(bert, theirs, 1)),
+    )
+}
+
 fn serialize(spec: &SyntheticSpec, tensors: Vec<(String, Vec<usize>, Vec<f32>, bool)>) -> Vec<u8> {
     let encoded: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = tensors
         .into_iter()
+        .filter_map(|(name, shape, values, matrix)| {
+            Some((family_name(spec.family, name)?, shape, values, matrix))
+        })
         .map(|(name, shape, values, matrix)| {
             // A task model's head sits beside `bert.` (or `roberta.`), not in it.
-            let name = if spec.prefixed && !name.starts_with("classifier") {
+            let head = name.starts_with("classifier") || name.starts_with("pre_classifier");
+            let name = if spec.prefixed && !head {
                 format!("{}{name}", spec.family.prefix())
             } else {
                 name

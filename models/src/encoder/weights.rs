@@ -1,14 +1,17 @@
-//! The weights of a BERT or RoBERTa encoder from `model.safetensors`, validated against its
-//! config.
+//! The weights of a BERT, DistilBERT, MPNet or RoBERTa encoder from `model.safetensors`,
+//! validated against its config.
 //!
-//! Names may carry the family's prefix, `bert.` or `roberta.` (a checkpoint saved from a
-//! task model), or not (a bare `BertModel`); LayerNorm parameters may be spelled
-//! `gamma`/`beta` as in old checkpoints. Every tensor the config implies must be present
-//! with exactly its shape; anything else is refused by name, except the position ids
-//! buffer, and a pooler the model does not use (an encoder of embeddings', or any
+//! Names may carry the family's prefix, `bert.`, `distilbert.`, `mpnet.` or `roberta.` (a
+//! checkpoint saved from a task model), or not (a bare `BertModel`); LayerNorm parameters may be
+//! spelled `gamma`/`beta` as in old checkpoints. Every tensor the config implies must be
+//! present with exactly its shape; anything else is refused by name, except the position
+//! ids buffer, and a pooler the model does not use (an encoder of embeddings', or any
 //! RoBERTa's). A sequence classifier's head (BERT's `pooler.dense` then `classifier`,
-//! RoBERTa's `classifier.dense` then `classifier.out_proj`: the same two layers) is read
-//! whole and widened to f32: it runs on the host. Matrices keep their stored precision
+//! RoBERTa's `classifier.dense` then `classifier.out_proj`, DistilBERT's `pre_classifier`
+//! then `classifier`: the same two layers) is read whole and widened to f32: it runs on
+//! the host. DistilBERT and MPNet have no token types: their table is zeros. MPNet's
+//! relative attention bias (`encoder.relative_attention_bias.weight`, a row per bucket and
+//! a column per head) is read as f32. Matrices keep their stored precision
 //! (f32, f16 or bf16) for the device to lay out; embeddings, biases and norms are widened
 //! to f32.
 
@@ -19,7 +22,7 @@ use kernels::DType;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 
-use super::config::{EncoderConfig, Family};
+use super::config::{EncoderConfig, Family, RELATIVE_BUCKETS};
 use crate::{LoadError, WeightData};
 
 /// A matrix `[outputs, inputs]` (PyTorch's `nn.Linear` layout) and its biases.
@@ -59,12 +62,80 @@ pub struct Embeddings {
     pub norm: Norm,
 }
 
-/// A sequence classifier's head: `tanh(pooler · cls + b)`, then `classifier` to logits.
-/// RoBERTa's `classifier.dense` and `classifier.out_proj` are these two layers.
+/// A sequence classifier's head: `activation(pooler · cls + b)`, then `classifier` to
+/// logits. RoBERTa's `classifier.dense` and `classifier.out_proj`, and DistilBERT's
+/// `pre_classifier` and `classifier`, are these two layers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClassifierWeights {
     pub pooler: Dense,
+    pub activation: HeadActivation,
     pub classifier: Dense,
+}
+
+/// The activation between a classifier head's two layers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadActivation {
+    /// BERT's and RoBERTa's.
+    Tanh,
+    /// DistilBERT's.
+    Relu,
+}
+
+/// Where a family keeps a layer's tensors: under `{prefix}.{i}.`, then each name.
+struct LayerNames {
+    prefix: &'static str,
+    query: &'static str,
+    key: &'static str,
+    value: &'static str,
+    attention_out: &'static str,
+    attention_norm: &'static str,
+    ffn_up: &'static str,
+    ffn_down: &'static str,
+    ffn_norm: &'static str,
+}
+
+const BERT_LAYER: LayerNames = LayerNames {
+    prefix: "encoder.layer",
+    query: "attention.self.query",
+    key: "attention.self.key",
+    value: "attention.self.value",
+    attention_out: "attention.output.dense",
+    attention_norm: "attention.output.LayerNorm",
+    ffn_up: "intermediate.dense",
+    ffn_down: "output.dense",
+    ffn_norm: "output.LayerNorm",
+};
+
+const MPNET_LAYER: LayerNames = LayerNames {
+    prefix: "encoder.layer",
+    query: "attention.attn.q",
+    key: "attention.attn.k",
+    value: "attention.attn.v",
+    attention_out: "attention.attn.o",
+    attention_norm: "attention.LayerNorm",
+    ffn_up: "intermediate.dense",
+    ffn_down: "output.dense",
+    ffn_norm: "output.LayerNorm",
+};
+
+const DISTILBERT_LAYER: LayerNames = LayerNames {
+    prefix: "transformer.layer",
+    query: "attention.q_lin",
+    key: "attention.k_lin",
+    value: "attention.v_lin",
+    attention_out: "attention.out_lin",
+    attention_norm: "sa_layer_norm",
+    ffn_up: "ffn.lin1",
+    ffn_down: "ffn.lin2",
+    ffn_norm: "output_layer_norm",
+};
+
+fn layer_names(family: Family) -> &'static LayerNames {
+    match family {
+        Family::Bert | Family::Roberta => &BERT_LAYER,
+        Family::DistilBert => &DISTILBERT_LAYER,
+        Family::Mpnet => &MPNET_LAYER,
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -73,6 +144,8 @@ pub struct EncoderWeights {
     pub layers: Vec<LayerWeights>,
     /// Set for a classifier.
     pub classifier: Option<ClassifierWeights>,
+    /// MPNet's attention bias by relative position: `[buckets, heads]`.
+    pub relative_bias: Option<Vec<f32>>,
 }
 
 impl EncoderWeights {
@@ -95,11 +168,19 @@ impl EncoderWeights {
             true => Some(found.classifier(config)?),
             false => None,
         };
+        let relative_bias = match config.family {
+            Family::Mpnet => Some(found.f32(
+                "encoder.relative_attention_bias.weight",
+                &[RELATIVE_BUCKETS, config.heads],
+            )?),
+            _ => None,
+        };
         found.refuse_leftovers()?;
         Ok(EncoderWeights {
             embeddings,
             layers,
             classifier,
+            relative_bias,
         })
     }
 }
@@ -192,27 +273,31 @@ impl<'a> Found<'a> {
                 "embeddings.position_embeddings.weight",
                 &[c.max_position_embeddings, h],
             )?,
-            token_type: self.f32(
-                "embeddings.token_type_embeddings.weight",
-                &[c.type_vocab_size, h],
-            )?,
+            token_type: match c.family.has_token_types() {
+                true => self.f32(
+                    "embeddings.token_type_embeddings.weight",
+                    &[c.type_vocab_size, h],
+                )?,
+                false => vec![0.0; c.type_vocab_size * h],
+            },
             norm: self.norm("embeddings.LayerNorm", h)?,
         })
     }
 
     fn layer(&mut self, i: usize, c: &EncoderConfig) -> Result<LayerWeights, LoadError> {
         let (h, inter) = (c.hidden, c.intermediate);
-        let p = format!("encoder.layer.{i}");
-        let q = self.dense(&format!("{p}.attention.self.query"), h, h)?;
-        let k = self.dense(&format!("{p}.attention.self.key"), h, h)?;
-        let v = self.dense(&format!("{p}.attention.self.value"), h, h)?;
+        let n = layer_names(c.family);
+        let name = |part: &str| format!("{}.{i}.{part}", n.prefix);
+        let q = self.dense(&name(n.query), h, h)?;
+        let k = self.dense(&name(n.key), h, h)?;
+        let v = self.dense(&name(n.value), h, h)?;
         Ok(LayerWeights {
             qkv: stack(&[q, k, v]),
-            attention_out: self.dense(&format!("{p}.attention.output.dense"), h, h)?,
-            attention_norm: self.norm(&format!("{p}.attention.output.LayerNorm"), h)?,
-            ffn_up: self.dense(&format!("{p}.intermediate.dense"), h, inter)?,
-            ffn_down: self.dense(&format!("{p}.output.dense"), inter, h)?,
-            ffn_norm: self.norm(&format!("{p}.output.LayerNorm"), h)?,
+            attention_out: self.dense(&name(n.attention_out), h, h)?,
+            attention_norm: self.norm(&name(n.attention_norm), h)?,
+            ffn_up: self.dense(&name(n.ffn_up), h, inter)?,
+            ffn_down: self.dense(&name(n.ffn_down), inter, h)?,
+            ffn_norm: self.norm(&name(n.ffn_norm), h)?,
         })
     }
 
@@ -222,12 +307,18 @@ impl<'a> Found<'a> {
             d.weight = WeightData::F32(d.weight.to_f32());
             d
         };
-        let (pooler, classifier) = match c.family {
-            Family::Bert => ("pooler.dense", "classifier"),
-            Family::Roberta => ("classifier.dense", "classifier.out_proj"),
+        let (pooler, activation, classifier) = match c.family {
+            Family::Bert => ("pooler.dense", HeadActivation::Tanh, "classifier"),
+            Family::Roberta | Family::Mpnet => (
+                "classifier.dense",
+                HeadActivation::Tanh,
+                "classifier.out_proj",
+            ),
+            Family::DistilBert => ("pre_classifier", HeadActivation::Relu, "classifier"),
         };
         Ok(ClassifierWeights {
             pooler: widened(self.dense(pooler, h, h)?),
+            activation,
             classifier: widened(self.dense(classifier, h, c.labels.len())?),
         })
     }

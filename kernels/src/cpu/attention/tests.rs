@@ -1,8 +1,14 @@
 use super::*;
 use crate::cpu::test_support::values;
 
-/// Attention in float64, straight from the definition.
-fn reference(qkv: &[f32], offsets: &[usize], shape: AttentionShape) -> Vec<f64> {
+/// Attention in float64, straight from the definition, with the relative bias
+/// `table[head][span - 1 + j - i]` when there is one.
+fn reference(
+    qkv: &[f32],
+    offsets: &[usize],
+    shape: AttentionShape,
+    bias: Option<(&[f32], usize)>,
+) -> Vec<f64> {
     let (h, d) = (shape.hidden, shape.head_dim());
     let tokens = *offsets.last().unwrap();
     let mut ctx = vec![0f64; tokens * h];
@@ -18,6 +24,9 @@ fn reference(qkv: &[f32], offsets: &[usize], shape: AttentionShape) -> Vec<f64> 
                             .map(|c| get(i, 0, head, c) * get(j, 1, head, c))
                             .sum::<f64>()
                             / (d as f64).sqrt()
+                            + bias.map_or(0.0, |(table, span)| {
+                                table[head * (2 * span - 1) + span - 1 + j - i] as f64
+                            })
                     })
                     .collect();
                 let max = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -56,19 +65,32 @@ fn matches_float64_on_mixed_lengths_heads_and_paths() {
             .iter()
             .map(|v| 4.0 * v)
             .collect();
-        let want = reference(&qkv, &offsets, shape);
-        for (simd, threads) in [(false, 1), (has_avx2_fma(), 1), (has_avx2_fma(), 2)] {
-            let simd = simd && shape.head_dim().is_multiple_of(8);
-            let mut ctx = vec![f32::NAN; tokens * hidden];
-            pool.install(|| {
-                attention_with(&qkv, &offsets, shape, &mut ctx, &mut scratch, threads, simd)
-            })
-            .unwrap();
-            for (i, (g, w)) in ctx.iter().zip(&want).enumerate() {
-                assert!(
-                    (*g as f64 - w).abs() < 1e-5 * (1.0 + w.abs()),
-                    "hidden {hidden} heads {heads} simd {simd} threads {threads} at {i}: {g} vs {w}"
-                );
+        // No bias; a bias over the longest sequence's span, and over a wider one.
+        let tables: Vec<(Vec<f32>, usize)> = [100, 130]
+            .map(|span| (values(heads * (2 * span - 1), span as u64), span))
+            .to_vec();
+        let biases = [None, Some(&tables[0]), Some(&tables[1])];
+        for bias in biases.map(|b| b.map(|(t, s)| (&t[..], *s))) {
+            let want = reference(&qkv, &offsets, shape, bias);
+            let input = AttentionInput {
+                qkv: &qkv,
+                offsets: &offsets,
+                shape,
+                bias: bias.map(|(table, span)| RelativeBias { table, span }),
+            };
+            for (simd, threads) in [(false, 1), (has_avx2_fma(), 1), (has_avx2_fma(), 2)] {
+                let simd = simd && shape.head_dim().is_multiple_of(8);
+                let mut ctx = vec![f32::NAN; tokens * hidden];
+                pool.install(|| attention_with(input, &mut ctx, &mut scratch, threads, simd))
+                    .unwrap();
+                for (i, (g, w)) in ctx.iter().zip(&want).enumerate() {
+                    assert!(
+                        (*g as f64 - w).abs() < 1e-5 * (1.0 + w.abs()),
+                        "hidden {hidden} heads {heads} simd {simd} threads {threads} bias {} \
+                         at {i}: {g} vs {w}",
+                        bias.is_some()
+                    );
+                }
             }
         }
     }
@@ -104,4 +126,14 @@ fn shapes_that_disagree_are_errors() {
         heads: 3,
     };
     assert!(attention(&[0.0; 48], &[0, 2], bad, &mut ctx, &mut scratch, 1).is_err());
+    // A relative bias narrower than a sequence, or with too few values for its span.
+    for (table, span) in [(&[0.0; 2][..], 1), (&[0.0; 5][..], 2)] {
+        let input = AttentionInput {
+            qkv: &[0.0; 48],
+            offsets: &[0, 2],
+            shape,
+            bias: Some(RelativeBias { table, span }),
+        };
+        assert!(biased_attention(input, &mut ctx, &mut scratch, 1).is_err());
+    }
 }
