@@ -221,15 +221,19 @@ fn v2_scores_pairs_from_text_and_text_pair() {
     assert_eq!(meta["inputs"][1]["name"], "text_pair", "{meta}");
 }
 
-/// An XLM-RoBERTa cross-encoder reranks, and an XLM-RoBERTa encoder embeds, as the same
-/// models run in this process: `<s> query </s></s> text </s>`, one token type, positions
-/// after the padding id.
+/// An XLM-RoBERTa cross-encoder reranks, and XLM-RoBERTa and MPNet encoders embed, as the
+/// same models run in this process: `<s> query </s></s> text </s>`, one token type or none,
+/// positions after the padding id, MPNet's relative attention (on the CPU, where it runs).
 #[test]
-fn xlm_roberta_models_rerank_and_embed_as_run_in_process() {
+fn xlm_roberta_and_mpnet_models_rerank_and_embed_as_run_in_process() {
     let repo = TempDir::new("xlmr");
-    for (model, labels) in [("xrerank", 1), ("xembed", 0)] {
+    for (model, family, labels) in [
+        ("xrerank", Family::Roberta, 1),
+        ("xembed", Family::Roberta, 0),
+        ("mpnet", Family::Mpnet, 0),
+    ] {
         let spec = SyntheticSpec {
-            family: Family::Roberta,
+            family,
             labels,
             prefixed: labels > 0,
             seed: 31,
@@ -237,7 +241,8 @@ fn xlm_roberta_models_rerank_and_embed_as_run_in_process() {
         };
         write_synthetic(&repo.path().join(model).join("1"), &spec).unwrap();
     }
-    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let repo_path = repo.path().to_str().unwrap();
+    let server = Server::start(&["--device", "cpu", "--model-repository", repo_path]);
     let texts = ["the dog runs", "a man is eating bread", "a red cat"];
     let query = "a man is eating food";
     let pairs: Vec<Seq> = texts.iter().map(|t| Seq::Pair(query, t)).collect();
@@ -266,22 +271,21 @@ fn xlm_roberta_models_rerank_and_embed_as_run_in_process() {
         .collect();
     assert_eq!(texts_of, ["<s>", "a", " cat", "</s>"], "{tokens}");
     let seqs: Vec<Seq> = texts.iter().map(|t| Seq::One(t)).collect();
-    let mut want = logits_here(&repo.path().join("xembed/1"), &seqs);
-    let got = ok(
-        &server,
-        "/v1/embeddings",
-        &json!({"input": texts, "model": "xembed"}),
-    );
-    for (i, w) in want.iter_mut().enumerate() {
-        let width = w.len();
-        models::encoder::l2_normalize_rows(w, width);
-        let g = &got["data"][i]["embedding"];
-        for (d, v) in w.iter().enumerate() {
-            assert_near(
-                g[d].as_f64().unwrap(),
-                *v as f64,
-                &format!("text {i} [{d}]"),
-            );
+    for model in ["xembed", "mpnet"] {
+        let mut want = logits_here(&repo.path().join(model).join("1"), &seqs);
+        let got = ok(
+            &server,
+            "/v1/embeddings",
+            &json!({"input": texts, "model": model}),
+        );
+        for (i, w) in want.iter_mut().enumerate() {
+            let width = w.len();
+            models::encoder::l2_normalize_rows(w, width);
+            let g = &got["data"][i]["embedding"];
+            for (d, v) in w.iter().enumerate() {
+                let what = format!("{model} text {i} [{d}]");
+                assert_near(g[d].as_f64().unwrap(), *v as f64, &what);
+            }
         }
     }
 }

@@ -1,9 +1,10 @@
 //! The text encoder's forward pass against a float64 reference written from the
 //! architecture in numpy (tests/python/bert_reference.py, run with $TANDEM_PYTHON), on a
-//! tiny random BERT, DistilBERT, MPNet and XLM-RoBERTa written here (no download) and on all-MiniLM-L6-v2 (fetched by
-//! scripts/fetch-models.sh; $TANDEM_MINILM_DIR or the cache). The same bodies run on the
-//! CPU and, where a device exists, on CUDA. A test whose model or Python is absent says
-//! `SKIPPED <test>: <reason>`, unless TANDEM_REQUIRE_TOOLS is set, when it fails.
+//! tiny random BERT, DistilBERT, MPNet and XLM-RoBERTa written here (no download) and on
+//! all-MiniLM-L6-v2 (fetched by scripts/fetch-models.sh; $TANDEM_MINILM_DIR or the cache).
+//! The same bodies run on the CPU and, where a device exists, on CUDA. A test whose model
+//! or Python is absent says `SKIPPED <test>: <reason>`, unless TANDEM_REQUIRE_TOOLS is set,
+//! when it fails.
 
 use std::path::Path;
 

@@ -1,9 +1,9 @@
 //! Sequence classifiers' logits (the encoder, then `BertForSequenceClassification`'s pooler
 //! and classifier, or `XLMRobertaForSequenceClassification`'s and
-//! `DistilBertForSequenceClassification`'s heads) against the float64 reference written from the architecture in numpy
-//! (tests/python/bert_reference.py `classify`, run with $TANDEM_PYTHON), on synthetic
-//! classifiers over single texts and pairs packed in one batch. The same bodies run on the
-//! CPU and, where a device exists, on CUDA.
+//! `DistilBertForSequenceClassification`'s heads) against the float64 reference written
+//! from the architecture in numpy (tests/python/bert_reference.py `classify`, run with
+//! $TANDEM_PYTHON), on synthetic classifiers over single texts and pairs packed in one
+//! batch. The same bodies run on the CPU and, where a device exists, on CUDA.
 
 use std::path::Path;
 

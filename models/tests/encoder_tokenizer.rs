@@ -1,9 +1,10 @@
-//! `TextTokenizer` against Python's `tokenizers` (tests/python/tokenizer_parity.py, run with
-//! $TANDEM_PYTHON) on all-MiniLM-L6-v2's own tokenizer.json (WordPiece), the synthetic
+//! `TextTokenizer` against Python's `tokenizers` (tests/python/tokenizer_parity.py, run
+//! with $TANDEM_PYTHON) on all-MiniLM-L6-v2's own tokenizer.json (WordPiece), the synthetic
 //! XLM-RoBERTa's (SentencePiece Unigram) and a RoBERTa byte-level BPE trained here: single
 //! texts and pairs in many scripts, accents, emoji, odd whitespace and control characters,
-//! and inputs past the limit with and without truncation. And, with no download, what the wrapper itself
-//! promises: padding and truncation replaced, refusals that say how long the input was.
+//! and inputs past the limit with and without truncation. And, with no download, what the
+//! wrapper itself promises: padding and truncation replaced, refusals that say how long the
+//! input was.
 
 mod support;
 
@@ -130,6 +131,9 @@ fn cases() -> Vec<(String, Option<String>)> {
     // of the texts above, run on for thousands of tokens, some with no whitespace between.
     cases.push((TEXTS.join(" ").repeat(4), None));
     cases.push((TEXTS.concat().repeat(4), None));
+    // Long texts whose pieces are cut at runs of spaces and at newlines after a space.
+    cases.push((long_text(1200).replace(' ', "  "), None));
+    cases.push((long_text(1200).replace(' ', "\n "), None));
     // Pairs past the limit: one long text, and both long (longest-first cuts both).
     cases.push(("a short question?".into(), Some(long_text(400))));
     cases.push((long_text(300), Some("a short passage".into())));

@@ -85,6 +85,10 @@ def read_config(folder):
     for theirs, ours in (("n_layers", "num_hidden_layers"), ("n_heads", "num_attention_heads")):
         if theirs in cfg:
             cfg[ours] = cfg[theirs]
+    if cfg.get("model_type") == "distilbert":
+        cfg["layer_norm_eps"] = 1e-12  # DistilBERT's LayerNorms fix it.
+    if cfg.get("model_type") == "mpnet":
+        cfg["pad_token_id"] = 1  # MPNetEmbeddings fixes its padding index.
     cfg.setdefault("layer_norm_eps", 1e-12)
     return cfg
 

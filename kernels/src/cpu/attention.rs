@@ -329,8 +329,10 @@ fn check_bias(
     longest: usize,
 ) -> Result<(), KernelError> {
     let Some(b) = bias else { return Ok(()) };
-    let needed = shape.heads * (2 * b.span).saturating_sub(1);
-    if b.span < longest.max(1) || b.table.len() < needed {
+    let needed = (b.span.checked_mul(2))
+        .and_then(|w| w.checked_sub(1))
+        .and_then(|w| w.checked_mul(shape.heads));
+    if b.span < longest.max(1) || needed.is_none_or(|n| b.table.len() < n) {
         return Err(KernelError::Shape {
             op: "cpu::attention",
             detail: format!(

@@ -37,6 +37,8 @@ pub struct DeviceBatch {
     tokens: usize,
     sequences: usize,
     longest: usize,
+    /// One past the largest position: the position table must have this many rows.
+    positions_below: usize,
     /// The same values on the host, reused between uploads.
     staging: Vec<u32>,
 }
@@ -218,10 +220,12 @@ impl EncoderOps {
         batch.tokens = tokens;
         batch.sequences = offsets.len() - 1;
         batch.longest = longest;
+        batch.positions_below = positions.iter().max().map_or(0, |&p| p as usize + 1);
         Ok(())
     }
 
-    /// `x[t] = word[id] + position[place in its sequence] + token_type[type id]`.
+    /// `x[t] = word[id] + position[positions[t]] + token_type[type id]`. The caller has
+    /// checked the ids and type ids against their tables; the positions are checked here.
     pub fn embed(
         &self,
         batch: &DeviceBatch,
@@ -243,7 +247,7 @@ impl EncoderOps {
         let [word, position, token_type] = tables;
         let (word, position, token_type) = (
             word.get(op, 0)?,
-            position.get(op, 0)?,
+            position.get(op, batch.positions_below * hidden)?,
             token_type.get(op, 0)?,
         );
         let out = x.get_mut(op, t * hidden)?;
@@ -260,7 +264,8 @@ impl EncoderOps {
             .arg(&hidden32);
         let cfg = rows_config(t, hidden, 0)?;
         // SAFETY: one block per token reads `hidden` values at rows ids[t], positions[t] and
-        // types[t] of the tables (the caller validated all three against the tables' sizes)
+        // types[t] of the tables (the caller validated ids and types against the tables'
+        // sizes; every position is below positions_below, whose rows `get` checked)
         // and writes row t of x, which holds tokens · hidden values (checked). Arguments
         // match (const uint*, const uint*, const uint*, const float* x3, float*, uint).
         unsafe { launch.launch(cfg) }

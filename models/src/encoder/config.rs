@@ -1,6 +1,7 @@
 //! What a sentence-transformers folder says about its encoder: `config.json` (a BERT,
-//! DistilBERT, MPNet, RoBERTa or XLM-RoBERTa architecture), `sentence_bert_config.json` (the sequence limit), `modules.json` (which
-//! modules follow the transformer) and the pooling module's `config.json`.
+//! DistilBERT, MPNet, RoBERTa or XLM-RoBERTa architecture), `sentence_bert_config.json`
+//! (the sequence limit), `modules.json` (which modules follow the transformer) and the
+//! pooling module's `config.json`.
 //!
 //! Anything tandem would run differently from the folder's own library is refused here with
 //! the file and the value found: another architecture, activation, position embedding,
@@ -267,10 +268,17 @@ impl EncoderConfig {
         } else {
             (Pooling::Cls, false)
         };
-        let pad_token_id = bert.pad_token_id.unwrap_or(match family {
-            Family::Bert | Family::DistilBert => 0,
-            Family::Roberta | Family::Mpnet => 1,
-        });
+        let pad_token_id = match family {
+            Family::Bert | Family::DistilBert => bert.pad_token_id.unwrap_or(0),
+            Family::Roberta => bert.pad_token_id.unwrap_or(1),
+            // transformers' MPNetEmbeddings fixes its padding index at 1.
+            Family::Mpnet => 1,
+        };
+        // DistilBERT's LayerNorms fix their epsilon at 1e-12 whatever the config says.
+        let layer_norm_eps = match family {
+            Family::DistilBert => bert_eps(),
+            _ => bert.layer_norm_eps,
+        };
         let positions = usable_positions(&path, &bert, family, pad_token_id)?;
         let max_seq_len = read_max_seq_len(dir)?.min(positions);
         Ok(EncoderConfig {
@@ -283,7 +291,7 @@ impl EncoderConfig {
             intermediate: bert.intermediate_size,
             max_position_embeddings: bert.max_position_embeddings,
             type_vocab_size: bert.type_vocab_size,
-            layer_norm_eps: bert.layer_norm_eps as f32,
+            layer_norm_eps: layer_norm_eps as f32,
             max_seq_len,
             pooling,
             normalize,
@@ -303,7 +311,7 @@ impl EncoderConfig {
     }
 
     /// The row of the position table of a sequence's first token (when it is not padding):
-    /// 0 for BERT, `pad_token_id + 1` for RoBERTa.
+    /// 0 for BERT and DistilBERT, `pad_token_id + 1` for RoBERTa and MPNet.
     pub fn first_position(&self) -> usize {
         first_position(self.family, self.pad_token_id)
     }
@@ -319,32 +327,32 @@ impl EncoderConfig {
     }
 
     /// The row of the position table of each of a sequence's tokens, appended to `out`. BERT
-    /// counts from 0. RoBERTa counts from `pad_token_id + 1`, and a padding token inside a
+    /// counts from 0. RoBERTa and MPNet count from `pad_token_id + 1`, and a padding token inside a
     /// sequence takes the row `pad_token_id` and does not advance the count, as
     /// transformers' `create_position_ids_from_input_ids` does.
     pub fn position_ids(&self, ids: &[u32], out: &mut Vec<u32>) {
-        match self.family.positions_after_padding() {
-            false => out.extend(0..ids.len() as u32),
-            true => {
-                let pad = self.pad_token_id;
-                let mut next = pad;
-                out.extend(ids.iter().map(|&id| {
-                    if id == pad {
-                        pad
-                    } else {
-                        next += 1;
-                        next
-                    }
-                }));
-            }
+        if !self.family.positions_after_padding() {
+            out.extend(0..ids.len() as u32);
+            return;
         }
+        let pad = self.pad_token_id;
+        let mut next = pad;
+        out.extend(ids.iter().map(|&id| {
+            if id == pad {
+                pad
+            } else {
+                next += 1;
+                next
+            }
+        }));
     }
 }
 
 fn first_position(family: Family, pad_token_id: u32) -> usize {
-    match family.positions_after_padding() {
-        false => 0,
-        true => pad_token_id as usize + 1,
+    if family.positions_after_padding() {
+        pad_token_id as usize + 1
+    } else {
+        0
     }
 }
 

@@ -1,8 +1,9 @@
 //! The encoder on the CPU: every dense layer runs once over all the batch's tokens packed
 //! end to end (`kernels::cpu::PackedLinear`, weights in panels in their stored precision),
 //! attention per sequence and head on its own length (`kernels::cpu::biased_attention`,
-//! with MPNet's bias by relative position), layer norms and GELU in place. Activations live in buffers the encoder owns, grown to the
-//! largest batch seen, so a forward pass allocates nothing once warm.
+//! with MPNet's bias by relative position), layer norms and GELU in place. Activations live
+//! in buffers the encoder owns, grown to the largest batch seen, so a forward pass
+//! allocates nothing once warm.
 
 use kernels::Activation;
 use kernels::cpu::{

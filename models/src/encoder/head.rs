@@ -1,9 +1,9 @@
-//! A sequence classifier's head, as `BertForSequenceClassification` runs it on the
-//! `[CLS]` state: the pooler (`tanh(W·x + b)`, hidden to hidden; a ReLU for DistilBERT),
-//! then the classifier (hidden to one logit per label). It runs on the host, with the CPU's packed kernels over
-//! all the batch's sequences at once, after the device's forward pass has pooled the
-//! `[CLS]` states: `hidden²` multiply-adds a sequence, next to the encoder's `12·hidden²`
-//! a token, so the device's kernels serve it unchanged.
+//! A sequence classifier's head, as `BertForSequenceClassification` runs it on the `[CLS]`
+//! state: the pooler (`tanh(W·x + b)`, hidden to hidden; a ReLU for DistilBERT), then the
+//! classifier (hidden to one logit per label). It runs on the host, with the CPU's packed
+//! kernels over all the batch's sequences at once, after the device's forward pass has
+//! pooled the `[CLS]` states: `hidden²` multiply-adds a sequence, next to the encoder's
+//! `12·hidden²` a token, so the device's kernels serve it unchanged.
 
 use kernels::Activation;
 use kernels::cpu::PackedLinear;

@@ -1,8 +1,9 @@
-//! A tiny random BERT, DistilBERT, MPNet or XLM-RoBERTa in a sentence-transformers folder, for tests that must
-//! run without a download: the files a real snapshot has (config, weights, a tokenizer over
-//! a small English vocabulary — WordPiece for BERT, SentencePiece's Unigram for XLM-RoBERTa
-//! — modules, pooling and sentence configs), with weights drawn from a seeded generator. It
-//! runs the same code as a real model; only its outputs mean nothing.
+//! A tiny random BERT, DistilBERT, MPNet or XLM-RoBERTa in a sentence-transformers folder,
+//! for tests that must run without a download: the files a real snapshot has (config,
+//! weights, a tokenizer over a small English vocabulary — WordPiece for BERT,
+//! SentencePiece's Unigram for XLM-RoBERTa — modules, pooling and sentence configs), with
+//! weights drawn from a seeded generator. It runs the same code as a real model; only its
+//! outputs mean nothing.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -18,8 +19,9 @@ use crate::rng::SplitMix64;
 /// What the synthetic folder holds.
 #[derive(Clone, Debug)]
 pub struct SyntheticSpec {
-    /// BERT, or XLM-RoBERTa (positions after the padding id, one token type, `<s>` and
-    /// `</s>` around each text).
+    /// BERT; DistilBERT or MPNet (their names, no token types, BERT's tokenizer); or
+    /// XLM-RoBERTa (positions after the padding id, one token type, `<s>` and `</s>` around
+    /// each text).
     pub family: Family,
     pub layers: usize,
     pub hidden: usize,
@@ -30,7 +32,7 @@ pub struct SyntheticSpec {
     pub max_seq_length: usize,
     /// Matrices stored in this precision; embeddings, biases and norms always f32.
     pub dtype: DType,
-    /// Tensor names start with the family's prefix (`bert.` or `roberta.`).
+    /// Tensor names start with the family's prefix (`bert.`, `roberta.`, ...).
     pub prefixed: bool,
     pub pooling: Pooling,
     /// `modules.json` lists a `Normalize` module.
@@ -199,8 +201,10 @@ fn config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
         c.insert("sinusoidal_pos_embds".into(), json!(false));
     }
     if spec.family == Family::Mpnet {
-        // The WordPiece vocabulary's padding token is 0 (MPNet's own vocabulary has it at 1).
+        // MPNet's padding id is 1 whatever the config says: its vocabulary's `<pad>`, here the
+        // WordPiece vocabulary's `[UNK]`, which then counts no position, as in transformers.
         let c = config.as_object_mut().expect("an object");
+        c.insert("pad_token_id".into(), json!(1));
         c.remove("type_vocab_size");
         c.insert("architectures".into(), json!(["MPNetModel"]));
         c.insert("model_type".into(), json!("mpnet"));
@@ -329,7 +333,7 @@ fn unigram_tokenizer_json(vocab: &[(String, f64)]) -> serde_json::Value {
     })
 }
 
-/// The weights in safetensors, named as `BertModel` (or `XLMRobertaModel`) names them.
+/// The weights in safetensors, named as the family's model (`BertModel`, ...) names them.
 fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
     let mut rng = SplitMix64::new(spec.seed);
     let (h, i) = (spec.hidden, spec.intermediate);

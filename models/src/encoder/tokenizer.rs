@@ -194,11 +194,11 @@ impl TextTokenizer {
         (self.max_seq_len * 8).max(1024)
     }
 
-    /// A long text, a piece at a time, each cut after whitespace: the tokenizer splits words
-    /// at whitespace before anything else, so the pieces' tokens run on as the whole text's
-    /// would. Tokenizing all of a long text at once would hold every token with its offsets
-    /// (about 100 bytes each) and take microseconds a token, when a truncated answer needs
-    /// only the first `max_seq_len`.
+    /// A long text, a piece at a time, each cut where the tokenizer splits words anyway
+    /// (see `piece_end`), so the pieces' tokens run on as the whole text's would.
+    /// Tokenizing all of a long text at once would hold every token with its offsets (about
+    /// 100 bytes each) and take microseconds a token, when a truncated answer needs only
+    /// the first `max_seq_len`.
     fn encode_in_pieces(&self, text: &str, truncate: bool) -> Result<Encoded, EncodeError> {
         let specials = self.specials(false);
         let room = self.max_seq_len.saturating_sub(specials);
@@ -401,13 +401,15 @@ fn special_ends(tokenizer: &Tokenizer) -> tokenizers::Result<(Vec<u32>, Vec<u32>
     })
 }
 
-/// Where the first piece of `text` ends: before the last run of whitespace that starts
-/// within `target` bytes, so that the next piece begins with all of it. Each tokenizer
-/// family then splits the pieces as it splits the whole: BERT's drops the whitespace,
-/// while SentencePiece's (`▁word`) and byte-level BPE's (`Ġword`) join a space to the word
-/// after it. A run of `target` bytes with no whitespace at all (base64, say) is cut where it
-/// reaches `target`: only there may the pieces' tokens differ from the whole text's, and a
-/// BERT vocabulary makes any word past 100 characters `[UNK]` either way.
+/// Where the first piece of `text` ends: where every tokenizer family splits words anyway.
+/// Best before the last run of spaces that starts within `target` bytes, so that the next
+/// piece begins with all of it: BERT's pre-tokenizer drops the spaces, while SentencePiece
+/// (`▁word`) and byte-level BPE (`Ġword`) join a space to the word after it, and only a
+/// space (not a tab or a newline) is SentencePiece's word boundary. Failing that, after the
+/// last other whitespace, where BERT's pre-tokenizer splits. A run of `target` bytes with
+/// no whitespace at all (base64, say) is cut where it reaches `target`: only there may the
+/// pieces' tokens differ from the whole text's, and a BERT vocabulary makes any word past
+/// 100 characters `[UNK]` either way.
 fn piece_end(text: &str, target: usize) -> usize {
     if text.len() <= target {
         return text.len();
@@ -417,18 +419,18 @@ fn piece_end(text: &str, target: usize) -> usize {
         cut -= 1;
     }
     let head = &text[..cut];
-    let run_start = |end: usize| {
-        head[..end]
-            .char_indices()
-            .rev()
-            .take_while(|(_, c)| c.is_whitespace())
-            .last()
-            .map_or(end, |(i, _)| i)
-    };
-    match head.char_indices().rev().find(|(_, c)| c.is_whitespace()) {
-        Some((i, c)) if run_start(i + c.len_utf8()) > 0 => run_start(i + c.len_utf8()),
-        _ => cut,
+    let before_spaces = head
+        .rfind(' ')
+        .map(|i| head[..i].trim_end_matches(' ').len());
+    if let Some(end) = before_spaces.filter(|&end| end > 0) {
+        return end;
     }
+    let after_whitespace = head
+        .char_indices()
+        .rev()
+        .find(|(_, c)| c.is_whitespace())
+        .map(|(i, c)| i + c.len_utf8());
+    after_whitespace.unwrap_or(cut)
 }
 
 impl fmt::Debug for TextTokenizer {
