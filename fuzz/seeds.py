@@ -492,10 +492,13 @@ def tokenize():
         "a##b [CLS] [SEP] [UNK] [PAD] [MASK] ##s",
         "e\u0301 combining  a\u0308\u0308\u0308",
         "12345678901234567890 3.14159 -0 1e10",
+        "<s> </s> <pad> <unk> <mask> \u2581word \u2581 \ufdfa",
+        "  spaces   in  runs \n newline \t tab  " * 40,
     ]
     bodies = []
+    # The first byte: bit 0 truncates, bit 1 picks the SentencePiece tokenizer.
     for i, t in enumerate(texts):
-        bodies.append(bytes([i & 1]) + t.encode())
+        bodies.append(bytes([i & 3]) + t.encode())
     bodies.append(b"\x00\xff\xfe invalid utf-8 \xc3")
     return write("tokenize", bodies)
 

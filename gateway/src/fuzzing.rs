@@ -88,12 +88,14 @@ pub fn max_len(target: &str) -> usize {
 }
 
 /// What the targets share: a model's settings, the two signatures, the synthetic encoder's
-/// tokenizer and configuration, and a scratch folder for loaders that read files.
+/// tokenizer and configuration, a synthetic XLM-RoBERTa's SentencePiece tokenizer, and a
+/// scratch folder for loaders that read files.
 struct Fixtures {
     settings: ModelSettings,
     dense_width: usize,
     text: TextInput,
     tokenizer: TextTokenizer,
+    sentencepiece: TextTokenizer,
     synthetic: PathBuf,
     encoder: models::encoder::EncoderConfig,
     scratch: PathBuf,
@@ -117,6 +119,13 @@ fn fixtures() -> &'static Fixtures {
         write_synthetic(&synthetic, &spec).expect("write the synthetic encoder");
         let encoder = models::encoder::EncoderConfig::read(&synthetic).expect("synthetic config");
         let tokenizer = TextTokenizer::from_dir(&synthetic, SEQ_LEN).expect("synthetic tokenizer");
+        let xlmr = root.join("xlm-roberta");
+        let spec = SyntheticSpec {
+            family: models::encoder::config::Family::Roberta,
+            ..spec
+        };
+        write_synthetic(&xlmr, &spec).expect("write the synthetic XLM-RoBERTa");
+        let sentencepiece = TextTokenizer::from_dir(&xlmr, SEQ_LEN).expect("its tokenizer");
         let scratch = root.join("scratch");
         std::fs::create_dir_all(&scratch).expect("scratch folder");
         Fixtures {
@@ -134,6 +143,7 @@ fn fixtures() -> &'static Fixtures {
                 multi_label: false,
             },
             tokenizer,
+            sentencepiece,
             synthetic,
             encoder,
             scratch,

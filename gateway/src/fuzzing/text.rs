@@ -1,7 +1,7 @@
 //! The text targets: embedding request bodies read and tokenized as the handlers do, and
 //! texts through the tokenizer as every text endpoint hands them to it.
 
-use models::{EncodeError, PackedTokens};
+use models::{EncodeError, PackedTokens, TextTokenizer};
 
 use super::{ApiError, assert_client_error, fixtures};
 use crate::http::classify::{self, PredictRequest, RerankRequest};
@@ -10,24 +10,35 @@ use crate::http::tei::TeiRequest;
 use crate::http::text;
 use crate::protocol::json_de;
 
-/// Tokenizes as `http::text` does: a text too long (with truncation off) is a 400; a
-/// tokenizer failure would be a 500, so there must be none.
+/// Tokenizes as `http::text` does, with the WordPiece tokenizer: a text too long (with
+/// truncation off) is a 400; a tokenizer failure would be a 500, so there must be none.
 pub(super) fn tokenize_all(texts: &[String], truncate: bool) -> PackedTokens {
-    let f = fixtures();
+    tokenize_with(&fixtures().tokenizer, texts, truncate)
+}
+
+/// The most tokens a character may give: WordPiece's lower-casing decomposes one into a
+/// few; NFKC (the synthetic SentencePiece tokenizer's normaliser) expands one to at most 18
+/// characters (U+FDFA), each a token, and a word's `▁` may be a token of its own.
+fn tokens_per_char(tokenizer: &TextTokenizer) -> usize {
+    if std::ptr::eq(tokenizer, &fixtures().sentencepiece) {
+        2 * 18
+    } else {
+        3
+    }
+}
+
+fn tokenize_with(tokenizer: &TextTokenizer, texts: &[String], truncate: bool) -> PackedTokens {
     let mut packed = PackedTokens::with_capacity(texts.len(), texts.len() * 16);
     for text in texts {
-        match f.tokenizer.encode(text, truncate) {
+        match tokenizer.encode(text, truncate) {
             Ok(encoded) => {
-                assert!(encoded.len() <= f.tokenizer.max_seq_len());
+                assert!(encoded.len() <= tokenizer.max_seq_len());
                 assert_eq!(encoded.ids.len(), encoded.type_ids.len());
                 assert!(encoded.full_len >= encoded.len());
-                // [CLS] and [SEP] at least; at most a few tokens per character (lower-casing
-                // may decompose one into several).
+                // The two special tokens at least; at most a few tokens per character.
                 assert!(encoded.len() >= 2);
-                assert!(
-                    encoded.full_len <= 3 * text.chars().count() + 2,
-                    "{encoded:?}"
-                );
+                let most = tokens_per_char(tokenizer) * text.chars().count() + 2;
+                assert!(encoded.full_len <= most, "{encoded:?}");
                 packed.push(&encoded);
             }
             Err(EncodeError::TooLong { tokens, max, .. }) => {
@@ -131,7 +142,8 @@ fn pairs_fit(inputs: &[text::Input], truncate: bool) {
 }
 
 /// Text as any endpoint hands it to the tokenizer: the first byte's low bit says whether
-/// to truncate, the rest is the text (invalid UTF-8 replaced, as no endpoint passes it).
+/// to truncate, its next bit whether the WordPiece or the SentencePiece tokenizer takes it;
+/// the rest is the text (invalid UTF-8 replaced, as no endpoint passes it).
 pub fn tokenize(data: &[u8]) {
     let Some((&mode, text)) = data.split_first() else {
         return;
@@ -140,20 +152,24 @@ pub fn tokenize(data: &[u8]) {
     if text.is_empty() {
         return;
     }
-    tokenize_all(&[text.as_ref().to_owned()], mode & 1 == 1);
-    inspect(&text);
+    let f = fixtures();
+    let tokenizer = match mode & 2 {
+        0 => &f.tokenizer,
+        _ => &f.sentencepiece,
+    };
+    tokenize_with(tokenizer, &[text.as_ref().to_owned()], mode & 1 == 1);
+    inspect(tokenizer, &text);
 }
 
 /// TEI's `/tokenize` and `/decode` on the same text: the tokens are the ids `encode` gives,
 /// each covering bytes of the text, in order, and decoding never fails on them.
-fn inspect(text: &str) {
-    let f = fixtures();
-    let Ok(tokens) = f.tokenizer.tokens(text, true) else {
+fn inspect(tokenizer: &TextTokenizer, text: &str) {
+    let Ok(tokens) = tokenizer.tokens(text, true) else {
         return; // past the counting limit: a 400
     };
     let ids: Vec<u32> = tokens.iter().map(|t| t.id).collect();
-    if text.len() <= f.tokenizer.piece_bytes()
-        && let Ok(encoded) = f.tokenizer.encode(text, false)
+    if text.len() <= tokenizer.piece_bytes()
+        && let Ok(encoded) = tokenizer.encode(text, false)
     {
         assert_eq!(ids, encoded.ids, "{text:?}");
     }
@@ -166,7 +182,7 @@ fn inspect(text: &str) {
         );
         previous = start;
     }
-    f.tokenizer
+    tokenizer
         .decode(&ids, true)
         .expect("decoding the tokenizer's own ids");
 }
