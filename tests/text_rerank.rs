@@ -10,7 +10,7 @@ use std::process::Command;
 use common::classify::*;
 use common::text::skip;
 use common::*;
-use models::encoder::config::Family;
+use models::encoder::family::Family;
 use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
 use serde_json::{Value, json};
 

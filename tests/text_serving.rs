@@ -376,7 +376,7 @@ fn text_model_versions_load_hot_and_broken_ones_are_refused_by_name() {
     // type 1, as BERT's does: refused, or every pair would fail its batch.
     let staging = outside.path().join("6");
     let spec = SyntheticSpec {
-        family: models::encoder::config::Family::Roberta,
+        family: models::encoder::family::Family::Roberta,
         ..SyntheticSpec::default()
     };
     write_synthetic(&staging, &spec).unwrap();

@@ -121,7 +121,7 @@ fn fixtures() -> &'static Fixtures {
         let tokenizer = TextTokenizer::from_dir(&synthetic, SEQ_LEN).expect("synthetic tokenizer");
         let xlmr = root.join("xlm-roberta");
         let spec = SyntheticSpec {
-            family: models::encoder::config::Family::Roberta,
+            family: models::encoder::family::Family::Roberta,
             ..spec
         };
         write_synthetic(&xlmr, &spec).expect("write the synthetic XLM-RoBERTa");

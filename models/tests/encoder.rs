@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use kernels::{DType, Device};
-use models::encoder::config::Family;
+use models::encoder::family::Family;
 use models::encoder::synthetic::SyntheticSpec;
 use models::encoder::{Encoded, Encoder, PackedTokens, Pooling, TextTokenizer, l2_normalize_rows};
 use models::rng::SplitMix64;

@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use kernels::{DType, Device};
-use models::encoder::config::Family;
+use models::encoder::family::Family;
 use models::encoder::synthetic::SyntheticSpec;
 use models::encoder::{Encoded, Encoder, PackedTokens, TextTokenizer};
 

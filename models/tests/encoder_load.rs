@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use kernels::{DType, Device};
-use models::encoder::config::Family;
+use models::encoder::family::Family;
 use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
 use models::encoder::{Encoder, Pooling, is_encoder_dir};
 use safetensors::SafeTensors;

@@ -12,7 +12,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use models::encoder::config::Family;
+use models::encoder::family::Family;
 use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
 use models::encoder::{EncodeError, TOKEN_COUNT_LIMIT, TextTokenizer};
 use support::{minilm_dir, skip};

@@ -11,7 +11,8 @@ use kernels::cpu::{
     RelativeBias, add_layer_norm, biased_attention, gelu_in_place,
 };
 
-use super::config::{EncoderConfig, Pooling, relative_bucket};
+use super::config::{EncoderConfig, Pooling};
+use super::family::relative_bucket;
 use super::packed::PackedTokens;
 use super::weights::{Dense, Embeddings, EncoderWeights, Norm};
 use crate::{LoadError, ModelError};

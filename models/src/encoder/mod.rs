@@ -2,6 +2,7 @@
 //! one embedding per text out; or, for a sequence classifier (a cross-encoder, say), one
 //! logit per label out.
 //!
+//! - [`family`]: what sets BERT, DistilBERT, MPNet and RoBERTa apart;
 //! - [`config`]: what the folder's JSON files say (architecture, limits, pooling,
 //!   normalisation), refusing what tandem would run differently;
 //! - [`weights`]: `model.safetensors`, validated against the config;
@@ -19,6 +20,7 @@
 pub mod config;
 mod cpu;
 mod cuda;
+pub mod family;
 mod head;
 pub mod packed;
 pub mod prompts;

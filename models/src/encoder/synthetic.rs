@@ -13,7 +13,8 @@ use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 use serde_json::json;
 
-use super::config::{Family, Pooling, RELATIVE_BUCKETS};
+use super::config::Pooling;
+use super::family::{Family, RELATIVE_BUCKETS};
 use crate::rng::SplitMix64;
 
 /// What the synthetic folder holds.
@@ -333,84 +334,63 @@ fn unigram_tokenizer_json(vocab: &[(String, f64)]) -> serde_json::Value {
     })
 }
 
+/// Tensors drawn from a seeded generator: (name, shape, values, whether a matrix).
+struct Drawn {
+    rng: SplitMix64,
+    tensors: Vec<(String, Vec<usize>, Vec<f32>, bool)>,
+}
+
+impl Drawn {
+    fn add(&mut self, name: String, shape: Vec<usize>, scale: f32, offset: f32, matrix: bool) {
+        let n = shape.iter().product();
+        let values = (0..n).map(|_| offset + self.rng.normal() * scale).collect();
+        self.tensors.push((name, shape, values, matrix));
+    }
+
+    /// `[rows, width]` values of about `scale`, not a matrix of a layer (kept in f32).
+    fn table(&mut self, name: &str, rows: usize, width: usize, scale: f32) {
+        self.add(name.into(), vec![rows, width], scale, 0.0, false);
+    }
+
+    /// A dense layer `{prefix}.weight` `[outputs, inputs]` and `{prefix}.bias`.
+    fn dense(&mut self, prefix: &str, inputs: usize, outputs: usize, scale: f32) {
+        let shape = vec![outputs, inputs];
+        self.add(format!("{prefix}.weight"), shape, scale, 0.0, true);
+        self.add(format!("{prefix}.bias"), vec![outputs], 0.1, 0.0, false);
+    }
+
+    /// A layer norm's `weight` near 1 and `bias` near 0.
+    fn norm(&mut self, prefix: &str, width: usize) {
+        self.add(format!("{prefix}.weight"), vec![width], 0.1, 1.0, false);
+        self.add(format!("{prefix}.bias"), vec![width], 0.1, 0.0, false);
+    }
+}
+
 /// The weights in safetensors, named as the family's model (`BertModel`, ...) names them.
 fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
-    let mut rng = SplitMix64::new(spec.seed);
-    let (h, i) = (spec.hidden, spec.intermediate);
-    let mut tensors: Vec<(String, Vec<usize>, Vec<f32>, bool)> = Vec::new();
-    let mut add = |name: String, shape: Vec<usize>, scale: f32, offset: f32, matrix: bool| {
-        let n = shape.iter().product();
-        let values = (0..n).map(|_| offset + rng.normal() * scale).collect();
-        tensors.push((name, shape, values, matrix));
+    let mut drawn = Drawn {
+        rng: SplitMix64::new(spec.seed),
+        tensors: Vec::new(),
     };
-    add(
-        "embeddings.word_embeddings.weight".into(),
-        vec![vocab, h],
-        0.5,
-        0.0,
-        false,
-    );
+    let h = spec.hidden;
+    drawn.table("embeddings.word_embeddings.weight", vocab, h, 0.5);
     let positions = spec.max_position_embeddings;
-    add(
-        "embeddings.position_embeddings.weight".into(),
-        vec![positions, h],
-        0.3,
-        0.0,
-        false,
-    );
-    let types = match spec.family {
-        Family::Bert | Family::DistilBert | Family::Mpnet => 2,
-        Family::Roberta => 1,
-    };
-    add(
-        "embeddings.token_type_embeddings.weight".into(),
-        vec![types, h],
-        0.3,
-        0.0,
-        false,
-    );
-    add(
-        "embeddings.LayerNorm.weight".into(),
-        vec![h],
-        0.1,
-        1.0,
-        false,
-    );
-    add("embeddings.LayerNorm.bias".into(), vec![h], 0.1, 0.0, false);
+    drawn.table("embeddings.position_embeddings.weight", positions, h, 0.3);
+    // DistilBERT's and MPNet's are dropped as they are renamed (`family_name`).
+    let types = if spec.family == Family::Roberta { 1 } else { 2 };
+    drawn.table("embeddings.token_type_embeddings.weight", types, h, 0.3);
+    drawn.norm("embeddings.LayerNorm", h);
     for l in 0..spec.layers {
-        let p = format!("encoder.layer.{l}");
-        let dense = [
-            ("attention.self.query", h, h),
-            ("attention.self.key", h, h),
-            ("attention.self.value", h, h),
-            ("attention.output.dense", h, h),
-            ("intermediate.dense", h, i),
-            ("output.dense", i, h),
-        ];
-        for (name, inputs, outputs) in dense {
-            let scale = 1.0 / (inputs as f32).sqrt();
-            add(
-                format!("{p}.{name}.weight"),
-                vec![outputs, inputs],
-                scale,
-                0.0,
-                true,
-            );
-            add(format!("{p}.{name}.bias"), vec![outputs], 0.1, 0.0, false);
-        }
-        for norm in ["attention.output.LayerNorm", "output.LayerNorm"] {
-            add(format!("{p}.{norm}.weight"), vec![h], 0.1, 1.0, false);
-            add(format!("{p}.{norm}.bias"), vec![h], 0.1, 0.0, false);
-        }
+        layer(
+            &mut drawn,
+            &format!("encoder.layer.{l}"),
+            h,
+            spec.intermediate,
+        );
     }
     if spec.family == Family::Mpnet {
-        add(
-            "encoder.relative_attention_bias.weight".into(),
-            vec![RELATIVE_BUCKETS, spec.heads],
-            1.0,
-            0.0,
-            false,
-        );
+        let name = "encoder.relative_attention_bias.weight";
+        drawn.table(name, RELATIVE_BUCKETS, spec.heads, 1.0);
     }
     if spec.labels > 0 {
         let (pooler, classifier) = match spec.family {
@@ -418,25 +398,29 @@ fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
             Family::Roberta | Family::Mpnet => ("classifier.dense", "classifier.out_proj"),
             Family::DistilBert => ("pre_classifier", "classifier"),
         };
-        let scale = 1.0 / (h as f32).sqrt();
-        add(format!("{pooler}.weight"), vec![h, h], scale, 0.0, true);
-        add(format!("{pooler}.bias"), vec![h], 0.1, 0.0, false);
-        add(
-            format!("{classifier}.weight"),
-            vec![spec.labels, h],
-            1.0,
-            0.0,
-            true,
-        );
-        add(
-            format!("{classifier}.bias"),
-            vec![spec.labels],
-            0.1,
-            0.0,
-            false,
-        );
+        drawn.dense(pooler, h, h, 1.0 / (h as f32).sqrt());
+        drawn.dense(classifier, h, spec.labels, 1.0);
     }
-    serialize(spec, tensors)
+    serialize(spec, drawn.tensors)
+}
+
+/// One BERT layer's tensors under `p`: hidden `h`, intermediate `i`.
+fn layer(drawn: &mut Drawn, p: &str, h: usize, i: usize) {
+    let dense = [
+        ("attention.self.query", h, h),
+        ("attention.self.key", h, h),
+        ("attention.self.value", h, h),
+        ("attention.output.dense", h, h),
+        ("intermediate.dense", h, i),
+        ("output.dense", i, h),
+    ];
+    for (name, inputs, outputs) in dense {
+        let scale = 1.0 / (inputs as f32).sqrt();
+        drawn.dense(&format!("{p}.{name}"), inputs, outputs, scale);
+    }
+    for norm in ["attention.output.LayerNorm", "output.LayerNorm"] {
+        drawn.norm(&format!("{p}.{norm}"), h);
+    }
 }
 
 /// How MPNet renames BERT's tensors.

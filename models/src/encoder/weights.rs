@@ -22,7 +22,8 @@ use kernels::DType;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 
-use super::config::{EncoderConfig, Family, RELATIVE_BUCKETS};
+use super::config::EncoderConfig;
+use super::family::{Family, RELATIVE_BUCKETS};
 use crate::{LoadError, WeightData};
 
 /// A matrix `[outputs, inputs]` (PyTorch's `nn.Linear` layout) and its biases.
