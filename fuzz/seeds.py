@@ -378,6 +378,7 @@ MODULES = [
     {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
     {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
 ]
+DENSE = {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}
 
 
 def pooling(cls=False, mean=True, **over):
@@ -400,6 +401,13 @@ def encoder_config():
         folder(bert_config(), MODULES[:2], pooling(cls=True, mean=False), {"max_seq_length": 0}),
         folder(bert_config(), MODULES, {"pooling_mode": "cls"}, {}),
         folder(bert_config(), [{"type": "sentence_transformers.models.Dense", "path": "2_Dense"}]),
+        folder(bert_config(), MODULES[:2] + [DENSE] + MODULES[2:], pooling(cls=True, mean=False),
+               sentence, {"in_features": 32, "out_features": 16, "bias": True,
+                          "activation_function": "torch.nn.modules.activation.Tanh"}),
+        folder(bert_config(), MODULES + [DENSE], pooling(), sentence,
+               {"in_features": 32, "out_features": 8, "bias": False}),
+        folder(bert_config(), MODULES[:2] + [dict(DENSE, path="../2_Dense")], pooling(), sentence,
+               {"in_features": 32, "out_features": 8, "use_residual": True}),
         folder(bert_config(), MODULES, pooling(cls=True, mean=True), sentence),
         folder(bert_config(model_type="roberta", architectures=["BertModel"])),
         folder(bert_config(model_type="xlm-roberta", architectures=["XLMRobertaModel"],

@@ -11,7 +11,8 @@ use common::classify::*;
 use common::text::skip;
 use common::*;
 use models::encoder::family::Family;
-use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
+use models::encoder::projection::DenseActivation;
+use models::encoder::synthetic::{SyntheticDense, SyntheticSpec, write_synthetic};
 use serde_json::{Value, json};
 
 /// `/rerank` scores each text as the pair (query, text), sigmoid of the cross-encoder's
@@ -221,22 +222,36 @@ fn v2_scores_pairs_from_text_and_text_pair() {
     assert_eq!(meta["inputs"][1]["name"], "text_pair", "{meta}");
 }
 
-/// An XLM-RoBERTa cross-encoder reranks, and XLM-RoBERTa and MPNet encoders embed, as the
-/// same models run in this process: `<s> query </s></s> text </s>`, one token type or none,
-/// positions after the padding id, MPNet's relative attention (on the CPU, where it runs).
+/// An XLM-RoBERTa cross-encoder reranks, and XLM-RoBERTa and MPNet encoders and a BERT with
+/// two Dense modules after pooling embed, as the same models run in this process: `<s> query
+/// </s></s> text </s>`, one token type or none, positions after the padding id, MPNet's
+/// relative attention (on the CPU, where it runs), embeddings of the last module's width.
 #[test]
 fn xlm_roberta_and_mpnet_models_rerank_and_embed_as_run_in_process() {
     let repo = TempDir::new("xlmr");
+    let dense = |out_features, activation| SyntheticDense {
+        out_features,
+        bias: true,
+        activation,
+    };
     for (model, family, labels) in [
         ("xrerank", Family::Roberta, 1),
         ("xembed", Family::Roberta, 0),
         ("mpnet", Family::Mpnet, 0),
+        ("dense", Family::Bert, 0),
     ] {
         let spec = SyntheticSpec {
             family,
             labels,
             prefixed: labels > 0,
             seed: 31,
+            dense: match model {
+                "dense" => vec![
+                    dense(24, DenseActivation::Tanh),
+                    dense(16, DenseActivation::Identity),
+                ],
+                _ => Vec::new(),
+            },
             ..SyntheticSpec::default()
         };
         write_synthetic(&repo.path().join(model).join("1"), &spec).unwrap();
@@ -271,7 +286,9 @@ fn xlm_roberta_and_mpnet_models_rerank_and_embed_as_run_in_process() {
         .collect();
     assert_eq!(texts_of, ["<s>", "a", " cat", "</s>"], "{tokens}");
     let seqs: Vec<Seq> = texts.iter().map(|t| Seq::One(t)).collect();
-    for model in ["xembed", "mpnet"] {
+    let meta = server.get("/v2/models/dense").json();
+    assert_eq!(meta["outputs"][0]["shape"], json!([-1, 16]), "{meta}");
+    for model in ["xembed", "mpnet", "dense"] {
         let mut want = logits_here(&repo.path().join(model).join("1"), &seqs);
         let got = ok(
             &server,
@@ -282,6 +299,7 @@ fn xlm_roberta_and_mpnet_models_rerank_and_embed_as_run_in_process() {
             let width = w.len();
             models::encoder::l2_normalize_rows(w, width);
             let g = &got["data"][i]["embedding"];
+            assert_eq!(g.as_array().unwrap().len(), width, "{model} text {i}");
             for (d, v) in w.iter().enumerate() {
                 let what = format!("{model} text {i} [{d}]");
                 assert_near(g[d].as_f64().unwrap(), *v as f64, &what);

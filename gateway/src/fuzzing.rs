@@ -452,20 +452,22 @@ pub fn checkpoint(data: &[u8]) {
 }
 
 /// A text encoder folder's configuration files: the input split at NUL bytes (which JSON
-/// text cannot hold) into `config.json`, `modules.json`, `1_Pooling/config.json` and
-/// `sentence_bert_config.json` (a file absent where the input has fewer parts), read as the
-/// loader reads them; a configuration that passes must describe a runnable encoder, and
-/// the synthetic tokenizer must take its sequence limit.
+/// text cannot hold) into `config.json`, `modules.json`, `1_Pooling/config.json`,
+/// `sentence_bert_config.json` and `2_Dense/config.json` (a file absent where the input has
+/// fewer parts), read as the loader reads them; a configuration that passes must describe a
+/// runnable encoder, and the synthetic tokenizer must take its sequence limit.
 pub fn encoder_config(data: &[u8]) {
-    const FILES: [&str; 4] = [
+    const FILES: [&str; 5] = [
         "config.json",
         "modules.json",
         "1_Pooling/config.json",
         "sentence_bert_config.json",
+        "2_Dense/config.json",
     ];
     let dir = fixtures().scratch.join("encoder");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("1_Pooling")).expect("scratch folder");
+    std::fs::create_dir_all(dir.join("2_Dense")).expect("scratch folder");
     for (file, part) in FILES.iter().zip(data.split(|&b| b == 0)) {
         std::fs::write(dir.join(file), part).expect("scratch file");
     }
@@ -480,6 +482,13 @@ pub fn encoder_config(data: &[u8]) {
     // (Not asserted finite and positive: an f64 epsilon that passes the check can still round
     // to 0 or infinity as the f32 the encoder keeps; docs/fuzzing.md, "Findings".)
     assert!(!config.layer_norm_eps.is_nan());
+    // Dense modules chain from the pooled width, each at least one value wide.
+    let mut width = config.hidden;
+    for m in &config.dense {
+        assert_eq!(m.in_features, width, "{m:?}");
+        assert!(m.out_features >= 1, "{m:?}");
+        width = m.out_features;
+    }
     // The loader's next steps with this configuration: the tokenizer at its limit (a
     // limit too small is refused, not a panic), the synthetic weights checked against it.
     let _ = TextTokenizer::from_dir(&fixtures().synthetic, config.max_seq_len);

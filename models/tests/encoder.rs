@@ -10,7 +10,8 @@ use std::path::Path;
 
 use kernels::{DType, Device};
 use models::encoder::family::Family;
-use models::encoder::synthetic::SyntheticSpec;
+use models::encoder::projection::DenseActivation;
+use models::encoder::synthetic::{SyntheticDense, SyntheticSpec};
 use models::encoder::{Encoded, Encoder, PackedTokens, Pooling, TextTokenizer, l2_normalize_rows};
 use models::rng::SplitMix64;
 
@@ -388,6 +389,45 @@ on_every_device!(synthetic_distilbert_prefixed_cls_f16, |device, test| {
         },
     )
 });
+// LaBSE's shape: CLS, a Dense module with tanh, normalised; then a chain of two modules
+// (ReLU to a wider layer, then one without bias or activation to a narrower one).
+on_every_device!(synthetic_bert_cls_dense_tanh, |device, test| {
+    check_synthetic(
+        device,
+        test,
+        SyntheticSpec {
+            pooling: Pooling::Cls,
+            dense: vec![dense(24, true, DenseActivation::Tanh)],
+            seed: 13,
+            ..SyntheticSpec::default()
+        },
+    )
+});
+on_every_device!(synthetic_distilbert_dense_chain_f16, |device, test| {
+    check_synthetic(
+        device,
+        test,
+        SyntheticSpec {
+            family: Family::DistilBert,
+            dtype: DType::F16,
+            dense: vec![
+                dense(48, true, DenseActivation::Relu),
+                dense(16, false, DenseActivation::Identity),
+            ],
+            seed: 14,
+            ..SyntheticSpec::default()
+        },
+    )
+});
+
+fn dense(out_features: usize, bias: bool, activation: DenseActivation) -> SyntheticDense {
+    SyntheticDense {
+        out_features,
+        bias,
+        activation,
+    }
+}
+
 /// MPNet's bias by relative position runs on the CPU only.
 #[test]
 fn synthetic_mpnet_mean_cpu() {

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use kernels::{DType, Device};
 use models::encoder::family::Family;
-use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
+use models::encoder::projection::DenseActivation;
+use models::encoder::synthetic::{SyntheticDense, SyntheticSpec, write_synthetic};
 use models::encoder::{Encoder, Pooling, is_encoder_dir};
 use safetensors::SafeTensors;
 use safetensors::tensor::TensorView;
@@ -38,9 +39,14 @@ impl Folder {
 
     /// Rewrites model.safetensors through `edit` on (name, dtype, shape, bytes).
     fn edit_tensors(&self, edit: impl FnOnce(&mut Vec<Tensor>)) {
-        let bytes = std::fs::read(self.path("model.safetensors")).unwrap();
-        let file = SafeTensors::deserialize(&bytes).unwrap();
-        let mut tensors: Vec<Tensor> = file
+        self.edit_tensors_of("model.safetensors", edit)
+    }
+
+    /// Rewrites the safetensors `file` through `edit`.
+    fn edit_tensors_of(&self, file: &str, edit: impl FnOnce(&mut Vec<Tensor>)) {
+        let bytes = std::fs::read(self.path(file)).unwrap();
+        let parsed = SafeTensors::deserialize(&bytes).unwrap();
+        let mut tensors: Vec<Tensor> = parsed
             .iter()
             .map(|(name, v)| Tensor {
                 name: name.to_string(),
@@ -58,7 +64,7 @@ impl Folder {
             })
             .collect();
         let out = safetensors::serialize(views, None).unwrap();
-        std::fs::write(self.path("model.safetensors"), out).unwrap();
+        std::fs::write(self.path(file), out).unwrap();
     }
 
     fn load_error(&self) -> String {
@@ -294,19 +300,19 @@ fn unsupported_pooling_and_modules_are_refused() {
         c["pooling_mode_cls_token"] = true.into()
     });
     assert_contains(&f.load_error(), &["pooling cls + mean"]);
-    let f = Folder::new("module-dense", &spec());
+    let f = Folder::new("module-layernorm", &spec());
     f.edit_json("modules.json", |m| {
         m.as_array_mut().unwrap().insert(
             2,
-            serde_json::json!({"idx": 2, "name": "2", "path": "2_Dense",
-                               "type": "sentence_transformers.models.Dense"}),
+            serde_json::json!({"idx": 2, "name": "2", "path": "2_LayerNorm",
+                               "type": "sentence_transformers.models.LayerNorm"}),
         )
     });
     assert_contains(
         &f.load_error(),
         &[
             "modules.json",
-            "module \"sentence_transformers.models.Dense\"",
+            "module \"sentence_transformers.models.LayerNorm\"",
         ],
     );
 }
@@ -590,4 +596,140 @@ fn an_mpnet_folder_loads_with_its_relative_attention_bias() {
         c["relative_attention_num_buckets"] = 64.into()
     });
     assert_contains(&f.load_error(), &["relative_attention_num_buckets 64"]);
+}
+
+/// Two Dense modules after pooling, as distiluse and LaBSE have: 32 → 24 (tanh) → 16 (no
+/// bias, no activation).
+fn with_dense() -> SyntheticSpec {
+    let dense = |out_features, bias, activation| SyntheticDense {
+        out_features,
+        bias,
+        activation,
+    };
+    SyntheticSpec {
+        dense: vec![
+            dense(24, true, DenseActivation::Tanh),
+            dense(16, false, DenseActivation::Identity),
+        ],
+        ..spec()
+    }
+}
+
+#[test]
+fn dense_modules_load_and_set_the_embedding_width() {
+    let f = Folder::new("dense", &with_dense());
+    let e = Encoder::load(&f.0, &Device::Cpu).unwrap();
+    assert_eq!((e.hidden(), e.output_width()), (32, 16));
+    let modules = &e.config().dense;
+    let shapes: Vec<_> = modules
+        .iter()
+        .map(|m| (m.path.as_str(), m.in_features, m.out_features, m.bias))
+        .collect();
+    assert_eq!(
+        shapes,
+        [("2_Dense", 32, 24, true), ("3_Dense", 24, 16, false)]
+    );
+    assert!(e.config().normalize);
+    // Without an activation_function, sentence-transformers' default: tanh.
+    f.edit_json("3_Dense/config.json", |c| {
+        c.as_object_mut().unwrap().remove("activation_function");
+    });
+    let e = Encoder::load(&f.0, &Device::Cpu).unwrap();
+    assert_eq!(e.config().dense[1].activation, DenseActivation::Tanh);
+}
+
+#[test]
+fn dense_modules_that_would_run_differently_are_refused_by_name() {
+    let refused = |tag: &str, edit: &dyn Fn(&Folder), parts: &[&str]| {
+        let f = Folder::new(tag, &with_dense());
+        edit(&f);
+        assert_contains(&f.load_error(), parts);
+    };
+    let config = |file: &'static str, key: &'static str, value: serde_json::Value| {
+        move |f: &Folder| f.edit_json(file, |c| c[key] = value.clone())
+    };
+    refused(
+        "dense-in",
+        &config("3_Dense/config.json", "in_features", 23.into()),
+        &["3_Dense", "in_features is 23", "24 values"],
+    );
+    refused(
+        "dense-out",
+        &config("3_Dense/config.json", "out_features", 17.into()),
+        &["linear.weight", "[17, 24]", "[16, 24]"],
+    );
+    refused(
+        "dense-gelu",
+        &config(
+            "2_Dense/config.json",
+            "activation_function",
+            "torch.nn.modules.activation.GELU".into(),
+        ),
+        &[
+            "2_Dense",
+            "activation_function \"torch.nn.modules.activation.GELU\"",
+        ],
+    );
+    refused(
+        "dense-residual",
+        &config("2_Dense/config.json", "use_residual", true.into()),
+        &["2_Dense", "use_residual"],
+    );
+    refused(
+        "dense-tokens",
+        &config(
+            "2_Dense/config.json",
+            "module_input_name",
+            "token_embeddings".into(),
+        ),
+        &["2_Dense", "token_embeddings", "sentence embedding only"],
+    );
+    refused(
+        "dense-bias-absent",
+        &config("3_Dense/config.json", "bias", true.into()),
+        &["3_Dense", "linear.bias"],
+    );
+    refused(
+        "dense-bias-extra",
+        &|f: &Folder| f.edit_json("2_Dense/config.json", |c| c["bias"] = false.into()),
+        &["2_Dense", "linear.bias"],
+    );
+    refused(
+        "dense-after-normalize",
+        &|f: &Folder| f.edit_json("modules.json", |m| m.as_array_mut().unwrap().swap(3, 4)),
+        &[
+            "modules.json",
+            "Dense module before Pooling or after Normalize",
+        ],
+    );
+    refused(
+        "dense-outside",
+        &|f: &Folder| f.edit_json("modules.json", |m| m[2]["path"] = "../2_Dense".into()),
+        &["modules.json", "module path \"../2_Dense\""],
+    );
+    refused(
+        "dense-pickle",
+        &|f: &Folder| {
+            std::fs::rename(
+                f.path("2_Dense/model.safetensors"),
+                f.path("2_Dense/pytorch_model.bin"),
+            )
+            .unwrap()
+        },
+        &["pytorch_model.bin", "model.safetensors only"],
+    );
+    refused(
+        "dense-no-config",
+        &|f: &Folder| std::fs::remove_file(f.path("3_Dense/config.json")).unwrap(),
+        &["3_Dense/config.json"],
+    );
+    refused(
+        "dense-nan",
+        &|f: &Folder| {
+            f.edit_tensors_of("3_Dense/model.safetensors", |ts| {
+                ts[0].bytes[..4].copy_from_slice(&f32::NAN.to_le_bytes())
+            })
+        },
+        &["linear.weight", "NaN"],
+    );
 }

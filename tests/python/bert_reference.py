@@ -9,7 +9,9 @@ Commands (JSON on stdin, JSON on stdout):
 
   embed DIR     stdin {"sequences": [{"ids": [...], "type_ids": [...]}, ...],
                        "pooling": "mean" | "cls"}
-                stdout {"embeddings": [[...], ...]}  (pooled, not normalised, float64)
+                stdout {"embeddings": [[...], ...]}  (pooled, then through the folder's
+                sentence-transformers Dense modules if modules.json lists any; not
+                normalised; float64)
   classify DIR  stdin {"sequences": [...]} as for embed, of a BertForSequenceClassification
                 or (XLM)RobertaForSequenceClassification
                 stdout {"logits": [[...], ...]}  (one per label: the first token's state
@@ -191,14 +193,48 @@ def encode(ids, type_ids, w, cfg):
     return x
 
 
+# A Dense module's activation_function, by the torch class sentence-transformers names.
+ACTIVATIONS = {
+    "torch.nn.modules.activation.Tanh": np.tanh,
+    "torch.nn.modules.linear.Identity": lambda x: x,
+    "torch.nn.modules.activation.ReLU": lambda x: np.maximum(x, 0.0),
+}
+
+
+def dense_modules(folder):
+    """The Dense modules modules.json lists, in order: (weight, bias, activation) each,
+    read from the module's own folder. Without an activation_function the module uses
+    sentence-transformers' default, tanh; with bias false, it has no bias."""
+    path = Path(folder) / "modules.json"
+    if not path.exists():
+        return []
+    modules = []
+    for module in json.loads(path.read_text()):
+        if not module["type"].endswith(".Dense"):
+            continue
+        where = Path(folder) / module["path"]
+        cfg = json.loads((where / "config.json").read_text())
+        tensors = load_file(str(where / "model.safetensors"))
+        weight = tensors["linear.weight"].astype(np.float64)
+        bias = np.zeros(weight.shape[0])
+        if cfg.get("bias", True):
+            bias = tensors["linear.bias"].astype(np.float64)
+        activation = ACTIVATIONS[cfg.get("activation_function", "torch.nn.modules.activation.Tanh")]
+        modules.append((weight, bias, activation))
+    return modules
+
+
 def embed(folder):
     request = json.load(sys.stdin)
     cfg = read_config(folder)
     w = load_weights(folder)
+    dense = dense_modules(folder)
     out = []
     for seq in request["sequences"]:
         states = encode(np.array(seq["ids"]), np.array(seq["type_ids"]), w, cfg)
         pooled = states[0] if request.get("pooling", "mean") == "cls" else states.mean(0)
+        for weight, bias, activation in dense:
+            pooled = activation(weight @ pooled + bias)
         out.append(pooled.tolist())
     json.dump({"embeddings": out}, sys.stdout)
 

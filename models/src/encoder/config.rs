@@ -1,7 +1,7 @@
 //! What a sentence-transformers folder says about its encoder: `config.json` (a BERT,
 //! DistilBERT, MPNet, RoBERTa or XLM-RoBERTa architecture), `sentence_bert_config.json`
-//! (the sequence limit), `modules.json` (which modules follow the transformer) and the
-//! pooling module's `config.json`.
+//! (the sequence limit), `modules.json` (which modules follow the transformer), and the
+//! pooling and Dense modules' `config.json`.
 //!
 //! Anything tandem would run differently from the folder's own library is refused here with
 //! the file and the value found: another architecture, activation, position embedding,
@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 
 use super::family::{Family, RELATIVE_BUCKETS};
 use super::packed::PackedTokens;
+use super::projection::DenseModule;
 use crate::LoadError;
 
 /// How token states become one vector per sequence.
@@ -44,6 +45,9 @@ pub struct EncoderConfig {
     /// The longest sequence served, in tokens (special ones included).
     pub max_seq_len: usize,
     pub pooling: Pooling,
+    /// sentence-transformers `Dense` modules after pooling, in order; the last one's
+    /// `out_features` is the embedding's width.
+    pub dense: Vec<DenseModule>,
     /// Whether the folder's modules end with `Normalize`.
     pub normalize: bool,
     /// A sequence classifier's labels in output order (`id2label`); empty for an encoder
@@ -194,10 +198,14 @@ impl EncoderConfig {
         let bert: BertJson = read_json(&path)?;
         let (family, kind) = check_architecture(&path, &bert)?;
         let labels = read_labels(&path, &bert, kind)?;
-        let (pooling, normalize) = if labels.is_empty() {
-            read_head_modules(dir)?
+        let modules = if labels.is_empty() {
+            read_head_modules(dir, bert.hidden_size)?
         } else {
-            (Pooling::Cls, false)
+            HeadModules {
+                pooling: Pooling::Cls,
+                dense: Vec::new(),
+                normalize: false,
+            }
         };
         let pad_token_id = match family {
             Family::Bert | Family::DistilBert => bert.pad_token_id.unwrap_or(0),
@@ -224,8 +232,9 @@ impl EncoderConfig {
             type_vocab_size: bert.type_vocab_size,
             layer_norm_eps: layer_norm_eps as f32,
             max_seq_len,
-            pooling,
-            normalize,
+            pooling: modules.pooling,
+            dense: modules.dense,
+            normalize: modules.normalize,
             labels,
             multi_label: bert.problem_type.as_deref() == Some("multi_label_classification"),
         })
@@ -317,7 +326,7 @@ pub(crate) fn required(dir: &Path, file: &str) -> Result<PathBuf, LoadError> {
     }
 }
 
-fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, LoadError> {
+pub(super) fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, LoadError> {
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
         path: path.to_path_buf(),
         source,
@@ -436,15 +445,62 @@ fn check_dimensions(path: &Path, bert: &BertJson) -> Result<(), LoadError> {
     Ok(())
 }
 
-/// How an encoder of embeddings pools and whether it normalises, from its modules.
-fn read_head_modules(dir: &Path) -> Result<(Pooling, bool), LoadError> {
+/// What follows the transformer of an encoder of embeddings.
+struct HeadModules {
+    pooling: Pooling,
+    dense: Vec<DenseModule>,
+    normalize: bool,
+}
+
+/// How an encoder of embeddings pools, projects and normalises, from its modules: the
+/// pooling first, then any Dense modules (each taking the previous width), then Normalize,
+/// the order sentence-transformers runs them in for every model tandem serves.
+fn read_head_modules(dir: &Path, hidden: usize) -> Result<HeadModules, LoadError> {
     let modules = read_modules(dir)?;
+    let order = |what: &str| LoadError::Unsupported {
+        path: dir.join("modules.json"),
+        what: format!("a {what}"),
+        supported: "modules in the order Transformer, Pooling, Dense (any number), Normalize",
+    };
+    let kinds: Vec<&str> = modules.iter().map(|m| m.kind.as_str()).collect();
+    let pooling_at = kinds.iter().position(|k| *k == "Pooling");
+    let normalize_at = kinds.iter().position(|k| *k == "Normalize");
+    for (i, kind) in kinds.iter().enumerate() {
+        let after_pooling = pooling_at.is_none_or(|p| i > p);
+        let before_normalize = normalize_at.is_none_or(|n| i < n);
+        if *kind == "Dense" && !(after_pooling && before_normalize) {
+            return Err(order("Dense module before Pooling or after Normalize"));
+        }
+        if *kind == "Normalize" && pooling_at.is_some_and(|p| i < p) {
+            return Err(order("Normalize module before Pooling"));
+        }
+    }
     let pooling_dir = modules
         .iter()
         .find(|m| m.kind == "Pooling")
         .map_or(DEFAULT_POOLING_DIR, |m| m.path.as_str());
     let pooling = read_pooling(&dir.join(pooling_dir).join("config.json"))?;
-    Ok((pooling, modules.iter().any(|m| m.kind == "Normalize")))
+    let mut dense = Vec::new();
+    let mut width = hidden;
+    for m in modules.iter().filter(|m| m.kind == "Dense") {
+        let module = DenseModule::read(dir, &m.path)?;
+        if module.in_features != width {
+            return Err(LoadError::Config {
+                path: dir.join(&m.path).join("config.json"),
+                reason: format!(
+                    "in_features is {}, but the embedding has {width} values here",
+                    module.in_features
+                ),
+            });
+        }
+        width = module.out_features;
+        dense.push(module);
+    }
+    Ok(HeadModules {
+        pooling,
+        dense,
+        normalize: normalize_at.is_some(),
+    })
 }
 
 /// A classifier's labels in output order: `id2label` when it is given (its keys must be
@@ -505,11 +561,23 @@ fn read_modules(dir: &Path) -> Result<Vec<ModuleJson>, LoadError> {
     let mut kinds = Vec::with_capacity(modules.len());
     for m in modules {
         let short = m.kind.strip_prefix(MODULE_PREFIX).unwrap_or(&m.kind);
-        if !matches!(short, "Transformer" | "Pooling" | "Normalize") {
+        if !matches!(short, "Transformer" | "Pooling" | "Dense" | "Normalize") {
             return Err(LoadError::Unsupported {
                 path,
                 what: format!("module {:?}", m.kind),
-                supported: "the modules served are Transformer, Pooling and Normalize",
+                supported: "the modules served are Transformer, Pooling, Dense and Normalize",
+            });
+        }
+        let inside = Path::new(&m.path)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !inside {
+            return Err(LoadError::Config {
+                path,
+                reason: format!(
+                    "module path {:?} is not a folder inside the model's",
+                    m.path
+                ),
             });
         }
         kinds.push(ModuleJson {

@@ -9,6 +9,7 @@
 //! - [`tokenizer`]: `tokenizer.json` through the `tokenizers` crate, with tandem's padding
 //!   (none) and truncation (the model's limit, or a refusal);
 //! - `head`: a classifier's pooler and classifier, on the host;
+//! - [`projection`]: sentence-transformers Dense modules after pooling, on the host;
 //! - [`packed`]: a batch as sequences packed end to end, the only input the encoder runs;
 //! - `cpu` and `cuda`: the forward pass on each device. Every dense layer runs once over
 //!   all the tokens of a batch and attention runs per sequence on its own length, so a
@@ -23,6 +24,7 @@ mod cuda;
 pub mod family;
 mod head;
 pub mod packed;
+pub mod projection;
 pub mod prompts;
 mod serving;
 pub mod synthetic;
@@ -52,6 +54,8 @@ pub struct Encoder {
     metadata: crate::ModelMetadata,
     /// A classifier's head, and the `[CLS]` states it reads.
     head: Option<(head::ClassifierHead, Vec<f32>)>,
+    /// An encoder's Dense modules, and the pooled states they read.
+    projection: Option<(projection::Projection, Vec<f32>)>,
 }
 
 enum Backend {
@@ -102,6 +106,13 @@ impl Encoder {
             Some(w) => Some((head::ClassifierHead::new(w)?, Vec::new())),
             None => None,
         };
+        let projection = match weights.dense.is_empty() {
+            true => None,
+            false => Some((
+                projection::Projection::new(&config.dense, &weights.dense)?,
+                Vec::new(),
+            )),
+        };
         let backend = match device {
             Device::Cpu => Backend::Cpu(Box::new(cpu::CpuEncoder::new(&config, weights)?)),
             Device::Cuda(d) => Backend::Cuda(Box::new(cuda::CudaEncoder::new(
@@ -116,6 +127,7 @@ impl Encoder {
             backend,
             precision,
             head,
+            projection,
             metadata: crate::ModelMetadata {
                 inputs: Vec::new(),
                 outputs: Vec::new(),
@@ -138,16 +150,18 @@ impl Encoder {
         &self.device
     }
 
-    /// Values per embedding.
+    /// Values per token state: the transformer's width (an embedding's too, unless Dense
+    /// modules project it: see [`Encoder::output_width`]).
     pub fn hidden(&self) -> usize {
         self.config.hidden
     }
 
     /// Values per sequence out: an embedding's, or a classifier's logits (one per label).
     pub fn output_width(&self) -> usize {
-        match &self.head {
-            Some((head, _)) => head.labels(),
-            None => self.config.hidden,
+        match (&self.head, &self.projection) {
+            (Some((head, _)), _) => head.labels(),
+            (None, Some((projection, _))) => projection.outputs(),
+            (None, None) => self.config.hidden,
         }
     }
 
@@ -181,8 +195,8 @@ impl Encoder {
     }
 
     /// Runs a packed batch and writes one row per sequence into `output` (`[sequences,
-    /// output_width]`, row-major): its pooled embedding, not normalised (see
-    /// [`l2_normalize_rows`]), or a classifier's logits.
+    /// output_width]`, row-major): its pooled embedding through any Dense modules, not
+    /// normalised (see [`l2_normalize_rows`]), or a classifier's logits.
     pub fn forward_packed(
         &mut self,
         tokens: &PackedTokens,
@@ -192,16 +206,24 @@ impl Encoder {
         if tokens.is_empty() {
             return Ok(());
         }
-        let Some((head, cls)) = &mut self.head else {
-            return self.backend.forward(tokens, output);
-        };
-        cls.resize(tokens.sequences() * self.config.hidden, 0.0);
-        self.backend.forward(tokens, cls)?;
         let threads = match &self.backend {
             Backend::Cpu(m) => m.threads,
             Backend::Cuda(_) => rayon::current_num_threads(),
         };
-        head.apply(cls, output, threads)
+        let pooled_len = tokens.sequences() * self.config.hidden;
+        match (&mut self.head, &mut self.projection) {
+            (Some((head, cls)), _) => {
+                cls.resize(pooled_len, 0.0);
+                self.backend.forward(tokens, cls)?;
+                head.apply(cls, output, threads)
+            }
+            (None, Some((projection, pooled))) => {
+                pooled.resize(pooled_len, 0.0);
+                self.backend.forward(tokens, pooled)?;
+                projection.apply(pooled, output, threads)
+            }
+            (None, None) => self.backend.forward(tokens, output),
+        }
     }
 
     /// Refuses a batch the forward pass could not run: malformed packing, empty or

@@ -15,6 +15,7 @@ use serde_json::json;
 
 use super::config::Pooling;
 use super::family::{Family, RELATIVE_BUCKETS};
+use super::projection::DenseActivation;
 use crate::rng::SplitMix64;
 
 /// What the synthetic folder holds.
@@ -36,6 +37,9 @@ pub struct SyntheticSpec {
     /// Tensor names start with the family's prefix (`bert.`, `roberta.`, ...).
     pub prefixed: bool,
     pub pooling: Pooling,
+    /// Dense modules after pooling (`2_Dense`, `3_Dense`, ...), each taking the previous
+    /// width; their matrices stored in `dtype`.
+    pub dense: Vec<SyntheticDense>,
     /// `modules.json` lists a `Normalize` module.
     pub normalize: bool,
     /// A sequence classifier with this many labels (`BertForSequenceClassification`, no
@@ -58,11 +62,20 @@ impl Default for SyntheticSpec {
             dtype: DType::F32,
             prefixed: false,
             pooling: Pooling::Mean,
+            dense: Vec::new(),
             normalize: true,
             labels: 0,
             seed: 7,
         }
     }
+}
+
+/// A sentence-transformers Dense module of the synthetic folder.
+#[derive(Clone, Debug)]
+pub struct SyntheticDense {
+    pub out_features: usize,
+    pub bias: bool,
+    pub activation: DenseActivation,
 }
 
 /// Special tokens first (BERT's order of ids differs, which the tokenizer must not care
@@ -134,7 +147,8 @@ pub fn write_synthetic(dir: &Path, spec: &SyntheticSpec) -> std::io::Result<()> 
         return Ok(());
     }
     std::fs::create_dir_all(dir.join("1_Pooling"))?;
-    write_json("modules.json", modules_json(spec.normalize))?;
+    write_json("modules.json", modules_json(spec))?;
+    write_dense_modules(dir, spec)?;
     write_json(
         "sentence_bert_config.json",
         json!({"max_seq_length": spec.max_seq_length, "do_lower_case": false}),
@@ -238,15 +252,61 @@ fn config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
     config
 }
 
-fn modules_json(normalize: bool) -> serde_json::Value {
-    let mut modules = vec![
-        json!({"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}),
-        json!({"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}),
-    ];
-    if normalize {
-        modules.push(json!({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}));
+fn modules_json(spec: &SyntheticSpec) -> serde_json::Value {
+    let module = |kind: &str, path: &str| (kind.to_string(), path.to_string());
+    let mut modules = vec![module("Transformer", ""), module("Pooling", "1_Pooling")];
+    for i in 0..spec.dense.len() {
+        modules.push(module("Dense", &dense_dir(i)));
     }
-    serde_json::Value::Array(modules)
+    if spec.normalize {
+        let idx = modules.len();
+        modules.push(module("Normalize", &format!("{idx}_Normalize")));
+    }
+    let modules = modules.iter().enumerate().map(|(idx, (kind, path))| {
+        json!({"idx": idx, "name": idx.to_string(), "path": path,
+               "type": format!("sentence_transformers.models.{kind}")})
+    });
+    serde_json::Value::Array(modules.collect())
+}
+
+/// The folder of the `i`-th Dense module: after the transformer and the pooling.
+fn dense_dir(i: usize) -> String {
+    format!("{}_Dense", i + 2)
+}
+
+/// Each Dense module's `config.json` and `model.safetensors` (`linear.weight`, and
+/// `linear.bias` if it has one), as sentence-transformers saves them.
+fn write_dense_modules(dir: &Path, spec: &SyntheticSpec) -> std::io::Result<()> {
+    let mut drawn = Drawn {
+        rng: SplitMix64::new(spec.seed ^ 0xD15E),
+        tensors: Vec::new(),
+    };
+    let mut width = spec.hidden;
+    for (i, d) in spec.dense.iter().enumerate() {
+        let folder = dir.join(dense_dir(i));
+        std::fs::create_dir_all(&folder)?;
+        let activation = match d.activation {
+            DenseActivation::Identity => "torch.nn.modules.linear.Identity",
+            DenseActivation::Tanh => "torch.nn.modules.activation.Tanh",
+            DenseActivation::Relu => "torch.nn.modules.activation.ReLU",
+        };
+        let config = json!({"in_features": width, "out_features": d.out_features,
+                            "bias": d.bias, "activation_function": activation});
+        std::fs::write(folder.join("config.json"), serde_json::to_vec(&config)?)?;
+        drawn.tensors.clear();
+        let scale = 2.0 / (width as f32).sqrt();
+        drawn.dense("linear", width, d.out_features, scale);
+        if !d.bias {
+            drawn.tensors.pop();
+        }
+        let tensors = std::mem::take(&mut drawn.tensors);
+        std::fs::write(
+            folder.join("model.safetensors"),
+            encode(spec.dtype, tensors),
+        )?;
+        width = d.out_features;
+    }
+    Ok(())
 }
 
 /// A BERT WordPiece tokenizer as transformers saves one (lower-casing, CJK split,
@@ -464,7 +524,7 @@ fn family_name(family: Family, name: String) -> Option<String> {
 }
 
 fn serialize(spec: &SyntheticSpec, tensors: Vec<(String, Vec<usize>, Vec<f32>, bool)>) -> Vec<u8> {
-    let encoded: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = tensors
+    let renamed = tensors
         .into_iter()
         .filter_map(|(name, shape, values, matrix)| {
             Some((family_name(spec.family, name)?, shape, values, matrix))
@@ -477,7 +537,18 @@ fn serialize(spec: &SyntheticSpec, tensors: Vec<(String, Vec<usize>, Vec<f32>, b
             } else {
                 name
             };
-            let dtype = if matrix { spec.dtype } else { DType::F32 };
+            (name, shape, values, matrix)
+        })
+        .collect();
+    encode(spec.dtype, renamed)
+}
+
+/// safetensors bytes of the tensors, matrices stored in `matrix_dtype` and the rest in f32.
+fn encode(matrix_dtype: DType, tensors: Vec<(String, Vec<usize>, Vec<f32>, bool)>) -> Vec<u8> {
+    let encoded: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = tensors
+        .into_iter()
+        .map(|(name, shape, values, matrix)| {
+            let dtype = if matrix { matrix_dtype } else { DType::F32 };
             let (dt, bytes) = match dtype {
                 DType::F32 => (
                     Dtype::F32,

@@ -13,7 +13,8 @@
 //! relative attention bias (`encoder.relative_attention_bias.weight`, a row per bucket and
 //! a column per head) is read as f32. Matrices keep their stored precision
 //! (f32, f16 or bf16) for the device to lay out; embeddings, biases and norms are widened
-//! to f32.
+//! to f32. A sentence-transformers Dense module's weights are read from its own folder and
+//! widened to f32.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -24,6 +25,7 @@ use safetensors::{Dtype, SafeTensors};
 
 use super::config::EncoderConfig;
 use super::family::{Family, RELATIVE_BUCKETS};
+use super::projection::DenseModule;
 use crate::{LoadError, WeightData};
 
 /// A matrix `[outputs, inputs]` (PyTorch's `nn.Linear` layout) and its biases.
@@ -147,19 +149,17 @@ pub struct EncoderWeights {
     pub classifier: Option<ClassifierWeights>,
     /// MPNet's attention bias by relative position: `[buckets, heads]`.
     pub relative_bias: Option<Vec<f32>>,
+    /// The Dense modules after pooling (`config.dense`), widened to f32: they run on the
+    /// host.
+    pub dense: Vec<Dense>,
 }
 
 impl EncoderWeights {
-    /// Reads and validates `path` against `config`.
+    /// Reads and validates `path` against `config`, and the Dense modules `config` names
+    /// from their folders beside it.
     pub fn read(path: &Path, config: &EncoderConfig) -> Result<EncoderWeights, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let tensors = SafeTensors::deserialize(&bytes).map_err(|e| LoadError::Format {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
+        let bytes = read_file(path)?;
+        let tensors = parse(path, &bytes)?;
         let mut found = Found::index(path, &tensors, config)?;
         let embeddings = found.embeddings(config)?;
         let layers = (0..config.layers)
@@ -177,13 +177,61 @@ impl EncoderWeights {
             _ => None,
         };
         found.refuse_leftovers()?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let dense = (config.dense.iter())
+            .map(|m| read_dense_module(dir, m))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(EncoderWeights {
             embeddings,
             layers,
             classifier,
             relative_bias,
+            dense,
         })
     }
+}
+
+/// A Dense module's `linear.weight` `[out, in]` and, if it has one, `linear.bias`, from
+/// `model.safetensors` in its folder; nothing else may be there.
+fn read_dense_module(dir: &Path, m: &DenseModule) -> Result<Dense, LoadError> {
+    let folder = dir.join(&m.path);
+    let path = folder.join("model.safetensors");
+    if !path.is_file() && folder.join("pytorch_model.bin").is_file() {
+        return Err(LoadError::Unsupported {
+            path: folder.join("pytorch_model.bin"),
+            what: "a PyTorch pickle".into(),
+            supported: "a Dense module's weights are read from model.safetensors only",
+        });
+    }
+    let bytes = read_file(&path)?;
+    let tensors = parse(&path, &bytes)?;
+    let mut found = Found {
+        path: path.clone(),
+        tensors: tensors.iter().map(|(n, v)| (n.to_string(), v)).collect(),
+    };
+    let mut dense = found.linear("linear", m.in_features, m.out_features, m.bias)?;
+    found.refuse_leftovers()?;
+    dense.weight = WeightData::F32(dense.weight.to_f32());
+    Ok(dense)
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, LoadError> {
+    std::fs::read(path).map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => LoadError::MissingFile {
+            path: path.to_path_buf(),
+        },
+        _ => LoadError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+    })
+}
+
+fn parse<'a>(path: &Path, bytes: &'a [u8]) -> Result<SafeTensors<'a>, LoadError> {
+    SafeTensors::deserialize(bytes).map_err(|e| LoadError::Format {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
 }
 
 /// The file's tensors by canonical name, taken out as the encoder asks for them.
@@ -254,6 +302,17 @@ impl<'a> Found<'a> {
     }
 
     fn dense(&mut self, prefix: &str, inputs: usize, outputs: usize) -> Result<Dense, LoadError> {
+        self.linear(prefix, inputs, outputs, true)
+    }
+
+    /// `{prefix}.weight` `[outputs, inputs]`, and `{prefix}.bias` if `bias` (else zeros).
+    fn linear(
+        &mut self,
+        prefix: &str,
+        inputs: usize,
+        outputs: usize,
+        bias: bool,
+    ) -> Result<Dense, LoadError> {
         let name = format!("{prefix}.weight");
         let view = self.take(&name, &[outputs, inputs])?;
         let weight = decode(&name, &view)?;
@@ -262,7 +321,10 @@ impl<'a> Found<'a> {
             inputs,
             outputs,
             weight,
-            bias: self.f32(&format!("{prefix}.bias"), &[outputs])?,
+            bias: match bias {
+                true => self.f32(&format!("{prefix}.bias"), &[outputs])?,
+                false => vec![0.0; outputs],
+            },
         })
     }
 
