@@ -17,7 +17,7 @@ use models::rng::SplitMix64;
 
 mod support;
 
-use support::{TempDir, minilm_dir, on_every_device, python, run_python, synthetic};
+use support::{TempDir, minilm_dir, on_every_device, python, run_python, run_script, synthetic};
 
 /// The reference's pooled (not normalised) embeddings of `seqs`.
 fn reference(python: &Path, dir: &Path, seqs: &[Encoded], pooling: Pooling) -> Vec<Vec<f64>> {
@@ -199,10 +199,13 @@ fn check_synthetic(device: &Device, test: &str, spec: SyntheticSpec) {
     );
 }
 
-fn check_synthetic_packing(device: &Device) {
-    let spec = SyntheticSpec::default();
+fn check_synthetic_packing(device: &Device, spec: SyntheticSpec) {
     let dir = synthetic(
-        &format!("packing-{}", device.label().replace(':', "")),
+        &format!(
+            "packing-{}-{:?}",
+            device.label().replace(':', ""),
+            spec.family
+        ),
         &spec,
     );
     let mut encoder = Encoder::load(&dir.0, device).unwrap();
@@ -428,6 +431,103 @@ fn dense(out_features: usize, bias: bool, activation: DenseActivation) -> Synthe
     }
 }
 
+/// ModernBERT runs on the CPU only. The window (4 tokens each side) is shorter than most of
+/// the texts, so the sliding-window layer masks.
+#[test]
+fn synthetic_modernbert_mean_cpu() {
+    let spec = SyntheticSpec {
+        family: Family::ModernBert,
+        ..SyntheticSpec::default()
+    };
+    check_synthetic(&Device::Cpu, "synthetic_modernbert_mean_cpu", spec);
+}
+
+#[test]
+fn synthetic_modernbert_prefixed_cls_bf16_cpu() {
+    let spec = SyntheticSpec {
+        family: Family::ModernBert,
+        layers: 4,
+        prefixed: true,
+        pooling: Pooling::Cls,
+        dtype: DType::BF16,
+        seed: 15,
+        ..SyntheticSpec::default()
+    };
+    check_synthetic(
+        &Device::Cpu,
+        "synthetic_modernbert_prefixed_cls_bf16_cpu",
+        spec,
+    );
+}
+
+/// Every family, and Dense modules, against Hugging Face's own libraries: transformers'
+/// `AutoModel` and sentence-transformers' `Pooling` and `Dense` (tests/python/
+/// transformers_check.py). They are not in the tests' environment, so this runs by hand:
+/// `TANDEM_TRANSFORMERS_PYTHON=PYTHON cargo test --release -p models --test encoder
+/// every_family_matches_transformers -- --ignored --nocapture`.
+#[test]
+#[ignore = "needs torch, transformers and sentence-transformers"]
+fn every_family_matches_transformers() {
+    let python = std::env::var_os("TANDEM_TRANSFORMERS_PYTHON")
+        .expect("TANDEM_TRANSFORMERS_PYTHON names a Python with transformers");
+    let python = Path::new(&python);
+    let cases = [
+        ("bert", Family::Bert, Pooling::Mean, 2),
+        ("distilbert", Family::DistilBert, Pooling::Mean, 2),
+        ("mpnet", Family::Mpnet, Pooling::Cls, 2),
+        ("xlm-roberta", Family::Roberta, Pooling::Mean, 2),
+        ("modernbert", Family::ModernBert, Pooling::Mean, 4),
+    ];
+    for (name, family, pooling, layers) in cases {
+        let spec = SyntheticSpec {
+            family,
+            pooling,
+            layers,
+            dense: match family {
+                Family::Bert => vec![dense(24, true, DenseActivation::Tanh)],
+                _ => Vec::new(),
+            },
+            ..SyntheticSpec::default()
+        };
+        let dir = synthetic(&format!("transformers-{name}"), &spec);
+        let tokenizer = TextTokenizer::from_dir(&dir.0, spec.max_seq_length).unwrap();
+        let mut seqs = encode_all(&tokenizer, &SYNTHETIC_TEXTS);
+        seqs.push(
+            tokenizer
+                .encode_pair("a cat", "the dog runs", true)
+                .unwrap(),
+        );
+        seqs.push(
+            tokenizer
+                .encode(&"a b c d e f g ".repeat(20), true)
+                .unwrap(),
+        );
+        let got = embed(&mut Encoder::load(&dir.0, &Device::Cpu).unwrap(), &seqs);
+        let request = serde_json::json!({"sequences": seqs
+            .iter()
+            .map(|e| serde_json::json!({"ids": e.ids, "type_ids": e.type_ids}))
+            .collect::<Vec<_>>()});
+        let args = ["embed", dir.0.to_str().unwrap()];
+        let stdout = run_script(
+            python,
+            "transformers_check.py",
+            &args,
+            request.to_string().as_bytes(),
+        );
+        let reply: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
+        let want: Vec<Vec<f64>> = serde_json::from_value(reply["embeddings"].clone()).unwrap();
+        let width = want[0].len();
+        let worst = (got.chunks_exact(width).zip(&want))
+            .map(|(g, w)| 1.0 - cosine(g, w))
+            .fold(0.0, f64::max);
+        println!(
+            "{name}: {} sequences, worst 1 - cosine {worst:.2e}",
+            want.len()
+        );
+        assert_cosines(&got, &want, 0.99999, name);
+    }
+}
+
 /// MPNet's bias by relative position runs on the CPU only.
 #[test]
 fn synthetic_mpnet_mean_cpu() {
@@ -454,15 +554,27 @@ fn synthetic_mpnet_prefixed_cls_bf16_cpu() {
 /// On a GPU an MPNet folder is refused at load with the reason, not served wrong.
 #[test]
 fn synthetic_mpnet_is_refused_on_cuda() {
-    let test = "synthetic_mpnet_is_refused_on_cuda";
+    refused_on_cuda("synthetic_mpnet_is_refused_on_cuda", Family::Mpnet);
+}
+
+/// ModernBERT has no CUDA kernels: its folder is refused on a GPU, saying where it runs.
+#[test]
+fn synthetic_modernbert_is_refused_on_cuda() {
+    refused_on_cuda(
+        "synthetic_modernbert_is_refused_on_cuda",
+        Family::ModernBert,
+    );
+}
+
+fn refused_on_cuda(test: &str, family: Family) {
     let Some(d) = kernels::cuda::device_for_test(test) else {
         return;
     };
     let spec = SyntheticSpec {
-        family: Family::Mpnet,
+        family,
         ..SyntheticSpec::default()
     };
-    let dir = synthetic("mpnet-cuda", &spec);
+    let dir = synthetic(&format!("{test}-dir"), &spec);
     let err = Encoder::load(&dir.0, &Device::Cuda(d))
         .err()
         .expect("refused");
@@ -470,8 +582,20 @@ fn synthetic_mpnet_is_refused_on_cuda() {
 }
 
 on_every_device!(synthetic_packing, |device, _test| check_synthetic_packing(
-    device
+    device,
+    SyntheticSpec::default()
 ));
+
+/// Rotary positions restart and the window applies within each packed sequence.
+#[test]
+fn synthetic_modernbert_packing_cpu() {
+    let spec = SyntheticSpec {
+        family: Family::ModernBert,
+        layers: 3,
+        ..SyntheticSpec::default()
+    };
+    check_synthetic_packing(&Device::Cpu, spec);
+}
 on_every_device!(minilm_f32, |device, test| check_minilm_f32(device, test));
 on_every_device!(minilm_16bit, |device, test| check_minilm_16bit(
     device, test

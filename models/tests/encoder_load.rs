@@ -733,3 +733,141 @@ fn dense_modules_that_would_run_differently_are_refused_by_name() {
         &["linear.weight", "NaN"],
     );
 }
+
+fn modernbert() -> SyntheticSpec {
+    SyntheticSpec {
+        family: Family::ModernBert,
+        layers: 3,
+        ..spec()
+    }
+}
+
+/// ModernBERT: global attention every other layer (the synthetic config's
+/// `global_attn_every_n_layers: 2`), a window of `local_attention / 2`, the rotary bases;
+/// new configs (`layer_types`, `rope_parameters`) read alike; its masked-language head
+/// ignored, as sentence-transformers ignores it.
+#[test]
+fn a_modernbert_folder_loads_with_its_windows_and_rotary_bases() {
+    let f = Folder::new("modernbert", &modernbert());
+    let e = Encoder::load(&f.0, &Device::Cpu).unwrap();
+    let c = e.config();
+    let params = c.modern.clone().unwrap();
+    assert_eq!((c.family, c.layer_norm_eps), (Family::ModernBert, 1e-5));
+    assert_eq!(params.global, [true, false, true]);
+    assert_eq!(params.window, 4);
+    assert_eq!(
+        (params.global_theta, params.local_theta),
+        (160_000.0, 10_000.0)
+    );
+    f.edit_json("config.json", |c| {
+        let c = c.as_object_mut().unwrap();
+        for old in [
+            "global_attn_every_n_layers",
+            "global_rope_theta",
+            "local_rope_theta",
+        ] {
+            c.remove(old);
+        }
+        c.insert(
+            "layer_types".into(),
+            serde_json::json!(["full_attention", "sliding_attention", "sliding_attention"]),
+        );
+        c.insert(
+            "rope_parameters".into(),
+            serde_json::json!({
+                "full_attention": {"rope_type": "default", "rope_theta": 80000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 5000.0}}),
+        );
+    });
+    let e = Encoder::load(&f.0, &Device::Cpu).unwrap();
+    let params = e.config().modern.clone().unwrap();
+    assert_eq!(params.global, [true, false, false]);
+    assert_eq!(
+        (params.global_theta, params.local_theta),
+        (80_000.0, 5_000.0)
+    );
+    f.edit_tensors(|ts| {
+        let norm = ts.iter().find(|t| t.name == "final_norm.weight").unwrap();
+        let (dtype, shape, bytes) = (norm.dtype, norm.shape.clone(), norm.bytes.clone());
+        for name in ["head.norm.weight", "decoder.bias"] {
+            let (name, shape, bytes) = (name.into(), shape.clone(), bytes.clone());
+            ts.push(Tensor {
+                name,
+                dtype,
+                shape,
+                bytes,
+            });
+        }
+    });
+    Encoder::load(&f.0, &Device::Cpu).unwrap();
+}
+
+#[test]
+fn a_modernbert_that_would_run_differently_is_refused_by_name() {
+    let refused = |tag: &str, edit: &dyn Fn(&mut serde_json::Value), parts: &[&str]| {
+        let f = Folder::new(tag, &modernbert());
+        f.edit_json("config.json", edit);
+        assert_contains(&f.load_error(), parts);
+    };
+    refused(
+        "modern-classifier",
+        &|c| c["architectures"] = serde_json::json!(["ModernBertForSequenceClassification"]),
+        &["ModernBertForSequenceClassification", "all but ModernBERT"],
+    );
+    refused(
+        "modern-tanh",
+        &|c| c["hidden_activation"] = "gelu_pytorch_tanh".into(),
+        &["hidden_activation \"gelu_pytorch_tanh\""],
+    );
+    refused(
+        "modern-bias",
+        &|c| c["mlp_bias"] = true.into(),
+        &["without biases"],
+    );
+    refused(
+        "modern-scaling",
+        &|c| c["rope_scaling"] = serde_json::json!({"rope_type": "linear", "factor": 2.0}),
+        &["rope_scaling"],
+    );
+    refused(
+        "modern-rope-type",
+        &|c| {
+            c["rope_parameters"] =
+                serde_json::json!({"sliding_attention": {"rope_type": "yarn", "rope_theta": 1.0}})
+        },
+        &["rope_type \"yarn\""],
+    );
+    refused(
+        "modern-layer-types",
+        &|c| c["layer_types"] = serde_json::json!(vec!["sliding_attention"; 3]),
+        &["layer_types"],
+    );
+    refused(
+        "modern-every-0",
+        &|c| c["global_attn_every_n_layers"] = 0.into(),
+        &["global_attn_every_n_layers is 0"],
+    );
+    refused(
+        "modern-odd-heads",
+        &|c| c["num_attention_heads"] = 32.into(),
+        &["heads of 1 values", "even"],
+    );
+    // The first layer has no attention norm; every other layer has one.
+    let f = Folder::new("modern-norms", &modernbert());
+    f.edit_tensors(|ts| ts.retain(|t| t.name != "layers.1.attn_norm.weight"));
+    assert_contains(&f.load_error(), &["layers.1.attn_norm.weight", "[32]"]);
+    let f = Folder::new("modern-norm-0", &modernbert());
+    f.edit_tensors(|ts| {
+        let mut extra = ts
+            .iter()
+            .find(|t| t.name == "final_norm.weight")
+            .map(|t| Tensor {
+                name: "layers.0.attn_norm.weight".into(),
+                dtype: t.dtype,
+                shape: t.shape.clone(),
+                bytes: t.bytes.clone(),
+            });
+        ts.extend(extra.take());
+    });
+    assert_contains(&f.load_error(), &["layers.0.attn_norm.weight"]);
+}

@@ -1,5 +1,5 @@
 """A float64 reference of a BERT-family sentence encoder (BERT, DistilBERT, MPNet, RoBERTa,
-XLM-RoBERTa), written from the architecture.
+XLM-RoBERTa, ModernBERT), written from the architecture.
 
 Not from sentence-transformers or torch: the weights are read with `safetensors.numpy` and
 every step (embeddings, attention, feed-forward, layer norms, pooling) is spelled out in
@@ -67,7 +67,7 @@ def load_weights(folder, head=False):
     raw = load_file(str(Path(folder) / "model.safetensors"))
     weights = {}
     for name, value in raw.items():
-        for prefix in ("bert.", "distilbert.", "mpnet.", "roberta."):
+        for prefix in ("bert.", "distilbert.", "mpnet.", "roberta.", "model."):
             name = name[len(prefix) :] if name.startswith(prefix) else name
         for theirs, ours in DISTILBERT_NAMES + MPNET_NAMES:
             name = name.replace(theirs, ours)
@@ -75,7 +75,7 @@ def load_weights(folder, head=False):
             continue
         weights[name] = value.astype(np.float64)
     types = "embeddings.token_type_embeddings.weight"
-    if types not in weights:
+    if types not in weights and "embeddings.word_embeddings.weight" in weights:
         hidden = weights["embeddings.word_embeddings.weight"].shape[1]
         weights[types] = np.zeros((2, hidden))
     return weights
@@ -193,6 +193,55 @@ def encode(ids, type_ids, w, cfg):
     return x
 
 
+def rotary(t, positions, theta):
+    """Rotary position embedding of t [heads, n, d] (transformers' rotate_half form): value j
+    of each half turned with value j of the other by angle position / theta^(2j/d)."""
+    d = t.shape[-1]
+    angles = positions[:, None] / theta ** (np.arange(0, d, 2) / d)
+    cos = np.cos(np.concatenate([angles, angles], -1))
+    sin = np.sin(np.concatenate([angles, angles], -1))
+    first, second = t[..., : d // 2], t[..., d // 2 :]
+    return t * cos + np.concatenate([-second, first], -1) * sin
+
+
+def modern_encode(ids, w, cfg):
+    """ModernBERT: pre-norm layers without biases or position table; rotary queries and
+    keys; every global_attn_every_n_layers-th layer (from 0) attends to the whole sequence
+    with global_rope_theta, the others to keys at most local_attention / 2 away with
+    local_rope_theta; a GELU-gated feed-forward; a final norm."""
+    hidden, heads = cfg["hidden_size"], cfg["num_attention_heads"]
+    inter, d = cfg["intermediate_size"], hidden // heads
+    eps = cfg.get("norm_eps", 1e-5)
+    every = cfg.get("global_attn_every_n_layers", 3)
+    window = cfg.get("local_attention", 128) // 2
+    thetas = (cfg.get("global_rope_theta", 160000.0), cfg.get("local_rope_theta", 10000.0))
+
+    def norm(x, name):
+        return layer_norm(x, w[name + ".weight"], 0.0, eps)
+
+    n = len(ids)
+    positions = np.arange(n)
+    far = np.abs(positions[:, None] - positions[None, :]) > window
+    x = norm(w["embeddings.tok_embeddings.weight"][ids], "embeddings.norm")
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"layers.{i}"
+        is_global = i % every == 0
+        a = x if i == 0 else norm(x, p + ".attn_norm")
+        qkv = a @ w[p + ".attn.Wqkv.weight"].T
+        q, k, v = (qkv[:, j * hidden : (j + 1) * hidden].reshape(n, heads, d).transpose(1, 0, 2)
+                   for j in range(3))
+        theta = thetas[0] if is_global else thetas[1]
+        q, k = rotary(q, positions, theta), rotary(k, positions, theta)
+        scores = q @ k.transpose(0, 2, 1) / math.sqrt(d)
+        if not is_global:
+            scores = np.where(far[None], -np.inf, scores)
+        context = (softmax(scores) @ v).transpose(1, 0, 2).reshape(n, hidden)
+        x = x + context @ w[p + ".attn.Wo.weight"].T
+        up = norm(x, p + ".mlp_norm") @ w[p + ".mlp.Wi.weight"].T
+        x = x + (gelu(up[:, :inter]) * up[:, inter:]) @ w[p + ".mlp.Wo.weight"].T
+    return norm(x, "final_norm")
+
+
 # A Dense module's activation_function, by the torch class sentence-transformers names.
 ACTIVATIONS = {
     "torch.nn.modules.activation.Tanh": np.tanh,
@@ -231,7 +280,10 @@ def embed(folder):
     dense = dense_modules(folder)
     out = []
     for seq in request["sequences"]:
-        states = encode(np.array(seq["ids"]), np.array(seq["type_ids"]), w, cfg)
+        if cfg.get("model_type") == "modernbert":
+            states = modern_encode(np.array(seq["ids"]), w, cfg)
+        else:
+            states = encode(np.array(seq["ids"]), np.array(seq["type_ids"]), w, cfg)
         pooled = states[0] if request.get("pooling", "mean") == "cls" else states.mean(0)
         for weight, bias, activation in dense:
             pooled = activation(weight @ pooled + bias)

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use super::family::{Family, RELATIVE_BUCKETS};
+use super::modern::{self, ModernBertParams};
 use super::packed::PackedTokens;
 use super::projection::DenseModule;
 use crate::LoadError;
@@ -56,6 +57,8 @@ pub struct EncoderConfig {
     /// A classifier whose labels are independent (`problem_type`
     /// `"multi_label_classification"`): each is scored by its own sigmoid, not a softmax.
     pub multi_label: bool,
+    /// ModernBERT's attention windows and rotary bases; None for BERT's families.
+    pub modern: Option<ModernBertParams>,
 }
 
 /// `config.json` as transformers writes it for BERT and RoBERTa, and for DistilBERT under
@@ -101,9 +104,10 @@ struct BertJson {
 }
 
 /// The `model_type`s served, with their family.
-const MODEL_TYPES: [(&str, Family); 5] = [
+const MODEL_TYPES: [(&str, Family); 6] = [
     ("bert", Family::Bert),
     ("distilbert", Family::DistilBert),
+    ("modernbert", Family::ModernBert),
     ("mpnet", Family::Mpnet),
     ("roberta", Family::Roberta),
     ("xlm-roberta", Family::Roberta),
@@ -111,8 +115,9 @@ const MODEL_TYPES: [(&str, Family); 5] = [
 
 /// The `architectures` served: an encoder of embeddings, and a sequence classifier (a
 /// cross-encoder, for reranking, is one with a single label) of each model type.
-const ARCHITECTURES: [(&str, &str, Kind); 10] = [
+const ARCHITECTURES: [(&str, &str, Kind); 11] = [
     ("bert", "BertModel", Kind::Encoder),
+    ("modernbert", "ModernBertModel", Kind::Encoder),
     ("bert", "BertForSequenceClassification", Kind::Classifier),
     ("distilbert", "DistilBertModel", Kind::Encoder),
     (
@@ -142,8 +147,8 @@ enum Kind {
     Classifier,
 }
 
-const SERVED_MODEL_TYPES: &str = "the model types served are \"bert\", \"distilbert\", \"mpnet\", \"roberta\" and \
-     \"xlm-roberta\"";
+const SERVED_MODEL_TYPES: &str = "the model types served are \"bert\", \"distilbert\", \"modernbert\", \"mpnet\", \
+     \"roberta\" and \"xlm-roberta\"";
 
 fn two() -> usize {
     2
@@ -208,15 +213,21 @@ impl EncoderConfig {
             }
         };
         let pad_token_id = match family {
-            Family::Bert | Family::DistilBert => bert.pad_token_id.unwrap_or(0),
+            Family::Bert | Family::DistilBert | Family::ModernBert => {
+                bert.pad_token_id.unwrap_or(0)
+            }
             Family::Roberta => bert.pad_token_id.unwrap_or(1),
             // transformers' MPNetEmbeddings fixes its padding index at 1.
             Family::Mpnet => 1,
         };
         // DistilBERT's LayerNorms fix their epsilon at 1e-12 whatever the config says.
-        let layer_norm_eps = match family {
-            Family::DistilBert => bert_eps(),
-            _ => bert.layer_norm_eps,
+        let (modern, layer_norm_eps) = match family {
+            Family::DistilBert => (None, bert_eps()),
+            Family::ModernBert => {
+                let (params, eps) = modern::read(&path)?;
+                (Some(params), eps)
+            }
+            _ => (None, bert.layer_norm_eps),
         };
         let positions = usable_positions(&path, &bert, family, pad_token_id)?;
         let max_seq_len = read_max_seq_len(dir)?.min(positions);
@@ -237,6 +248,7 @@ impl EncoderConfig {
             normalize: modules.normalize,
             labels,
             multi_label: bert.problem_type.as_deref() == Some("multi_label_classification"),
+            modern,
         })
     }
 
@@ -371,10 +383,10 @@ fn check_architecture(path: &Path, bert: &BertJson) -> Result<(Family, Kind), Lo
             None => {
                 return Err(unsupported(
                     format!("architecture {name:?} of model_type {model_type:?}"),
-                    "the architectures served are BertModel, DistilBertModel, MPNetModel, \
-                     RobertaModel and XLMRobertaModel (embeddings), and their \
-                     ForSequenceClassification models (classifiers and rerankers), each with its \
-                     own model_type",
+                    "the architectures served are BertModel, DistilBertModel, ModernBertModel, \
+                     MPNetModel, RobertaModel and XLMRobertaModel (embeddings), and the \
+                     ForSequenceClassification models (classifiers and rerankers) of all but \
+                     ModernBERT, each with its own model_type",
                 ));
             }
         }

@@ -205,7 +205,13 @@ fn run_layer(
 }
 
 /// One vector per sequence from its token states: their mean, or the first (`[CLS]`).
-fn pool(x: &[f32], tokens: &PackedTokens, h: usize, pooling: Pooling, output: &mut [f32]) {
+pub(super) fn pool(
+    x: &[f32],
+    tokens: &PackedTokens,
+    h: usize,
+    pooling: Pooling,
+    output: &mut [f32],
+) {
     for (seq, out) in output.chunks_exact_mut(h).enumerate() {
         let range = tokens.range(seq);
         match pooling {

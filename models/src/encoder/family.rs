@@ -1,8 +1,8 @@
-//! The transformer families served (BERT, DistilBERT, MPNet, RoBERTa and XLM-RoBERTa):
-//! what tells them apart, and MPNet's buckets of relative positions.
+//! The transformer families served (BERT, DistilBERT, MPNet, RoBERTa, XLM-RoBERTa and
+//! ModernBERT): what tells them apart, and MPNet's buckets of relative positions.
 
-/// The transformer families served. Their layers are the same; they differ in how
-/// tensors are named and how positions are numbered.
+/// The transformer families served. BERT's four share its layers and differ in how tensors
+/// are named and how positions are numbered; ModernBERT's layers are its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Family {
     /// BERT (`model_type` `"bert"`): positions count from 0; tensors may sit under `bert.`;
@@ -22,6 +22,10 @@ pub enum Family {
     /// every layer's attention scores (`encoder.relative_attention_bias`); a classifier's
     /// head is RoBERTa's.
     Mpnet,
+    /// ModernBERT (`"modernbert"`): pre-norm layers without biases, rotary positions (no
+    /// position table), a gated GELU feed-forward, sliding-window attention in all but every
+    /// few layers, and a final norm; tensors may sit under `model.`. CPU only.
+    ModernBert,
 }
 
 impl Family {
@@ -32,6 +36,7 @@ impl Family {
             Family::Roberta => "roberta.",
             Family::DistilBert => "distilbert.",
             Family::Mpnet => "mpnet.",
+            Family::ModernBert => "model.",
         }
     }
 

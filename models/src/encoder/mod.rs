@@ -2,7 +2,7 @@
 //! one embedding per text out; or, for a sequence classifier (a cross-encoder, say), one
 //! logit per label out.
 //!
-//! - [`family`]: what sets BERT, DistilBERT, MPNet and RoBERTa apart;
+//! - [`family`]: what sets BERT, DistilBERT, MPNet, RoBERTa and ModernBERT apart;
 //! - [`config`]: what the folder's JSON files say (architecture, limits, pooling,
 //!   normalisation), refusing what tandem would run differently;
 //! - [`weights`]: `model.safetensors`, validated against the config;
@@ -11,9 +11,10 @@
 //! - `head`: a classifier's pooler and classifier, on the host;
 //! - [`projection`]: sentence-transformers Dense modules after pooling, on the host;
 //! - [`packed`]: a batch as sequences packed end to end, the only input the encoder runs;
-//! - `cpu` and `cuda`: the forward pass on each device. Every dense layer runs once over
-//!   all the tokens of a batch and attention runs per sequence on its own length, so a
-//!   batch costs what its tokens cost: no padding.
+//! - [`modern`]: ModernBERT's windows, rotary bases and weights;
+//! - `cpu` and `cuda`: the forward pass on each device, and `modern_cpu`, ModernBERT's on
+//!   the CPU. Every dense layer runs once over all the tokens of a batch and attention runs
+//!   per sequence on its own length, so a batch costs what its tokens cost: no padding.
 //!
 //! Tokenization is separate from the model ([`TextTokenizer`] is `Send + Sync`, the encoder
 //! is owned by one worker thread), so that the gateway can tokenize where it validates.
@@ -23,6 +24,8 @@ mod cpu;
 mod cuda;
 pub mod family;
 mod head;
+pub mod modern;
+mod modern_cpu;
 pub mod packed;
 pub mod projection;
 pub mod prompts;
@@ -60,6 +63,7 @@ pub struct Encoder {
 
 enum Backend {
     Cpu(Box<cpu::CpuEncoder>),
+    ModernCpu(Box<modern_cpu::ModernCpuEncoder>),
     Cuda(Box<cuda::CudaEncoder>),
 }
 
@@ -68,7 +72,43 @@ impl Backend {
     fn forward(&mut self, tokens: &PackedTokens, output: &mut [f32]) -> Result<(), ModelError> {
         match self {
             Backend::Cpu(m) => m.forward(tokens, output),
+            Backend::ModernCpu(m) => m.forward(tokens, output),
             Backend::Cuda(m) => m.forward(tokens, output),
+        }
+    }
+
+    /// How many threads of the current rayon pool the host's work may use.
+    fn threads(&self) -> usize {
+        match self {
+            Backend::Cpu(m) => m.threads,
+            Backend::ModernCpu(m) => m.threads,
+            Backend::Cuda(_) => rayon::current_num_threads(),
+        }
+    }
+
+    /// A ModernBERT on the CPU (it has no CUDA kernels), any other family on either device.
+    fn new(
+        config: &EncoderConfig,
+        mut weights: EncoderWeights,
+        device: &Device,
+    ) -> Result<Backend, LoadError> {
+        match (device, weights.modern.take(), &config.modern) {
+            (Device::Cpu, Some(modern), Some(params)) => Ok(Backend::ModernCpu(Box::new(
+                modern_cpu::ModernCpuEncoder::new(config, params, weights.embeddings, modern)?,
+            ))),
+            (Device::Cuda(_), Some(_), _) => Err(LoadError::Device(kernels::KernelError::Shape {
+                op: "cuda encoder",
+                detail: "ModernBERT runs on the CPU only: serve this model with --device cpu"
+                    .into(),
+            })),
+            (Device::Cpu, _, _) => Ok(Backend::Cpu(Box::new(cpu::CpuEncoder::new(
+                config, weights,
+            )?))),
+            (Device::Cuda(d), _, _) => Ok(Backend::Cuda(Box::new(cuda::CudaEncoder::new(
+                config,
+                &weights,
+                d.clone(),
+            )?))),
         }
     }
 }
@@ -113,14 +153,7 @@ impl Encoder {
                 Vec::new(),
             )),
         };
-        let backend = match device {
-            Device::Cpu => Backend::Cpu(Box::new(cpu::CpuEncoder::new(&config, weights)?)),
-            Device::Cuda(d) => Backend::Cuda(Box::new(cuda::CudaEncoder::new(
-                &config,
-                &weights,
-                d.clone(),
-            )?)),
-        };
+        let backend = Backend::new(&config, weights, device)?;
         let mut encoder = Encoder {
             config,
             device: device.clone(),
@@ -178,8 +211,10 @@ impl Encoder {
 
     /// On the CPU, how many threads of the current rayon pool a forward pass may use.
     pub fn set_threads(&mut self, threads: usize) {
-        if let Backend::Cpu(m) = &mut self.backend {
-            m.threads = threads.max(1);
+        match &mut self.backend {
+            Backend::Cpu(m) => m.threads = threads.max(1),
+            Backend::ModernCpu(m) => m.threads = threads.max(1),
+            Backend::Cuda(_) => {}
         }
     }
 
@@ -188,7 +223,9 @@ impl Encoder {
     pub fn flops(&self, tokens: &PackedTokens) -> u64 {
         let c = &self.config;
         let (h, i) = (c.hidden as u64, c.intermediate as u64);
-        let dense_macs = 4 * h * h + 2 * h * i;
+        // ModernBERT's gated feed-forward has three matrices of `h · i`, BERT's two.
+        let ffn_matrices = if c.modern.is_some() { 3 } else { 2 };
+        let dense_macs = 4 * h * h + ffn_matrices * h * i;
         let per_layer =
             2 * dense_macs * tokens.tokens() as u64 + 4 * h * tokens.sum_squared_lengths();
         per_layer * c.layers as u64
@@ -206,10 +243,7 @@ impl Encoder {
         if tokens.is_empty() {
             return Ok(());
         }
-        let threads = match &self.backend {
-            Backend::Cpu(m) => m.threads,
-            Backend::Cuda(_) => rayon::current_num_threads(),
-        };
+        let threads = self.backend.threads();
         let pooled_len = tokens.sequences() * self.config.hidden;
         match (&mut self.head, &mut self.projection) {
             (Some((head, cls)), _) => {

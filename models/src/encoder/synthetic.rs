@@ -131,7 +131,7 @@ pub fn write_synthetic(dir: &Path, spec: &SyntheticSpec) -> std::io::Result<()> 
         std::fs::write(dir.join(file), serde_json::to_vec_pretty(&value)?)
     };
     let (tokenizer, vocab) = match spec.family {
-        Family::Bert | Family::DistilBert | Family::Mpnet => {
+        Family::Bert | Family::DistilBert | Family::Mpnet | Family::ModernBert => {
             let vocab = vocabulary();
             (tokenizer_json(&vocab), vocab.len())
         }
@@ -236,6 +236,9 @@ fn config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
         config["pad_token_id"] = json!(1);
         config["type_vocab_size"] = json!(1);
     }
+    if spec.family == Family::ModernBert {
+        config = modern_config_json(spec, vocab);
+    }
     if spec.labels > 0 {
         let names = label_names(spec.labels);
         let id2label: serde_json::Map<_, _> = (0..spec.labels)
@@ -246,6 +249,7 @@ fn config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
             Family::Roberta => "XLMRobertaForSequenceClassification",
             Family::DistilBert => "DistilBertForSequenceClassification",
             Family::Mpnet => "MPNetForSequenceClassification",
+            Family::ModernBert => "ModernBertForSequenceClassification",
         }]);
         config["id2label"] = json!(id2label);
     }
@@ -426,12 +430,70 @@ impl Drawn {
     }
 }
 
+/// A ModernBERT's `config.json` as transformers writes it (old keys), with a window of 8
+/// (4 tokens each side) so that short texts feel it, and every other layer global.
+fn modern_config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
+    json!({
+        "architectures": ["ModernBertModel"],
+        "model_type": "modernbert",
+        "hidden_activation": "gelu",
+        "hidden_size": spec.hidden,
+        "intermediate_size": spec.intermediate,
+        "num_hidden_layers": spec.layers,
+        "num_attention_heads": spec.heads,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "vocab_size": vocab,
+        "norm_eps": 1e-5,
+        "norm_bias": false,
+        "attention_bias": false,
+        "mlp_bias": false,
+        "global_attn_every_n_layers": 2,
+        "local_attention": 8,
+        "global_rope_theta": 160000.0,
+        "local_rope_theta": 10000.0,
+        "pad_token_id": 0,
+        "bos_token_id": 2,
+        "cls_token_id": 2,
+        "eos_token_id": 3,
+        "sep_token_id": 3,
+    })
+}
+
+/// A ModernBERT's tensors, as `ModernBertModel` names them.
+fn modern_weights(drawn: &mut Drawn, spec: &SyntheticSpec, vocab: usize) {
+    let (h, i) = (spec.hidden, spec.intermediate);
+    let norm = |drawn: &mut Drawn, name: String| drawn.add(name, vec![h], 0.1, 1.0, false);
+    drawn.table("embeddings.tok_embeddings.weight", vocab, h, 0.5);
+    norm(drawn, "embeddings.norm.weight".into());
+    for l in 0..spec.layers {
+        if l > 0 {
+            norm(drawn, format!("layers.{l}.attn_norm.weight"));
+        }
+        norm(drawn, format!("layers.{l}.mlp_norm.weight"));
+        for (name, inputs, outputs) in [
+            ("attn.Wqkv", h, 3 * h),
+            ("attn.Wo", h, h),
+            ("mlp.Wi", h, 2 * i),
+            ("mlp.Wo", i, h),
+        ] {
+            let scale = 1.0 / (inputs as f32).sqrt();
+            let shape = vec![outputs, inputs];
+            drawn.add(format!("layers.{l}.{name}.weight"), shape, scale, 0.0, true);
+        }
+    }
+    norm(drawn, "final_norm.weight".into());
+}
+
 /// The weights in safetensors, named as the family's model (`BertModel`, ...) names them.
 fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
     let mut drawn = Drawn {
         rng: SplitMix64::new(spec.seed),
         tensors: Vec::new(),
     };
+    if spec.family == Family::ModernBert {
+        modern_weights(&mut drawn, spec, vocab);
+        return serialize(spec, drawn.tensors);
+    }
     let h = spec.hidden;
     drawn.table("embeddings.word_embeddings.weight", vocab, h, 0.5);
     let positions = spec.max_position_embeddings;
@@ -457,6 +519,7 @@ fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
             Family::Bert => ("pooler.dense", "classifier"),
             Family::Roberta | Family::Mpnet => ("classifier.dense", "classifier.out_proj"),
             Family::DistilBert => ("pre_classifier", "classifier"),
+            Family::ModernBert => unreachable!("ModernBERT's weights are drawn above"),
         };
         drawn.dense(pooler, h, h, 1.0 / (h as f32).sqrt());
         drawn.dense(classifier, h, spec.labels, 1.0);
@@ -511,7 +574,7 @@ fn family_name(family: Family, name: String) -> Option<String> {
     let names: &[(&str, &str)] = match family {
         Family::DistilBert => &DISTILBERT_NAMES,
         Family::Mpnet => &MPNET_NAMES,
-        Family::Bert | Family::Roberta => return Some(name),
+        Family::Bert | Family::Roberta | Family::ModernBert => return Some(name),
     };
     if name.contains("token_type") {
         return None;

@@ -25,6 +25,7 @@ use safetensors::{Dtype, SafeTensors};
 
 use super::config::EncoderConfig;
 use super::family::{Family, RELATIVE_BUCKETS};
+use super::modern::{self, ModernWeights};
 use super::projection::DenseModule;
 use crate::{LoadError, WeightData};
 
@@ -138,6 +139,7 @@ fn layer_names(family: Family) -> &'static LayerNames {
         Family::Bert | Family::Roberta => &BERT_LAYER,
         Family::DistilBert => &DISTILBERT_LAYER,
         Family::Mpnet => &MPNET_LAYER,
+        Family::ModernBert => unreachable!("ModernBERT's layers are read by modern::read_weights"),
     }
 }
 
@@ -149,6 +151,9 @@ pub struct EncoderWeights {
     pub classifier: Option<ClassifierWeights>,
     /// MPNet's attention bias by relative position: `[buckets, heads]`.
     pub relative_bias: Option<Vec<f32>>,
+    /// ModernBERT's layers and final norm (its `layers` above are empty, and its embeddings
+    /// have no position or token type table).
+    pub modern: Option<ModernWeights>,
     /// The Dense modules after pooling (`config.dense`), widened to f32: they run on the
     /// host.
     pub dense: Vec<Dense>,
@@ -161,10 +166,18 @@ impl EncoderWeights {
         let bytes = read_file(path)?;
         let tensors = parse(path, &bytes)?;
         let mut found = Found::index(path, &tensors, config)?;
-        let embeddings = found.embeddings(config)?;
-        let layers = (0..config.layers)
-            .map(|i| found.layer(i, config))
-            .collect::<Result<Vec<_>, _>>()?;
+        let (embeddings, layers, modern) = match config.family {
+            Family::ModernBert => {
+                let (embeddings, modern) = modern::read_weights(&mut found, config)?;
+                (embeddings, Vec::new(), Some(modern))
+            }
+            _ => {
+                let layers = (0..config.layers)
+                    .map(|i| found.layer(i, config))
+                    .collect::<Result<Vec<_>, _>>()?;
+                (found.embeddings(config)?, layers, None)
+            }
+        };
         let classifier = match config.is_classifier() {
             true => Some(found.classifier(config)?),
             false => None,
@@ -186,6 +199,7 @@ impl EncoderWeights {
             layers,
             classifier,
             relative_bias,
+            modern,
             dense,
         })
     }
@@ -235,7 +249,7 @@ fn parse<'a>(path: &Path, bytes: &'a [u8]) -> Result<SafeTensors<'a>, LoadError>
 }
 
 /// The file's tensors by canonical name, taken out as the encoder asks for them.
-struct Found<'a> {
+pub(super) struct Found<'a> {
     path: PathBuf,
     tensors: HashMap<String, TensorView<'a>>,
 }
@@ -287,7 +301,7 @@ impl<'a> Found<'a> {
     }
 
     /// A tensor widened to f32.
-    fn f32(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
+    pub(super) fn f32(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
         let view = self.take(name, shape)?;
         let values = decode(name, &view)?.to_f32();
         check_finite(name, &values)?;
@@ -306,7 +320,7 @@ impl<'a> Found<'a> {
     }
 
     /// `{prefix}.weight` `[outputs, inputs]`, and `{prefix}.bias` if `bias` (else zeros).
-    fn linear(
+    pub(super) fn linear(
         &mut self,
         prefix: &str,
         inputs: usize,
@@ -378,6 +392,7 @@ impl<'a> Found<'a> {
                 "classifier.out_proj",
             ),
             Family::DistilBert => ("pre_classifier", HeadActivation::Relu, "classifier"),
+            Family::ModernBert => unreachable!("a ModernBERT classifier is refused by its config"),
         };
         Ok(ClassifierWeights {
             pooler: widened(self.dense(pooler, h, h)?),
@@ -413,11 +428,16 @@ fn canonical_name(name: &str, prefix: &str) -> String {
     name.to_string()
 }
 
-/// Tensors a checkpoint may hold that the model does not use: the position ids buffer, and
-/// the pooler unless a BERT classifier's head reads it.
+/// Tensors a checkpoint may hold that the model does not use: the position ids buffer, the
+/// pooler unless a BERT classifier's head reads it, and a ModernBERT's masked-language head.
 fn is_ignored(canonical: &str, c: &EncoderConfig) -> bool {
     let pooler_read = c.is_classifier() && c.family == Family::Bert;
-    canonical == "embeddings.position_ids" || (!pooler_read && canonical.starts_with("pooler."))
+    // A ModernBERT saved with its masked-language head, as sentence-transformers reads it.
+    let language_head = c.family == Family::ModernBert
+        && (canonical.starts_with("head.") || canonical.starts_with("decoder."));
+    canonical == "embeddings.position_ids"
+        || (!pooler_read && canonical.starts_with("pooler."))
+        || language_head
 }
 
 /// Matrices with the same input width, one above the other, in their common precision

@@ -84,8 +84,13 @@ impl Drop for TempDir {
 
 /// Runs tests/python/bert_reference.py with `args` and `stdin`, returning its stdout.
 pub fn run_python(python: &Path, args: &[&str], stdin: &[u8]) -> Vec<u8> {
+    run_script(python, "bert_reference.py", args, stdin)
+}
+
+/// Runs tests/python/`name` with `args`, feeding `stdin`; its stdout.
+pub fn run_script(python: &Path, name: &str, args: &[&str], stdin: &[u8]) -> Vec<u8> {
     let mut child = Command::new(python)
-        .arg(script("bert_reference.py"))
+        .arg(script(name))
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -96,7 +101,7 @@ pub fn run_python(python: &Path, args: &[&str], stdin: &[u8]) -> Vec<u8> {
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
-        "bert_reference.py {args:?} failed: {}",
+        "{name} {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     out.stdout

@@ -1,0 +1,272 @@
+//! ModernBERT's own configuration, beside BERT's sizes in `config.json`: which layers attend
+//! to the whole sequence and which within a sliding window, the window, and the rotary
+//! bases of each kind of layer. Old configs (`global_attn_every_n_layers`,
+//! `global_rope_theta`, `local_rope_theta`) and new ones (`layer_types`, `rope_parameters`)
+//! are read alike; whatever transformers would compute differently from what is described
+//! here (biases, another activation, scaled rotary embeddings) is refused.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::config::{EncoderConfig, read_json};
+use super::weights::{Dense, Embeddings, Found, Norm};
+use crate::LoadError;
+
+/// How a ModernBERT's layers attend and where its positions come from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModernBertParams {
+    /// Per layer: whether it attends to the whole sequence; the others attend to the
+    /// tokens at most [`window`](Self::window) positions away.
+    pub global: Vec<bool>,
+    /// `local_attention / 2`.
+    pub window: usize,
+    /// The rotary base of the global layers and of the sliding-window ones.
+    pub global_theta: f64,
+    pub local_theta: f64,
+}
+
+#[derive(Deserialize)]
+struct ModernJson {
+    num_hidden_layers: usize,
+    hidden_size: usize,
+    num_attention_heads: usize,
+    #[serde(default = "gelu")]
+    hidden_activation: String,
+    #[serde(default = "modern_eps")]
+    norm_eps: f64,
+    #[serde(default)]
+    norm_bias: bool,
+    #[serde(default)]
+    attention_bias: bool,
+    #[serde(default)]
+    mlp_bias: bool,
+    #[serde(default = "three")]
+    global_attn_every_n_layers: usize,
+    #[serde(default = "full_window")]
+    local_attention: usize,
+    global_rope_theta: Option<f64>,
+    local_rope_theta: Option<f64>,
+    layer_types: Option<Vec<String>>,
+    rope_parameters: Option<RopeParameters>,
+    rope_scaling: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct RopeParameters {
+    full_attention: Option<Rope>,
+    sliding_attention: Option<Rope>,
+}
+
+#[derive(Deserialize)]
+struct Rope {
+    rope_theta: Option<f64>,
+    rope_type: Option<String>,
+}
+
+fn gelu() -> String {
+    "gelu".into()
+}
+fn modern_eps() -> f64 {
+    1e-5
+}
+fn three() -> usize {
+    3
+}
+fn full_window() -> usize {
+    128
+}
+
+const GLOBAL_THETA: f64 = 160_000.0;
+const LOCAL_THETA: f64 = 10_000.0;
+
+/// ModernBERT's parameters from `config.json` at `path`, and its norms' epsilon.
+pub(super) fn read(path: &Path) -> Result<(ModernBertParams, f64), LoadError> {
+    let json: ModernJson = read_json(path)?;
+    let unsupported = |what: String, supported| LoadError::Unsupported {
+        path: path.to_path_buf(),
+        what,
+        supported,
+    };
+    if json.hidden_activation != "gelu" {
+        return Err(unsupported(
+            format!("hidden_activation {:?}", json.hidden_activation),
+            "only \"gelu\" (with the exact error function) is served",
+        ));
+    }
+    if json.norm_bias || json.attention_bias || json.mlp_bias {
+        return Err(unsupported(
+            "norm_bias, attention_bias or mlp_bias true".into(),
+            "ModernBERT is served as it is published: without biases",
+        ));
+    }
+    if json.rope_scaling.as_ref().is_some_and(|v| !v.is_null()) {
+        return Err(unsupported(
+            "rope_scaling".into(),
+            "ModernBERT's rotary embeddings are served unscaled",
+        ));
+    }
+    let invalid = |reason: String| LoadError::Config {
+        path: path.to_path_buf(),
+        reason,
+    };
+    if !(json.norm_eps.is_finite() && json.norm_eps > 0.0) {
+        return Err(invalid(format!(
+            "norm_eps is {}, expected a positive number",
+            json.norm_eps
+        )));
+    }
+    // Rotary embeddings turn pairs of a head's values (sizes are checked non-zero before).
+    let heads = json.num_attention_heads.max(1);
+    if !(json.hidden_size / heads).is_multiple_of(2) {
+        return Err(invalid(format!(
+            "heads of {} values: rotary embeddings need an even number",
+            json.hidden_size / heads
+        )));
+    }
+    let n = json.global_attn_every_n_layers;
+    if n == 0 {
+        return Err(invalid(
+            "global_attn_every_n_layers is 0, expected at least 1".into(),
+        ));
+    }
+    // transformers picks a layer's window by this rule and its rotary base by layer_types.
+    let global: Vec<bool> = (0..json.num_hidden_layers).map(|i| i % n == 0).collect();
+    if let Some(types) = &json.layer_types {
+        let expected: Vec<&str> = (global.iter())
+            .map(|g| {
+                if *g {
+                    "full_attention"
+                } else {
+                    "sliding_attention"
+                }
+            })
+            .collect();
+        if *types != expected {
+            return Err(unsupported(
+                format!("layer_types {types:?}"),
+                "layer_types that follow global_attn_every_n_layers",
+            ));
+        }
+    }
+    let (global_theta, local_theta) = thetas(&json).map_err(|what| {
+        unsupported(
+            what,
+            "rotary embeddings of rope_type \"default\" with a positive rope_theta",
+        )
+    })?;
+    let params = ModernBertParams {
+        global,
+        window: json.local_attention / 2,
+        global_theta,
+        local_theta,
+    };
+    Ok((params, json.norm_eps))
+}
+
+/// The rotary bases, from `rope_parameters` when given, else the old keys, else
+/// transformers' defaults.
+fn thetas(json: &ModernJson) -> Result<(f64, f64), String> {
+    let from = |rope: Option<&Rope>, old: Option<f64>, default: f64| {
+        if let Some(kind) = rope.and_then(|r| r.rope_type.as_deref())
+            && kind != "default"
+        {
+            return Err(format!("rope_type {kind:?}"));
+        }
+        let theta = rope.and_then(|r| r.rope_theta).or(old).unwrap_or(default);
+        match theta.is_finite() && theta > 0.0 {
+            true => Ok(theta),
+            false => Err(format!("rope_theta {theta}")),
+        }
+    };
+    let p = json.rope_parameters.as_ref();
+    Ok((
+        from(
+            p.and_then(|p| p.full_attention.as_ref()),
+            json.global_rope_theta,
+            GLOBAL_THETA,
+        )?,
+        from(
+            p.and_then(|p| p.sliding_attention.as_ref()),
+            json.local_rope_theta,
+            LOCAL_THETA,
+        )?,
+    ))
+}
+
+/// A ModernBERT layer's weights: `x += Wo·attention(rotary(Wqkv·norm(x)))`, then
+/// `x += Wo·(gelu(a) ⊙ g)` with `[a, g] = Wi·norm(x)`. No biases: they are zeros.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModernLayer {
+    /// None in the first layer, whose attention reads the normalised embeddings as they are.
+    pub attention_norm: Option<Norm>,
+    /// `[3 · hidden, hidden]`: queries, keys, values.
+    pub qkv: Dense,
+    pub attention_out: Dense,
+    pub mlp_norm: Norm,
+    /// `[2 · intermediate, hidden]`: the half through GELU, then the gate.
+    pub mlp_in: Dense,
+    pub mlp_out: Dense,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModernWeights {
+    pub layers: Vec<ModernLayer>,
+    pub final_norm: Norm,
+}
+
+/// A ModernBERT's tensors: `embeddings.tok_embeddings` and `embeddings.norm`, then
+/// `layers.N.{attn_norm,attn.Wqkv,attn.Wo,mlp_norm,mlp.Wi,mlp.Wo}` and `final_norm`. The
+/// embeddings come back with empty position and token type tables: it has neither.
+pub(super) fn read_weights(
+    found: &mut Found<'_>,
+    c: &EncoderConfig,
+) -> Result<(Embeddings, ModernWeights), LoadError> {
+    let h = c.hidden;
+    let mut norm = |name: &str| -> Result<Norm, LoadError> {
+        Ok(Norm {
+            gamma: found.f32(&format!("{name}.weight"), &[h])?,
+            beta: vec![0.0; h],
+        })
+    };
+    let embeddings_norm = norm("embeddings.norm")?;
+    let final_norm = norm("final_norm")?;
+    let embeddings = Embeddings {
+        word: found.f32("embeddings.tok_embeddings.weight", &[c.vocab_size, h])?,
+        position: Vec::new(),
+        token_type: Vec::new(),
+        norm: embeddings_norm,
+    };
+    let layers = (0..c.layers)
+        .map(|i| read_layer(found, c, i))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((embeddings, ModernWeights { layers, final_norm }))
+}
+
+fn read_layer(
+    found: &mut Found<'_>,
+    c: &EncoderConfig,
+    i: usize,
+) -> Result<ModernLayer, LoadError> {
+    let (h, inter) = (c.hidden, c.intermediate);
+    let name = |part: &str| format!("layers.{i}.{part}");
+    let mut norm = |part: &str| -> Result<Norm, LoadError> {
+        Ok(Norm {
+            gamma: found.f32(&name(&format!("{part}.weight")), &[h])?,
+            beta: vec![0.0; h],
+        })
+    };
+    let attention_norm = match i {
+        0 => None,
+        _ => Some(norm("attn_norm")?),
+    };
+    let mlp_norm = norm("mlp_norm")?;
+    Ok(ModernLayer {
+        attention_norm,
+        qkv: found.linear(&name("attn.Wqkv"), h, 3 * h, false)?,
+        attention_out: found.linear(&name("attn.Wo"), h, h, false)?,
+        mlp_norm,
+        mlp_in: found.linear(&name("mlp.Wi"), h, 2 * inter, false)?,
+        mlp_out: found.linear(&name("mlp.Wo"), inter, h, false)?,
+    })
+}

@@ -1,0 +1,302 @@
+//! ModernBERT's forward pass on the CPU, on the same packed batches and kernels as BERT's
+//! (`cpu`): every dense layer once over all the batch's tokens, attention per sequence on
+//! its own length. What differs is the layer: pre-norm, rotary positions turned into the
+//! queries and keys, a sliding window in all but every few layers (a score bias of −∞ past
+//! the window, through the same attention kernel), a gated GELU feed-forward, and a final
+//! norm before pooling.
+
+use kernels::Activation;
+use kernels::cpu::{
+    AlignedVec, AttentionInput, AttentionScratch, AttentionShape, NormParams, PackedLinear,
+    RelativeBias, add_layer_norm, biased_attention, gelu_in_place,
+};
+
+use super::config::EncoderConfig;
+use super::cpu::{packed, pool};
+use super::modern::{ModernBertParams, ModernLayer, ModernWeights};
+use super::packed::PackedTokens;
+use super::weights::{Embeddings, Norm};
+use crate::{LoadError, ModelError};
+
+pub(super) struct ModernCpuEncoder {
+    config: EncoderConfig,
+    params: ModernBertParams,
+    embeddings: Embeddings,
+    layers: Vec<CpuLayer>,
+    final_norm: Norm,
+    scratch: Scratch,
+    pub(super) threads: usize,
+}
+
+struct CpuLayer {
+    attention_norm: Option<Norm>,
+    qkv: PackedLinear,
+    attention_out: PackedLinear,
+    mlp_norm: Norm,
+    mlp_in: PackedLinear,
+    mlp_out: PackedLinear,
+}
+
+/// Activations, `[tokens, width]` each, and the batch's position tables.
+#[derive(Default)]
+struct Scratch {
+    /// The residual stream.
+    x: AlignedVec,
+    /// A layer norm of it, the input of attention and of the feed-forward.
+    normed: AlignedVec,
+    qkv: AlignedVec,
+    ctx: AlignedVec,
+    /// A block's output on its way into the residual sum.
+    out: AlignedVec,
+    /// The feed-forward's input projection (`[tokens, 2 · intermediate]`) and its gated half.
+    up: AlignedVec,
+    gated: AlignedVec,
+    attention: AttentionScratch,
+    /// Rotary cosines and sines by position for the global and the sliding-window layers.
+    global: Rotary,
+    local: Rotary,
+    /// 0 within the window and −∞ past it, by head and distance (`RelativeBias`).
+    window: Vec<f32>,
+}
+
+impl ModernCpuEncoder {
+    pub(super) fn new(
+        config: &EncoderConfig,
+        params: &ModernBertParams,
+        embeddings: Embeddings,
+        weights: ModernWeights,
+    ) -> Result<Self, LoadError> {
+        let layers = (weights.layers.iter())
+            .map(|l: &ModernLayer| {
+                Ok(CpuLayer {
+                    attention_norm: l.attention_norm.clone(),
+                    qkv: packed(&l.qkv)?,
+                    attention_out: packed(&l.attention_out)?,
+                    mlp_norm: l.mlp_norm.clone(),
+                    mlp_in: packed(&l.mlp_in)?,
+                    mlp_out: packed(&l.mlp_out)?,
+                })
+            })
+            .collect::<Result<Vec<_>, LoadError>>()?;
+        Ok(ModernCpuEncoder {
+            config: config.clone(),
+            params: params.clone(),
+            embeddings,
+            layers,
+            final_norm: weights.final_norm,
+            scratch: Scratch::default(),
+            threads: rayon::current_num_threads(),
+        })
+    }
+
+    /// Runs validated `tokens` and writes `[sequences, hidden]` pooled states.
+    pub(super) fn forward(
+        &mut self,
+        tokens: &PackedTokens,
+        output: &mut [f32],
+    ) -> Result<(), ModelError> {
+        let c = &self.config;
+        let (t, h, threads) = (tokens.tokens(), c.hidden, self.threads);
+        let s = &mut self.scratch;
+        for (buffer, width) in [
+            (&mut s.x, h),
+            (&mut s.normed, h),
+            (&mut s.qkv, 3 * h),
+            (&mut s.ctx, h),
+            (&mut s.out, h),
+            (&mut s.up, 2 * c.intermediate),
+            (&mut s.gated, c.intermediate),
+        ] {
+            buffer.resize(t * width);
+        }
+        let word = &self.embeddings.word;
+        for (row, &id) in s.x.chunks_exact_mut(h).zip(&tokens.ids) {
+            row.copy_from_slice(&word[id as usize * h..][..h]);
+        }
+        let eps = c.layer_norm_eps;
+        add_layer_norm(&mut s.x, None, params(&self.embeddings.norm, eps), threads)?;
+        let span = tokens.lengths().max().unwrap_or(0);
+        let head_dim = c.head_dim();
+        s.global.fill(self.params.global_theta, span, head_dim);
+        s.local.fill(self.params.local_theta, span, head_dim);
+        let windowed = span > self.params.window + 1;
+        if windowed {
+            fill_window(self.params.window, c.heads, span, &mut s.window);
+        }
+        for (layer, &global) in self.layers.iter().zip(&self.params.global) {
+            let kind = match (global, windowed) {
+                (true, _) => Attention::Global,
+                (false, true) => Attention::Window { span },
+                // Every sequence fits in the window: nothing to mask.
+                (false, false) => Attention::Local,
+            };
+            attend(layer, c, tokens, kind, s, threads)?;
+            feed_forward(layer, c, tokens.tokens(), s, threads)?;
+        }
+        add_layer_norm(&mut s.x, None, params(&self.final_norm, eps), threads)?;
+        pool(&s.x, tokens, h, c.pooling, output);
+        Ok(())
+    }
+}
+
+fn params(norm: &Norm, eps: f32) -> NormParams<'_> {
+    NormParams {
+        gamma: &norm.gamma,
+        beta: &norm.beta,
+        eps,
+    }
+}
+
+/// How a layer attends: to the whole sequence (with the global rotary base), or within the
+/// window (with the local base), masked by `Scratch::window` when a sequence is longer.
+#[derive(Clone, Copy)]
+enum Attention {
+    Global,
+    Local,
+    Window { span: usize },
+}
+
+/// `x += Wo · attention(rotary(Wqkv · attn_norm(x)))`.
+fn attend(
+    l: &CpuLayer,
+    c: &EncoderConfig,
+    tokens: &PackedTokens,
+    kind: Attention,
+    s: &mut Scratch,
+    threads: usize,
+) -> Result<(), ModelError> {
+    let t = tokens.tokens();
+    let id = Activation::Identity;
+    let input = match &l.attention_norm {
+        Some(norm) => {
+            s.normed.copy_from_slice(&s.x);
+            add_layer_norm(&mut s.normed, None, params(norm, c.layer_norm_eps), threads)?;
+            &s.normed
+        }
+        None => &s.x,
+    };
+    l.qkv.forward(input, t, &mut s.qkv, id, threads)?;
+    let rotary = match kind {
+        Attention::Global => &s.global,
+        Attention::Local | Attention::Window { .. } => &s.local,
+    };
+    rotary.apply(&mut s.qkv, tokens, c.hidden, c.head_dim());
+    let bias = match kind {
+        Attention::Window { span } => Some(RelativeBias {
+            table: &s.window,
+            span,
+        }),
+        Attention::Global | Attention::Local => None,
+    };
+    let input = AttentionInput {
+        qkv: &s.qkv,
+        offsets: &tokens.offsets,
+        shape: AttentionShape {
+            hidden: c.hidden,
+            heads: c.heads,
+        },
+        bias,
+    };
+    biased_attention(input, &mut s.ctx, &mut s.attention, threads)?;
+    l.attention_out
+        .forward(&s.ctx, t, &mut s.out, id, threads)?;
+    add_in_place(&mut s.x, &s.out);
+    Ok(())
+}
+
+/// `x += Wo · (gelu(a) ⊙ g)` where `[a, g] = Wi · mlp_norm(x)`.
+fn feed_forward(
+    l: &CpuLayer,
+    c: &EncoderConfig,
+    t: usize,
+    s: &mut Scratch,
+    threads: usize,
+) -> Result<(), ModelError> {
+    let id = Activation::Identity;
+    s.normed.copy_from_slice(&s.x);
+    let norm = params(&l.mlp_norm, c.layer_norm_eps);
+    add_layer_norm(&mut s.normed, None, norm, threads)?;
+    l.mlp_in.forward(&s.normed, t, &mut s.up, id, threads)?;
+    let i = c.intermediate;
+    for (gated, up) in s.gated.chunks_exact_mut(i).zip(s.up.chunks_exact(2 * i)) {
+        gated.copy_from_slice(&up[..i]);
+    }
+    gelu_in_place(&mut s.gated, threads);
+    for (gated, up) in s.gated.chunks_exact_mut(i).zip(s.up.chunks_exact(2 * i)) {
+        gated.iter_mut().zip(&up[i..]).for_each(|(a, g)| *a *= g);
+    }
+    l.mlp_out.forward(&s.gated, t, &mut s.out, id, threads)?;
+    add_in_place(&mut s.x, &s.out);
+    Ok(())
+}
+
+fn add_in_place(x: &mut [f32], add: &[f32]) {
+    x.iter_mut().zip(add).for_each(|(x, a)| *x += a);
+}
+
+/// The relative-position table of the sliding window for sequences of up to `span` tokens:
+/// 0 where key and query are at most `window` apart, −∞ farther.
+fn fill_window(window: usize, heads: usize, span: usize, table: &mut Vec<f32>) {
+    table.clear();
+    let width = 2 * span - 1;
+    for _ in 0..heads {
+        table.extend((0..width).map(|k| {
+            let distance = k.abs_diff(span - 1);
+            if distance <= window {
+                0.0
+            } else {
+                f32::NEG_INFINITY
+            }
+        }));
+    }
+}
+
+/// Rotary embeddings' cosines and sines, `[position][head_dim / 2]`, as transformers
+/// computes them in f32: frequency `k` is `1 / θ^(2k / head_dim)`.
+#[derive(Default)]
+struct Rotary {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    half: usize,
+}
+
+impl Rotary {
+    fn fill(&mut self, theta: f64, span: usize, head_dim: usize) {
+        let half = head_dim / 2;
+        if self.half == half && self.cos.len() >= span * half {
+            return;
+        }
+        self.half = half;
+        let frequencies: Vec<f32> = (0..half)
+            .map(|k| 1.0 / (theta as f32).powf((2 * k) as f32 / head_dim as f32))
+            .collect();
+        let angles = (0..span).flat_map(|p| frequencies.iter().map(move |f| p as f32 * f));
+        (self.cos, self.sin) = angles
+            .map(|a| ((a as f64).cos() as f32, (a as f64).sin() as f32))
+            .unzip();
+    }
+
+    /// Turns every head's query and key of each token (the first two thirds of its `qkv`
+    /// row) by its position in its sequence: value `j` of the first half with value `j` of
+    /// the second, by frequency `j` (transformers' `rotate_half`).
+    fn apply(&self, qkv: &mut [f32], tokens: &PackedTokens, hidden: usize, head_dim: usize) {
+        let half = self.half;
+        for seq in 0..tokens.sequences() {
+            let range = tokens.range(seq);
+            let rows =
+                qkv[range.start * 3 * hidden..range.end * 3 * hidden].chunks_exact_mut(3 * hidden);
+            for (position, row) in rows.enumerate() {
+                let cos = &self.cos[position * half..][..half];
+                let sin = &self.sin[position * half..][..half];
+                for head in row[..2 * hidden].chunks_exact_mut(head_dim) {
+                    let (a, b) = head.split_at_mut(half);
+                    for j in 0..half {
+                        let (x, y) = (a[j], b[j]);
+                        a[j] = x * cos[j] - y * sin[j];
+                        b[j] = y * cos[j] + x * sin[j];
+                    }
+                }
+            }
+        }
+    }
+}
