@@ -222,7 +222,7 @@ fn v2_scores_pairs_from_text_and_text_pair() {
     assert_eq!(meta["inputs"][1]["name"], "text_pair", "{meta}");
 }
 
-/// An XLM-RoBERTa cross-encoder reranks, and XLM-RoBERTa, MPNet and ModernBERT encoders and a
+/// XLM-RoBERTa and ModernBERT cross-encoders rerank, and XLM-RoBERTa, MPNet and ModernBERT encoders and a
 /// BERT with two Dense modules after pooling embed, as the same models run in this process:
 /// `<s> query </s></s> text </s>`, one token type or none, positions after the padding id,
 /// MPNet's relative attention and ModernBERT's layers (on the CPU, where they run),
@@ -237,6 +237,7 @@ fn xlm_roberta_and_mpnet_models_rerank_and_embed_as_run_in_process() {
     };
     for (model, family, labels) in [
         ("xrerank", Family::Roberta, 1),
+        ("mrerank", Family::ModernBert, 1),
         ("xembed", Family::Roberta, 0),
         ("mpnet", Family::Mpnet, 0),
         ("modern", Family::ModernBert, 0),
@@ -263,20 +264,19 @@ fn xlm_roberta_and_mpnet_models_rerank_and_embed_as_run_in_process() {
     let texts = ["the dog runs", "a man is eating bread", "a red cat"];
     let query = "a man is eating food";
     let pairs: Vec<Seq> = texts.iter().map(|t| Seq::Pair(query, t)).collect();
-    let here = logits_here(&repo.path().join("xrerank/1"), &pairs);
-    let ranked = ok(
-        &server,
-        "/rerank",
-        &json!({"query": query, "texts": texts, "raw_scores": true, "model": "xrerank"}),
-    );
-    assert_eq!(ranked.as_array().unwrap().len(), texts.len());
-    for r in ranked.as_array().unwrap() {
-        let index = r["index"].as_u64().unwrap() as usize;
-        assert_near(
-            r["score"].as_f64().unwrap(),
-            here[index][0] as f64,
-            "rerank",
+    for model in ["xrerank", "mrerank"] {
+        let here = logits_here(&repo.path().join(model).join("1"), &pairs);
+        let ranked = ok(
+            &server,
+            "/rerank",
+            &json!({"query": query, "texts": texts, "raw_scores": true, "model": model}),
         );
+        assert_eq!(ranked.as_array().unwrap().len(), texts.len());
+        for r in ranked.as_array().unwrap() {
+            let index = r["index"].as_u64().unwrap() as usize;
+            let what = format!("{model} rerank");
+            assert_near(r["score"].as_f64().unwrap(), here[index][0] as f64, &what);
+        }
     }
     let tokens = ok(
         &server,

@@ -14,7 +14,7 @@ use models::encoder::{Encoded, Encoder, PackedTokens, TextTokenizer};
 
 mod support;
 
-use support::{on_every_device, python, run_python, synthetic};
+use support::{on_every_device, python, run_python, run_script, synthetic};
 
 const TEXTS: [&str; 3] = [
     "a man is eating food.",
@@ -56,7 +56,6 @@ fn check_synthetic_classifier(
     labels: usize,
     dtype: DType,
 ) {
-    let Some(python) = python(test) else { return };
     let spec = SyntheticSpec {
         family,
         labels,
@@ -65,6 +64,12 @@ fn check_synthetic_classifier(
         seed: 11,
         ..SyntheticSpec::default()
     };
+    check_synthetic_classifier_spec(device, test, spec)
+}
+
+fn check_synthetic_classifier_spec(device: &Device, test: &str, spec: SyntheticSpec) {
+    let Some(python) = python(test) else { return };
+    let (labels, dtype) = (spec.labels, spec.dtype);
     let tag = test.replace("::", "-");
     let dir = synthetic(&format!("{tag}-{dtype:?}"), &spec);
     let tokenizer = TextTokenizer::from_dir(&dir.0, spec.max_seq_length).unwrap();
@@ -130,4 +135,100 @@ fn synthetic_mpnet_reranker_cpu() {
         1,
         DType::F32,
     );
+}
+
+/// ModernBERT's head pools by `classifier_pooling` (the synthetic spec's pooling), then
+/// `head.dense`, GELU and `head.norm` before the classifier. CPU only.
+#[test]
+fn synthetic_modernbert_classifiers_cpu() {
+    for (labels, pooling, dtype) in [
+        (1, models::encoder::Pooling::Mean, DType::F32),
+        (3, models::encoder::Pooling::Cls, DType::BF16),
+    ] {
+        let test = format!("synthetic_modernbert_classifier_{labels}_{dtype:?}");
+        check_synthetic_classifier_spec(
+            &Device::Cpu,
+            &test,
+            SyntheticSpec {
+                family: Family::ModernBert,
+                labels,
+                dtype,
+                pooling,
+                prefixed: true,
+                seed: 11,
+                ..SyntheticSpec::default()
+            },
+        );
+    }
+}
+
+/// Every family's classifier head against transformers' own
+/// `AutoModelForSequenceClassification` (tests/python/transformers_check.py), by hand as
+/// `every_family_matches_transformers` in encoder.rs: `TANDEM_TRANSFORMERS_PYTHON=PYTHON
+/// cargo test --release -p models --test encoder_classifier
+/// every_classifier_matches_transformers -- --ignored --nocapture`.
+#[test]
+#[ignore = "needs torch and transformers"]
+fn every_classifier_matches_transformers() {
+    let python = std::env::var_os("TANDEM_TRANSFORMERS_PYTHON")
+        .expect("TANDEM_TRANSFORMERS_PYTHON names a Python with transformers");
+    let cls = models::encoder::Pooling::Cls;
+    let cases = [
+        ("bert", Family::Bert, 3, cls),
+        ("distilbert", Family::DistilBert, 3, cls),
+        ("mpnet", Family::Mpnet, 1, cls),
+        ("xlm-roberta", Family::Roberta, 1, cls),
+        ("modernbert-cls", Family::ModernBert, 3, cls),
+        (
+            "modernbert-mean",
+            Family::ModernBert,
+            1,
+            models::encoder::Pooling::Mean,
+        ),
+    ];
+    for (name, family, labels, pooling) in cases {
+        let spec = SyntheticSpec {
+            family,
+            labels,
+            pooling,
+            prefixed: true,
+            layers: 3,
+            ..SyntheticSpec::default()
+        };
+        let dir = synthetic(&format!("transformers-classifier-{name}"), &spec);
+        let tokenizer = TextTokenizer::from_dir(&dir.0, spec.max_seq_length).unwrap();
+        let mut seqs: Vec<Encoded> = (TEXTS.iter())
+            .map(|t| tokenizer.encode(t, true).unwrap())
+            .collect();
+        seqs.push(
+            tokenizer
+                .encode_pair("a cat", "the dog runs", true)
+                .unwrap(),
+        );
+        seqs.push((tokenizer.encode_pair("the man", &"is eating bread ".repeat(9), true)).unwrap());
+        let got = logits(&mut Encoder::load(&dir.0, &Device::Cpu).unwrap(), &seqs);
+        let request = serde_json::json!({"sequences": seqs
+            .iter()
+            .map(|e| serde_json::json!({"ids": e.ids, "type_ids": e.type_ids}))
+            .collect::<Vec<_>>()});
+        let args = ["classify", dir.0.to_str().unwrap()];
+        let stdout = run_script(
+            Path::new(&python),
+            "transformers_check.py",
+            &args,
+            request.to_string().as_bytes(),
+        );
+        let reply: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
+        let want: Vec<f64> = serde_json::from_value::<Vec<Vec<f64>>>(reply["logits"].clone())
+            .unwrap()
+            .concat();
+        assert_eq!(got.len(), want.len(), "{name}");
+        let scale = want.iter().fold(0.0f64, |m, w| m.max(w.abs()));
+        let worst = (got.iter().zip(&want)).fold(0.0f64, |m, (g, w)| m.max((*g as f64 - w).abs()));
+        println!(
+            "{name}: {} logits, worst difference {worst:.2e} of {scale:.2e}",
+            want.len()
+        );
+        assert!(worst <= 1e-4 * scale, "{name}: got {got:?}, want {want:?}");
+    }
 }

@@ -88,6 +88,18 @@ struct Tensor {
     bytes: Vec<u8>,
 }
 
+/// Adds a copy of the tensor `from` under the name `to`.
+fn copy_tensor(ts: &mut Vec<Tensor>, from: &str, to: &str) {
+    let t = ts.iter().find(|t| t.name == from).unwrap();
+    let copy = Tensor {
+        name: to.into(),
+        dtype: t.dtype,
+        shape: t.shape.clone(),
+        bytes: t.bytes.clone(),
+    };
+    ts.push(copy);
+}
+
 fn spec() -> SyntheticSpec {
     SyntheticSpec::default()
 }
@@ -787,16 +799,8 @@ fn a_modernbert_folder_loads_with_its_windows_and_rotary_bases() {
         (80_000.0, 5_000.0)
     );
     f.edit_tensors(|ts| {
-        let norm = ts.iter().find(|t| t.name == "final_norm.weight").unwrap();
-        let (dtype, shape, bytes) = (norm.dtype, norm.shape.clone(), norm.bytes.clone());
         for name in ["head.norm.weight", "decoder.bias"] {
-            let (name, shape, bytes) = (name.into(), shape.clone(), bytes.clone());
-            ts.push(Tensor {
-                name,
-                dtype,
-                shape,
-                bytes,
-            });
+            copy_tensor(ts, "final_norm.weight", name);
         }
     });
     Encoder::load(&f.0, &Device::Cpu).unwrap();
@@ -810,9 +814,14 @@ fn a_modernbert_that_would_run_differently_is_refused_by_name() {
         assert_contains(&f.load_error(), parts);
     };
     refused(
-        "modern-classifier",
-        &|c| c["architectures"] = serde_json::json!(["ModernBertForSequenceClassification"]),
-        &["ModernBertForSequenceClassification", "all but ModernBERT"],
+        "modern-classifier-pooling",
+        &|c| c["classifier_pooling"] = "max".into(),
+        &["classifier_pooling \"max\""],
+    );
+    refused(
+        "modern-classifier-activation",
+        &|c| c["classifier_activation"] = "silu".into(),
+        &["classifier_activation \"silu\""],
     );
     refused(
         "modern-tanh",
@@ -857,17 +866,31 @@ fn a_modernbert_that_would_run_differently_is_refused_by_name() {
     f.edit_tensors(|ts| ts.retain(|t| t.name != "layers.1.attn_norm.weight"));
     assert_contains(&f.load_error(), &["layers.1.attn_norm.weight", "[32]"]);
     let f = Folder::new("modern-norm-0", &modernbert());
-    f.edit_tensors(|ts| {
-        let mut extra = ts
-            .iter()
-            .find(|t| t.name == "final_norm.weight")
-            .map(|t| Tensor {
-                name: "layers.0.attn_norm.weight".into(),
-                dtype: t.dtype,
-                shape: t.shape.clone(),
-                bytes: t.bytes.clone(),
-            });
-        ts.extend(extra.take());
-    });
+    f.edit_tensors(|ts| copy_tensor(ts, "final_norm.weight", "layers.0.attn_norm.weight"));
     assert_contains(&f.load_error(), &["layers.0.attn_norm.weight"]);
+}
+
+/// A ModernBERT classifier: its head under `head.` beside `model.`, read with the
+/// classifier's pooling; `classifier_bias` adds `head.dense.bias`.
+#[test]
+fn a_modernbert_classifier_loads_its_head_and_pooling() {
+    let spec = SyntheticSpec {
+        labels: 3,
+        prefixed: true,
+        ..modernbert()
+    };
+    let f = Folder::new("modern-classifier", &spec);
+    let e = Encoder::load(&f.0, &Device::Cpu).unwrap();
+    assert_eq!((e.output_width(), e.config().pooling), (3, Pooling::Mean));
+    f.edit_json("config.json", |c| c["classifier_pooling"] = "cls".into());
+    assert_eq!(
+        Encoder::load(&f.0, &Device::Cpu).unwrap().config().pooling,
+        Pooling::Cls
+    );
+    f.edit_json("config.json", |c| c["classifier_bias"] = true.into());
+    assert_contains(&f.load_error(), &["head.dense.bias", "[32]"]);
+    f.edit_tensors(|ts| copy_tensor(ts, "head.norm.weight", "head.dense.bias"));
+    Encoder::load(&f.0, &Device::Cpu).unwrap();
+    f.edit_tensors(|ts| ts.retain(|t| t.name != "head.norm.weight"));
+    assert_contains(&f.load_error(), &["head.norm.weight"]);
 }

@@ -12,12 +12,14 @@ Commands (JSON on stdin, JSON on stdout):
                 stdout {"embeddings": [[...], ...]}  (pooled, then through the folder's
                 sentence-transformers Dense modules if modules.json lists any; not
                 normalised; float64)
-  classify DIR  stdin {"sequences": [...]} as for embed, of a BertForSequenceClassification
-                or (XLM)RobertaForSequenceClassification
+  classify DIR  stdin {"sequences": [...]} as for embed, of a BertForSequenceClassification,
+                (XLM)RobertaForSequenceClassification, DistilBert..., MPNet... or
+                ModernBertForSequenceClassification
                 stdout {"logits": [[...], ...]}  (one per label: the first token's state
                 through a dense layer and tanh, then the output layer: BERT's pooler and
                 classifier, RoBERTa's classifier.dense and classifier.out_proj; DistilBERT's
-                pre_classifier with a ReLU, then classifier)
+                pre_classifier with a ReLU, then classifier; ModernBERT's pooled states
+                through head.dense, GELU and head.norm, then classifier)
   convert SRC DST DTYPE
                 copies the model folder SRC to DST with every floating-point tensor of
                 model.safetensors stored as DTYPE (F16 or BF16, rounded to nearest even);
@@ -242,6 +244,17 @@ def modern_encode(ids, w, cfg):
     return norm(x, "final_norm")
 
 
+def modern_classify(ids, w, cfg):
+    """ModernBertForSequenceClassification: the final states pooled by classifier_pooling
+    (the first token's, or the mean), then head.dense, GELU and head.norm (no bias), then
+    the classifier."""
+    states = modern_encode(ids, w, cfg)
+    pooled = states.mean(0) if cfg.get("classifier_pooling", "cls") == "mean" else states[0]
+    x = pooled @ w["head.dense.weight"].T + w.get("head.dense.bias", 0.0)
+    x = layer_norm(gelu(x), w["head.norm.weight"], 0.0, cfg.get("norm_eps", 1e-5))
+    return linear(x, w, "classifier")
+
+
 # A Dense module's activation_function, by the torch class sentence-transformers names.
 ACTIVATIONS = {
     "torch.nn.modules.activation.Tanh": np.tanh,
@@ -297,6 +310,9 @@ def classify(folder):
     w = load_weights(folder, head=True)
     out = []
     for seq in request["sequences"]:
+        if cfg.get("model_type") == "modernbert":
+            out.append(modern_classify(np.array(seq["ids"]), w, cfg).tolist())
+            continue
         states = encode(np.array(seq["ids"]), np.array(seq["type_ids"]), w, cfg)
         if cfg.get("model_type") in AFTER_PADDING:
             pooled = np.tanh(linear(states[0], w, "classifier.dense"))

@@ -8,10 +8,12 @@ Not run in CI: it needs torch, transformers and sentence-transformers, which the
 environment does not install. `models/tests/encoder.rs`'s ignored test
 `every_family_matches_transformers` runs it with $TANDEM_TRANSFORMERS_PYTHON.
 
-Command (JSON on stdin, JSON on stdout, as bert_reference.py's embed):
+Commands (JSON on stdin, JSON on stdout, as bert_reference.py's):
 
   embed DIR     stdin {"sequences": [{"ids": [...], "type_ids": [...]}, ...]}
                 stdout {"embeddings": [[...], ...]}  (float64 of the float32 results)
+  classify DIR  stdin as for embed, of a ...ForSequenceClassification folder
+                stdout {"logits": [[...], ...]}  (AutoModelForSequenceClassification's)
 """
 
 import json
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import torch
 from sentence_transformers.models import Dense, Pooling
-from transformers import AutoModel
+from transformers import AutoModel, AutoModelForSequenceClassification
 
 # The model types whose forward takes token type ids.
 TOKEN_TYPES = ("bert", "roberta", "xlm-roberta")
@@ -46,10 +48,7 @@ def embed(folder):
     out = []
     with torch.no_grad():
         for seq in request["sequences"]:
-            ids = torch.tensor([seq["ids"]])
-            inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-            if model_type in TOKEN_TYPES:
-                inputs["token_type_ids"] = torch.tensor([seq["type_ids"]])
+            inputs = inputs_of(seq, model_type)
             states = model(**inputs).last_hidden_state
             features = {"token_embeddings": states, "attention_mask": inputs["attention_mask"]}
             for module in modules:
@@ -58,9 +57,34 @@ def embed(folder):
     json.dump({"embeddings": out}, sys.stdout)
 
 
+def inputs_of(seq, model_type):
+    ids = torch.tensor([seq["ids"]])
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if model_type in TOKEN_TYPES:
+        inputs["token_type_ids"] = torch.tensor([seq["type_ids"]])
+    return inputs
+
+
+def classify(folder):
+    folder = Path(folder)
+    request = json.load(sys.stdin)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        str(folder), attn_implementation="eager"
+    ).eval()
+    model_type = json.loads((folder / "config.json").read_text())["model_type"]
+    with torch.no_grad():
+        out = [
+            model(**inputs_of(seq, model_type)).logits[0].double().tolist()
+            for seq in request["sequences"]
+        ]
+    json.dump({"logits": out}, sys.stdout)
+
+
 def main(argv):
     if len(argv) == 3 and argv[1] == "embed":
         embed(argv[2])
+    elif len(argv) == 3 and argv[1] == "classify":
+        classify(argv[2])
     else:
         sys.exit(__doc__)
 

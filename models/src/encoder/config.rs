@@ -52,7 +52,8 @@ pub struct EncoderConfig {
     /// Whether the folder's modules end with `Normalize`.
     pub normalize: bool,
     /// A sequence classifier's labels in output order (`id2label`); empty for an encoder
-    /// of embeddings. A classifier's head reads the `[CLS]` state, so its pooling is `Cls`.
+    /// of embeddings. A classifier's head reads the `[CLS]` state, so its pooling is `Cls`
+    /// (a ModernBERT's may be `Mean`).
     pub labels: Vec<String>,
     /// A classifier whose labels are independent (`problem_type`
     /// `"multi_label_classification"`): each is scored by its own sigmoid, not a softmax.
@@ -115,9 +116,14 @@ const MODEL_TYPES: [(&str, Family); 6] = [
 
 /// The `architectures` served: an encoder of embeddings, and a sequence classifier (a
 /// cross-encoder, for reranking, is one with a single label) of each model type.
-const ARCHITECTURES: [(&str, &str, Kind); 11] = [
+const ARCHITECTURES: [(&str, &str, Kind); 12] = [
     ("bert", "BertModel", Kind::Encoder),
     ("modernbert", "ModernBertModel", Kind::Encoder),
+    (
+        "modernbert",
+        "ModernBertForSequenceClassification",
+        Kind::Classifier,
+    ),
     ("bert", "BertForSequenceClassification", Kind::Classifier),
     ("distilbert", "DistilBertModel", Kind::Encoder),
     (
@@ -203,11 +209,24 @@ impl EncoderConfig {
         let bert: BertJson = read_json(&path)?;
         let (family, kind) = check_architecture(&path, &bert)?;
         let labels = read_labels(&path, &bert, kind)?;
+        // DistilBERT's LayerNorms fix their epsilon at 1e-12 whatever the config says.
+        let (modern, layer_norm_eps) = match family {
+            Family::DistilBert => (None, bert_eps()),
+            Family::ModernBert => {
+                let (params, eps) = modern::read(&path)?;
+                (Some(params), eps)
+            }
+            _ => (None, bert.layer_norm_eps),
+        };
         let modules = if labels.is_empty() {
             read_head_modules(dir, bert.hidden_size)?
         } else {
+            // A classifier's head reads the first token's state; ModernBERT's may read the
+            // mean (`classifier_pooling`).
             HeadModules {
-                pooling: Pooling::Cls,
+                pooling: modern
+                    .as_ref()
+                    .map_or(Pooling::Cls, |m| m.classifier_pooling),
                 dense: Vec::new(),
                 normalize: false,
             }
@@ -219,15 +238,6 @@ impl EncoderConfig {
             Family::Roberta => bert.pad_token_id.unwrap_or(1),
             // transformers' MPNetEmbeddings fixes its padding index at 1.
             Family::Mpnet => 1,
-        };
-        // DistilBERT's LayerNorms fix their epsilon at 1e-12 whatever the config says.
-        let (modern, layer_norm_eps) = match family {
-            Family::DistilBert => (None, bert_eps()),
-            Family::ModernBert => {
-                let (params, eps) = modern::read(&path)?;
-                (Some(params), eps)
-            }
-            _ => (None, bert.layer_norm_eps),
         };
         let positions = usable_positions(&path, &bert, family, pad_token_id)?;
         let max_seq_len = read_max_seq_len(dir)?.min(positions);
@@ -384,9 +394,9 @@ fn check_architecture(path: &Path, bert: &BertJson) -> Result<(Family, Kind), Lo
                 return Err(unsupported(
                     format!("architecture {name:?} of model_type {model_type:?}"),
                     "the architectures served are BertModel, DistilBertModel, ModernBertModel, \
-                     MPNetModel, RobertaModel and XLMRobertaModel (embeddings), and the \
-                     ForSequenceClassification models (classifiers and rerankers) of all but \
-                     ModernBERT, each with its own model_type",
+                     MPNetModel, RobertaModel and XLMRobertaModel (embeddings), and their \
+                     ForSequenceClassification models (classifiers and rerankers), each with its \
+                     own model_type",
                 ));
             }
         }

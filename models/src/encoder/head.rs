@@ -6,25 +6,28 @@
 //! `12·hidden²` a token, so the device's kernels serve it unchanged.
 
 use kernels::Activation;
-use kernels::cpu::PackedLinear;
+use kernels::cpu::{NormParams, PackedLinear, add_layer_norm, gelu_in_place};
 
 use super::cpu::packed;
-use super::weights::{ClassifierWeights, HeadActivation};
+use super::weights::{ClassifierWeights, HeadActivation, Norm};
 use crate::{LoadError, ModelError};
 
 pub(super) struct ClassifierHead {
     pooler: PackedLinear,
     activation: HeadActivation,
+    /// ModernBERT's norm after the activation, and its epsilon.
+    norm: Option<(Norm, f32)>,
     classifier: PackedLinear,
     /// The pooled states, `[sequences, hidden]`.
     pooled: Vec<f32>,
 }
 
 impl ClassifierHead {
-    pub(super) fn new(w: &ClassifierWeights) -> Result<ClassifierHead, LoadError> {
+    pub(super) fn new(w: &ClassifierWeights, eps: f32) -> Result<ClassifierHead, LoadError> {
         Ok(ClassifierHead {
             pooler: packed(&w.pooler)?,
             activation: w.activation,
+            norm: w.norm.clone().map(|n| (n, eps)),
             classifier: packed(&w.classifier)?,
             pooled: Vec::new(),
         })
@@ -46,12 +49,22 @@ impl ClassifierHead {
         self.pooled.resize(sequences * self.pooler.outputs(), 0.0);
         let id = Activation::Identity;
         let activation = match self.activation {
-            HeadActivation::Tanh => id,
+            HeadActivation::Tanh | HeadActivation::Gelu => id,
             HeadActivation::Relu => Activation::Relu,
         };
         (self.pooler).forward(cls, sequences, &mut self.pooled, activation, threads)?;
-        if self.activation == HeadActivation::Tanh {
-            self.pooled.iter_mut().for_each(|v| *v = v.tanh());
+        match self.activation {
+            HeadActivation::Tanh => self.pooled.iter_mut().for_each(|v| *v = v.tanh()),
+            HeadActivation::Gelu => gelu_in_place(&mut self.pooled, threads),
+            HeadActivation::Relu => {}
+        }
+        if let Some((norm, eps)) = &self.norm {
+            let norm = NormParams {
+                gamma: &norm.gamma,
+                beta: &norm.beta,
+                eps: *eps,
+            };
+            add_layer_norm(&mut self.pooled, None, norm, threads)?;
         }
         (self.classifier).forward(&self.pooled, sequences, logits, id, threads)?;
         Ok(())

@@ -143,7 +143,10 @@ impl Encoder {
                 .map_or(kernels::DType::F32, |l| l.qkv.weight.dtype()),
         };
         let head = match &weights.classifier {
-            Some(w) => Some((head::ClassifierHead::new(w)?, Vec::new())),
+            Some(w) => Some((
+                head::ClassifierHead::new(w, config.layer_norm_eps)?,
+                Vec::new(),
+            )),
             None => None,
         };
         let projection = match weights.dense.is_empty() {

@@ -9,9 +9,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::config::{EncoderConfig, read_json};
-use super::weights::{Dense, Embeddings, Found, Norm};
-use crate::LoadError;
+use super::config::{EncoderConfig, Pooling, read_json};
+use super::weights::{ClassifierWeights, Dense, Embeddings, Found, HeadActivation, Norm};
+use crate::{LoadError, WeightData};
 
 /// How a ModernBERT's layers attend and where its positions come from.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,6 +24,10 @@ pub struct ModernBertParams {
     /// The rotary base of the global layers and of the sliding-window ones.
     pub global_theta: f64,
     pub local_theta: f64,
+    /// A classifier's head pools this way (`classifier_pooling`) ...
+    pub classifier_pooling: Pooling,
+    /// ... and its dense layer has a bias (`classifier_bias`).
+    pub classifier_bias: bool,
 }
 
 #[derive(Deserialize)]
@@ -50,6 +54,12 @@ struct ModernJson {
     layer_types: Option<Vec<String>>,
     rope_parameters: Option<RopeParameters>,
     rope_scaling: Option<serde_json::Value>,
+    #[serde(default = "cls")]
+    classifier_pooling: String,
+    #[serde(default)]
+    classifier_bias: bool,
+    #[serde(default = "gelu")]
+    classifier_activation: String,
 }
 
 #[derive(Deserialize)]
@@ -66,6 +76,9 @@ struct Rope {
 
 fn gelu() -> String {
     "gelu".into()
+}
+fn cls() -> String {
+    "cls".into()
 }
 fn modern_eps() -> f64 {
     1e-5
@@ -88,12 +101,27 @@ pub(super) fn read(path: &Path) -> Result<(ModernBertParams, f64), LoadError> {
         what,
         supported,
     };
-    if json.hidden_activation != "gelu" {
-        return Err(unsupported(
-            format!("hidden_activation {:?}", json.hidden_activation),
-            "only \"gelu\" (with the exact error function) is served",
-        ));
+    for (key, value) in [
+        ("hidden_activation", &json.hidden_activation),
+        ("classifier_activation", &json.classifier_activation),
+    ] {
+        if value != "gelu" {
+            return Err(unsupported(
+                format!("{key} {value:?}"),
+                "only \"gelu\" (with the exact error function) is served",
+            ));
+        }
     }
+    let classifier_pooling = match json.classifier_pooling.as_str() {
+        "cls" => Pooling::Cls,
+        "mean" => Pooling::Mean,
+        other => {
+            return Err(unsupported(
+                format!("classifier_pooling {other:?}"),
+                "a classifier pools by \"cls\" or \"mean\"",
+            ));
+        }
+    };
     if json.norm_bias || json.attention_bias || json.mlp_bias {
         return Err(unsupported(
             "norm_bias, attention_bias or mlp_bias true".into(),
@@ -160,6 +188,8 @@ pub(super) fn read(path: &Path) -> Result<(ModernBertParams, f64), LoadError> {
         window: json.local_attention / 2,
         global_theta,
         local_theta,
+        classifier_pooling,
+        classifier_bias: json.classifier_bias,
     };
     Ok((params, json.norm_eps))
 }
@@ -221,7 +251,8 @@ pub struct ModernWeights {
 pub(super) fn read_weights(
     found: &mut Found<'_>,
     c: &EncoderConfig,
-) -> Result<(Embeddings, ModernWeights), LoadError> {
+    p: &ModernBertParams,
+) -> Result<(Embeddings, ModernWeights, Option<ClassifierWeights>), LoadError> {
     let h = c.hidden;
     let mut norm = |name: &str| -> Result<Norm, LoadError> {
         Ok(Norm {
@@ -240,7 +271,34 @@ pub(super) fn read_weights(
     let layers = (0..c.layers)
         .map(|i| read_layer(found, c, i))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok((embeddings, ModernWeights { layers, final_norm }))
+    let classifier = match c.is_classifier() {
+        true => Some(read_classifier(found, c, p)?),
+        false => None,
+    };
+    Ok((embeddings, ModernWeights { layers, final_norm }, classifier))
+}
+
+/// `ModernBertForSequenceClassification`'s head: `head.dense`, GELU, `head.norm`, then
+/// `classifier` (with its bias), widened to f32 for the host.
+fn read_classifier(
+    found: &mut Found<'_>,
+    c: &EncoderConfig,
+    p: &ModernBertParams,
+) -> Result<ClassifierWeights, LoadError> {
+    let h = c.hidden;
+    let widened = |mut d: Dense| {
+        d.weight = WeightData::F32(d.weight.to_f32());
+        d
+    };
+    Ok(ClassifierWeights {
+        pooler: widened(found.linear("head.dense", h, h, p.classifier_bias)?),
+        activation: HeadActivation::Gelu,
+        norm: Some(Norm {
+            gamma: found.f32("head.norm.weight", &[h])?,
+            beta: vec![0.0; h],
+        }),
+        classifier: widened(found.linear("classifier", h, c.labels.len(), true)?),
+    })
 }
 
 fn read_layer(

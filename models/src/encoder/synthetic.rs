@@ -431,7 +431,8 @@ impl Drawn {
 }
 
 /// A ModernBERT's `config.json` as transformers writes it (old keys), with a window of 8
-/// (4 tokens each side) so that short texts feel it, and every other layer global.
+/// (4 tokens each side) so that short texts feel it, and every other layer global; a
+/// classifier's head pools as `spec.pooling` says.
 fn modern_config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
     json!({
         "architectures": ["ModernBertModel"],
@@ -456,6 +457,9 @@ fn modern_config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
         "cls_token_id": 2,
         "eos_token_id": 3,
         "sep_token_id": 3,
+        "classifier_pooling": if spec.pooling == Pooling::Cls { "cls" } else { "mean" },
+        "classifier_activation": "gelu",
+        "classifier_bias": false,
     })
 }
 
@@ -482,6 +486,18 @@ fn modern_weights(drawn: &mut Drawn, spec: &SyntheticSpec, vocab: usize) {
         }
     }
     norm(drawn, "final_norm.weight".into());
+    if spec.labels > 0 {
+        let shape = vec![h, h];
+        drawn.add(
+            "head.dense.weight".into(),
+            shape,
+            1.0 / (h as f32).sqrt(),
+            0.0,
+            true,
+        );
+        norm(drawn, "head.norm.weight".into());
+        drawn.dense("classifier", h, spec.labels, 1.0);
+    }
 }
 
 /// The weights in safetensors, named as the family's model (`BertModel`, ...) names them.
@@ -594,7 +610,9 @@ fn serialize(spec: &SyntheticSpec, tensors: Vec<(String, Vec<usize>, Vec<f32>, b
         })
         .map(|(name, shape, values, matrix)| {
             // A task model's head sits beside `bert.` (or `roberta.`), not in it.
-            let head = name.starts_with("classifier") || name.starts_with("pre_classifier");
+            let head = ["classifier", "pre_classifier", "head."]
+                .iter()
+                .any(|p| name.starts_with(p));
             let name = if spec.prefixed && !head {
                 format!("{}{name}", spec.family.prefix())
             } else {

@@ -73,6 +73,8 @@ pub struct Embeddings {
 pub struct ClassifierWeights {
     pub pooler: Dense,
     pub activation: HeadActivation,
+    /// ModernBERT's layer norm after the activation (no bias).
+    pub norm: Option<Norm>,
     pub classifier: Dense,
 }
 
@@ -83,6 +85,8 @@ pub enum HeadActivation {
     Tanh,
     /// DistilBERT's.
     Relu,
+    /// ModernBERT's (with the exact error function).
+    Gelu,
 }
 
 /// Where a family keeps a layer's tensors: under `{prefix}.{i}.`, then each name.
@@ -166,21 +170,22 @@ impl EncoderWeights {
         let bytes = read_file(path)?;
         let tensors = parse(path, &bytes)?;
         let mut found = Found::index(path, &tensors, config)?;
-        let (embeddings, layers, modern) = match config.family {
-            Family::ModernBert => {
-                let (embeddings, modern) = modern::read_weights(&mut found, config)?;
-                (embeddings, Vec::new(), Some(modern))
+        let (embeddings, layers, modern, classifier) = match (config.family, &config.modern) {
+            (Family::ModernBert, Some(params)) => {
+                let (embeddings, modern, classifier) =
+                    modern::read_weights(&mut found, config, params)?;
+                (embeddings, Vec::new(), Some(modern), classifier)
             }
             _ => {
                 let layers = (0..config.layers)
                     .map(|i| found.layer(i, config))
                     .collect::<Result<Vec<_>, _>>()?;
-                (found.embeddings(config)?, layers, None)
+                let classifier = match config.is_classifier() {
+                    true => Some(found.classifier(config)?),
+                    false => None,
+                };
+                (found.embeddings(config)?, layers, None, classifier)
             }
-        };
-        let classifier = match config.is_classifier() {
-            true => Some(found.classifier(config)?),
-            false => None,
         };
         let relative_bias = match config.family {
             Family::Mpnet => Some(found.f32(
@@ -392,11 +397,12 @@ impl<'a> Found<'a> {
                 "classifier.out_proj",
             ),
             Family::DistilBert => ("pre_classifier", HeadActivation::Relu, "classifier"),
-            Family::ModernBert => unreachable!("a ModernBERT classifier is refused by its config"),
+            Family::ModernBert => unreachable!("ModernBERT's head is read by modern::read_weights"),
         };
         Ok(ClassifierWeights {
             pooler: widened(self.dense(pooler, h, h)?),
             activation,
+            norm: None,
             classifier: widened(self.dense(classifier, h, c.labels.len())?),
         })
     }
@@ -432,9 +438,11 @@ fn canonical_name(name: &str, prefix: &str) -> String {
 /// pooler unless a BERT classifier's head reads it, and a ModernBERT's masked-language head.
 fn is_ignored(canonical: &str, c: &EncoderConfig) -> bool {
     let pooler_read = c.is_classifier() && c.family == Family::Bert;
-    // A ModernBERT saved with its masked-language head, as sentence-transformers reads it.
+    // A ModernBERT saved with its masked-language head, as sentence-transformers reads it;
+    // a classifier's head is also `head.`.
     let language_head = c.family == Family::ModernBert
-        && (canonical.starts_with("head.") || canonical.starts_with("decoder."));
+        && ((canonical.starts_with("head.") && !c.is_classifier())
+            || canonical.starts_with("decoder."));
     canonical == "embeddings.position_ids"
         || (!pooler_read && canonical.starts_with("pooler."))
         || language_head
