@@ -61,6 +61,10 @@ pub enum LoadError {
     /// A configuration file that is not valid JSON or lacks a field the encoder needs.
     #[error("{path}: {reason}")]
     Config { path: PathBuf, reason: String },
+    /// Weights that are not those their configuration describes (built by hand: an
+    /// encoder's configuration and weights are public).
+    #[error("the weights do not match their configuration: {0}")]
+    Inconsistent(String),
 
     /// A configuration that is well formed but asks for something tandem does not serve:
     /// another architecture, activation, position embedding, pooling or module.

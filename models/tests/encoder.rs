@@ -460,6 +460,53 @@ fn synthetic_modernbert_prefixed_cls_bf16_cpu() {
     );
 }
 
+/// transformers 5 writes `layer_types` and `rope_parameters` in place of
+/// `global_attn_every_n_layers` and the two bases: read alike, here with bases of its own.
+#[test]
+fn synthetic_modernbert_new_config_form_cpu() {
+    let test = "synthetic_modernbert_new_config_form_cpu";
+    let Some(python) = python(test) else { return };
+    let spec = SyntheticSpec {
+        family: Family::ModernBert,
+        layers: 4,
+        seed: 16,
+        ..SyntheticSpec::default()
+    };
+    let dir = synthetic(test, &spec);
+    let path = dir.0.join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let c = config.as_object_mut().unwrap();
+    for old in [
+        "global_attn_every_n_layers",
+        "global_rope_theta",
+        "local_rope_theta",
+    ] {
+        c.remove(old);
+    }
+    let (full, sliding) = ("full_attention", "sliding_attention");
+    c.insert(
+        "layer_types".into(),
+        serde_json::json!([full, sliding, sliding, full]),
+    );
+    c.insert(
+        "rope_parameters".into(),
+        serde_json::json!({full: {"rope_type": "default", "rope_theta": 80000.0},
+                           sliding: {"rope_type": "default", "rope_theta": 500.0}}),
+    );
+    std::fs::write(&path, serde_json::to_vec(&config).unwrap()).unwrap();
+    let tokenizer = TextTokenizer::from_dir(&dir.0, spec.max_seq_length).unwrap();
+    let mut seqs = encode_all(&tokenizer, &SYNTHETIC_TEXTS);
+    seqs.push(
+        tokenizer
+            .encode(&"a b c d e f g ".repeat(20), true)
+            .unwrap(),
+    );
+    let got = embed(&mut Encoder::load(&dir.0, &Device::Cpu).unwrap(), &seqs);
+    let want = reference(&python, &dir.0, &seqs, Pooling::Mean);
+    assert_cosines(&got, &want, 0.99999, test);
+}
+
 /// Every family, and Dense modules, against Hugging Face's own libraries: transformers'
 /// `AutoModel` and sentence-transformers' `Pooling` and `Dense` (tests/python/
 /// transformers_check.py). They are not in the tests' environment, so this runs by hand:

@@ -9,7 +9,7 @@ use kernels::{DType, Device};
 use models::encoder::family::Family;
 use models::encoder::projection::DenseActivation;
 use models::encoder::synthetic::{SyntheticDense, SyntheticSpec, write_synthetic};
-use models::encoder::{Encoder, Pooling, is_encoder_dir};
+use models::encoder::{Encoder, EncoderConfig, EncoderWeights, Pooling, is_encoder_dir};
 use safetensors::SafeTensors;
 use safetensors::tensor::TensorView;
 
@@ -711,7 +711,7 @@ fn dense_modules_that_would_run_differently_are_refused_by_name() {
         &|f: &Folder| f.edit_json("modules.json", |m| m.as_array_mut().unwrap().swap(3, 4)),
         &[
             "modules.json",
-            "Dense module before Pooling or after Normalize",
+            "Dense module without a Pooling before it, or after Normalize",
         ],
     );
     refused(
@@ -820,7 +820,10 @@ fn a_modernbert_that_would_run_differently_is_refused_by_name() {
     );
     refused(
         "modern-classifier-activation",
-        &|c| c["classifier_activation"] = "silu".into(),
+        &|c| {
+            c["architectures"] = serde_json::json!(["ModernBertForSequenceClassification"]);
+            c["classifier_activation"] = "silu".into();
+        },
         &["classifier_activation \"silu\""],
     );
     refused(
@@ -893,4 +896,82 @@ fn a_modernbert_classifier_loads_its_head_and_pooling() {
     Encoder::load(&f.0, &Device::Cpu).unwrap();
     f.edit_tensors(|ts| ts.retain(|t| t.name != "head.norm.weight"));
     assert_contains(&f.load_error(), &["head.norm.weight"]);
+}
+
+/// What sentence-transformers reads and what it fails on: a Dense module needs a Pooling
+/// before it; `./` in a module's path is its folder; an explicit null activation is refused.
+#[test]
+fn dense_modules_follow_pooling_and_explicit_nulls_are_refused() {
+    let f = Folder::new("dense-no-pooling", &with_dense());
+    f.edit_json("modules.json", |m| {
+        m.as_array_mut().unwrap().remove(1);
+    });
+    assert_contains(&f.load_error(), &["without a Pooling before it"]);
+    let f = Folder::new("dense-curdir", &with_dense());
+    f.edit_json("modules.json", |m| m[2]["path"] = "./2_Dense".into());
+    Encoder::load(&f.0, &Device::Cpu).unwrap();
+    f.edit_json("2_Dense/config.json", |c| {
+        c["activation_function"] = serde_json::Value::Null
+    });
+    assert_contains(&f.load_error(), &["activation_function null"]);
+}
+
+#[test]
+fn modernbert_rope_settings_it_would_ignore_are_refused() {
+    let refused = |tag: &str, edit: &dyn Fn(&mut serde_json::Value), parts: &[&str]| {
+        let f = Folder::new(tag, &modernbert());
+        f.edit_json("config.json", edit);
+        assert_contains(&f.load_error(), parts);
+    };
+    refused(
+        "modern-null-theta",
+        &|c| c["local_rope_theta"] = serde_json::Value::Null,
+        &["local_rope_theta null"],
+    );
+    refused(
+        "modern-rope-factor",
+        &|c| {
+            c["rope_parameters"] = serde_json::json!({"full_attention":
+                {"rope_type": "default", "rope_theta": 1e4, "factor": 2.0}})
+        },
+        &["factor"],
+    );
+    refused(
+        "modern-rope-flat",
+        &|c| c["rope_parameters"] = serde_json::json!({"rope_theta": 1e4}),
+        &["rope_theta"],
+    );
+    // An encoder never builds the classifier's head, so its activation does not matter;
+    // a masked-language checkpoint serves its encoder.
+    let f = Folder::new("modern-mlm", &modernbert());
+    f.edit_json("config.json", |c| {
+        c["classifier_activation"] = "silu".into();
+        c["architectures"] = serde_json::json!(["ModernBertForMaskedLM"]);
+    });
+    Encoder::load(&f.0, &Device::Cpu).unwrap();
+}
+
+/// An encoder's configuration and weights are public: ones that do not belong together
+/// are an error from `Encoder::new`, not a panic or a silently different model.
+#[test]
+fn weights_that_do_not_match_their_configuration_are_refused() {
+    let f = Folder::new("mismatch", &with_dense());
+    let config = EncoderConfig::read(&f.0).unwrap();
+    let weights = EncoderWeights::read(&f.path("model.safetensors"), &config).unwrap();
+    let mut no_dense = config.clone();
+    no_dense.dense.clear();
+    let err = Encoder::new(no_dense, weights.clone(), &Device::Cpu)
+        .err()
+        .unwrap();
+    assert_contains(&err.to_string(), &["Dense modules' widths"]);
+    let mut modern = config.clone();
+    modern.family = Family::ModernBert;
+    assert!(EncoderWeights::read(&f.path("model.safetensors"), &modern).is_err());
+    let m = Folder::new("mismatch-modern", &modernbert());
+    let modern = EncoderConfig::read(&m.0).unwrap();
+    let modern_weights = EncoderWeights::read(&m.path("model.safetensors"), &modern).unwrap();
+    let err = Encoder::new(config, modern_weights, &Device::Cpu)
+        .err()
+        .unwrap();
+    assert_contains(&err.to_string(), &["ModernBERT's parameters and layers"]);
 }

@@ -216,7 +216,10 @@ def modern_encode(ids, w, cfg):
     eps = cfg.get("norm_eps", 1e-5)
     every = cfg.get("global_attn_every_n_layers", 3)
     window = cfg.get("local_attention", 128) // 2
-    thetas = (cfg.get("global_rope_theta", 160000.0), cfg.get("local_rope_theta", 10000.0))
+    thetas = [cfg.get("global_rope_theta", 160000.0), cfg.get("local_rope_theta", 10000.0)]
+    # transformers 5's form: the bases by layer type.
+    for j, kind in enumerate(("full_attention", "sliding_attention")):
+        thetas[j] = ((cfg.get("rope_parameters") or {}).get(kind) or {}).get("rope_theta", thetas[j])
 
     def norm(x, name):
         return layer_norm(x, w[name + ".weight"], 0.0, eps)

@@ -18,7 +18,10 @@
 const LN2_HI: f32 = 0.693_359_4;
 const LN2_LO: f32 = -2.121_944_4e-4;
 const LOG2E: f32 = std::f32::consts::LOG2_E;
-/// Past these, expf overflows or is subnormal; inputs are clamped to them.
+/// Past these, expf overflows or is subnormal. Inputs above the first are clamped to it;
+/// below the second the result is 0, not a subnormal: a subnormal costs some hundred
+/// cycles in every product it enters (a masked attention score's weight times the values,
+/// say), and nothing that small changes a sum of f32 values.
 const EXP_MAX: f32 = 88.3;
 const EXP_MIN: f32 = -87.3;
 const EXP_POLY: [f32; 6] = [
@@ -47,7 +50,10 @@ const ERFC_POLY: [f32; 10] = [
 /// e^x for one value, as [`avx2::exp`] computes it per lane.
 #[inline]
 pub(crate) fn exp(x: f32) -> f32 {
-    let x = x.clamp(EXP_MIN, EXP_MAX);
+    if x < EXP_MIN {
+        return 0.0;
+    }
+    let x = x.min(EXP_MAX);
     let n = (x * LOG2E).round_ties_even();
     let r = n.mul_add(-LN2_LO, n.mul_add(-LN2_HI, x));
     let r2 = r * r;
@@ -102,6 +108,7 @@ pub(crate) mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub(crate) unsafe fn exp(x: __m256) -> __m256 {
+        let underflow = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(EXP_MIN));
         let x = _mm256_min_ps(
             _mm256_max_ps(x, _mm256_set1_ps(EXP_MIN)),
             _mm256_set1_ps(EXP_MAX),
@@ -122,7 +129,7 @@ pub(crate) mod avx2 {
             _mm256_cvtps_epi32(n),
             _mm256_set1_epi32(127),
         ));
-        _mm256_mul_ps(y, _mm256_castsi256_ps(bits))
+        _mm256_andnot_ps(underflow, _mm256_mul_ps(y, _mm256_castsi256_ps(bits)))
     }
 
     /// Φ(x) per lane.
@@ -267,6 +274,35 @@ mod tests {
                 ((got - want) / want).abs() < 2.5e-7,
                 "exp({x}) = {got}, want {want}"
             );
+        }
+    }
+
+    /// Past the range, 0 rather than a subnormal (or a clamped 1.2e-38), on both paths:
+    /// a masked attention score (−∞) weighs exactly nothing.
+    #[test]
+    fn exp_underflows_to_zero_not_to_a_subnormal() {
+        let below = [
+            -87.4,
+            -100.0,
+            -1e30,
+            f32::MIN,
+            f32::NEG_INFINITY,
+            -87.4,
+            -88.0,
+            -90.0,
+        ];
+        assert!(below.iter().all(|x| exp(*x) == 0.0), "{below:?}");
+        assert!(exp(-87.2).is_normal());
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2_fma() {
+            use std::arch::x86_64::*;
+            let mut e = [1f32; 8];
+            // SAFETY: AVX2 and FMA are present (checked above); the arrays hold 8 lanes.
+            unsafe {
+                let v = _mm256_loadu_ps(below.as_ptr());
+                _mm256_storeu_ps(e.as_mut_ptr(), avx2::exp(v));
+            }
+            assert_eq!(e, [0.0; 8]);
         }
     }
 

@@ -8,7 +8,7 @@
 //! pooling mode or module. Reading never touches the weights.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -116,9 +116,11 @@ const MODEL_TYPES: [(&str, Family); 6] = [
 
 /// The `architectures` served: an encoder of embeddings, and a sequence classifier (a
 /// cross-encoder, for reranking, is one with a single label) of each model type.
-const ARCHITECTURES: [(&str, &str, Kind); 12] = [
+const ARCHITECTURES: [(&str, &str, Kind); 13] = [
     ("bert", "BertModel", Kind::Encoder),
     ("modernbert", "ModernBertModel", Kind::Encoder),
+    // sentence-transformers reads a masked-language checkpoint's encoder, head left out.
+    ("modernbert", "ModernBertForMaskedLM", Kind::Encoder),
     (
         "modernbert",
         "ModernBertForSequenceClassification",
@@ -213,7 +215,7 @@ impl EncoderConfig {
         let (modern, layer_norm_eps) = match family {
             Family::DistilBert => (None, bert_eps()),
             Family::ModernBert => {
-                let (params, eps) = modern::read(&path)?;
+                let (params, eps) = modern::read(&path, kind == Kind::Classifier)?;
                 (Some(params), eps)
             }
             _ => (None, bert.layer_norm_eps),
@@ -265,6 +267,15 @@ impl EncoderConfig {
     /// Whether it is a sequence classifier rather than an encoder of embeddings.
     pub fn is_classifier(&self) -> bool {
         !self.labels.is_empty()
+    }
+
+    /// FLOPs of one layer's dense products for one token: `2 × (4h² + 2hi)` for BERT's
+    /// families, and `2 × (4h² + 3hi)` for ModernBERT, whose gated feed-forward has a third
+    /// matrix of `h · i`.
+    pub fn dense_flops_per_token(&self) -> u64 {
+        let (h, i) = (self.hidden as u64, self.intermediate as u64);
+        let ffn_matrices = if self.modern.is_some() { 3 } else { 2 };
+        2 * (4 * h * h + ffn_matrices * h * i)
     }
 
     /// Values per head.
@@ -488,10 +499,13 @@ fn read_head_modules(dir: &Path, hidden: usize) -> Result<HeadModules, LoadError
     let pooling_at = kinds.iter().position(|k| *k == "Pooling");
     let normalize_at = kinds.iter().position(|k| *k == "Normalize");
     for (i, kind) in kinds.iter().enumerate() {
-        let after_pooling = pooling_at.is_none_or(|p| i > p);
+        // sentence-transformers' Dense reads the pooled embedding, so a Pooling must come first.
+        let after_pooling = pooling_at.is_some_and(|p| i > p);
         let before_normalize = normalize_at.is_none_or(|n| i < n);
         if *kind == "Dense" && !(after_pooling && before_normalize) {
-            return Err(order("Dense module before Pooling or after Normalize"));
+            return Err(order(
+                "Dense module without a Pooling before it, or after Normalize",
+            ));
         }
         if *kind == "Normalize" && pooling_at.is_some_and(|p| i < p) {
             return Err(order("Normalize module before Pooling"));
@@ -592,7 +606,7 @@ fn read_modules(dir: &Path) -> Result<Vec<ModuleJson>, LoadError> {
         }
         let inside = Path::new(&m.path)
             .components()
-            .all(|c| matches!(c, std::path::Component::Normal(_)));
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
         if !inside {
             return Err(LoadError::Config {
                 path,

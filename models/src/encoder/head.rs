@@ -1,9 +1,11 @@
 //! A sequence classifier's head, as `BertForSequenceClassification` runs it on the `[CLS]`
 //! state: the pooler (`tanh(W·x + b)`, hidden to hidden; a ReLU for DistilBERT), then the
-//! classifier (hidden to one logit per label). It runs on the host, with the CPU's packed
-//! kernels over all the batch's sequences at once, after the device's forward pass has
-//! pooled the `[CLS]` states: `hidden²` multiply-adds a sequence, next to the encoder's
-//! `12·hidden²` a token, so the device's kernels serve it unchanged.
+//! classifier (hidden to one logit per label). ModernBERT's reads the pooled state its
+//! config names (first token or mean) and runs GELU, then a layer norm, between the two.
+//! It runs on the host, with the CPU's packed kernels over all the batch's sequences at
+//! once, after the device's forward pass has pooled the states: `hidden²` multiply-adds a
+//! sequence, next to the encoder's `12·hidden²` a token, so the device's kernels serve it
+//! unchanged.
 
 use kernels::Activation;
 use kernels::cpu::{NormParams, PackedLinear, add_layer_norm, gelu_in_place};
@@ -37,22 +39,28 @@ impl ClassifierHead {
         self.classifier.outputs()
     }
 
-    /// Logits `[sequences, labels]` from the `[CLS]` states `[sequences, hidden]`, on up to
+    /// Logits `[sequences, labels]` from the pooled states `[sequences, hidden]`, on up to
     /// `threads` threads of the current rayon pool.
     pub(super) fn apply(
         &mut self,
-        cls: &[f32],
+        pooled_states: &[f32],
         logits: &mut [f32],
         threads: usize,
     ) -> Result<(), ModelError> {
-        let sequences = cls.len() / self.pooler.inputs();
+        let sequences = pooled_states.len() / self.pooler.inputs();
         self.pooled.resize(sequences * self.pooler.outputs(), 0.0);
         let id = Activation::Identity;
         let activation = match self.activation {
             HeadActivation::Tanh | HeadActivation::Gelu => id,
             HeadActivation::Relu => Activation::Relu,
         };
-        (self.pooler).forward(cls, sequences, &mut self.pooled, activation, threads)?;
+        (self.pooler).forward(
+            pooled_states,
+            sequences,
+            &mut self.pooled,
+            activation,
+            threads,
+        )?;
         match self.activation {
             HeadActivation::Tanh => self.pooled.iter_mut().for_each(|v| *v = v.tanh()),
             HeadActivation::Gelu => gelu_in_place(&mut self.pooled, threads),

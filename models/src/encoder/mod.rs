@@ -55,7 +55,7 @@ pub struct Encoder {
     precision: kernels::DType,
     /// Its signature, for the model seam (`serving`).
     metadata: crate::ModelMetadata,
-    /// A classifier's head, and the `[CLS]` states it reads.
+    /// A classifier's head, and the pooled states it reads.
     head: Option<(head::ClassifierHead, Vec<f32>)>,
     /// An encoder's Dense modules, and the pooled states they read.
     projection: Option<(projection::Projection, Vec<f32>)>,
@@ -156,6 +156,7 @@ impl Encoder {
                 Vec::new(),
             )),
         };
+        check_matches(&config, &weights)?;
         let backend = Backend::new(&config, weights, device)?;
         let mut encoder = Encoder {
             config,
@@ -225,12 +226,8 @@ impl Encoder {
     /// token and attention per sequence (growing with the square of its length).
     pub fn flops(&self, tokens: &PackedTokens) -> u64 {
         let c = &self.config;
-        let (h, i) = (c.hidden as u64, c.intermediate as u64);
-        // ModernBERT's gated feed-forward has three matrices of `h · i`, BERT's two.
-        let ffn_matrices = if c.modern.is_some() { 3 } else { 2 };
-        let dense_macs = 4 * h * h + ffn_matrices * h * i;
-        let per_layer =
-            2 * dense_macs * tokens.tokens() as u64 + 4 * h * tokens.sum_squared_lengths();
+        let per_layer = c.dense_flops_per_token() * tokens.tokens() as u64
+            + 4 * c.hidden as u64 * tokens.sum_squared_lengths();
         per_layer * c.layers as u64
     }
 
@@ -317,6 +314,28 @@ impl Encoder {
         }
         Ok(())
     }
+}
+
+/// Refuses weights that are not those `config` describes in what the encoder's parts take
+/// on trust: the family's layers, the classifier's head, the Dense modules' widths.
+fn check_matches(config: &EncoderConfig, weights: &EncoderWeights) -> Result<(), LoadError> {
+    let mismatch = |what: &str| Err(LoadError::Inconsistent(what.into()));
+    if config.modern.is_some() != weights.modern.is_some() {
+        return mismatch("ModernBERT's parameters and layers come together");
+    }
+    if config.is_classifier() != weights.classifier.is_some() {
+        return mismatch("a classifier has a head, and only a classifier");
+    }
+    let widths = config.dense.iter().map(|m| (m.in_features, m.out_features));
+    let given = weights.dense.iter().map(|d| (d.inputs, d.outputs));
+    let first = config
+        .dense
+        .first()
+        .is_none_or(|m| m.in_features == config.hidden);
+    if !widths.eq(given) || !first {
+        return mismatch("the Dense modules' widths are those of their configuration");
+    }
+    Ok(())
 }
 
 /// Scales every row of `out` (rows of `width` values) to unit Euclidean length; a row of

@@ -49,8 +49,12 @@ struct ModernJson {
     global_attn_every_n_layers: usize,
     #[serde(default = "full_window")]
     local_attention: usize,
-    global_rope_theta: Option<f64>,
-    local_rope_theta: Option<f64>,
+    /// Absent: None; `null`: Some(None), which is refused (transformers 4 would take the
+    /// global base for the local layers, 5 fails).
+    #[serde(default, deserialize_with = "present")]
+    global_rope_theta: Option<Option<f64>>,
+    #[serde(default, deserialize_with = "present")]
+    local_rope_theta: Option<Option<f64>>,
     layer_types: Option<Vec<String>>,
     rope_parameters: Option<RopeParameters>,
     rope_scaling: Option<serde_json::Value>,
@@ -62,16 +66,24 @@ struct ModernJson {
     classifier_activation: String,
 }
 
+/// Only the keys served: scaling (`factor`, `type`, `partial_rotary_factor`, ...) or a flat
+/// form not keyed by layer type is refused, not ignored.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RopeParameters {
     full_attention: Option<Rope>,
     sliding_attention: Option<Rope>,
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Rope {
     rope_theta: Option<f64>,
     rope_type: Option<String>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<f64>>, D::Error> {
+    Option::<f64>::deserialize(d).map(Some)
 }
 
 fn gelu() -> String {
@@ -93,25 +105,21 @@ fn full_window() -> usize {
 const GLOBAL_THETA: f64 = 160_000.0;
 const LOCAL_THETA: f64 = 10_000.0;
 
-/// ModernBERT's parameters from `config.json` at `path`, and its norms' epsilon.
-pub(super) fn read(path: &Path) -> Result<(ModernBertParams, f64), LoadError> {
+/// ModernBERT's parameters from `config.json` at `path` (of a classifier if `classifier`),
+/// and its norms' epsilon.
+pub(super) fn read(path: &Path, classifier: bool) -> Result<(ModernBertParams, f64), LoadError> {
     let json: ModernJson = read_json(path)?;
     let unsupported = |what: String, supported| LoadError::Unsupported {
         path: path.to_path_buf(),
         what,
         supported,
     };
-    for (key, value) in [
-        ("hidden_activation", &json.hidden_activation),
-        ("classifier_activation", &json.classifier_activation),
-    ] {
-        if value != "gelu" {
-            return Err(unsupported(
-                format!("{key} {value:?}"),
-                "only \"gelu\" (with the exact error function) is served",
-            ));
-        }
-    }
+    check_layers(&json, classifier).map_err(|(what, supported)| unsupported(what, supported))?;
+    let invalid = |reason: String| LoadError::Config {
+        path: path.to_path_buf(),
+        reason,
+    };
+    check_sizes(&json).map_err(invalid)?;
     let classifier_pooling = match json.classifier_pooling.as_str() {
         "cls" => Pooling::Cls,
         "mean" => Pooling::Mean,
@@ -122,61 +130,8 @@ pub(super) fn read(path: &Path) -> Result<(ModernBertParams, f64), LoadError> {
             ));
         }
     };
-    if json.norm_bias || json.attention_bias || json.mlp_bias {
-        return Err(unsupported(
-            "norm_bias, attention_bias or mlp_bias true".into(),
-            "ModernBERT is served as it is published: without biases",
-        ));
-    }
-    if json.rope_scaling.as_ref().is_some_and(|v| !v.is_null()) {
-        return Err(unsupported(
-            "rope_scaling".into(),
-            "ModernBERT's rotary embeddings are served unscaled",
-        ));
-    }
-    let invalid = |reason: String| LoadError::Config {
-        path: path.to_path_buf(),
-        reason,
-    };
-    if !(json.norm_eps.is_finite() && json.norm_eps > 0.0) {
-        return Err(invalid(format!(
-            "norm_eps is {}, expected a positive number",
-            json.norm_eps
-        )));
-    }
-    // Rotary embeddings turn pairs of a head's values (sizes are checked non-zero before).
-    let heads = json.num_attention_heads.max(1);
-    if !(json.hidden_size / heads).is_multiple_of(2) {
-        return Err(invalid(format!(
-            "heads of {} values: rotary embeddings need an even number",
-            json.hidden_size / heads
-        )));
-    }
-    let n = json.global_attn_every_n_layers;
-    if n == 0 {
-        return Err(invalid(
-            "global_attn_every_n_layers is 0, expected at least 1".into(),
-        ));
-    }
-    // transformers picks a layer's window by this rule and its rotary base by layer_types.
-    let global: Vec<bool> = (0..json.num_hidden_layers).map(|i| i % n == 0).collect();
-    if let Some(types) = &json.layer_types {
-        let expected: Vec<&str> = (global.iter())
-            .map(|g| {
-                if *g {
-                    "full_attention"
-                } else {
-                    "sliding_attention"
-                }
-            })
-            .collect();
-        if *types != expected {
-            return Err(unsupported(
-                format!("layer_types {types:?}"),
-                "layer_types that follow global_attn_every_n_layers",
-            ));
-        }
-    }
+    let global = global_layers(&json)
+        .map_err(|what| unsupported(what, "layer_types that follow global_attn_every_n_layers"))?;
     let (global_theta, local_theta) = thetas(&json).map_err(|what| {
         unsupported(
             what,
@@ -194,16 +149,89 @@ pub(super) fn read(path: &Path) -> Result<(ModernBertParams, f64), LoadError> {
     Ok((params, json.norm_eps))
 }
 
+/// Refuses what the layers would compute differently: another activation (the head's only
+/// in a classifier, the one model that builds it), biases, scaled rotary embeddings.
+fn check_layers(json: &ModernJson, classifier: bool) -> Result<(), (String, &'static str)> {
+    let mut activations = vec![("hidden_activation", &json.hidden_activation)];
+    if classifier {
+        activations.push(("classifier_activation", &json.classifier_activation));
+    }
+    for (key, value) in activations {
+        if value != "gelu" {
+            return Err((
+                format!("{key} {value:?}"),
+                "only \"gelu\" (with the exact error function) is served",
+            ));
+        }
+    }
+    if json.norm_bias || json.attention_bias || json.mlp_bias {
+        return Err((
+            "norm_bias, attention_bias or mlp_bias true".into(),
+            "ModernBERT is served as it is published: without biases",
+        ));
+    }
+    if json.rope_scaling.as_ref().is_some_and(|v| !v.is_null()) {
+        return Err((
+            "rope_scaling".into(),
+            "ModernBERT's rotary embeddings are served unscaled",
+        ));
+    }
+    Ok(())
+}
+
+fn check_sizes(json: &ModernJson) -> Result<(), String> {
+    if !(json.norm_eps.is_finite() && json.norm_eps > 0.0) {
+        return Err(format!(
+            "norm_eps is {}, expected a positive number",
+            json.norm_eps
+        ));
+    }
+    // Rotary embeddings turn pairs of a head's values (sizes are checked non-zero before).
+    let head_dim = json.hidden_size / json.num_attention_heads.max(1);
+    if !head_dim.is_multiple_of(2) {
+        return Err(format!(
+            "heads of {head_dim} values: rotary embeddings need an even number"
+        ));
+    }
+    if json.global_attn_every_n_layers == 0 {
+        return Err("global_attn_every_n_layers is 0, expected at least 1".into());
+    }
+    Ok(())
+}
+
+/// Which layers attend globally: every `global_attn_every_n_layers`-th from the first.
+/// transformers picks a layer's window by this rule and its rotary base by `layer_types`,
+/// so `layer_types` must say the same.
+fn global_layers(json: &ModernJson) -> Result<Vec<bool>, String> {
+    let n = json.global_attn_every_n_layers;
+    let global: Vec<bool> = (0..json.num_hidden_layers).map(|i| i % n == 0).collect();
+    if let Some(types) = &json.layer_types {
+        let expected = global.iter().map(|g| match g {
+            true => "full_attention",
+            false => "sliding_attention",
+        });
+        if !types.iter().map(String::as_str).eq(expected) {
+            return Err(format!("layer_types {types:?}"));
+        }
+    }
+    Ok(global)
+}
+
 /// The rotary bases, from `rope_parameters` when given, else the old keys, else
 /// transformers' defaults.
 fn thetas(json: &ModernJson) -> Result<(f64, f64), String> {
-    let from = |rope: Option<&Rope>, old: Option<f64>, default: f64| {
+    let from = |rope: Option<&Rope>, (key, old): (&str, Option<Option<f64>>), default: f64| {
         if let Some(kind) = rope.and_then(|r| r.rope_type.as_deref())
             && kind != "default"
         {
             return Err(format!("rope_type {kind:?}"));
         }
-        let theta = rope.and_then(|r| r.rope_theta).or(old).unwrap_or(default);
+        if old == Some(None) {
+            return Err(format!("{key} null"));
+        }
+        let theta = (rope.and_then(|r| r.rope_theta))
+            .or(old.flatten())
+            .unwrap_or(default);
         match theta.is_finite() && theta > 0.0 {
             true => Ok(theta),
             false => Err(format!("rope_theta {theta}")),
@@ -213,12 +241,12 @@ fn thetas(json: &ModernJson) -> Result<(f64, f64), String> {
     Ok((
         from(
             p.and_then(|p| p.full_attention.as_ref()),
-            json.global_rope_theta,
+            ("global_rope_theta", json.global_rope_theta),
             GLOBAL_THETA,
         )?,
         from(
             p.and_then(|p| p.sliding_attention.as_ref()),
-            json.local_rope_theta,
+            ("local_rope_theta", json.local_rope_theta),
             LOCAL_THETA,
         )?,
     ))

@@ -2,8 +2,10 @@
 //! (`cpu`): every dense layer once over all the batch's tokens, attention per sequence on
 //! its own length. What differs is the layer: pre-norm, rotary positions turned into the
 //! queries and keys, a sliding window in all but every few layers (a score bias of −∞ past
-//! the window, through the same attention kernel), a gated GELU feed-forward, and a final
-//! norm before pooling.
+//! the window, through the same attention kernel, whose exponential gives such a score a
+//! weight of exactly 0), a gated GELU feed-forward, and a final norm before pooling. The
+//! windowed layers still compute every score of a sequence and mask the far ones, so a long
+//! input costs what full attention costs.
 
 use kernels::Activation;
 use kernels::cpu::{

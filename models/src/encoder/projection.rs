@@ -44,12 +44,18 @@ struct DenseJson {
     out_features: usize,
     #[serde(default = "bias_default")]
     bias: bool,
-    /// Absent: sentence-transformers' default, tanh.
-    activation_function: Option<String>,
+    /// Absent: sentence-transformers' default, tanh; `null` is refused (sentence-transformers
+    /// fails on it).
+    #[serde(default, deserialize_with = "present")]
+    activation_function: Option<Option<String>>,
     module_input_name: Option<String>,
     module_output_name: Option<String>,
     #[serde(default)]
     use_residual: bool,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
 }
 
 fn bias_default() -> bool {
@@ -92,16 +98,20 @@ impl DenseModule {
                 reason: "in_features and out_features must be at least 1".into(),
             });
         }
-        let activation = match json.activation_function.as_deref() {
-            None | Some("torch.nn.modules.activation.Tanh") => DenseActivation::Tanh,
-            Some("torch.nn.modules.linear.Identity") => DenseActivation::Identity,
-            Some("torch.nn.modules.activation.ReLU") => DenseActivation::Relu,
-            Some(other) => {
-                return Err(unsupported(
-                    format!("activation_function {other:?}"),
-                    "a Dense module's activation is torch's Tanh, Identity or ReLU",
-                ));
-            }
+        let activation = match &json.activation_function {
+            None => DenseActivation::Tanh,
+            Some(name) => match name.as_deref() {
+                Some("torch.nn.modules.activation.Tanh") => DenseActivation::Tanh,
+                Some("torch.nn.modules.linear.Identity") => DenseActivation::Identity,
+                Some("torch.nn.modules.activation.ReLU") => DenseActivation::Relu,
+                other => {
+                    let shown = other.map_or("null".into(), |n| format!("{n:?}"));
+                    return Err(unsupported(
+                        format!("activation_function {shown}"),
+                        "a Dense module's activation is torch's Tanh, Identity or ReLU",
+                    ));
+                }
+            },
         };
         Ok(DenseModule {
             path: path.to_string(),

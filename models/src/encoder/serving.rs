@@ -12,7 +12,8 @@ use crate::{
 
 impl Encoder {
     /// The signature the gateway validates against: texts as `[-1]` (or `[-1, 1]`, as
-    /// tritonclient sends them), embeddings as `[-1, hidden]` or logits as `[-1, labels]`.
+    /// tritonclient sends them), embeddings as `[-1, width]` (the hidden size, or the last
+    /// Dense module's) or logits as `[-1, labels]`.
     pub fn signature(&self) -> ModelMetadata {
         let text = |name: &str| TensorSpec {
             name: name.into(),
@@ -37,12 +38,13 @@ impl Encoder {
         }
     }
 
-    /// What a sequence costs: per layer, the dense layers take `2 × (4h² + 2hi)` FLOPs a
-    /// token and attention `4h` a pair of tokens (scores and the weighted sum).
+    /// What a sequence costs: per layer, the dense layers take
+    /// [`EncoderConfig::dense_flops_per_token`] and attention `4h` FLOPs a pair of tokens
+    /// (scores and the weighted sum).
     pub fn text_input(&self) -> TextInput {
         let c = self.config();
-        let (h, i) = (c.hidden as f64, c.intermediate as f64);
-        let per_token = 2.0 * (4.0 * h * h + 2.0 * h * i);
+        let h = c.hidden as f64;
+        let per_token = c.dense_flops_per_token() as f64;
         TextInput {
             max_seq_len: c.max_seq_len,
             vocab_size: c.vocab_size,

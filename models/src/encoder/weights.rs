@@ -143,7 +143,8 @@ fn layer_names(family: Family) -> &'static LayerNames {
         Family::Bert | Family::Roberta => &BERT_LAYER,
         Family::DistilBert => &DISTILBERT_LAYER,
         Family::Mpnet => &MPNET_LAYER,
-        Family::ModernBert => unreachable!("ModernBERT's layers are read by modern::read_weights"),
+        // `EncoderWeights::read` reads ModernBERT's layers with `modern::read_weights`.
+        Family::ModernBert => unreachable!("ModernBERT's layers are not BERT's"),
     }
 }
 
@@ -175,6 +176,11 @@ impl EncoderWeights {
                 let (embeddings, modern, classifier) =
                     modern::read_weights(&mut found, config, params)?;
                 (embeddings, Vec::new(), Some(modern), classifier)
+            }
+            (Family::ModernBert, None) => {
+                return Err(LoadError::Inconsistent(
+                    "a ModernBERT configuration without its parameters".into(),
+                ));
             }
             _ => {
                 let layers = (0..config.layers)
@@ -397,7 +403,8 @@ impl<'a> Found<'a> {
                 "classifier.out_proj",
             ),
             Family::DistilBert => ("pre_classifier", HeadActivation::Relu, "classifier"),
-            Family::ModernBert => unreachable!("ModernBERT's head is read by modern::read_weights"),
+            // `EncoderWeights::read` reads ModernBERT's head with `modern::read_weights`.
+            Family::ModernBert => unreachable!("ModernBERT's head is not BERT's"),
         };
         Ok(ClassifierWeights {
             pooler: widened(self.dense(pooler, h, h)?),

@@ -1,0 +1,53 @@
+"""A ModernBERT-base-sized sentence-transformers folder with random weights, for
+benches/encoder_vs_pytorch.py --model: no ModernBERT checkpoint ships on PyPI, and speed does
+not depend on what the weights say.
+
+transformers writes the model (ModernBertModel at ModernBERT-base's sizes: 22 layers, 768
+wide, 12 heads, 1152 intermediate, a 128-token window, its config in transformers' own
+current form) and all-MiniLM-L6-v2's folder gives the tokenizer (its WordPiece vocabulary of
+30,522, so texts tokenize as real text does), mean pooling and normalisation; the sequence
+limit is 256, as the benchmark truncates.
+
+    BENCH_PYTHON benches/make_modernbert.py OUT_DIR [MINILM_DIR]
+
+BENCH_PYTHON needs torch and transformers (the benchmark environment of
+encoder_vs_pytorch.py); MINILM_DIR defaults to scripts/fetch-models.sh's cache.
+"""
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+from transformers import ModernBertConfig, ModernBertModel
+
+
+def main(out, minilm):
+    out, minilm = Path(out), Path(minilm)
+    torch.manual_seed(0)
+    config = ModernBertConfig(
+        vocab_size=30522, hidden_size=768, intermediate_size=1152, num_hidden_layers=22,
+        num_attention_heads=12, pad_token_id=0, bos_token_id=101, cls_token_id=101,
+        eos_token_id=102, sep_token_id=102,
+    )
+    ModernBertModel(config).eval().save_pretrained(out, safe_serialization=True)
+    for name in ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                 "vocab.txt", "modules.json"]:
+        if (minilm / name).exists():
+            shutil.copy(minilm / name, out / name)
+    pooling = json.loads((minilm / "1_Pooling/config.json").read_text())
+    pooling["word_embedding_dimension"] = config.hidden_size
+    (out / "1_Pooling").mkdir(exist_ok=True)
+    (out / "1_Pooling/config.json").write_text(json.dumps(pooling))
+    (out / "sentence_bert_config.json").write_text(
+        json.dumps({"max_seq_length": 256, "do_lower_case": False})
+    )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) not in (2, 3):
+        sys.exit(__doc__)
+    cache = Path(os.environ.get("TANDEM_CACHE", Path.home() / ".cache/tandem"))
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) == 3 else cache / "models/all-minilm-l6-v2")

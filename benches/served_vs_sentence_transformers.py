@@ -1,0 +1,46 @@
+"""A running tandem's /v1/embeddings against sentence-transformers on the same folder: the
+direction of every embedding, as 1 - cosine, over texts of 1 to past 256 tokens (the long
+ones truncated alike by both).
+
+    BENCH_PYTHON benches/served_vs_sentence_transformers.py URL MODEL_NAME FOLDER
+
+URL is the server (http://127.0.0.1:8000, say) serving FOLDER as MODEL_NAME; BENCH_PYTHON
+needs torch and sentence-transformers (the benchmark environment of encoder_vs_pytorch.py).
+"""
+
+import json
+import sys
+import urllib.request
+
+import numpy as np
+
+TEXTS = [
+    "A man is eating food.",
+    "A man is eating a piece of bread.",
+    "The quick brown fox jumps over the lazy dog. " * 30,
+    "x",
+    "Café crème brûlée — résumé 🙂",
+    "In 1969, Apollo 11 landed on the Moon; Neil Armstrong walked on its surface. " * 4,
+]
+
+
+def main(url, name, folder):
+    from sentence_transformers import SentenceTransformer
+
+    body = json.dumps({"model": name, "input": TEXTS}).encode()
+    request = urllib.request.Request(
+        f"{url}/v1/embeddings", data=body, headers={"Content-Type": "application/json"}
+    )
+    served = [d["embedding"] for d in json.load(urllib.request.urlopen(request))["data"]]
+    model = SentenceTransformer(folder, device="cpu")
+    want = model.encode(TEXTS)
+    for text, got, ref in zip(TEXTS, np.array(served, np.float64), want.astype(np.float64)):
+        tokens = len(model.tokenizer(text, truncation=True, max_length=model.max_seq_length)["input_ids"])
+        cosine = got @ ref / np.linalg.norm(got) / np.linalg.norm(ref)
+        print(f"{tokens:4d} tokens  1 - cosine {1 - cosine:+.1e}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    main(*sys.argv[1:])
