@@ -1,7 +1,7 @@
 //! tandem's compute backends behind one small API.
 //!
 //! - [`device`] turns `auto | cpu | cuda[:N]` into a [`Device`], saying which it chose and why.
-//! - [`cpu`] runs dense layers on the CPU: for serving, our own AVX2 kernel on weights
+//! - [`cpu`] runs dense layers on the CPU: for serving, our own AVX-512 or AVX2 kernel on weights
 //!   packed once at load into panels (16-bit weights kept 16-bit); for training, a
 //!   small-batch kernel and the `gemm` crate; both cores used.
 //! - [`cuda`] runs them on an NVIDIA GPU through cudarc: cuBLAS for the matrix products,

@@ -16,6 +16,11 @@
 //! Because it waits on them, 16-bit weights (f16, bf16) stay 16-bit here — half the bytes
 //! to stream — and are widened in registers as they are loaded. Widening is exact, so the
 //! outputs are bit for bit those of weights widened to f32 at load.
+//!
+//! Where the CPU has AVX-512 (`avx512`), a panel's row is one register, and a tile of eight
+//! rows × two panels does sixteen 16-lane multiply-adds for ten loads: twice the work per
+//! instruction of the AVX2 tile, on the same panels. The benchmark that compares them is
+//! `encoder_bench::dense_kernel_choice_one_core` (docs/performance.md).
 
 use std::ops::Range;
 
@@ -25,7 +30,7 @@ use super::small_batch::Shape;
 use super::{Aligned, AlignedVec, Element, OutPtr, check_buffers, in_parallel, threads_for};
 use crate::{Activation, HostWeights, KernelError};
 
-/// Outputs per panel: two 8-lane vectors.
+/// Outputs per panel: two 8-lane AVX2 vectors, or one 16-lane AVX-512 vector.
 pub const PANEL: usize = 16;
 
 /// Rows per block when a batch is large: a block's inputs (48 rows of 1024 features, 192 KB)
@@ -181,6 +186,13 @@ trait Format {
     /// AVX2 and F16C enabled.
     #[cfg(target_arch = "x86_64")]
     unsafe fn load8(p: *const Self::Bits) -> std::arch::x86_64::__m256;
+    /// Sixteen consecutive weights (a panel's row) as f32 lanes.
+    ///
+    /// # Safety
+    /// `p` points to sixteen readable values on a 32-byte boundary (64 for f32), and the
+    /// caller runs with AVX-512 F enabled.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load16(p: *const Self::Bits) -> std::arch::x86_64::__m512;
 }
 
 struct F32;
@@ -199,6 +211,12 @@ impl Format for F32 {
         // at a row or half-row offset are 32-byte aligned (the caller's contract).
         unsafe { std::arch::x86_64::_mm256_load_ps(p) }
     }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load16(p: *const f32) -> std::arch::x86_64::__m512 {
+        // SAFETY: a panel's row of f32 is one aligned cache line (the caller's contract).
+        unsafe { std::arch::x86_64::_mm512_load_ps(p) }
+    }
 }
 
 impl Format for F16 {
@@ -212,6 +230,13 @@ impl Format for F16 {
         use std::arch::x86_64::*;
         // SAFETY: sixteen aligned bytes (the caller's contract); F16C converts them exactly.
         unsafe { _mm256_cvtph_ps(_mm_load_si128(p.cast())) }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load16(p: *const u16) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        // SAFETY: thirty-two aligned bytes (the caller's contract); the conversion is exact.
+        unsafe { _mm512_cvtph_ps(_mm256_load_si256(p.cast())) }
     }
 }
 
@@ -232,6 +257,17 @@ impl Format for BF16 {
             )))
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load16(p: *const u16) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        // SAFETY: thirty-two aligned bytes (the caller's contract); widened as in `load8`.
+        unsafe {
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(
+                _mm256_load_si256(p.cast()),
+            )))
+        }
+    }
 }
 
 /// Computes the outputs of `panels` for every row.
@@ -249,20 +285,71 @@ unsafe fn dense<F: Format>(
     panels: Range<usize>,
     act: Activation,
 ) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-            && std::arch::is_x86_feature_detected!("f16c")
+    // SAFETY: forwarded contract; `Isa::best` is what this CPU supports.
+    unsafe { dense_on::<F>(Isa::best(), x, p, bias, y, shape, panels, act) }
+}
+
+/// The instruction sets the kernel has a path for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Isa {
+    Avx512,
+    Avx2,
+    Portable,
+}
+
+impl Isa {
+    /// The widest this CPU supports.
+    fn best() -> Isa {
+        [Isa::Avx512, Isa::Avx2]
+            .into_iter()
+            .find(|isa| isa.available())
+            .unwrap_or(Isa::Portable)
+    }
+
+    /// Whether this CPU can run `self`'s path (std caches the detection).
+    fn available(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
         {
-            // SAFETY: the CPU supports AVX2, FMA and F16C (checked above); the caller upholds
-            // the buffer contract, which is the same for both implementations.
-            unsafe { avx2::dense::<F>(x, p, bias, y, shape, panels, act) };
-            return;
+            use std::arch::is_x86_feature_detected as has;
+            match self {
+                Isa::Avx512 => has!("avx512f"),
+                Isa::Avx2 => has!("avx2") && has!("fma") && has!("f16c"),
+                Isa::Portable => true,
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            self == Isa::Portable
         }
     }
-    // SAFETY: forwarded contract.
-    unsafe { portable::dense::<F>(x, p, bias, y, shape, panels, act) }
+}
+
+/// [`dense`] on the path of `isa`.
+///
+/// # Safety
+/// As [`dense`], and the CPU supports `isa`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn dense_on<F: Format>(
+    isa: Isa,
+    x: &[f32],
+    p: &[F::Bits],
+    bias: &[f32],
+    y: *mut f32,
+    shape: Shape,
+    panels: Range<usize>,
+    act: Activation,
+) {
+    // SAFETY: the caller upholds the buffer contract, which is the same for every path, and
+    // the CPU supports the one chosen.
+    unsafe {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => avx512::dense::<F>(x, p, bias, y, shape, panels, act),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => avx2::dense::<F>(x, p, bias, y, shape, panels, act),
+            _ => portable::dense::<F>(x, p, bias, y, shape, panels, act),
+        }
+    }
 }
 
 /// How many of the `left` rows of a block the next tile takes: 1 to 6. Six rows keep twelve
@@ -281,6 +368,8 @@ fn tile_rows(left: usize) -> usize {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 mod portable {
     use std::ops::Range;

@@ -1,3 +1,5 @@
+use std::ops::Range;
+
 use super::*;
 use crate::cpu::test_support::{assert_close, reference, values};
 
@@ -21,6 +23,90 @@ fn matches_the_reference_on_every_tile_and_odd_shapes() {
             }
         }
     }
+}
+
+/// Every path this CPU has (AVX-512, AVX2, portable) against the reference, in every
+/// format, on shapes that take every tile: whichever `forward` picks, the others stay
+/// checked on this machine.
+#[test]
+fn every_instruction_set_matches_the_reference() {
+    for isa in [Isa::Avx512, Isa::Avx2, Isa::Portable] {
+        if !isa.available() {
+            crate::cuda::report_skip(
+                "every_instruction_set_matches_the_reference",
+                &format!("no {isa:?} on this CPU"),
+            );
+            continue;
+        }
+        for (k, n) in [(13, 7), (64, 130), (257, 33), (5, 16), (3, 48)] {
+            let (halves, brains, layers) = in_every_format(k, n, 9);
+            let bias = values(n, 10);
+            let raw = values(k * n, 9);
+            for rows in (1..=20).chain([47, 48, 49, 101]) {
+                let x = values(rows * k, rows as u64);
+                for (weights, layer) in [&raw, &halves, &brains].into_iter().zip(&layers) {
+                    let want = reference(weights, &bias, &x, rows, k, Activation::Relu);
+                    let panels = n.div_ceil(PANEL);
+                    // Whole layers, and ranges that start on an odd panel or hold one.
+                    for range in [0..panels, panels / 2..panels, panels - 1..panels] {
+                        // Columns outside the range are not written: they keep the answer.
+                        let mut y: Vec<f32> = (want.iter().enumerate())
+                            .map(|(i, w)| match range.contains(&((i % n) / PANEL)) {
+                                true => f32::NAN,
+                                false => *w as f32,
+                            })
+                            .collect();
+                        run_on(isa, layer, &x, rows, &mut y, range.clone());
+                        let context = format!("{isa:?} k={k} n={n} rows={rows} panels {range:?}");
+                        assert_close(&y, &want, &context);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The panels `range` of `layer` on `isa`'s path, into `y`.
+fn run_on(
+    isa: Isa,
+    layer: &PackedLinear,
+    x: &[f32],
+    rows: usize,
+    y: &mut [f32],
+    range: Range<usize>,
+) {
+    let shape = Shape {
+        rows,
+        k: layer.inputs,
+        n: layer.outputs,
+    };
+    let (out, bias, act) = (y.as_mut_ptr(), &layer.bias[..], Activation::Relu);
+    // SAFETY: the buffers are those `forward` would pass, for a range of the layer's panels,
+    // and the CPU supports `isa` (checked by the caller).
+    unsafe {
+        match &layer.panels {
+            Panels::F32(p) => dense_on::<F32>(isa, x, p, bias, out, shape, range, act),
+            Panels::F16(p) => dense_on::<F16>(isa, x, p, bias, out, shape, range, act),
+            Panels::BF16(p) => dense_on::<BF16>(isa, x, p, bias, out, shape, range, act),
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx512_tiles_take_one_to_eight_rows_and_cover_the_block() {
+    for rows in 1..=ROW_BLOCK {
+        let mut left = rows;
+        while left > 0 {
+            let take = avx512::tile_rows(left);
+            assert!(
+                (1..=8).contains(&take) && take <= left,
+                "{rows}: {take} of {left}"
+            );
+            left -= take;
+        }
+    }
+    assert_eq!([9, 12, 15, 16, 17].map(avx512::tile_rows), [5, 6, 8, 8, 8]);
 }
 
 #[test]

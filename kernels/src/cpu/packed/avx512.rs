@@ -1,0 +1,212 @@
+//! The panel kernel on AVX-512: a panel's 16 outputs are one register, so a tile of eight
+//! rows × two panels keeps sixteen accumulators and takes, per input feature, two weight
+//! loads and eight broadcasts for sixteen multiply-adds of 16 lanes — twice the work per
+//! instruction of the AVX2 tile, from the same panels.
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use super::{Format, PANEL, ROW_BLOCK, Shape};
+use crate::Activation;
+
+/// Rows per tile: up to eight, and a remainder of nine to fifteen cut in two near-equal
+/// tiles rather than eight and a few.
+pub(super) fn tile_rows(left: usize) -> usize {
+    match left {
+        0..=8 => left,
+        9..=15 => left.div_ceil(2),
+        _ => 8,
+    }
+}
+
+/// # Safety
+/// As [`super::dense`], and the CPU must support AVX-512 F.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn dense<F: Format>(
+    x: &[f32],
+    p: &[F::Bits],
+    bias: &[f32],
+    y: *mut f32,
+    s: Shape,
+    panels: Range<usize>,
+    act: Activation,
+) {
+    let mut block = 0;
+    while block < s.rows {
+        let block_rows = ROW_BLOCK.min(s.rows - block);
+        let mut panel = panels.start;
+        while panel < panels.end {
+            let pair = panel + 2 <= panels.end;
+            let mut b = block;
+            let mut left = block_rows;
+            while left > 0 {
+                let rows = tile_rows(left);
+                // SAFETY: b + rows <= s.rows and panel (+ 1 for a pair) < panels.end, per
+                // the contract.
+                unsafe {
+                    match pair {
+                        true => tile_pair::<F>(rows, x, p, bias, y, s, panel, b, act),
+                        false => tile_one::<F>(rows, x, p, bias, y, s, panel, b, act),
+                    }
+                }
+                b += rows;
+                left -= rows;
+            }
+            panel += if pair { 2 } else { 1 };
+        }
+        block += block_rows;
+    }
+}
+
+/// Two panels of `rows` rows. Fewer than four rows split the features over more
+/// accumulator sets, so that every tile has at least eight independent chains (two units,
+/// four cycles each).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_pair<F: Format>(
+    rows: usize,
+    x: &[f32],
+    p: &[F::Bits],
+    bias: &[f32],
+    y: *mut f32,
+    s: Shape,
+    panel: usize,
+    b: usize,
+    act: Activation,
+) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        match rows {
+            8 => tile::<F, 8, 2, 1>(x, p, bias, y, s, panel, b, act),
+            7 => tile::<F, 7, 2, 1>(x, p, bias, y, s, panel, b, act),
+            6 => tile::<F, 6, 2, 1>(x, p, bias, y, s, panel, b, act),
+            5 => tile::<F, 5, 2, 1>(x, p, bias, y, s, panel, b, act),
+            4 => tile::<F, 4, 2, 1>(x, p, bias, y, s, panel, b, act),
+            3 => tile::<F, 3, 2, 2>(x, p, bias, y, s, panel, b, act),
+            2 => tile::<F, 2, 2, 3>(x, p, bias, y, s, panel, b, act),
+            _ => tile::<F, 1, 2, 6>(x, p, bias, y, s, panel, b, act),
+        }
+    }
+}
+
+/// The last panel of an odd range, alone.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_one<F: Format>(
+    rows: usize,
+    x: &[f32],
+    p: &[F::Bits],
+    bias: &[f32],
+    y: *mut f32,
+    s: Shape,
+    panel: usize,
+    b: usize,
+    act: Activation,
+) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        match rows {
+            8 => tile::<F, 8, 1, 1>(x, p, bias, y, s, panel, b, act),
+            7 => tile::<F, 7, 1, 2>(x, p, bias, y, s, panel, b, act),
+            6 => tile::<F, 6, 1, 2>(x, p, bias, y, s, panel, b, act),
+            5 => tile::<F, 5, 1, 2>(x, p, bias, y, s, panel, b, act),
+            4 => tile::<F, 4, 1, 2>(x, p, bias, y, s, panel, b, act),
+            3 => tile::<F, 3, 1, 3>(x, p, bias, y, s, panel, b, act),
+            2 => tile::<F, 2, 1, 4>(x, p, bias, y, s, panel, b, act),
+            _ => tile::<F, 1, 1, 8>(x, p, bias, y, s, panel, b, act),
+        }
+    }
+}
+
+/// One register tile: rows `b..b+NR` of panels `panel..panel+NP`, the features taken
+/// `SPLIT` at a time into separate accumulators.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile<F: Format, const NR: usize, const NP: usize, const SPLIT: usize>(
+    x: &[f32],
+    p: &[F::Bits],
+    bias: &[f32],
+    y: *mut f32,
+    s: Shape,
+    panel: usize,
+    b: usize,
+    act: Activation,
+) {
+    let k = s.k;
+    // SAFETY (whole block): x is read below (b + NR) * k and the panels' values below
+    // (panel + NP) * k * PANEL, within the caller's contract; the panels start on a cache
+    // line and their rows are PANEL values wide, so every row of a panel starts on 32 bytes
+    // (64 for f32), as `Format::load16` needs.
+    unsafe {
+        let xp = x.as_ptr();
+        let weights =
+            |kk: usize, q: usize| F::load16(p.as_ptr().add((panel + q) * k * PANEL + kk * PANEL));
+        let mut acc = [[[_mm512_setzero_ps(); NP]; NR]; SPLIT];
+        let whole = k / SPLIT * SPLIT;
+        let mut kk = 0;
+        while kk < whole {
+            for (u, acc) in acc.iter_mut().enumerate() {
+                let mut w = [_mm512_setzero_ps(); NP];
+                for (q, w) in w.iter_mut().enumerate() {
+                    *w = weights(kk + u, q);
+                }
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let v = _mm512_set1_ps(*xp.add((b + r) * k + kk + u));
+                    for (acc, w) in acc.iter_mut().zip(&w) {
+                        *acc = _mm512_fmadd_ps(v, *w, *acc);
+                    }
+                }
+            }
+            kk += SPLIT;
+        }
+        while kk < k {
+            for (r, acc) in acc[0].iter_mut().enumerate() {
+                let v = _mm512_set1_ps(*xp.add((b + r) * k + kk));
+                for (q, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm512_fmadd_ps(v, weights(kk, q), *acc);
+                }
+            }
+            kk += 1;
+        }
+        store::<NR, NP, SPLIT>(&acc, bias, y, s, panel, b, act);
+    }
+}
+
+/// The tile's epilogue: sums the split accumulators, adds the biases, applies the
+/// activation and stores rows `b..b+NR` of panels `panel..panel+NP`, masked to the real
+/// columns of a last, partial panel.
+#[inline(always)]
+unsafe fn store<const NR: usize, const NP: usize, const SPLIT: usize>(
+    acc: &[[[__m512; NP]; NR]; SPLIT],
+    bias: &[f32],
+    y: *mut f32,
+    s: Shape,
+    panel: usize,
+    b: usize,
+    act: Activation,
+) {
+    // SAFETY (whole block): the biases are read below (panel + NP) * PANEL (they are
+    // padded to whole panels) and y is written below (b + NR) * n at columns < n, within
+    // `tile`'s contract.
+    unsafe {
+        for q in 0..NP {
+            let o = (panel + q) * PANEL;
+            let valid = (s.n - o).min(PANEL);
+            let mask: __mmask16 = if valid == PANEL {
+                0xFFFF
+            } else {
+                (1u16 << valid) - 1
+            };
+            for r in 0..NR {
+                let mut v = _mm512_loadu_ps(bias.as_ptr().add(o));
+                for acc in acc {
+                    v = _mm512_add_ps(v, acc[r][q]);
+                }
+                if act == Activation::Relu {
+                    v = _mm512_max_ps(v, _mm512_setzero_ps());
+                }
+                _mm512_mask_storeu_ps(y.add((b + r) * s.n + o), mask, v);
+            }
+        }
+    }
+}
