@@ -2,12 +2,21 @@
 //! rounds; the median of each size seeds the latency model, so one preempted run cannot
 //! skew it. Dense models run batches of rows; text models batches of sequences of a
 //! typical length, sized in token-units.
+//!
+//! The timed rounds stop early once warm-up has taken [`BUDGET`]: a large encoder on a
+//! small CPU (ModernBERT-base on two cores runs its largest warm-up batch in ~3 s) would
+//! otherwise hold both cores for a minute while a new version loads beside the ones
+//! serving. Batches that slow vary little from run to run, so fewer rounds of them suffice.
 
 use std::time::{Duration, Instant};
 
 use models::{Batch, InputKind, Model, PackedTokens, TextInput};
 
+/// Timed rounds at most, and at least one.
 const ROUNDS: usize = 5;
+
+/// Warm-up time after which no further timed round starts.
+const BUDGET: Duration = Duration::from_secs(5);
 
 /// Tokens in each warm-up sequence (or the model's limit, if lower): a sentence's worth.
 const SEQUENCE_TOKENS: usize = 32;
@@ -92,10 +101,33 @@ pub fn warm_up(
     max_rows: usize,
     max_outputs: usize,
 ) -> Result<Vec<(usize, Duration)>, String> {
+    Ok(warm_up_within(model, max_rows, max_outputs, BUDGET)?.medians)
+}
+
+/// What a warm-up measured.
+struct Warmup {
+    /// (batch rows, median time) per warm-up batch.
+    medians: Vec<(usize, Duration)>,
+    /// Timed rounds run: [`ROUNDS`], or fewer once `budget` was spent.
+    timed_rounds: usize,
+}
+
+/// [`warm_up`], starting no timed round after the first once `budget` has passed.
+fn warm_up_within(
+    model: &mut dyn Model,
+    max_rows: usize,
+    max_outputs: usize,
+    budget: Duration,
+) -> Result<Warmup, String> {
     let samples = samples(&model.input(), max_rows, max_outputs);
     let width = model.output_width();
     let mut times = vec![Vec::with_capacity(ROUNDS); samples.len()];
+    let start = Instant::now();
+    let mut timed_rounds = 0;
     for round in 0..=ROUNDS {
+        if round > 1 && start.elapsed() >= budget {
+            break;
+        }
         for (i, sample) in samples.iter().enumerate() {
             let batch = sample.batch();
             let mut output = vec![0f32; batch.rows() * width];
@@ -107,15 +139,20 @@ pub fn warm_up(
                 times[i].push(t.elapsed());
             }
         }
+        timed_rounds = round;
     }
-    Ok(samples
+    let medians = samples
         .iter()
         .zip(times)
         .map(|(sample, mut t)| {
             t.sort();
             (sample.rows(), t[t.len() / 2])
         })
-        .collect())
+        .collect();
+    Ok(Warmup {
+        medians,
+        timed_rounds,
+    })
 }
 
 #[cfg(test)]
@@ -127,6 +164,21 @@ mod tests {
         assert_eq!(warmup_buckets(1), vec![1]);
         assert_eq!(warmup_buckets(8), vec![1, 2, 4, 8]);
         assert_eq!(warmup_buckets(100), vec![1, 2, 4, 8, 16, 32, 64, 100]);
+    }
+
+    /// A model whose warm-up outlasts the budget stops after one timed round, with a median
+    /// for every batch size; one within it runs all five.
+    #[test]
+    fn timed_rounds_stop_once_the_budget_is_spent() {
+        let checkpoint = models::Checkpoint::random(&[256, 256, 8], kernels::DType::F32, 3);
+        let mut mlp = models::Mlp::new(&checkpoint, &kernels::Device::Cpu).unwrap();
+        let all = warm_up_within(&mut mlp, 64, 64, Duration::from_secs(60)).unwrap();
+        assert_eq!(all.timed_rounds, ROUNDS);
+        let spent = warm_up_within(&mut mlp, 64, 64, Duration::ZERO).unwrap();
+        assert_eq!(spent.timed_rounds, 1);
+        let sizes = |w: &Warmup| w.medians.iter().map(|(rows, _)| *rows).collect::<Vec<_>>();
+        assert_eq!(sizes(&spent), sizes(&all));
+        assert_eq!(sizes(&all), warmup_buckets(64));
     }
 
     #[test]
