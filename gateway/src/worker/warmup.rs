@@ -101,7 +101,15 @@ pub fn warm_up(
     max_rows: usize,
     max_outputs: usize,
 ) -> Result<Vec<(usize, Duration)>, String> {
-    Ok(warm_up_within(model, max_rows, max_outputs, BUDGET)?.medians)
+    let warmup = warm_up_within(model, max_rows, max_outputs, BUDGET)?;
+    if warmup.timed_rounds < ROUNDS {
+        tracing::info!(
+            timed_rounds = warmup.timed_rounds,
+            budget_s = BUDGET.as_secs(),
+            "warm-up timed fewer rounds: its time budget was spent"
+        );
+    }
+    Ok(warmup.medians)
 }
 
 /// What a warm-up measured.
