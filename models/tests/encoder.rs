@@ -6,119 +6,18 @@
 //! or Python is absent says `SKIPPED <test>: <reason>`, unless TANDEM_REQUIRE_TOOLS is set,
 //! when it fails.
 
-use std::path::Path;
-
 use kernels::{DType, Device};
 use models::encoder::family::Family;
-use models::encoder::projection::DenseActivation;
-use models::encoder::synthetic::{SyntheticDense, SyntheticSpec};
+use models::encoder::synthetic::SyntheticSpec;
 use models::encoder::{Encoded, Encoder, PackedTokens, Pooling, TextTokenizer, l2_normalize_rows};
-use models::rng::SplitMix64;
 
 mod support;
 
-use support::{TempDir, minilm_dir, on_every_device, python, run_python, run_script, synthetic};
-
-/// The reference's pooled (not normalised) embeddings of `seqs`.
-fn reference(python: &Path, dir: &Path, seqs: &[Encoded], pooling: Pooling) -> Vec<Vec<f64>> {
-    let request = serde_json::json!({
-        "sequences": seqs
-            .iter()
-            .map(|e| serde_json::json!({"ids": e.ids, "type_ids": e.type_ids}))
-            .collect::<Vec<_>>(),
-        "pooling": if pooling == Pooling::Cls { "cls" } else { "mean" },
-    });
-    let stdout = run_python(
-        python,
-        &["embed", dir.to_str().unwrap()],
-        request.to_string().as_bytes(),
-    );
-    let reply: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
-    serde_json::from_value(reply["embeddings"].clone()).unwrap()
-}
-
-// ---------------------------------------------------------------------------------------
-// Helpers on embeddings.
-
-fn pack(seqs: &[Encoded]) -> PackedTokens {
-    let mut p = PackedTokens::new();
-    seqs.iter().for_each(|e| p.push(e));
-    p
-}
-
-fn embed(encoder: &mut Encoder, seqs: &[Encoded]) -> Vec<f32> {
-    let mut out = vec![f32::NAN; seqs.len() * encoder.output_width()];
-    encoder.forward_packed(&pack(seqs), &mut out).unwrap();
-    out
-}
-
-fn cosine(a: &[f32], b: &[f64]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * y).sum();
-    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|y| y * y).sum::<f64>().sqrt();
-    dot / (na * nb)
-}
-
-/// Every embedding of `got` within `min_cosine` of the reference.
-fn assert_cosines(got: &[f32], want: &[Vec<f64>], min_cosine: f64, context: &str) {
-    let h = want[0].len();
-    assert_eq!(got.len(), want.len() * h, "{context}: output size");
-    for (i, (g, w)) in got.chunks_exact(h).zip(want).enumerate() {
-        assert!(
-            g.iter().all(|v| v.is_finite()),
-            "{context}: sequence {i} not finite"
-        );
-        let c = cosine(g, w);
-        assert!(
-            c >= min_cosine,
-            "{context}: sequence {i} has cosine {c:.8} < {min_cosine}"
-        );
-    }
-}
-
-fn encode_all(tokenizer: &TextTokenizer, texts: &[&str]) -> Vec<Encoded> {
-    texts
-        .iter()
-        .map(|t| tokenizer.encode(t, true).unwrap())
-        .collect()
-}
-
-/// Sequences of random ids in `lo..hi` framed by `cls` and `sep`, of the given lengths.
-fn random_sequences(lengths: &[usize], lo: u32, hi: u32, cls: u32, sep: u32) -> Vec<Encoded> {
-    let mut rng = SplitMix64::new(99);
-    lengths
-        .iter()
-        .map(|&n| {
-            let mut ids: Vec<u32> = (0..n)
-                .map(|_| lo + rng.below((hi - lo) as usize) as u32)
-                .collect();
-            ids[0] = cls;
-            if n > 1 {
-                ids[n - 1] = sep;
-            }
-            Encoded {
-                type_ids: vec![0; n],
-                full_len: n,
-                ids,
-            }
-        })
-        .collect()
-}
-
-/// max |a − b| / max |b| per embedding, the worst over all.
-fn worst_relative_difference(a: &[f32], b: &[f32], h: usize) -> f64 {
-    a.chunks_exact(h)
-        .zip(b.chunks_exact(h))
-        .map(|(x, y)| {
-            let scale = y.iter().fold(0f64, |m, v| m.max(v.abs() as f64));
-            let diff = x
-                .iter()
-                .zip(y)
-                .fold(0f64, |m, (p, q)| m.max((p - q).abs() as f64));
-            diff / scale
-        })
-        .fold(0.0, f64::max)
-}
+use support::embeddings::{
+    assert_cosines, check_synthetic, check_synthetic_packing, embed, encode_all, pack,
+    random_sequences, reference, worst_relative_difference,
+};
+use support::{TempDir, minilm_dir, on_every_device, python, run_python, synthetic};
 
 const SENTENCES: [&str; 12] = [
     "A man is eating food.",
@@ -140,88 +39,6 @@ const SENTENCES: [&str; 12] = [
 fn long_text() -> String {
     "Attention is computed per sequence on its own length, so a long input costs its tokens. "
         .repeat(30)
-}
-
-// ---------------------------------------------------------------------------------------
-// The tiny synthetic BERT: no download needed.
-
-/// The padding token inside a text is a token like any other for BERT; RoBERTa gives it the
-/// padding position and does not count it.
-const SYNTHETIC_TEXTS: [&str; 7] = [
-    "a man is eating food.",
-    "the <pad> dog <pad> runs",
-    "the big red dog runs fast, the small cat runs slow!",
-    "x",
-    "",
-    "one two three four five six seven eight nine 0 1 2 3 4 5 6 7 8 9 quickly",
-    "the woman was eating a piece of bread with the man in the green house",
-];
-
-fn check_synthetic(device: &Device, test: &str, spec: SyntheticSpec) {
-    let Some(python) = python(test) else { return };
-    let dir = synthetic(
-        &format!("{}-{:?}", test.replace("::", "-"), spec.dtype),
-        &spec,
-    );
-    let tokenizer = TextTokenizer::from_dir(&dir.0, spec.max_seq_length).unwrap();
-    let mut seqs = encode_all(&tokenizer, &SYNTHETIC_TEXTS);
-    seqs.push(
-        tokenizer
-            .encode_pair("a cat", "the dog runs", true)
-            .unwrap(),
-    );
-    seqs.push(
-        tokenizer
-            .encode(&"a b c d e f g ".repeat(20), true)
-            .unwrap(),
-    );
-    let mut encoder = Encoder::load(&dir.0, device).unwrap();
-    let got = embed(&mut encoder, &seqs);
-    // The reference runs on the f32 weights the 16-bit ones were rounded from.
-    let f32_dir = synthetic(
-        &format!("{}-ref", test.replace("::", "-")),
-        &SyntheticSpec {
-            dtype: DType::F32,
-            ..spec.clone()
-        },
-    );
-    let want = reference(&python, &f32_dir.0, &seqs, spec.pooling);
-    let min = if spec.dtype == DType::F32 {
-        0.99999
-    } else {
-        0.999
-    };
-    assert_cosines(
-        &got,
-        &want,
-        min,
-        &format!("{test} {device:?} {:?}", spec.dtype),
-    );
-}
-
-fn check_synthetic_packing(device: &Device, spec: SyntheticSpec) {
-    let dir = synthetic(
-        &format!(
-            "packing-{}-{:?}",
-            device.label().replace(':', ""),
-            spec.family
-        ),
-        &spec,
-    );
-    let mut encoder = Encoder::load(&dir.0, device).unwrap();
-    let lengths: Vec<usize> = (1..=spec.max_seq_length).rev().step_by(3).collect();
-    let seqs = random_sequences(&lengths, 5, 60, 2, 3);
-    let together = embed(&mut encoder, &seqs);
-    let h = encoder.hidden();
-    let mut alone = Vec::new();
-    for s in &seqs {
-        alone.extend(embed(&mut encoder, std::slice::from_ref(s)));
-    }
-    let worst = worst_relative_difference(&together, &alone, h);
-    assert!(
-        worst <= 1e-5,
-        "{device:?}: packed and alone differ by {worst:e}"
-    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -392,189 +209,6 @@ on_every_device!(synthetic_distilbert_prefixed_cls_f16, |device, test| {
         },
     )
 });
-// LaBSE's shape: CLS, a Dense module with tanh, normalised; then a chain of two modules
-// (ReLU to a wider layer, then one without bias or activation to a narrower one).
-on_every_device!(synthetic_bert_cls_dense_tanh, |device, test| {
-    check_synthetic(
-        device,
-        test,
-        SyntheticSpec {
-            pooling: Pooling::Cls,
-            dense: vec![dense(24, true, DenseActivation::Tanh)],
-            seed: 13,
-            ..SyntheticSpec::default()
-        },
-    )
-});
-on_every_device!(synthetic_distilbert_dense_chain_f16, |device, test| {
-    check_synthetic(
-        device,
-        test,
-        SyntheticSpec {
-            family: Family::DistilBert,
-            dtype: DType::F16,
-            dense: vec![
-                dense(48, true, DenseActivation::Relu),
-                dense(16, false, DenseActivation::Identity),
-            ],
-            seed: 14,
-            ..SyntheticSpec::default()
-        },
-    )
-});
-
-fn dense(out_features: usize, bias: bool, activation: DenseActivation) -> SyntheticDense {
-    SyntheticDense {
-        out_features,
-        bias,
-        activation,
-    }
-}
-
-/// ModernBERT runs on the CPU only. The window (4 tokens each side) is shorter than most of
-/// the texts, so the sliding-window layer masks.
-#[test]
-fn synthetic_modernbert_mean_cpu() {
-    let spec = SyntheticSpec {
-        family: Family::ModernBert,
-        ..SyntheticSpec::default()
-    };
-    check_synthetic(&Device::Cpu, "synthetic_modernbert_mean_cpu", spec);
-}
-
-#[test]
-fn synthetic_modernbert_prefixed_cls_bf16_cpu() {
-    let spec = SyntheticSpec {
-        family: Family::ModernBert,
-        layers: 4,
-        prefixed: true,
-        pooling: Pooling::Cls,
-        dtype: DType::BF16,
-        seed: 15,
-        ..SyntheticSpec::default()
-    };
-    check_synthetic(
-        &Device::Cpu,
-        "synthetic_modernbert_prefixed_cls_bf16_cpu",
-        spec,
-    );
-}
-
-/// transformers 5 writes `layer_types` and `rope_parameters` in place of
-/// `global_attn_every_n_layers` and the two bases: read alike, here with bases of its own.
-#[test]
-fn synthetic_modernbert_new_config_form_cpu() {
-    let test = "synthetic_modernbert_new_config_form_cpu";
-    let Some(python) = python(test) else { return };
-    let spec = SyntheticSpec {
-        family: Family::ModernBert,
-        layers: 4,
-        seed: 16,
-        ..SyntheticSpec::default()
-    };
-    let dir = synthetic(test, &spec);
-    let path = dir.0.join("config.json");
-    let mut config: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    let c = config.as_object_mut().unwrap();
-    for old in [
-        "global_attn_every_n_layers",
-        "global_rope_theta",
-        "local_rope_theta",
-    ] {
-        c.remove(old);
-    }
-    let (full, sliding) = ("full_attention", "sliding_attention");
-    c.insert(
-        "layer_types".into(),
-        serde_json::json!([full, sliding, sliding, full]),
-    );
-    c.insert(
-        "rope_parameters".into(),
-        serde_json::json!({full: {"rope_type": "default", "rope_theta": 80000.0},
-                           sliding: {"rope_type": "default", "rope_theta": 500.0}}),
-    );
-    std::fs::write(&path, serde_json::to_vec(&config).unwrap()).unwrap();
-    let tokenizer = TextTokenizer::from_dir(&dir.0, spec.max_seq_length).unwrap();
-    let mut seqs = encode_all(&tokenizer, &SYNTHETIC_TEXTS);
-    seqs.push(
-        tokenizer
-            .encode(&"a b c d e f g ".repeat(20), true)
-            .unwrap(),
-    );
-    let got = embed(&mut Encoder::load(&dir.0, &Device::Cpu).unwrap(), &seqs);
-    let want = reference(&python, &dir.0, &seqs, Pooling::Mean);
-    assert_cosines(&got, &want, 0.99999, test);
-}
-
-/// Every family, and Dense modules, against Hugging Face's own libraries: transformers'
-/// `AutoModel` and sentence-transformers' `Pooling` and `Dense` (tests/python/
-/// transformers_check.py). They are not in the tests' environment, so this runs by hand:
-/// `TANDEM_TRANSFORMERS_PYTHON=PYTHON cargo test --release -p models --test encoder
-/// every_family_matches_transformers -- --ignored --nocapture`.
-#[test]
-#[ignore = "needs torch, transformers and sentence-transformers"]
-fn every_family_matches_transformers() {
-    let python = std::env::var_os("TANDEM_TRANSFORMERS_PYTHON")
-        .expect("TANDEM_TRANSFORMERS_PYTHON names a Python with transformers");
-    let python = Path::new(&python);
-    let cases = [
-        ("bert", Family::Bert, Pooling::Mean, 2),
-        ("distilbert", Family::DistilBert, Pooling::Mean, 2),
-        ("mpnet", Family::Mpnet, Pooling::Cls, 2),
-        ("xlm-roberta", Family::Roberta, Pooling::Mean, 2),
-        ("modernbert", Family::ModernBert, Pooling::Mean, 4),
-    ];
-    for (name, family, pooling, layers) in cases {
-        let spec = SyntheticSpec {
-            family,
-            pooling,
-            layers,
-            dense: match family {
-                Family::Bert => vec![dense(24, true, DenseActivation::Tanh)],
-                _ => Vec::new(),
-            },
-            ..SyntheticSpec::default()
-        };
-        let dir = synthetic(&format!("transformers-{name}"), &spec);
-        let tokenizer = TextTokenizer::from_dir(&dir.0, spec.max_seq_length).unwrap();
-        let mut seqs = encode_all(&tokenizer, &SYNTHETIC_TEXTS);
-        seqs.push(
-            tokenizer
-                .encode_pair("a cat", "the dog runs", true)
-                .unwrap(),
-        );
-        seqs.push(
-            tokenizer
-                .encode(&"a b c d e f g ".repeat(20), true)
-                .unwrap(),
-        );
-        let got = embed(&mut Encoder::load(&dir.0, &Device::Cpu).unwrap(), &seqs);
-        let request = serde_json::json!({"sequences": seqs
-            .iter()
-            .map(|e| serde_json::json!({"ids": e.ids, "type_ids": e.type_ids}))
-            .collect::<Vec<_>>()});
-        let args = ["embed", dir.0.to_str().unwrap()];
-        let stdout = run_script(
-            python,
-            "transformers_check.py",
-            &args,
-            request.to_string().as_bytes(),
-        );
-        let reply: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
-        let want: Vec<Vec<f64>> = serde_json::from_value(reply["embeddings"].clone()).unwrap();
-        let width = want[0].len();
-        let worst = (got.chunks_exact(width).zip(&want))
-            .map(|(g, w)| 1.0 - cosine(g, w))
-            .fold(0.0, f64::max);
-        println!(
-            "{name}: {} sequences, worst 1 - cosine {worst:.2e}",
-            want.len()
-        );
-        assert_cosines(&got, &want, 0.99999, name);
-    }
-}
-
 /// MPNet's bias by relative position runs on the CPU only.
 #[test]
 fn synthetic_mpnet_mean_cpu() {
@@ -601,31 +235,7 @@ fn synthetic_mpnet_prefixed_cls_bf16_cpu() {
 /// On a GPU an MPNet folder is refused at load with the reason, not served wrong.
 #[test]
 fn synthetic_mpnet_is_refused_on_cuda() {
-    refused_on_cuda("synthetic_mpnet_is_refused_on_cuda", Family::Mpnet);
-}
-
-/// ModernBERT has no CUDA kernels: its folder is refused on a GPU, saying where it runs.
-#[test]
-fn synthetic_modernbert_is_refused_on_cuda() {
-    refused_on_cuda(
-        "synthetic_modernbert_is_refused_on_cuda",
-        Family::ModernBert,
-    );
-}
-
-fn refused_on_cuda(test: &str, family: Family) {
-    let Some(d) = kernels::cuda::device_for_test(test) else {
-        return;
-    };
-    let spec = SyntheticSpec {
-        family,
-        ..SyntheticSpec::default()
-    };
-    let dir = synthetic(&format!("{test}-dir"), &spec);
-    let err = Encoder::load(&dir.0, &Device::Cuda(d))
-        .err()
-        .expect("refused");
-    assert!(err.to_string().contains("--device cpu"), "{err}");
+    support::refused_on_cuda("synthetic_mpnet_is_refused_on_cuda", Family::Mpnet);
 }
 
 on_every_device!(synthetic_packing, |device, _test| check_synthetic_packing(
@@ -633,16 +243,6 @@ on_every_device!(synthetic_packing, |device, _test| check_synthetic_packing(
     SyntheticSpec::default()
 ));
 
-/// Rotary positions restart and the window applies within each packed sequence.
-#[test]
-fn synthetic_modernbert_packing_cpu() {
-    let spec = SyntheticSpec {
-        family: Family::ModernBert,
-        layers: 3,
-        ..SyntheticSpec::default()
-    };
-    check_synthetic_packing(&Device::Cpu, spec);
-}
 on_every_device!(minilm_f32, |device, test| check_minilm_f32(device, test));
 on_every_device!(minilm_16bit, |device, test| check_minilm_16bit(
     device, test

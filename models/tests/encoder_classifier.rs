@@ -164,7 +164,7 @@ fn synthetic_modernbert_classifiers_cpu() {
 
 /// Every family's classifier head against transformers' own
 /// `AutoModelForSequenceClassification` (tests/python/transformers_check.py), by hand as
-/// `every_family_matches_transformers` in encoder.rs: `TANDEM_TRANSFORMERS_PYTHON=PYTHON
+/// `every_family_matches_transformers` in encoder_families.rs: `TANDEM_TRANSFORMERS_PYTHON=PYTHON
 /// cargo test --release -p models --test encoder_classifier
 /// every_classifier_matches_transformers -- --ignored --nocapture`.
 #[test]

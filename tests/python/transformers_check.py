@@ -5,7 +5,7 @@ directions). It checks tandem's encoder and tests/python/bert_reference.py again
 libraries users run, on the synthetic folders the Rust tests write.
 
 Not run in CI: it needs torch, transformers and sentence-transformers, which the tests'
-environment does not install. `models/tests/encoder.rs`'s ignored test
+environment does not install. `models/tests/encoder_families.rs`'s ignored test
 `every_family_matches_transformers` runs it with $TANDEM_TRANSFORMERS_PYTHON.
 
 Commands (JSON on stdin, JSON on stdout, as bert_reference.py's):

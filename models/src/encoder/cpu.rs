@@ -177,15 +177,8 @@ fn run_layer(
     let t = tokens.tokens();
     let id = Activation::Identity;
     l.qkv.forward(&s.x, t, &mut s.qkv, id, threads)?;
-    let input = AttentionInput {
-        qkv: &s.qkv,
-        offsets: &tokens.offsets,
-        shape: AttentionShape {
-            hidden: c.hidden,
-            heads: c.heads,
-        },
-        bias: bias.map(|(table, span)| RelativeBias { table, span }),
-    };
+    let bias = bias.map(|(table, span)| RelativeBias { table, span });
+    let input = attention_input(&s.qkv, tokens, c, bias);
     biased_attention(input, &mut s.ctx, &mut s.attention, threads)?;
     l.attention_out
         .forward(&s.ctx, t, &mut s.sum, id, threads)?;
@@ -202,6 +195,25 @@ fn run_layer(
         .forward(&s.intermediate, t, &mut s.sum, id, threads)?;
     add_layer_norm(&mut s.x, Some(&s.sum), params(&l.ffn_norm, c), threads)?;
     Ok(())
+}
+
+/// Attention's input: a layer's `qkv` over the packed `tokens`, with scores biased by
+/// relative position if `bias` is given.
+pub(super) fn attention_input<'a>(
+    qkv: &'a [f32],
+    tokens: &'a PackedTokens,
+    c: &EncoderConfig,
+    bias: Option<RelativeBias<'a>>,
+) -> AttentionInput<'a> {
+    AttentionInput {
+        qkv,
+        offsets: &tokens.offsets,
+        shape: AttentionShape {
+            hidden: c.hidden,
+            heads: c.heads,
+        },
+        bias,
+    }
 }
 
 /// One vector per sequence from its token states: their mean, or the first (`[CLS]`).

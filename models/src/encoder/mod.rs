@@ -5,6 +5,7 @@
 //! - [`family`]: what sets BERT, DistilBERT, MPNet, RoBERTa and ModernBERT apart;
 //! - [`config`]: what the folder's JSON files say (architecture, limits, pooling,
 //!   normalisation), refusing what tandem would run differently;
+//! - `modules`: `modules.json` and the pooling and Dense modules' configs;
 //! - [`weights`]: `model.safetensors`, validated against the config;
 //! - [`tokenizer`]: `tokenizer.json` through the `tokenizers` crate, with tandem's padding
 //!   (none) and truncation (the model's limit, or a refusal);
@@ -26,6 +27,7 @@ pub mod family;
 mod head;
 pub mod modern;
 mod modern_cpu;
+mod modules;
 pub mod packed;
 pub mod projection;
 pub mod prompts;

@@ -9,12 +9,12 @@
 
 use kernels::Activation;
 use kernels::cpu::{
-    AlignedVec, AttentionInput, AttentionScratch, AttentionShape, NormParams, PackedLinear,
-    RelativeBias, add_layer_norm, biased_attention, gelu_in_place,
+    AlignedVec, AttentionScratch, NormParams, PackedLinear, RelativeBias, add_layer_norm,
+    biased_attention, gelu_in_place,
 };
 
 use super::config::EncoderConfig;
-use super::cpu::{packed, pool};
+use super::cpu::{attention_input, packed, pool};
 use super::modern::{ModernBertParams, ModernLayer, ModernWeights};
 use super::packed::PackedTokens;
 use super::weights::{Embeddings, Norm};
@@ -190,15 +190,7 @@ fn attend(
         }),
         Attention::Global | Attention::Local => None,
     };
-    let input = AttentionInput {
-        qkv: &s.qkv,
-        offsets: &tokens.offsets,
-        shape: AttentionShape {
-            hidden: c.hidden,
-            heads: c.heads,
-        },
-        bias,
-    };
+    let input = attention_input(&s.qkv, tokens, c, bias);
     biased_attention(input, &mut s.ctx, &mut s.attention, threads)?;
     l.attention_out
         .forward(&s.ctx, t, &mut s.out, id, threads)?;

@@ -1,0 +1,177 @@
+//! What follows the transformer of an encoder of embeddings, from `modules.json`: the
+//! pooling (its `config.json`), any sentence-transformers Dense modules, and whether the
+//! embeddings are normalised. Modules tandem would run differently, or in another order,
+//! are refused with the file and the value.
+
+use std::path::{Component, Path};
+
+use serde::Deserialize;
+
+use super::config::{Pooling, read_json};
+use super::projection::DenseModule;
+use crate::LoadError;
+
+#[derive(Deserialize)]
+struct ModuleJson {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    path: String,
+}
+
+/// The pooling module's flags, old and new spellings; absent flags are off.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct PoolingJson {
+    pooling_mode: Option<String>,
+    pooling_mode_cls_token: bool,
+    pooling_mode_mean_tokens: bool,
+    pooling_mode_max_tokens: bool,
+    pooling_mode_mean_sqrt_len_tokens: bool,
+    pooling_mode_weightedmean_tokens: bool,
+    pooling_mode_lasttoken: bool,
+}
+
+/// Where the pooling module's configuration is when `modules.json` does not say.
+const DEFAULT_POOLING_DIR: &str = "1_Pooling";
+const MODULE_PREFIX: &str = "sentence_transformers.models.";
+
+/// What follows the transformer of an encoder of embeddings.
+pub(super) struct HeadModules {
+    pub(super) pooling: Pooling,
+    pub(super) dense: Vec<DenseModule>,
+    pub(super) normalize: bool,
+}
+
+/// How an encoder of embeddings pools, projects and normalises, from its modules: the
+/// pooling first, then any Dense modules (each taking the previous width), then Normalize,
+/// the order sentence-transformers runs them in for every model tandem serves.
+pub(super) fn read_head_modules(dir: &Path, hidden: usize) -> Result<HeadModules, LoadError> {
+    let modules = read_modules(dir)?;
+    let order = |what: &str| LoadError::Unsupported {
+        path: dir.join("modules.json"),
+        what: format!("a {what}"),
+        supported: "modules in the order Transformer, Pooling, Dense (any number), Normalize",
+    };
+    let kinds: Vec<&str> = modules.iter().map(|m| m.kind.as_str()).collect();
+    let pooling_at = kinds.iter().position(|k| *k == "Pooling");
+    let normalize_at = kinds.iter().position(|k| *k == "Normalize");
+    for (i, kind) in kinds.iter().enumerate() {
+        // sentence-transformers' Dense reads the pooled embedding, so a Pooling must come first.
+        let after_pooling = pooling_at.is_some_and(|p| i > p);
+        let before_normalize = normalize_at.is_none_or(|n| i < n);
+        if *kind == "Dense" && !(after_pooling && before_normalize) {
+            return Err(order(
+                "Dense module without a Pooling before it, or after Normalize",
+            ));
+        }
+        if *kind == "Normalize" && pooling_at.is_some_and(|p| i < p) {
+            return Err(order("Normalize module before Pooling"));
+        }
+    }
+    let pooling_dir = modules
+        .iter()
+        .find(|m| m.kind == "Pooling")
+        .map_or(DEFAULT_POOLING_DIR, |m| m.path.as_str());
+    let pooling = read_pooling(&dir.join(pooling_dir).join("config.json"))?;
+    let mut dense = Vec::new();
+    let mut width = hidden;
+    for m in modules.iter().filter(|m| m.kind == "Dense") {
+        let module = DenseModule::read(dir, &m.path)?;
+        if module.in_features != width {
+            return Err(LoadError::Config {
+                path: dir.join(&m.path).join("config.json"),
+                reason: format!(
+                    "in_features is {}, but the embedding has {width} values here",
+                    module.in_features
+                ),
+            });
+        }
+        width = module.out_features;
+        dense.push(module);
+    }
+    Ok(HeadModules {
+        pooling,
+        dense,
+        normalize: normalize_at.is_some(),
+    })
+}
+
+/// The modules after the transformer, from `modules.json`; none when the file is absent
+/// (a plain transformers folder: mean pooling, no normalisation).
+fn read_modules(dir: &Path) -> Result<Vec<ModuleJson>, LoadError> {
+    let path = dir.join("modules.json");
+    if !path.is_file() {
+        return Ok(Vec::new());
+    }
+    let modules: Vec<ModuleJson> = read_json(&path)?;
+    let mut kinds = Vec::with_capacity(modules.len());
+    for m in modules {
+        let short = m.kind.strip_prefix(MODULE_PREFIX).unwrap_or(&m.kind);
+        if !matches!(short, "Transformer" | "Pooling" | "Dense" | "Normalize") {
+            return Err(LoadError::Unsupported {
+                path,
+                what: format!("module {:?}", m.kind),
+                supported: "the modules served are Transformer, Pooling, Dense and Normalize",
+            });
+        }
+        let inside = Path::new(&m.path)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+        if !inside {
+            return Err(LoadError::Config {
+                path,
+                reason: format!(
+                    "module path {:?} is not a folder inside the model's",
+                    m.path
+                ),
+            });
+        }
+        kinds.push(ModuleJson {
+            kind: short.to_string(),
+            path: m.path,
+        });
+    }
+    Ok(kinds)
+}
+
+/// The pooling mode; mean when the folder has no pooling configuration.
+fn read_pooling(path: &Path) -> Result<Pooling, LoadError> {
+    if !path.is_file() {
+        return Ok(Pooling::Mean);
+    }
+    let p: PoolingJson = read_json(path)?;
+    let mut modes: Vec<&str> = [
+        (p.pooling_mode_cls_token, "cls"),
+        (p.pooling_mode_mean_tokens, "mean"),
+        (p.pooling_mode_max_tokens, "max"),
+        (p.pooling_mode_mean_sqrt_len_tokens, "mean_sqrt_len_tokens"),
+        (p.pooling_mode_weightedmean_tokens, "weightedmean"),
+        (p.pooling_mode_lasttoken, "lasttoken"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
+    if let Some(mode) = p.pooling_mode.as_deref()
+        && !modes.contains(&mode)
+    {
+        modes.push(mode);
+    }
+    match modes.as_slice() {
+        ["mean"] => Ok(Pooling::Mean),
+        ["cls"] => Ok(Pooling::Cls),
+        _ => Err(LoadError::Unsupported {
+            path: path.to_path_buf(),
+            what: format!("pooling {}", describe_modes(&modes)),
+            supported: "exactly one of mean and cls pooling is served",
+        }),
+    }
+}
+
+fn describe_modes(modes: &[&str]) -> String {
+    if modes.is_empty() {
+        "with no mode set".into()
+    } else {
+        modes.join(" + ")
+    }
+}

@@ -1,0 +1,204 @@
+//! The newer kinds of model against the float64 reference: sentence-transformers Dense
+//! modules after pooling (on every device) and ModernBERT (on the CPU, both config forms,
+//! packed batches, refused on CUDA); and every family against Hugging Face's own libraries
+//! (ignored: they are not in the tests' environment).
+
+use std::path::Path;
+
+use kernels::{DType, Device};
+use models::encoder::family::Family;
+use models::encoder::projection::DenseActivation;
+use models::encoder::synthetic::SyntheticSpec;
+use models::encoder::{Encoder, Pooling, TextTokenizer};
+
+mod support;
+
+use support::embeddings::{
+    SYNTHETIC_TEXTS, assert_cosines, check_synthetic, check_synthetic_packing, cosine, dense,
+    embed, encode_all, reference, synthetic_sequences,
+};
+use support::{on_every_device, python, run_script, synthetic};
+
+// LaBSE's shape: CLS, a Dense module with tanh, normalised; then a chain of two modules
+// (ReLU to a wider layer, then one without bias or activation to a narrower one).
+on_every_device!(synthetic_bert_cls_dense_tanh, |device, test| {
+    check_synthetic(
+        device,
+        test,
+        SyntheticSpec {
+            pooling: Pooling::Cls,
+            dense: vec![dense(24, true, DenseActivation::Tanh)],
+            seed: 13,
+            ..SyntheticSpec::default()
+        },
+    )
+});
+on_every_device!(synthetic_distilbert_dense_chain_f16, |device, test| {
+    check_synthetic(
+        device,
+        test,
+        SyntheticSpec {
+            family: Family::DistilBert,
+            dtype: DType::F16,
+            dense: vec![
+                dense(48, true, DenseActivation::Relu),
+                dense(16, false, DenseActivation::Identity),
+            ],
+            seed: 14,
+            ..SyntheticSpec::default()
+        },
+    )
+});
+
+/// ModernBERT runs on the CPU only. The window (4 tokens each side) is shorter than most of
+/// the texts, so the sliding-window layer masks.
+#[test]
+fn synthetic_modernbert_mean_cpu() {
+    let spec = SyntheticSpec {
+        family: Family::ModernBert,
+        ..SyntheticSpec::default()
+    };
+    check_synthetic(&Device::Cpu, "synthetic_modernbert_mean_cpu", spec);
+}
+
+#[test]
+fn synthetic_modernbert_prefixed_cls_bf16_cpu() {
+    let spec = SyntheticSpec {
+        family: Family::ModernBert,
+        layers: 4,
+        prefixed: true,
+        pooling: Pooling::Cls,
+        dtype: DType::BF16,
+        seed: 15,
+        ..SyntheticSpec::default()
+    };
+    check_synthetic(
+        &Device::Cpu,
+        "synthetic_modernbert_prefixed_cls_bf16_cpu",
+        spec,
+    );
+}
+
+/// transformers 5 writes `layer_types` and `rope_parameters` in place of
+/// `global_attn_every_n_layers` and the two bases: read alike, here with bases of its own.
+#[test]
+fn synthetic_modernbert_new_config_form_cpu() {
+    let test = "synthetic_modernbert_new_config_form_cpu";
+    let Some(python) = python(test) else { return };
+    let spec = SyntheticSpec {
+        family: Family::ModernBert,
+        layers: 4,
+        seed: 16,
+        ..SyntheticSpec::default()
+    };
+    let dir = synthetic(test, &spec);
+    let path = dir.0.join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let c = config.as_object_mut().unwrap();
+    for old in [
+        "global_attn_every_n_layers",
+        "global_rope_theta",
+        "local_rope_theta",
+    ] {
+        c.remove(old);
+    }
+    let (full, sliding) = ("full_attention", "sliding_attention");
+    c.insert(
+        "layer_types".into(),
+        serde_json::json!([full, sliding, sliding, full]),
+    );
+    c.insert(
+        "rope_parameters".into(),
+        serde_json::json!({full: {"rope_type": "default", "rope_theta": 80000.0},
+                           sliding: {"rope_type": "default", "rope_theta": 500.0}}),
+    );
+    std::fs::write(&path, serde_json::to_vec(&config).unwrap()).unwrap();
+    let tokenizer = TextTokenizer::from_dir(&dir.0, spec.max_seq_length).unwrap();
+    let mut seqs = encode_all(&tokenizer, &SYNTHETIC_TEXTS);
+    seqs.push(
+        tokenizer
+            .encode(&"a b c d e f g ".repeat(20), true)
+            .unwrap(),
+    );
+    let got = embed(&mut Encoder::load(&dir.0, &Device::Cpu).unwrap(), &seqs);
+    let want = reference(&python, &dir.0, &seqs, Pooling::Mean);
+    assert_cosines(&got, &want, 0.99999, test);
+}
+
+/// Every family, and Dense modules, against Hugging Face's own libraries: transformers'
+/// `AutoModel` and sentence-transformers' `Pooling` and `Dense` (tests/python/
+/// transformers_check.py). They are not in the tests' environment, so this runs by hand:
+/// `TANDEM_TRANSFORMERS_PYTHON=PYTHON cargo test --release -p models --test encoder_families
+/// every_family_matches_transformers -- --ignored --nocapture`.
+#[test]
+#[ignore = "needs torch, transformers and sentence-transformers"]
+fn every_family_matches_transformers() {
+    let python = std::env::var_os("TANDEM_TRANSFORMERS_PYTHON")
+        .expect("TANDEM_TRANSFORMERS_PYTHON names a Python with transformers");
+    let python = Path::new(&python);
+    let cases = [
+        ("bert", Family::Bert, Pooling::Mean, 2),
+        ("distilbert", Family::DistilBert, Pooling::Mean, 2),
+        ("mpnet", Family::Mpnet, Pooling::Cls, 2),
+        ("xlm-roberta", Family::Roberta, Pooling::Mean, 2),
+        ("modernbert", Family::ModernBert, Pooling::Mean, 4),
+    ];
+    for (name, family, pooling, layers) in cases {
+        let spec = SyntheticSpec {
+            family,
+            pooling,
+            layers,
+            dense: match family {
+                Family::Bert => vec![dense(24, true, DenseActivation::Tanh)],
+                _ => Vec::new(),
+            },
+            ..SyntheticSpec::default()
+        };
+        let dir = synthetic(&format!("transformers-{name}"), &spec);
+        let seqs = synthetic_sequences(&dir.0, spec.max_seq_length);
+        let got = embed(&mut Encoder::load(&dir.0, &Device::Cpu).unwrap(), &seqs);
+        let request = serde_json::json!({"sequences": seqs
+            .iter()
+            .map(|e| serde_json::json!({"ids": e.ids, "type_ids": e.type_ids}))
+            .collect::<Vec<_>>()});
+        let args = ["embed", dir.0.to_str().unwrap()];
+        let stdout = run_script(
+            python,
+            "transformers_check.py",
+            &args,
+            request.to_string().as_bytes(),
+        );
+        let reply: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
+        let want: Vec<Vec<f64>> = serde_json::from_value(reply["embeddings"].clone()).unwrap();
+        let width = want[0].len();
+        let worst = (got.chunks_exact(width).zip(&want))
+            .map(|(g, w)| 1.0 - cosine(g, w))
+            .fold(0.0, f64::max);
+        println!(
+            "{name}: {} sequences, worst 1 - cosine {worst:.2e}",
+            want.len()
+        );
+        assert_cosines(&got, &want, 0.99999, name);
+    }
+}
+
+/// ModernBERT has no CUDA kernels: its folder is refused on a GPU, saying where it runs.
+#[test]
+fn synthetic_modernbert_is_refused_on_cuda() {
+    support::refused_on_cuda(
+        "synthetic_modernbert_is_refused_on_cuda",
+        Family::ModernBert,
+    );
+}
+
+/// Rotary positions restart and the window applies within each packed sequence.
+#[test]
+fn synthetic_modernbert_packing_cpu() {
+    let spec = SyntheticSpec {
+        family: Family::ModernBert,
+        layers: 3,
+        ..SyntheticSpec::default()
+    };
+    check_synthetic_packing(&Device::Cpu, spec);
+}
