@@ -7,6 +7,9 @@ rounds, so that a machine whose load drifts slows both alike; the table gives ea
 median tokens/s with the range over rounds, the median of the per-round ratios, and the
 FLOP rate of tandem's forward pass alone.
 
+`--long 1024 2048` adds cases of texts that long, one per batch (the model's limit must
+allow them: benches/make_modernbert.py --max-seq-length).
+
 Needs a Python with torch and sentence-transformers (a benchmark environment, not the
 tests' .venv), the model (scripts/fetch-models.sh) and cargo:
 
@@ -103,6 +106,23 @@ def passages(n):
     return [" ".join(words[i % 7 :] + words[: i % 7]) * 2 for i in range(n)]
 
 
+def long_passages(n, tokens, tokenizer):
+    """n distinct texts of at most `tokens` tokens with the special ones, as many as fit
+    (the passage over and over), for --long: the model's limit must be at least that."""
+    words = PASSAGE.split()
+    texts = []
+    for i in range(n):
+        # Every word is at least one token, so `tokens` words are enough.
+        pool = (words[i % 7 :] + words[: i % 7]) * (tokens // len(words) + 1)
+        size = lambda k: len(tokenizer(" ".join(pool[:k]))["input_ids"])
+        lo, hi = 1, tokens  # the largest k with size(k) <= tokens, by bisection
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if size(mid) <= tokens else (lo, mid - 1)
+        texts.append(" ".join(pool[:lo]))
+    return texts
+
+
 # 160 texts: whole batches of 1, 8 and 32.
 CORPUS = SENTENCES * 4
 CASES = [
@@ -154,9 +174,9 @@ def run_ours(binary, model, texts, batch, seconds, threads):
     return json.loads(line[len("RESULT "):])
 
 
-def run_torch(model, tokenizer, texts, batch, seconds):
+def run_torch(model, tokenizer, texts, batch, seconds, limit):
     batches = [texts[i : i + batch] for i in range(0, len(texts), batch)]
-    tokens = [sum(len(tokenizer(t, truncation=True, max_length=256)["input_ids"]) for t in b)
+    tokens = [sum(len(tokenizer(t, truncation=True, max_length=limit)["input_ids"]) for t in b)
               for b in batches]
     for b in batches[:2]:  # warm-up (the model stays loaded between rounds)
         model.encode(b, batch_size=batch, normalize_embeddings=True, show_progress_bar=False)
@@ -184,8 +204,9 @@ def main():
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--only", default="", help="run only the cases whose name has this")
+    parser.add_argument("--long", type=int, nargs="*", default=[], metavar="TOKENS",
+                        help="add a case of texts this long, batch 1 (within the model's limit)")
     args = parser.parse_args()
-    cases = [c for c in CASES if args.only in c[0]]
 
     import torch
     from sentence_transformers import SentenceTransformer
@@ -193,9 +214,15 @@ def main():
     torch.set_num_threads(args.threads)
     model = SentenceTransformer(str(args.model), device="cpu")
     tokenizer = model.tokenizer
+    for tokens in args.long:
+        if tokens > model.max_seq_length:
+            sys.exit(f"--long {tokens}: the model's limit is {model.max_seq_length} tokens")
+    long_cases = [(f"long, {t} tokens, batch 1", long_passages(4, t, tokenizer), 1) for t in args.long]
+    cases = [c for c in CASES + long_cases if args.only in c[0]]
     lengths = [len(tokenizer(s)["input_ids"]) for s in SENTENCES]
     assert min(lengths) >= 8 and max(lengths) <= 30, lengths
     binary = build_rust_bench()
+    limit = model.max_seq_length
     print(f"machine: {os.uname().nodename}, {os.cpu_count()} CPUs, torch {torch.__version__}"
           f" ({args.threads} threads), load average {os.getloadavg()[0]:.1f} at start")
     print(f"sentences: {min(lengths)}-{max(lengths)} tokens, mean "
@@ -206,7 +233,7 @@ def main():
     for r in range(args.rounds):
         for name, texts, batch in cases:
             ours = run_ours(binary, args.model, texts, batch, args.seconds, args.threads)
-            theirs = run_torch(model, tokenizer, texts, batch, args.seconds)
+            theirs = run_torch(model, tokenizer, texts, batch, args.seconds, limit)
             res = results[name]
             res["ours"].append(ours["tokens_per_s"])
             res["torch"].append(theirs["tokens_per_s"])

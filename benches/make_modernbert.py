@@ -6,14 +6,16 @@ transformers writes the model (ModernBertModel at ModernBERT-base's sizes: 22 la
 wide, 12 heads, 1152 intermediate, a 128-token window, its config in transformers' own
 current form) and all-MiniLM-L6-v2's folder gives the tokenizer (its WordPiece vocabulary of
 30,522, so texts tokenize as real text does), mean pooling and normalisation; the sequence
-limit is 256, as the benchmark truncates.
+limit is 256, as the benchmark truncates, unless --max-seq-length says otherwise (ModernBERT
+itself takes up to 8,192).
 
-    BENCH_PYTHON benches/make_modernbert.py OUT_DIR [MINILM_DIR]
+    BENCH_PYTHON benches/make_modernbert.py OUT_DIR [MINILM_DIR] [--max-seq-length N]
 
 BENCH_PYTHON needs torch and transformers (the benchmark environment of
 encoder_vs_pytorch.py); MINILM_DIR defaults to scripts/fetch-models.sh's cache.
 """
 
+import argparse
 import json
 import os
 import shutil
@@ -24,7 +26,7 @@ import torch
 from transformers import ModernBertConfig, ModernBertModel
 
 
-def main(out, minilm):
+def main(out, minilm, max_seq_length):
     out, minilm = Path(out), Path(minilm)
     torch.manual_seed(0)
     config = ModernBertConfig(
@@ -42,12 +44,17 @@ def main(out, minilm):
     (out / "1_Pooling").mkdir(exist_ok=True)
     (out / "1_Pooling/config.json").write_text(json.dumps(pooling))
     (out / "sentence_bert_config.json").write_text(
-        json.dumps({"max_seq_length": 256, "do_lower_case": False})
+        json.dumps({"max_seq_length": max_seq_length, "do_lower_case": False})
     )
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3):
-        sys.exit(__doc__)
     cache = Path(os.environ.get("TANDEM_CACHE", Path.home() / ".cache/tandem"))
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) == 3 else cache / "models/all-minilm-l6-v2")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out")
+    parser.add_argument("minilm", nargs="?", default=cache / "models/all-minilm-l6-v2")
+    parser.add_argument("--max-seq-length", type=int, default=256)
+    args = parser.parse_args()
+    if not 1 <= args.max_seq_length <= 8192:
+        sys.exit("--max-seq-length: 1 to 8192")
+    main(args.out, args.minilm, args.max_seq_length)

@@ -139,6 +139,7 @@ fn fixtures() -> &'static Fixtures {
                 pooling: encoder.pooling,
                 precision: kernels::DType::F32,
                 attention_per_token_pair: 0.01,
+                sliding_window: None,
                 labels: Vec::new(),
                 multi_label: false,
             },

@@ -70,9 +70,12 @@ pub struct TextInput {
     pub pooling: encoder::Pooling,
     /// The precision its matrices run in (TEI's `/info` reports it).
     pub precision: kernels::DType,
-    /// A sequence of `n` tokens costs `n + n² × attention_per_token_pair` token-units of
-    /// compute: the dense layers per token, attention per pair of tokens.
+    /// A sequence of `n` tokens costs `n + pairs × attention_per_token_pair` token-units of
+    /// compute: the dense layers per token, attention per pair of tokens it scores (`n²`,
+    /// fewer in layers with a sliding window).
     pub attention_per_token_pair: f64,
+    /// The layers that attend within a window, if any.
+    pub sliding_window: Option<SlidingWindow>,
     /// A classifier's labels in output order; empty for an encoder of embeddings.
     pub labels: Vec<String>,
     /// A classifier's labels are scored each alone (a sigmoid each), not against each other.
@@ -87,7 +90,31 @@ impl TextInput {
 
     /// The compute of one sequence of `tokens`, in token-units.
     pub fn units(&self, tokens: usize) -> f64 {
-        tokens as f64 + (tokens * tokens) as f64 * self.attention_per_token_pair
+        let square = (tokens * tokens) as f64;
+        let pairs = match self.sliding_window {
+            None => square,
+            Some(s) => (1.0 - s.share) * square + s.share * s.pairs(tokens) as f64,
+        };
+        tokens as f64 + pairs * self.attention_per_token_pair
+    }
+}
+
+/// Layers whose tokens attend only to the tokens near them (ModernBERT's local layers).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SlidingWindow {
+    /// A token attends to those at most this many positions away.
+    pub window: usize,
+    /// The fraction of the layers that do; the others attend to the whole sequence.
+    pub share: f64,
+}
+
+impl SlidingWindow {
+    /// The pairs of tokens (a token with itself included) at most `window` apart in a
+    /// sequence of `n`: the scores such a layer computes.
+    pub fn pairs(&self, n: usize) -> u64 {
+        let m = self.window.min(n.saturating_sub(1)) as u64;
+        let n = n as u64;
+        n + m * (2 * n - m - 1)
     }
 }
 
@@ -141,5 +168,24 @@ pub fn load(path: &std::path::Path, device: &Device) -> Result<Box<dyn Model>, L
     match folder {
         Some(dir) if encoder::is_encoder_dir(dir) => Ok(Box::new(Encoder::load(dir, device)?)),
         _ => Ok(Box::new(Mlp::load(&file, device)?)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SlidingWindow;
+
+    #[test]
+    fn window_pairs_count_every_pair_within_reach() {
+        for window in [0, 1, 4, 64] {
+            let s = SlidingWindow { window, share: 0.5 };
+            for n in [0usize, 1, 2, 4, 5, 9, 64, 65, 200] {
+                let brute = (0..n)
+                    .flat_map(|i| (0..n).map(move |j| (i, j)))
+                    .filter(|(i, j): &(usize, usize)| i.abs_diff(*j) <= window)
+                    .count() as u64;
+                assert_eq!(s.pairs(n), brute, "window {window}, {n} tokens");
+            }
+        }
     }
 }

@@ -322,6 +322,34 @@ fn flops_count_dense_layers_per_token_and_attention_per_sequence() {
     assert_eq!(encoder.flops(&tokens), want as u64);
 }
 
+/// ModernBERT's local layers score only the pairs within the window (4 tokens a side in the
+/// synthetic model, every other layer), and its batches are costed so.
+#[test]
+fn modernbert_flops_and_units_count_the_window() {
+    let spec = SyntheticSpec {
+        family: Family::ModernBert,
+        ..SyntheticSpec::default()
+    };
+    let dir = synthetic("modern_flops", &spec);
+    let encoder = Encoder::load(&dir.0, &Device::Cpu).unwrap();
+    let tokens = pack(&random_sequences(&[3, 20], 5, 60, 2, 3));
+    // Pairs at most 4 apart: all 9 of the 3 tokens; 20 + 2·(19 + 18 + 17 + 16) of the 20.
+    let (square, windowed) = (9 + 400, 9 + 160);
+    let (h, i) = (spec.hidden, spec.intermediate);
+    let dense = 2 * (4 * h * h + 3 * h * i) * 23;
+    let want = spec.layers * dense + 4 * h * (square + windowed);
+    assert_eq!(spec.layers, 2, "one global layer and one local");
+    assert_eq!(encoder.flops(&tokens), want as u64);
+    let text = encoder.text_input();
+    let per_pair = text.attention_per_token_pair;
+    let units = 20.0 + per_pair * (400.0 + 160.0) / 2.0;
+    assert!(
+        (text.units(20) - units).abs() < 1e-9,
+        "{} vs {units}",
+        text.units(20)
+    );
+}
+
 #[test]
 fn l2_normalisation_gives_unit_rows_and_leaves_zero_rows() {
     let mut rows = vec![3.0, 4.0, 0.0, 0.0, 1.0, 0.0];

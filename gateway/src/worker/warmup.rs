@@ -199,6 +199,7 @@ mod tests {
             pooling: models::encoder::Pooling::Mean,
             precision: kernels::DType::F32,
             attention_per_token_pair: 0.0,
+            sliding_window: None,
             labels: Vec::new(),
             multi_label: false,
         };

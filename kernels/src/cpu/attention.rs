@@ -1,6 +1,9 @@
 //! Multi-head self-attention over sequences packed end to end, each on its own length: no
 //! padding, no mask. `ctx = softmax(Q Kᵀ / √d + B) V` for every (sequence, head), where `B`
-//! is an optional bias by relative position (MPNet's), else zero.
+//! is an optional bias by relative position (MPNet's), else zero. With a sliding window
+//! (ModernBERT's local layers), a query attends only to the keys near it, and a block of
+//! queries computes only the scores of the key tiles its window touches, so a windowed
+//! layer costs in proportion to its length, not to its square.
 //!
 //! The input is the output of the fused query/key/value product, `[tokens, 3 · hidden]`:
 //! queries in columns `0..hidden`, keys in `hidden..2·hidden`, values after them, head `h`
@@ -73,6 +76,9 @@ pub struct AttentionInput<'a> {
     pub offsets: &'a [usize],
     pub shape: AttentionShape,
     pub bias: Option<RelativeBias<'a>>,
+    /// Each query attends only to the keys at most this many positions from it; `None`:
+    /// to the whole sequence.
+    pub window: Option<usize>,
 }
 
 /// Buffers reused across calls: the head-major copy of the input; per piece, the
@@ -108,6 +114,7 @@ struct Call<'a> {
     /// Whether the AVX2 kernels run (the CPU has them and d is a multiple of 8).
     simd: bool,
     bias: Option<RelativeBias<'a>>,
+    window: Option<usize>,
 }
 
 impl Call<'_> {
@@ -115,6 +122,18 @@ impl Call<'_> {
     #[inline(always)]
     fn at(&self, part: usize, head: usize, t: usize) -> usize {
         ((part * self.shape.heads + head) * self.tokens + t) * self.shape.head_dim()
+    }
+
+    /// The keys a block of queries `rows` of a sequence of `len` tokens scores: all of
+    /// them, or those its window reaches, from the start of a key tile.
+    fn keys(&self, rows: &Range<usize>, len: usize) -> Range<usize> {
+        match self.window {
+            None => 0..len,
+            Some(w) => {
+                let first = rows.start.saturating_sub(w) / KEY_TILE * KEY_TILE;
+                first..(rows.end + w).min(len)
+            }
+        }
     }
 }
 
@@ -143,6 +162,7 @@ pub fn attention(
         offsets,
         shape,
         bias: None,
+        window: None,
     };
     biased_attention(input, ctx, scratch, threads)
 }
@@ -171,6 +191,7 @@ fn attention_with(
         offsets,
         shape,
         bias,
+        window,
     } = input;
     check(qkv, offsets, shape, ctx)?;
     let longest = offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
@@ -192,7 +213,7 @@ fn attention_with(
     } else {
         threads.max(1) * PIECES_PER_THREAD
     };
-    split(offsets, shape.heads, pieces, &mut scratch.pieces);
+    split(offsets, shape.heads, window, pieces, &mut scratch.pieces);
     if scratch.buffers.len() < scratch.pieces.len() {
         let count = scratch.pieces.len();
         scratch.buffers.resize_with(count, AlignedVec::default);
@@ -206,6 +227,7 @@ fn attention_with(
         padded,
         simd,
         bias,
+        window,
     };
     let run = |range: Range<usize>, buffer: &mut AlignedVec| {
         if buffer.len() < piece_len(d, padded) {
@@ -347,26 +369,48 @@ fn check_bias(
     Ok(())
 }
 
-/// Adds the relative bias, if any, to the scores of the queries `rows` of a unit.
-fn add_bias(call: Call<'_>, unit: Unit, rows: Range<usize>, scores: &mut [f32]) {
-    let Some(bias) = call.bias else { return };
+/// Adds the relative bias, if any, to the scores of the queries `rows` of a unit for
+/// `keys`, and gives the keys in that range but outside a query's window a score of −∞
+/// (whose exponential is exactly 0).
+fn add_bias(
+    call: Call<'_>,
+    unit: Unit,
+    rows: Range<usize>,
+    keys: Range<usize>,
+    scores: &mut [f32],
+) {
     let p = call.padded;
-    for (r, i) in rows.enumerate() {
-        let row = &mut scores[r * p..r * p + unit.len];
-        for (s, b) in row.iter_mut().zip(bias.row(unit.head, i, unit.len)) {
-            *s += b;
+    if let Some(bias) = call.bias {
+        for (r, i) in rows.clone().enumerate() {
+            let row = &mut scores[r * p + keys.start..r * p + keys.end];
+            let biases = &bias.row(unit.head, i, unit.len)[keys.clone()];
+            row.iter_mut().zip(biases).for_each(|(s, b)| *s += b);
+        }
+    }
+    if let Some(w) = call.window {
+        for (r, i) in rows.enumerate() {
+            let near = i.saturating_sub(w).max(keys.start)..(i + w + 1).min(keys.end);
+            scores[r * p + keys.start..r * p + near.start].fill(f32::NEG_INFINITY);
+            scores[r * p + near.end..r * p + keys.end].fill(f32::NEG_INFINITY);
         }
     }
 }
 
 /// Cuts the units (sequence-major, then head) into at most `pieces` contiguous ranges of
 /// about equal cost, into `out`.
-fn split(offsets: &[usize], heads: usize, pieces: usize, out: &mut Vec<Range<usize>>) {
+fn split(
+    offsets: &[usize],
+    heads: usize,
+    window: Option<usize>,
+    pieces: usize,
+    out: &mut Vec<Range<usize>>,
+) {
     out.clear();
     let cost = |u: usize| {
         let seq = u / heads;
         let len = offsets[seq + 1] - offsets[seq];
-        len * (len + KEY_TILE)
+        let keys = window.map_or(len, |w| len.min(2 * w + QUERY_BLOCK + KEY_TILE));
+        len * (keys + KEY_TILE)
     };
     let units = (offsets.len() - 1) * heads;
     let total: usize = (0..units).map(cost).sum();
@@ -437,19 +481,20 @@ fn transpose_keys(call: Call<'_>, unit: Unit, keys: &mut [f32]) {
 /// # Safety
 /// As [`run_unit`].
 unsafe fn query_block(call: Call<'_>, unit: Unit, rows: Range<usize>, block: &mut Block<'_>) {
+    let keys = call.keys(&rows, unit.len);
     #[cfg(target_arch = "x86_64")]
     if call.simd {
         // SAFETY: AVX2 and FMA are present and d is a multiple of 8 (`simd` says so); the
         // rest is the caller's contract.
         unsafe {
-            avx2::scores(call, unit, rows.clone(), block);
-            add_bias(call, unit, rows.clone(), block.scores);
-            avx2::softmax_values(call, unit, rows, block);
+            avx2::scores(call, unit, rows.clone(), keys.clone(), block);
+            add_bias(call, unit, rows.clone(), keys.clone(), block.scores);
+            avx2::softmax_values(call, unit, rows, keys, block);
         }
         return;
     }
     // SAFETY: the caller's contract.
-    unsafe { portable::query_block(call, unit, rows, block) }
+    unsafe { portable::query_block(call, unit, rows, keys, block) }
 }
 
 mod portable {
@@ -463,22 +508,25 @@ mod portable {
         call: Call<'_>,
         unit: Unit,
         rows: Range<usize>,
+        keys: Range<usize>,
         block: &mut Block<'_>,
     ) {
         let (d, p, n) = (call.shape.head_dim(), call.padded, unit.len);
         let values = &call.heads[call.at(2, unit.head, unit.start)..][..n * d];
+        let values = &values[keys.start * d..keys.end * d];
         for (r, i) in rows.enumerate() {
-            let row = &mut block.scores[r * p..r * p + n];
             let q = &call.heads[call.at(0, unit.head, unit.start + i)..][..d];
-            for (j, s) in row.iter_mut().enumerate() {
+            let row = &mut block.scores[r * p..(r + 1) * p];
+            for j in keys.clone() {
                 let dot: f32 = q
                     .iter()
                     .enumerate()
                     .map(|(c, qc)| qc * block.keys[c * p + j])
                     .sum();
-                *s = dot * call.scale;
+                row[j] = dot * call.scale;
             }
-            add_bias(call, unit, i..i + 1, row);
+            add_bias(call, unit, i..i + 1, keys.clone(), row);
+            let row = &mut row[keys.clone()];
             let max = row.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
             let mut sum = 0.0;
             for s in row.iter_mut() {

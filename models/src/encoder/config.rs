@@ -19,6 +19,7 @@ use super::modules::{HeadModules, read_head_modules};
 use super::packed::PackedTokens;
 use super::projection::DenseModule;
 use crate::LoadError;
+use crate::SlidingWindow;
 
 /// How token states become one vector per sequence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -252,6 +253,16 @@ impl EncoderConfig {
         let (h, i) = (self.hidden as u64, self.intermediate as u64);
         let ffn_matrices = if self.modern.is_some() { 3 } else { 2 };
         2 * (4 * h * h + ffn_matrices * h * i)
+    }
+
+    /// ModernBERT's local layers: its window and their share of the layers.
+    pub fn sliding_window(&self) -> Option<SlidingWindow> {
+        let m = self.modern.as_ref()?;
+        let local = m.global.iter().filter(|global| !**global).count();
+        (local > 0).then(|| SlidingWindow {
+            window: m.window,
+            share: local as f64 / m.global.len() as f64,
+        })
     }
 
     /// Values per head.

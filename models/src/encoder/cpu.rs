@@ -213,6 +213,7 @@ pub(super) fn attention_input<'a>(
             heads: c.heads,
         },
         bias,
+        window: None,
     }
 }
 

@@ -225,12 +225,22 @@ impl Encoder {
     }
 
     /// Floating-point operations of a forward pass over `tokens`: the dense layers per
-    /// token and attention per sequence (growing with the square of its length).
+    /// token and attention per pair of tokens a layer scores (the square of a sequence's
+    /// length, or fewer within a sliding window).
     pub fn flops(&self, tokens: &PackedTokens) -> u64 {
         let c = &self.config;
-        let per_layer = c.dense_flops_per_token() * tokens.tokens() as u64
-            + 4 * c.hidden as u64 * tokens.sum_squared_lengths();
-        per_layer * c.layers as u64
+        let layers = c.layers as u64;
+        let dense = c.dense_flops_per_token() * tokens.tokens() as u64 * layers;
+        let square = tokens.sum_squared_lengths();
+        let pairs = match (&c.modern, c.sliding_window()) {
+            (Some(m), Some(s)) => {
+                let local = (m.global.iter().filter(|g| !**g).count()) as u64;
+                let windowed: u64 = tokens.lengths().map(|n| s.pairs(n)).sum();
+                (layers - local) * square + local * windowed
+            }
+            _ => layers * square,
+        };
+        dense + 4 * c.hidden as u64 * pairs
     }
 
     /// Runs a packed batch and writes one row per sequence into `output` (`[sequences,

@@ -1,15 +1,13 @@
 //! ModernBERT's forward pass on the CPU, on the same packed batches and kernels as BERT's
 //! (`cpu`): every dense layer once over all the batch's tokens, attention per sequence on
 //! its own length. What differs is the layer: pre-norm, rotary positions turned into the
-//! queries and keys, a sliding window in all but every few layers (a score bias of −∞ past
-//! the window, through the same attention kernel, whose exponential gives such a score a
-//! weight of exactly 0), a gated GELU feed-forward, and a final norm before pooling. The
-//! windowed layers still compute every score of a sequence and mask the far ones, so a long
-//! input costs what full attention costs.
+//! queries and keys, a sliding window in all but every few layers (the attention kernel's
+//! window, which scores only the keys near each query, so those layers cost in proportion
+//! to a text's length), a gated GELU feed-forward, and a final norm before pooling.
 
 use kernels::Activation;
 use kernels::cpu::{
-    AlignedVec, AttentionScratch, NormParams, PackedLinear, RelativeBias, add_layer_norm,
+    AlignedVec, AttentionInput, AttentionScratch, NormParams, PackedLinear, add_layer_norm,
     biased_attention, gelu_in_place,
 };
 
@@ -57,8 +55,6 @@ struct Scratch {
     /// Rotary cosines and sines by position for the global and the sliding-window layers.
     global: Rotary,
     local: Rotary,
-    /// 0 within the window and −∞ past it, by head and distance (`RelativeBias`).
-    window: Vec<f32>,
 }
 
 impl ModernCpuEncoder {
@@ -121,16 +117,10 @@ impl ModernCpuEncoder {
         let head_dim = c.head_dim();
         s.global.fill(self.params.global_theta, span, head_dim);
         s.local.fill(self.params.local_theta, span, head_dim);
-        let windowed = span > self.params.window + 1;
-        if windowed {
-            fill_window(self.params.window, c.heads, span, &mut s.window);
-        }
         for (layer, &global) in self.layers.iter().zip(&self.params.global) {
-            let kind = match (global, windowed) {
-                (true, _) => Attention::Global,
-                (false, true) => Attention::Window { span },
-                // Every sequence fits in the window: nothing to mask.
-                (false, false) => Attention::Local,
+            let kind = match global {
+                true => Attention::Global,
+                false => Attention::Window(self.params.window),
             };
             attend(layer, c, tokens, kind, s, threads)?;
             feed_forward(layer, c, tokens.tokens(), s, threads)?;
@@ -149,13 +139,12 @@ fn params(norm: &Norm, eps: f32) -> NormParams<'_> {
     }
 }
 
-/// How a layer attends: to the whole sequence (with the global rotary base), or within the
-/// window (with the local base), masked by `Scratch::window` when a sequence is longer.
+/// How a layer attends: to the whole sequence (with the global rotary base), or to the
+/// tokens at most so many positions away (with the local base).
 #[derive(Clone, Copy)]
 enum Attention {
     Global,
-    Local,
-    Window { span: usize },
+    Window(usize),
 }
 
 /// `x += Wo · attention(rotary(Wqkv · attn_norm(x)))`.
@@ -178,19 +167,15 @@ fn attend(
         None => &s.x,
     };
     l.qkv.forward(input, t, &mut s.qkv, id, threads)?;
-    let rotary = match kind {
-        Attention::Global => &s.global,
-        Attention::Local | Attention::Window { .. } => &s.local,
+    let (rotary, window) = match kind {
+        Attention::Global => (&s.global, None),
+        Attention::Window(w) => (&s.local, Some(w)),
     };
     rotary.apply(&mut s.qkv, tokens, c.hidden, c.head_dim());
-    let bias = match kind {
-        Attention::Window { span } => Some(RelativeBias {
-            table: &s.window,
-            span,
-        }),
-        Attention::Global | Attention::Local => None,
+    let input = AttentionInput {
+        window,
+        ..attention_input(&s.qkv, tokens, c, None)
     };
-    let input = attention_input(&s.qkv, tokens, c, bias);
     biased_attention(input, &mut s.ctx, &mut s.attention, threads)?;
     l.attention_out
         .forward(&s.ctx, t, &mut s.out, id, threads)?;
@@ -226,23 +211,6 @@ fn feed_forward(
 
 fn add_in_place(x: &mut [f32], add: &[f32]) {
     x.iter_mut().zip(add).for_each(|(x, a)| *x += a);
-}
-
-/// The relative-position table of the sliding window for sequences of up to `span` tokens:
-/// 0 where key and query are at most `window` apart, −∞ farther.
-fn fill_window(window: usize, heads: usize, span: usize, table: &mut Vec<f32>) {
-    table.clear();
-    let width = 2 * span - 1;
-    for _ in 0..heads {
-        table.extend((0..width).map(|k| {
-            let distance = k.abs_diff(span - 1);
-            if distance <= window {
-                0.0
-            } else {
-                f32::NEG_INFINITY
-            }
-        }));
-    }
 }
 
 /// Rotary embeddings' cosines and sines, `[position][head_dim / 2]`, as transformers

@@ -40,7 +40,7 @@ impl Encoder {
 
     /// What a sequence costs: per layer, the dense layers take
     /// [`EncoderConfig::dense_flops_per_token`] and attention `4h` FLOPs a pair of tokens
-    /// (scores and the weighted sum).
+    /// it scores (scores and the weighted sum).
     pub fn text_input(&self) -> TextInput {
         let c = self.config();
         let h = c.hidden as f64;
@@ -53,6 +53,7 @@ impl Encoder {
             pooling: c.pooling,
             precision: self.precision(),
             attention_per_token_pair: 4.0 * h / per_token,
+            sliding_window: c.sliding_window(),
             labels: c.labels.clone(),
             multi_label: c.multi_label,
         }

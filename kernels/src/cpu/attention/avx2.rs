@@ -6,16 +6,22 @@ use std::ops::Range;
 use super::{Block, Call, KEY_TILE, QUERY_BLOCK, Unit};
 use crate::cpu::vmath::avx2::{exp, hmax, hsum};
 
-/// `scores[r][j] = scale · query(rows.start + r) · key j` for every key tile.
+/// `scores[r][j] = scale · query(rows.start + r) · key j` for the key tiles of `keys`
+/// (which starts on a tile).
 ///
 /// # Safety
 /// AVX2 and FMA are present; d is a multiple of 8; the block's keys were filled for this
-/// unit.
+/// unit; `keys` lies within the unit.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn scores(call: Call<'_>, unit: Unit, rows: Range<usize>, block: &mut Block<'_>) {
-    let tiles = unit.len.div_ceil(KEY_TILE);
+pub(super) unsafe fn scores(
+    call: Call<'_>,
+    unit: Unit,
+    rows: Range<usize>,
+    keys: Range<usize>,
+    block: &mut Block<'_>,
+) {
     let n = rows.len();
-    for tile in 0..tiles {
+    for tile in keys.start / KEY_TILE..keys.end.div_ceil(KEY_TILE) {
         let mut r = 0;
         while r < n {
             let left = n - r;
@@ -75,8 +81,8 @@ unsafe fn score_tile<const R: usize>(
     }
 }
 
-/// Turns each row of scores into probabilities (unnormalised), multiplies them into the
-/// values and writes the rows of ctx divided by their sums.
+/// Turns each row of scores of `keys` into probabilities (unnormalised), multiplies them
+/// into those keys' values and writes the rows of ctx divided by their sums.
 ///
 /// # Safety
 /// As [`scores`]; no other thread writes this unit's part of ctx.
@@ -85,14 +91,20 @@ pub(super) unsafe fn softmax_values(
     call: Call<'_>,
     unit: Unit,
     rows: Range<usize>,
+    keys: Range<usize>,
     block: &mut Block<'_>,
 ) {
     let p = call.padded;
     let mut sums = [0f32; QUERY_BLOCK];
     for (r, sum) in sums.iter_mut().enumerate().take(rows.len()) {
+        let row = &mut block.scores[r * p + keys.start..r * p + keys.end];
         // SAFETY: AVX2 and FMA are enabled here.
-        *sum = unsafe { softmax_row(&mut block.scores[r * p..r * p + unit.len]) };
+        *sum = unsafe { softmax_row(row) };
     }
+    let tile = Tile {
+        first: rows.start,
+        keys,
+    };
     let d = call.shape.head_dim();
     let mut c = 0;
     while c < d {
@@ -103,12 +115,12 @@ pub(super) unsafe fn softmax_values(
             // SAFETY: rows r..r+n of the block, columns c..c+32 (or +8) within d.
             unsafe {
                 match (n, wide) {
-                    (3, true) => pv_tile::<3, 4>(call, unit, rows.start, r, c, block, &sums),
-                    (2, true) => pv_tile::<2, 4>(call, unit, rows.start, r, c, block, &sums),
-                    (1, true) => pv_tile::<1, 4>(call, unit, rows.start, r, c, block, &sums),
-                    (3, false) => pv_tile::<3, 1>(call, unit, rows.start, r, c, block, &sums),
-                    (2, false) => pv_tile::<2, 1>(call, unit, rows.start, r, c, block, &sums),
-                    _ => pv_tile::<1, 1>(call, unit, rows.start, r, c, block, &sums),
+                    (3, true) => pv_tile::<3, 4>(call, unit, &tile, r, c, block, &sums),
+                    (2, true) => pv_tile::<2, 4>(call, unit, &tile, r, c, block, &sums),
+                    (1, true) => pv_tile::<1, 4>(call, unit, &tile, r, c, block, &sums),
+                    (3, false) => pv_tile::<3, 1>(call, unit, &tile, r, c, block, &sums),
+                    (2, false) => pv_tile::<2, 1>(call, unit, &tile, r, c, block, &sums),
+                    _ => pv_tile::<1, 1>(call, unit, &tile, r, c, block, &sums),
                 }
             }
             r += n;
@@ -156,22 +168,30 @@ unsafe fn softmax_row(row: &mut [f32]) -> f32 {
     }
 }
 
-/// ctx rows `first + r .. + R` of the unit, columns `c .. c + 8·V` of its head. The R
-/// probabilities of a key are broadcast once and each value vector is loaded as it is
-/// used, so that the 3 × 4 tile fits the sixteen registers without spilling.
+/// Where [`pv_tile`] works: the block's first query in the unit, and the keys it weighs.
+struct Tile {
+    first: usize,
+    keys: Range<usize>,
+}
+
+/// ctx rows `first + r .. + R` of the unit, columns `c .. c + 8·V` of its head, from the
+/// probabilities of `tile.keys`. The R probabilities of a key are broadcast once and each
+/// value vector is loaded as it is used, so that the 3 × 4 tile fits the sixteen
+/// registers without spilling.
 #[inline(always)]
 unsafe fn pv_tile<const R: usize, const V: usize>(
     call: Call<'_>,
     unit: Unit,
-    first: usize,
+    tile: &Tile,
     r: usize,
     c: usize,
     block: &Block<'_>,
     sums: &[f32],
 ) {
     let (d, p) = (call.shape.head_dim(), call.padded);
-    // SAFETY (whole block): value rows j < unit.len at columns c..c+8V <= d lie in the
-    // unit's head-major values; score rows r..r+R of the block hold unit.len values;
+    // SAFETY (whole block): value rows j in tile.keys (within unit.len) at columns
+    // c..c+8V <= d lie in the unit's head-major values; score rows r..r+R of the block
+    // hold values for tile.keys;
     // ctx rows of this unit at this head's columns are its own to write.
     unsafe {
         let v = call
@@ -180,7 +200,7 @@ unsafe fn pv_tile<const R: usize, const V: usize>(
             .add(call.at(2, unit.head, unit.start) + c);
         let s = block.scores.as_ptr().add(r * p);
         let mut acc = [[_mm256_setzero_ps(); V]; R];
-        for j in 0..unit.len {
+        for j in tile.keys.clone() {
             let mut pj = [_mm256_setzero_ps(); R];
             for (i, pj) in pj.iter_mut().enumerate() {
                 *pj = _mm256_broadcast_ss(&*s.add(i * p + j));
@@ -195,7 +215,7 @@ unsafe fn pv_tile<const R: usize, const V: usize>(
         let h = call.shape.hidden;
         for (i, acc) in acc.iter().enumerate() {
             let inv = _mm256_set1_ps(1.0 / sums[r + i]);
-            let row = unit.start + first + r + i;
+            let row = unit.start + tile.first + r + i;
             let out = call.ctx.0.add(row * h + unit.head * d + c);
             for (x, a) in acc.iter().enumerate() {
                 _mm256_storeu_ps(out.add(8 * x), _mm256_mul_ps(*a, inv));

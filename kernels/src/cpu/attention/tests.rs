@@ -2,12 +2,14 @@ use super::*;
 use crate::cpu::test_support::values;
 
 /// Attention in float64, straight from the definition, with the relative bias
-/// `table[head][span - 1 + j - i]` when there is one.
+/// `table[head][span - 1 + j - i]` when there is one, and keys farther than `window` from
+/// a query given no weight.
 fn reference(
     qkv: &[f32],
     offsets: &[usize],
     shape: AttentionShape,
     bias: Option<(&[f32], usize)>,
+    window: Option<usize>,
 ) -> Vec<f64> {
     let (h, d) = (shape.hidden, shape.head_dim());
     let tokens = *offsets.last().unwrap();
@@ -20,6 +22,9 @@ fn reference(
             for i in w[0]..w[1] {
                 let s: Vec<f64> = (w[0]..w[1])
                     .map(|j| {
+                        if window.is_some_and(|w| i.abs_diff(j) > w) {
+                            return f64::NEG_INFINITY;
+                        }
                         (0..d)
                             .map(|c| get(i, 0, head, c) * get(j, 1, head, c))
                             .sum::<f64>()
@@ -70,13 +75,21 @@ fn matches_float64_on_mixed_lengths_heads_and_paths() {
             .map(|span| (values(heads * (2 * span - 1), span as u64), span))
             .to_vec();
         let biases = [None, Some(&tables[0]), Some(&tables[1])];
-        for bias in biases.map(|b| b.map(|(t, s)| (&t[..], *s))) {
-            let want = reference(&qkv, &offsets, shape, bias);
+        // Windows narrower than a query block, than a key tile, and than the longest
+        // sequence, with and without a bias.
+        let windows = [None, Some(0), Some(5), Some(30), Some(99)];
+        let cases = (biases.iter().map(|b| (*b, None)))
+            .chain(windows.iter().map(|w| (None, *w)))
+            .chain([(Some(&tables[1]), Some(17))]);
+        for (bias, window) in cases {
+            let bias = bias.map(|(t, s)| (&t[..], *s));
+            let want = reference(&qkv, &offsets, shape, bias, window);
             let input = AttentionInput {
                 qkv: &qkv,
                 offsets: &offsets,
                 shape,
                 bias: bias.map(|(table, span)| RelativeBias { table, span }),
+                window,
             };
             for (simd, threads) in [(false, 1), (has_avx2_fma(), 1), (has_avx2_fma(), 2)] {
                 let simd = simd && shape.head_dim().is_multiple_of(8);
@@ -87,7 +100,7 @@ fn matches_float64_on_mixed_lengths_heads_and_paths() {
                     assert!(
                         (*g as f64 - w).abs() < 1e-5 * (1.0 + w.abs()),
                         "hidden {hidden} heads {heads} simd {simd} threads {threads} bias {} \
-                         at {i}: {g} vs {w}",
+                         window {window:?} at {i}: {g} vs {w}",
                         bias.is_some()
                     );
                 }
@@ -101,7 +114,7 @@ fn pieces_cover_every_unit_once() {
     let offsets = [0, 5, 5, 300, 301, 320];
     let mut out = Vec::new();
     for pieces in [1, 2, 3, 8, 100] {
-        split(&offsets, 4, pieces, &mut out);
+        split(&offsets, 4, None, pieces, &mut out);
         assert!(out.len() <= pieces.max(1));
         assert_eq!(out.first().unwrap().start, 0);
         assert_eq!(out.last().unwrap().end, 20);
@@ -133,6 +146,7 @@ fn shapes_that_disagree_are_errors() {
             offsets: &[0, 2],
             shape,
             bias: Some(RelativeBias { table, span }),
+            window: None,
         };
         assert!(biased_attention(input, &mut ctx, &mut scratch, 1).is_err());
     }
