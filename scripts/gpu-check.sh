@@ -33,7 +33,7 @@ stage=.gpu
 # Test binaries with CUDA tests, and the filter that selects them (empty: all of them).
 declare -A cuda_tests=(
   [kernels]=cuda [nvrtc]="" [numerics]=cuda [training]=cuda [encoder]=cuda
-  [digits]=cuda [cuda]=cuda [coloc]=on_cuda
+  [encoder_classifier]=cuda [encoder_families]=cuda [digits]=cuda [cuda]=cuda [coloc]=on_cuda
 )
 # The binaries compute-sanitizer checks: numerics and training.
 sanitized=(numerics training)

@@ -225,7 +225,7 @@ fn v2_scores_pairs_from_text_and_text_pair() {
 /// XLM-RoBERTa and ModernBERT cross-encoders rerank, and XLM-RoBERTa, MPNet and ModernBERT encoders and a
 /// BERT with two Dense modules after pooling embed, as the same models run in this process:
 /// `<s> query </s></s> text </s>`, one token type or none, positions after the padding id,
-/// MPNet's relative attention and ModernBERT's layers (on the CPU, where they run),
+/// MPNet's relative attention and ModernBERT's layers (on the CPU),
 /// embeddings of the last module's width.
 #[test]
 fn xlm_roberta_and_mpnet_models_rerank_and_embed_as_run_in_process() {

@@ -105,10 +105,14 @@ extern "C" __global__ void bias_gelu(float* __restrict__ y, const float* __restr
 // ctx[t, head * d + c] for the queries of this block. qkv is [tokens, 3 * hidden]: queries,
 // keys, then values, head h at columns h * d. grid = (query tiles of the longest sequence,
 // heads, sequences); dynamic shared memory: (2 * ATT_KEYS * (d + 1) + ATT_QUERIES * d) floats.
+// With span > 0, query i's score for key j of a sequence gains MPNet's bias by relative
+// position, bias[head * (2 * span - 1) + span - 1 + j - i] (span >= the longest sequence);
+// with span = 0, bias is not read.
 extern "C" __global__ void attention(const float* __restrict__ qkv,
                                      const unsigned int* __restrict__ offsets,
                                      float* __restrict__ ctx, unsigned int hidden,
-                                     unsigned int d, float scale) {
+                                     unsigned int d, float scale,
+                                     const float* __restrict__ bias, unsigned int span) {
     extern __shared__ float smem[];
     const unsigned int seq = blockIdx.z, head = blockIdx.y;
     const unsigned int start = offsets[seq], len = offsets[seq + 1] - start;
@@ -147,17 +151,19 @@ extern "C" __global__ void attention(const float* __restrict__ qkv,
             unsigned int q = warp + r * ATT_WARPS;
             if (q >= nq) break;
             const float* qr = queries + q * d;
+            // The biases of this query's keys: row[j] for key j of the sequence.
+            const float* row = span ? bias + head * (2 * span - 1) + span - 1 - (q0 + q) : 0;
             // Lane scores keys lane and lane + 32 of the tile.
             float s0 = NEG_INF, s1 = NEG_INF;
             if (lane < nk) {
                 float s = 0.0f;
                 for (unsigned int c = 0; c < d; ++c) s += qr[c] * keys[lane * dp + c];
-                s0 = s;
+                s0 = row ? s + row[k0 + lane] : s;
             }
             if (lane + WARP < nk) {
                 float s = 0.0f;
                 for (unsigned int c = 0; c < d; ++c) s += qr[c] * keys[(lane + WARP) * dp + c];
-                s1 = s;
+                s1 = row ? s + row[k0 + lane + WARP] : s;
             }
             float m_new = fmaxf(m[r], warp_max(fmaxf(s0, s1)));
             float correction = expf(m[r] - m_new);  // 0 on the first tile (m = -inf)

@@ -209,34 +209,28 @@ on_every_device!(synthetic_distilbert_prefixed_cls_f16, |device, test| {
         },
     )
 });
-/// MPNet's bias by relative position runs on the CPU only.
-#[test]
-fn synthetic_mpnet_mean_cpu() {
-    let spec = SyntheticSpec {
+on_every_device!(synthetic_mpnet_mean, |device, test| check_synthetic(
+    device,
+    test,
+    SyntheticSpec {
         family: Family::Mpnet,
         ..SyntheticSpec::default()
-    };
-    check_synthetic(&Device::Cpu, "synthetic_mpnet_mean_cpu", spec);
-}
-
-#[test]
-fn synthetic_mpnet_prefixed_cls_bf16_cpu() {
-    let spec = SyntheticSpec {
-        family: Family::Mpnet,
-        prefixed: true,
-        pooling: Pooling::Cls,
-        dtype: DType::BF16,
-        seed: 12,
-        ..SyntheticSpec::default()
-    };
-    check_synthetic(&Device::Cpu, "synthetic_mpnet_prefixed_cls_bf16_cpu", spec);
-}
-
-/// On a GPU an MPNet folder is refused at load with the reason, not served wrong.
-#[test]
-fn synthetic_mpnet_is_refused_on_cuda() {
-    support::refused_on_cuda("synthetic_mpnet_is_refused_on_cuda", Family::Mpnet);
-}
+    }
+));
+on_every_device!(synthetic_mpnet_prefixed_cls_bf16, |device, test| {
+    check_synthetic(
+        device,
+        test,
+        SyntheticSpec {
+            family: Family::Mpnet,
+            prefixed: true,
+            pooling: Pooling::Cls,
+            dtype: DType::BF16,
+            seed: 12,
+            ..SyntheticSpec::default()
+        },
+    )
+});
 
 on_every_device!(synthetic_packing, |device, _test| check_synthetic_packing(
     device,
@@ -414,6 +408,17 @@ fn cuda_matches_cpu_f32_heads_of_8_mean() {
 fn cuda_matches_cpu_f32_heads_of_64_cls() {
     let spec = long_spec(DType::F32, 128, 2, Pooling::Cls);
     check_cuda_matches_cpu("cuda_matches_cpu_f32_heads_of_64_cls", spec, 0.99999);
+}
+
+/// MPNet's bias by relative position, over distances past its last bucket (128) and
+/// across CUDA's key tiles.
+#[test]
+fn cuda_matches_cpu_mpnet_relative_bias() {
+    let spec = SyntheticSpec {
+        family: Family::Mpnet,
+        ..long_spec(DType::F32, 64, 4, Pooling::Mean)
+    };
+    check_cuda_matches_cpu("cuda_matches_cpu_mpnet_relative_bias", spec, 0.99999);
 }
 
 #[test]

@@ -125,17 +125,10 @@ on_every_device!(synthetic_xlm_roberta_classifier_f16, |device, test| {
     check_synthetic_classifier(device, test, Family::Roberta, 3, DType::F16)
 });
 
-/// MPNet's classifier head is RoBERTa's; its relative attention runs on the CPU only.
-#[test]
-fn synthetic_mpnet_reranker_cpu() {
-    check_synthetic_classifier(
-        &Device::Cpu,
-        "synthetic_mpnet_reranker_cpu",
-        Family::Mpnet,
-        1,
-        DType::F32,
-    );
-}
+// MPNet's classifier head is RoBERTa's.
+on_every_device!(synthetic_mpnet_reranker, |device, test| {
+    check_synthetic_classifier(device, test, Family::Mpnet, 1, DType::F32)
+});
 
 /// ModernBERT's head pools by `classifier_pooling` (the synthetic spec's pooling), then
 /// `head.dense`, GELU and `head.norm` before the classifier. CPU only.

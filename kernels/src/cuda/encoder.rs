@@ -16,6 +16,7 @@ pub use super::buffer::DeviceVec;
 use super::buffer::{HalfVec, short};
 use super::linear::{Executor, Linear, SliceActivations, elementwise};
 use super::{CudaDevice, StreamPriority, sources};
+use crate::cpu::AttentionShape;
 use crate::{DType, HostWeights, KernelError};
 
 /// A packed batch on the host, as [`EncoderOps::upload_batch`] takes it: per token its id,
@@ -84,6 +85,15 @@ const ROW_THREADS: u32 = 128;
 const ATT_QUERIES: usize = 16;
 const ATT_KEYS: usize = 64;
 const ATT_WARPS: u32 = 4;
+/// MPNet's attention bias by relative position, on the device: head `h`'s score of query
+/// `i` for key `j` of a sequence gains `table[h · (2·span − 1) + span − 1 + j − i]`, as the
+/// CPU's `RelativeBias`. `span` is at least the batch's longest sequence.
+#[derive(Clone, Copy)]
+pub struct AttentionBias<'a> {
+    pub table: &'a DeviceVec,
+    pub span: usize,
+}
+
 /// The largest head size attention runs on CUDA (encoder.cu's `ATT_MAX_DIM`).
 pub const MAX_HEAD_DIM: usize = 64;
 const ATT_MAX_DIM: usize = MAX_HEAD_DIM;
@@ -168,6 +178,12 @@ impl EncoderOps {
     /// rarely). What it held is lost when it grows.
     pub fn reserve(&self, buf: &mut DeviceVec, len: usize) -> Result<(), KernelError> {
         self.exec.reserve(buf, len)
+    }
+
+    /// Copies `host` into the first values of `buf`, growing it as needed.
+    pub fn upload_into(&self, host: &[f32], buf: &mut DeviceVec) -> Result<(), KernelError> {
+        self.exec.reserve(buf, host.len())?;
+        self.exec.write(host, buf)
     }
 
     /// Uploads a packed batch: sequence `s` is `ids[offsets[s]..offsets[s + 1]]`.
@@ -384,13 +400,14 @@ impl EncoderOps {
     }
 
     /// `ctx[tokens, hidden]` = multi-head attention of every sequence of the batch over
-    /// itself, from `qkv[tokens, 3 · hidden]` (queries, keys, values).
+    /// itself, from `qkv[tokens, 3 · hidden]` (queries, keys, values), the scores biased by
+    /// relative position where `bias` is given.
     pub fn attention(
         &self,
         qkv: &DeviceVec,
         batch: &DeviceBatch,
-        hidden: usize,
-        heads: usize,
+        shape: AttentionShape,
+        bias: Option<AttentionBias<'_>>,
         ctx: &mut DeviceVec,
     ) -> Result<(), KernelError> {
         let op = "cuda::attention";
@@ -398,29 +415,22 @@ impl EncoderOps {
         if t == 0 {
             return Ok(());
         }
-        if heads == 0 || !hidden.is_multiple_of(heads) || hidden / heads > ATT_MAX_DIM {
-            return Err(KernelError::Shape {
-                op,
-                detail: format!(
-                    "{heads} heads of {hidden}: head sizes up to {ATT_MAX_DIM} run on CUDA"
-                ),
-            });
-        }
-        if heads > MAX_GRID_YZ || batch.sequences > MAX_GRID_YZ {
-            return Err(KernelError::Shape {
-                op,
-                detail: format!(
-                    "{} sequences x {heads} heads exceed a grid",
-                    batch.sequences
-                ),
-            });
-        }
+        let AttentionShape { hidden, heads } = shape;
+        check_attention(shape, batch, bias)?;
         let d = hidden / heads;
         let data = batch.data.as_ref().ok_or_else(|| short(op, 0, 3 * t))?;
         let offsets = data.slice(3 * t..3 * t + batch.sequences + 1);
         let (qkv, out) = (qkv.get(op, t * 3 * hidden)?, ctx.get_mut(op, t * hidden)?);
         let (hidden32, d32) = (u32_of(op, hidden)?, u32_of(op, d)?);
         let scale = 1.0 / (d as f32).sqrt();
+        // Without a bias the kernel reads no table (span 0); qkv stands in for its pointer.
+        let (table, span) = match bias {
+            Some(b) => (
+                b.table.get(op, heads * (2 * b.span - 1))?,
+                u32_of(op, b.span)?,
+            ),
+            None => (qkv, 0),
+        };
         let mut launch = self.exec.stream().launch_builder(&self.attention);
         launch
             .arg(qkv)
@@ -428,7 +438,9 @@ impl EncoderOps {
             .arg(out)
             .arg(&hidden32)
             .arg(&d32)
-            .arg(&scale);
+            .arg(&scale)
+            .arg(table)
+            .arg(&span);
         let shared = (2 * ATT_KEYS * (d + 1) + ATT_QUERIES * d) * std::mem::size_of::<f32>();
         let cfg = LaunchConfig {
             grid_dim: (
@@ -442,9 +454,11 @@ impl EncoderOps {
         // SAFETY: the offsets were uploaded with the batch and bound every sequence inside
         // its tokens; each block reads rows of qkv (tokens · 3 · hidden values, checked)
         // within its sequence and writes its queries' rows of ctx at its head's columns
-        // (tokens · hidden, checked); d <= 64 keeps the dynamic shared memory (sized as the
-        // kernel lays it out) under 48 KB. Arguments match (const float*, const uint*,
-        // float*, uint, uint, float).
+        // (tokens · hidden, checked); a bias table holds heads · (2 · span − 1) values
+        // (checked) with span at least the longest sequence (`check_attention`), so every
+        // index head · (2·span − 1) + span − 1 + j − i lies in it; d <= 64 keeps the dynamic
+        // shared memory (sized as the kernel lays it out) under 48 KB. Arguments match
+        // (const float*, const uint*, float*, uint, uint, float, const float*, uint).
         unsafe { launch.launch(cfg) }
             .map(drop)
             .map_err(launch_error("launching attention"))
@@ -493,6 +507,39 @@ impl EncoderOps {
 
 /// One block per row (`rows` > 0 of them), threads for `width` values in whole warps, at
 /// most 256.
+/// The heads, and a bias table's span, that [`EncoderOps::attention`] can run.
+fn check_attention(
+    shape: AttentionShape,
+    batch: &DeviceBatch,
+    bias: Option<AttentionBias<'_>>,
+) -> Result<(), KernelError> {
+    let AttentionShape { hidden, heads } = shape;
+    let fail = |detail| {
+        Err(KernelError::Shape {
+            op: "cuda::attention",
+            detail,
+        })
+    };
+    if heads == 0 || !hidden.is_multiple_of(heads) || hidden / heads > ATT_MAX_DIM {
+        return fail(format!(
+            "{heads} heads of {hidden}: head sizes up to {ATT_MAX_DIM} run on CUDA"
+        ));
+    }
+    if heads > MAX_GRID_YZ || batch.sequences > MAX_GRID_YZ {
+        return fail(format!(
+            "{} sequences x {heads} heads exceed a grid",
+            batch.sequences
+        ));
+    }
+    match bias {
+        Some(b) if b.span < batch.longest.max(1) => fail(format!(
+            "a relative bias over {} positions for sequences of up to {} tokens",
+            b.span, batch.longest
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn rows_config(rows: usize, width: usize, shared: u32) -> Result<LaunchConfig, KernelError> {
     let threads = width.div_ceil(32).clamp(1, 8) as u32 * 32;
     Ok(LaunchConfig {

@@ -12,7 +12,7 @@ use kernels::cpu::{
 };
 
 use super::config::{EncoderConfig, Pooling};
-use super::family::relative_bucket;
+use super::family::fill_bias_table;
 use super::packed::PackedTokens;
 use super::weights::{Dense, Embeddings, EncoderWeights, Norm};
 use crate::{LoadError, ModelError};
@@ -150,19 +150,6 @@ fn embed(
         for (((o, w), p), k) in out.iter_mut().zip(word).zip(position).zip(kind) {
             *o = w + p + k;
         }
-    }
-}
-
-/// `table[h · (2·span − 1) + span − 1 + r]` = head `h`'s bias for the relative position `r`
-/// (key after query), from MPNet's `[buckets, heads]` weights.
-fn fill_bias_table(weights: &[f32], heads: usize, span: usize, table: &mut Vec<f32>) {
-    table.clear();
-    let width = (2 * span).saturating_sub(1);
-    for h in 0..heads {
-        table.extend((0..width).map(|k| {
-            let relative = k as i64 - (span as i64 - 1);
-            weights[relative_bucket(relative) * heads + h]
-        }));
     }
 }
 

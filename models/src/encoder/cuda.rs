@@ -2,18 +2,23 @@
 //! in their stored precision (16-bit matrices run on the tensor cores), activations in
 //! device buffers grown to the largest batch seen, every op queued on one serving-priority
 //! stream and one wait at the end, for the pooled embeddings. Like the CPU path, every
-//! dense layer runs once over all the batch's tokens and attention per sequence.
+//! dense layer runs once over all the batch's tokens and attention per sequence, with
+//! MPNet's bias by relative position where the model has one (its table by head and
+//! distance built on the host for the batch's longest sequence and copied up with it).
 
 use std::sync::Arc;
 
 use kernels::KernelError;
+use kernels::cpu::AttentionShape;
 use kernels::cuda::CudaDevice;
 use kernels::cuda::encoder::{
-    BatchIds, DeviceBatch, DeviceNorm, DeviceVec, EncoderOps, Epilogue, MAX_HEAD_DIM, Residual,
+    AttentionBias, BatchIds, DeviceBatch, DeviceNorm, DeviceVec, EncoderOps, Epilogue,
+    MAX_HEAD_DIM, Residual,
 };
 use kernels::cuda::linear::Linear;
 
 use super::config::{EncoderConfig, Pooling};
+use super::family::fill_bias_table;
 use super::packed::PackedTokens;
 use super::weights::{Dense, EncoderWeights};
 use crate::{LoadError, ModelError};
@@ -25,6 +30,8 @@ pub(super) struct CudaEncoder {
     tables: [DeviceVec; 3],
     embedding_norm: DeviceNorm,
     layers: Vec<CudaLayer>,
+    /// MPNet's attention bias, `[buckets, heads]`, on the host.
+    relative_bias: Option<Vec<f32>>,
     scratch: Scratch,
 }
 
@@ -49,6 +56,10 @@ struct Scratch {
     pooled: DeviceVec,
     /// Each token's row of the position table, on the host.
     positions: Vec<u32>,
+    /// MPNet's bias by head and distance for the batch's longest sequence, on the host and
+    /// on the device.
+    bias_table: Vec<f32>,
+    bias: DeviceVec,
 }
 
 impl CudaEncoder {
@@ -57,14 +68,6 @@ impl CudaEncoder {
         weights: &EncoderWeights,
         device: Arc<CudaDevice>,
     ) -> Result<Self, LoadError> {
-        if weights.relative_bias.is_some() {
-            return Err(LoadError::Device(KernelError::Shape {
-                op: "cuda attention",
-                detail: "MPNet's attention bias by relative position runs on the CPU only: \
-                         serve this model with --device cpu"
-                    .into(),
-            }));
-        }
         if config.head_dim() > MAX_HEAD_DIM {
             return Err(LoadError::Device(KernelError::Shape {
                 op: "cuda attention",
@@ -105,6 +108,7 @@ impl CudaEncoder {
             ],
             embedding_norm: ops.upload_norm(&e.norm.gamma, &e.norm.beta, eps)?,
             layers,
+            relative_bias: weights.relative_bias.clone(),
             scratch: Scratch::default(),
             ops,
         })
@@ -136,8 +140,14 @@ impl CudaEncoder {
         let [word, position, kind] = &self.tables;
         ops.embed(&s.batch, [word, position, kind], h, &mut s.x)?;
         ops.add_layer_norm(&mut s.x, None, &self.embedding_norm, t)?;
+        let span = tokens.max_len();
+        if let Some(weights) = &self.relative_bias {
+            fill_bias_table(weights, c.heads, span, &mut s.bias_table);
+            ops.upload_into(&s.bias_table, &mut s.bias)?;
+        }
+        let span = self.relative_bias.as_ref().map(|_| span);
         for layer in &self.layers {
-            run_layer(ops, layer, c, s, t)?;
+            run_layer(ops, layer, c, span, s, t)?;
         }
         let cls = c.pooling == Pooling::Cls;
         ops.pool(&s.x, &s.batch, h, cls, &mut s.pooled)?;
@@ -146,15 +156,25 @@ impl CudaEncoder {
     }
 }
 
+/// One post-norm layer; `bias_span` is the span of `s.bias` when the model has one.
 fn run_layer(
     ops: &mut EncoderOps,
     l: &CudaLayer,
     c: &EncoderConfig,
+    bias_span: Option<usize>,
     s: &mut Scratch,
     t: usize,
 ) -> Result<(), ModelError> {
     ops.dense(&l.qkv, &s.x, t, &mut s.qkv, Epilogue::Bias)?;
-    ops.attention(&s.qkv, &s.batch, c.hidden, c.heads, &mut s.ctx)?;
+    let shape = AttentionShape {
+        hidden: c.hidden,
+        heads: c.heads,
+    };
+    let bias = bias_span.map(|span| AttentionBias {
+        table: &s.bias,
+        span,
+    });
+    ops.attention(&s.qkv, &s.batch, shape, bias, &mut s.ctx)?;
     ops.dense(&l.attention_out, &s.ctx, t, &mut s.sum, Epilogue::None)?;
     let residual = Residual {
         output: &s.sum,

@@ -76,6 +76,20 @@ pub fn relative_bucket(relative: i64) -> usize {
     after + within
 }
 
+/// `table[h · (2·span − 1) + span − 1 + r]` = head `h`'s bias for the relative position `r`
+/// (key after query), from MPNet's `[buckets, heads]` weights: the layout of
+/// `kernels::cpu::RelativeBias` and `kernels::cuda::encoder::AttentionBias`.
+pub fn fill_bias_table(weights: &[f32], heads: usize, span: usize, table: &mut Vec<f32>) {
+    table.clear();
+    let width = (2 * span).saturating_sub(1);
+    for h in 0..heads {
+        table.extend((0..width).map(|k| {
+            let relative = k as i64 - (span as i64 - 1);
+            weights[relative_bucket(relative) * heads + h]
+        }));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::relative_bucket;
