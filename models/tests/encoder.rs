@@ -421,6 +421,26 @@ fn cuda_matches_cpu_mpnet_relative_bias() {
     check_cuda_matches_cpu("cuda_matches_cpu_mpnet_relative_bias", spec, 0.99999);
 }
 
+/// ModernBERT: rotary positions, and windows of 4 tokens a side (most of CUDA's 64-key
+/// tiles lie outside a block's windows, the rest are partly masked), of 64 (a tile) and
+/// 65, in f32 and bf16.
+#[test]
+fn cuda_matches_cpu_modernbert_window() {
+    for (local_attention, dtype, min_cosine) in [
+        (8, DType::F32, 0.99999),
+        (128, DType::F32, 0.99999),
+        (130, DType::BF16, 0.999),
+    ] {
+        let spec = SyntheticSpec {
+            family: Family::ModernBert,
+            layers: 3,
+            local_attention,
+            ..long_spec(dtype, 64, 2, Pooling::Mean)
+        };
+        check_cuda_matches_cpu("cuda_matches_cpu_modernbert_window", spec, min_cosine);
+    }
+}
+
 #[test]
 fn cuda_matches_cpu_f16_and_bf16() {
     for dtype in [DType::F16, DType::BF16] {

@@ -130,17 +130,16 @@ on_every_device!(synthetic_mpnet_reranker, |device, test| {
     check_synthetic_classifier(device, test, Family::Mpnet, 1, DType::F32)
 });
 
-/// ModernBERT's head pools by `classifier_pooling` (the synthetic spec's pooling), then
-/// `head.dense`, GELU and `head.norm` before the classifier. CPU only.
-#[test]
-fn synthetic_modernbert_classifiers_cpu() {
+// ModernBERT's head pools by `classifier_pooling` (the synthetic spec's pooling), then
+// `head.dense`, GELU and `head.norm` before the classifier.
+on_every_device!(synthetic_modernbert_classifiers, |device, test| {
     for (labels, pooling, dtype) in [
         (1, models::encoder::Pooling::Mean, DType::F32),
         (3, models::encoder::Pooling::Cls, DType::BF16),
     ] {
-        let test = format!("synthetic_modernbert_classifier_{labels}_{dtype:?}");
+        let test = format!("{test}_{labels}_{dtype:?}");
         check_synthetic_classifier_spec(
-            &Device::Cpu,
+            device,
             &test,
             SyntheticSpec {
                 family: Family::ModernBert,
@@ -153,7 +152,7 @@ fn synthetic_modernbert_classifiers_cpu() {
             },
         );
     }
-}
+});
 
 /// Every family's classifier head against transformers' own
 /// `AutoModelForSequenceClassification` (tests/python/transformers_check.py), by hand as

@@ -50,19 +50,17 @@ on_every_device!(synthetic_distilbert_dense_chain_f16, |device, test| {
     )
 });
 
-/// ModernBERT runs on the CPU only. The window (4 tokens each side) is shorter than most of
-/// the texts, so the sliding-window layer masks.
-#[test]
-fn synthetic_modernbert_mean_cpu() {
+// The window (4 tokens each side) is shorter than most of the texts, so the
+// sliding-window layer masks.
+on_every_device!(synthetic_modernbert_mean, |device, test| {
     let spec = SyntheticSpec {
         family: Family::ModernBert,
         ..SyntheticSpec::default()
     };
-    check_synthetic(&Device::Cpu, "synthetic_modernbert_mean_cpu", spec);
-}
+    check_synthetic(device, test, spec);
+});
 
-#[test]
-fn synthetic_modernbert_prefixed_cls_bf16_cpu() {
+on_every_device!(synthetic_modernbert_prefixed_cls_bf16, |device, test| {
     let spec = SyntheticSpec {
         family: Family::ModernBert,
         layers: 4,
@@ -72,12 +70,8 @@ fn synthetic_modernbert_prefixed_cls_bf16_cpu() {
         seed: 15,
         ..SyntheticSpec::default()
     };
-    check_synthetic(
-        &Device::Cpu,
-        "synthetic_modernbert_prefixed_cls_bf16_cpu",
-        spec,
-    );
-}
+    check_synthetic(device, test, spec);
+});
 
 /// transformers 5 writes `layer_types` and `rope_parameters` in place of
 /// `global_attn_every_n_layers` and the two bases: read alike, here with bases of its own.
@@ -183,22 +177,12 @@ fn every_family_matches_transformers() {
     }
 }
 
-/// ModernBERT has no CUDA kernels: its folder is refused on a GPU, saying where it runs.
-#[test]
-fn synthetic_modernbert_is_refused_on_cuda() {
-    support::refused_on_cuda(
-        "synthetic_modernbert_is_refused_on_cuda",
-        Family::ModernBert,
-    );
-}
-
-/// Rotary positions restart and the window applies within each packed sequence.
-#[test]
-fn synthetic_modernbert_packing_cpu() {
+// Rotary positions restart and the window applies within each packed sequence.
+on_every_device!(synthetic_modernbert_packing, |device, _test| {
     let spec = SyntheticSpec {
         family: Family::ModernBert,
         layers: 3,
         ..SyntheticSpec::default()
     };
-    check_synthetic_packing(&Device::Cpu, spec);
-}
+    check_synthetic_packing(device, spec);
+});

@@ -3,7 +3,8 @@
 //! weights meet 16-bit copies of their inputs on the tensor cores, accumulating in f32),
 //! and the kernels of `kernels/cuda/encoder.cu` for embeddings, layer norms (with the
 //! residual and the preceding layer's bias folded in), bias + GELU, attention over packed
-//! sequences and pooling.
+//! sequences (with MPNet's bias by relative position, or within a sliding window) and
+//! pooling; and, in [`modern`], ModernBERT's rotary positions, gated GELU and residual sums.
 //!
 //! Everything is queued on one stream, in order; only [`EncoderOps::download`] waits.
 //! Buffers grow to the largest batch seen and are never shrunk.
@@ -12,12 +13,15 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 
+mod modern;
+
 pub use super::buffer::DeviceVec;
 use super::buffer::{HalfVec, short};
 use super::linear::{Executor, Linear, SliceActivations, elementwise};
 use super::{CudaDevice, StreamPriority, sources};
 use crate::cpu::AttentionShape;
 use crate::{DType, HostWeights, KernelError};
+pub use modern::RotaryTables;
 
 /// A packed batch on the host, as [`EncoderOps::upload_batch`] takes it: per token its id,
 /// type id and row of the position table, and the sequences' offsets (one more than there
@@ -52,6 +56,15 @@ impl DeviceBatch {
     pub fn sequences(&self) -> usize {
         self.sequences
     }
+}
+
+/// The tables [`EncoderOps::embed`] adds up: the word table, and the position and token
+/// type tables of the families that have them.
+#[derive(Clone, Copy)]
+pub struct EmbeddingTables<'a> {
+    pub word: &'a DeviceVec,
+    pub position: Option<&'a DeviceVec>,
+    pub token_type: Option<&'a DeviceVec>,
 }
 
 /// How a dense layer's output is finished.
@@ -94,6 +107,16 @@ pub struct AttentionBias<'a> {
     pub span: usize,
 }
 
+/// How [`EncoderOps::attention`] attends: the heads, MPNet's bias if any, and a sliding
+/// window if any (each query then attends only to the keys at most that many positions
+/// away, and only the key tiles the windows reach are read).
+#[derive(Clone, Copy)]
+pub struct AttentionSpec<'a> {
+    pub shape: AttentionShape,
+    pub bias: Option<AttentionBias<'a>>,
+    pub window: Option<usize>,
+}
+
 /// The largest head size attention runs on CUDA (encoder.cu's `ATT_MAX_DIM`).
 pub const MAX_HEAD_DIM: usize = 64;
 const ATT_MAX_DIM: usize = MAX_HEAD_DIM;
@@ -108,6 +131,9 @@ pub struct EncoderOps {
     bias_gelu: CudaFunction,
     attention: CudaFunction,
     pool: CudaFunction,
+    add_in_place: CudaFunction,
+    gelu_gate: CudaFunction,
+    rotary: CudaFunction,
     /// 16-bit copies of dense layers' inputs.
     half: HalfVec,
 }
@@ -134,6 +160,9 @@ impl EncoderOps {
             bias_gelu: device.function(source, "bias_gelu")?,
             attention: device.function(source, "attention")?,
             pool: device.function(source, "pool")?,
+            add_in_place: device.function(source, "add_in_place")?,
+            gelu_gate: device.function(source, "gelu_gate")?,
+            rotary: device.function(source, "rotary")?,
             exec: Executor::new(device, StreamPriority::Serving)?,
             half: HalfVec::default(),
         })
@@ -240,12 +269,13 @@ impl EncoderOps {
         Ok(())
     }
 
-    /// `x[t] = word[id] + position[positions[t]] + token_type[type id]`. The caller has
-    /// checked the ids and type ids against their tables; the positions are checked here.
+    /// `x[t] = word[id] + position[positions[t]] + token_type[type id]`, without the tables
+    /// `tables` leaves out. The caller has checked the ids and type ids against their
+    /// tables; the positions are checked here.
     pub fn embed(
         &self,
         batch: &DeviceBatch,
-        tables: [&DeviceVec; 3],
+        tables: EmbeddingTables<'_>,
         hidden: usize,
         x: &mut DeviceVec,
     ) -> Result<(), KernelError> {
@@ -260,30 +290,32 @@ impl EncoderOps {
             data.slice(t..2 * t),
             data.slice(2 * t..3 * t),
         );
-        let [word, position, token_type] = tables;
-        let (word, position, token_type) = (
-            word.get(op, 0)?,
-            position.get(op, batch.positions_below * hidden)?,
-            token_type.get(op, 0)?,
-        );
+        let word = tables.word.get(op, 0)?;
+        let position = (tables.position)
+            .map(|p| p.get(op, batch.positions_below * hidden))
+            .transpose()?;
+        let token_type = tables.token_type.map(|k| k.get(op, 0)).transpose()?;
         let out = x.get_mut(op, t * hidden)?;
         let hidden32 = u32_of(op, hidden)?;
+        let null: u64 = 0;
         let mut launch = self.exec.stream().launch_builder(&self.embed);
-        launch
-            .arg(&ids)
-            .arg(&types)
-            .arg(&positions)
-            .arg(word)
-            .arg(position)
-            .arg(token_type)
-            .arg(out)
-            .arg(&hidden32);
+        launch.arg(&ids).arg(&types).arg(&positions).arg(word);
+        match position {
+            Some(p) => launch.arg(p),
+            None => launch.arg(&null),
+        };
+        match token_type {
+            Some(k) => launch.arg(k),
+            None => launch.arg(&null),
+        };
+        launch.arg(out).arg(&hidden32);
         let cfg = rows_config(t, hidden, 0)?;
         // SAFETY: one block per token reads `hidden` values at rows ids[t], positions[t] and
-        // types[t] of the tables (the caller validated ids and types against the tables'
-        // sizes; every position is below positions_below, whose rows `get` checked)
-        // and writes row t of x, which holds tokens · hidden values (checked). Arguments
-        // match (const uint*, const uint*, const uint*, const float* x3, float*, uint).
+        // types[t] of the tables it is given (the caller validated ids and types against
+        // the tables' sizes; every position is below positions_below, whose rows `get`
+        // checked; a null table is not read) and writes row t of x, which holds
+        // tokens · hidden values (checked). Arguments match (const uint* x3, const float*
+        // x3, float*, uint).
         unsafe { launch.launch(cfg) }
             .map(drop)
             .map_err(launch_error("launching embed"))
@@ -400,14 +432,12 @@ impl EncoderOps {
     }
 
     /// `ctx[tokens, hidden]` = multi-head attention of every sequence of the batch over
-    /// itself, from `qkv[tokens, 3 · hidden]` (queries, keys, values), the scores biased by
-    /// relative position where `bias` is given.
+    /// itself, from `qkv[tokens, 3 · hidden]` (queries, keys, values), as `spec` says.
     pub fn attention(
         &self,
         qkv: &DeviceVec,
         batch: &DeviceBatch,
-        shape: AttentionShape,
-        bias: Option<AttentionBias<'_>>,
+        spec: AttentionSpec<'_>,
         ctx: &mut DeviceVec,
     ) -> Result<(), KernelError> {
         let op = "cuda::attention";
@@ -415,8 +445,15 @@ impl EncoderOps {
         if t == 0 {
             return Ok(());
         }
+        check_attention(spec, batch)?;
+        let AttentionSpec {
+            shape,
+            bias,
+            window,
+        } = spec;
         let AttentionShape { hidden, heads } = shape;
-        check_attention(shape, batch, bias)?;
+        // NO_WINDOW in encoder.cu; `check_attention` keeps a window below it.
+        let window = window.map_or(u32::MAX, |w| w as u32);
         let d = hidden / heads;
         let data = batch.data.as_ref().ok_or_else(|| short(op, 0, 3 * t))?;
         let offsets = data.slice(3 * t..3 * t + batch.sequences + 1);
@@ -440,7 +477,8 @@ impl EncoderOps {
             .arg(&d32)
             .arg(&scale)
             .arg(table)
-            .arg(&span);
+            .arg(&span)
+            .arg(&window);
         let shared = (2 * ATT_KEYS * (d + 1) + ATT_QUERIES * d) * std::mem::size_of::<f32>();
         let cfg = LaunchConfig {
             grid_dim: (
@@ -458,7 +496,7 @@ impl EncoderOps {
         // (checked) with span at least the longest sequence (`check_attention`), so every
         // index head · (2·span − 1) + span − 1 + j − i lies in it; d <= 64 keeps the dynamic
         // shared memory (sized as the kernel lays it out) under 48 KB. Arguments match
-        // (const float*, const uint*, float*, uint, uint, float, const float*, uint).
+        // (const float*, const uint*, float*, uint, uint, float, const float*, uint, uint).
         unsafe { launch.launch(cfg) }
             .map(drop)
             .map_err(launch_error("launching attention"))
@@ -505,14 +543,13 @@ impl EncoderOps {
     }
 }
 
-/// One block per row (`rows` > 0 of them), threads for `width` values in whole warps, at
-/// most 256.
-/// The heads, and a bias table's span, that [`EncoderOps::attention`] can run.
-fn check_attention(
-    shape: AttentionShape,
-    batch: &DeviceBatch,
-    bias: Option<AttentionBias<'_>>,
-) -> Result<(), KernelError> {
+/// The heads, a bias table's span and a window that [`EncoderOps::attention`] can run.
+fn check_attention(spec: AttentionSpec<'_>, batch: &DeviceBatch) -> Result<(), KernelError> {
+    let AttentionSpec {
+        shape,
+        bias,
+        window,
+    } = spec;
     let AttentionShape { hidden, heads } = shape;
     let fail = |detail| {
         Err(KernelError::Shape {
@@ -531,6 +568,9 @@ fn check_attention(
             batch.sequences
         ));
     }
+    if window.is_some_and(|w| w >= u32::MAX as usize) {
+        return fail(format!("a window of {window:?} positions"));
+    }
     match bias {
         Some(b) if b.span < batch.longest.max(1) => fail(format!(
             "a relative bias over {} positions for sequences of up to {} tokens",
@@ -540,6 +580,8 @@ fn check_attention(
     }
 }
 
+/// One block per row (`rows` > 0 of them), threads for `width` values in whole warps, at
+/// most 256.
 fn rows_config(rows: usize, width: usize, shared: u32) -> Result<LaunchConfig, KernelError> {
     let threads = width.div_ceil(32).clamp(1, 8) as u32 * 32;
     Ok(LaunchConfig {

@@ -34,7 +34,16 @@ pub const TRAIN: KernelSource = KernelSource {
 pub const ENCODER: KernelSource = KernelSource {
     name: "encoder",
     code: include_str!("../../cuda/encoder.cu"),
-    functions: &["embed", "add_layer_norm", "bias_gelu", "attention", "pool"],
+    functions: &[
+        "embed",
+        "add_layer_norm",
+        "bias_gelu",
+        "attention",
+        "pool",
+        "add_in_place",
+        "gelu_gate",
+        "rotary",
+    ],
 };
 
 /// Every source, so that a test can compile them all (CI does, without a GPU).

@@ -12,8 +12,8 @@ use kernels::KernelError;
 use kernels::cpu::AttentionShape;
 use kernels::cuda::CudaDevice;
 use kernels::cuda::encoder::{
-    AttentionBias, BatchIds, DeviceBatch, DeviceNorm, DeviceVec, EncoderOps, Epilogue,
-    MAX_HEAD_DIM, Residual,
+    AttentionBias, AttentionSpec, BatchIds, DeviceBatch, DeviceNorm, DeviceVec, EmbeddingTables,
+    EncoderOps, Epilogue, MAX_HEAD_DIM, Residual,
 };
 use kernels::cuda::linear::Linear;
 
@@ -123,14 +123,7 @@ impl CudaEncoder {
         let c = &self.config;
         let (t, h) = (tokens.tokens(), c.hidden);
         let (ops, s) = (&mut self.ops, &mut self.scratch);
-        c.batch_position_ids(tokens, &mut s.positions);
-        let packed = BatchIds {
-            ids: &tokens.ids,
-            type_ids: &tokens.type_ids,
-            positions: &s.positions,
-            offsets: &tokens.offsets,
-        };
-        ops.upload_batch(packed, &mut s.batch)?;
+        upload_tokens(ops, c, tokens, &mut s.positions, &mut s.batch)?;
         ops.reserve(&mut s.x, t * h)?;
         ops.reserve(&mut s.qkv, t * 3 * h)?;
         ops.reserve(&mut s.ctx, t * h)?;
@@ -138,7 +131,12 @@ impl CudaEncoder {
         ops.reserve(&mut s.intermediate, t * c.intermediate)?;
         ops.reserve(&mut s.pooled, tokens.sequences() * h)?;
         let [word, position, kind] = &self.tables;
-        ops.embed(&s.batch, [word, position, kind], h, &mut s.x)?;
+        let tables = EmbeddingTables {
+            word,
+            position: Some(position),
+            token_type: Some(kind),
+        };
+        ops.embed(&s.batch, tables, h, &mut s.x)?;
         ops.add_layer_norm(&mut s.x, None, &self.embedding_norm, t)?;
         let span = tokens.max_len();
         if let Some(weights) = &self.relative_bias {
@@ -156,6 +154,25 @@ impl CudaEncoder {
     }
 }
 
+/// Copies a packed batch to the device, each token with its row of the position table
+/// (computed into `positions`).
+pub(super) fn upload_tokens(
+    ops: &EncoderOps,
+    c: &EncoderConfig,
+    tokens: &PackedTokens,
+    positions: &mut Vec<u32>,
+    batch: &mut DeviceBatch,
+) -> Result<(), KernelError> {
+    c.batch_position_ids(tokens, positions);
+    let packed = BatchIds {
+        ids: &tokens.ids,
+        type_ids: &tokens.type_ids,
+        positions,
+        offsets: &tokens.offsets,
+    };
+    ops.upload_batch(packed, batch)
+}
+
 /// One post-norm layer; `bias_span` is the span of `s.bias` when the model has one.
 fn run_layer(
     ops: &mut EncoderOps,
@@ -170,11 +187,15 @@ fn run_layer(
         hidden: c.hidden,
         heads: c.heads,
     };
-    let bias = bias_span.map(|span| AttentionBias {
-        table: &s.bias,
-        span,
-    });
-    ops.attention(&s.qkv, &s.batch, shape, bias, &mut s.ctx)?;
+    let spec = AttentionSpec {
+        shape,
+        bias: bias_span.map(|span| AttentionBias {
+            table: &s.bias,
+            span,
+        }),
+        window: None,
+    };
+    ops.attention(&s.qkv, &s.batch, spec, &mut s.ctx)?;
     ops.dense(&l.attention_out, &s.ctx, t, &mut s.sum, Epilogue::None)?;
     let residual = Residual {
         output: &s.sum,

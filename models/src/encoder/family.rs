@@ -24,7 +24,7 @@ pub enum Family {
     Mpnet,
     /// ModernBERT (`"modernbert"`): pre-norm layers without biases, rotary positions (no
     /// position table), a gated GELU feed-forward, sliding-window attention in all but every
-    /// few layers, and a final norm; tensors may sit under `model.`. CPU only.
+    /// few layers, and a final norm; tensors may sit under `model.`.
     ModernBert,
 }
 

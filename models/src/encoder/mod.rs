@@ -27,10 +27,12 @@ pub mod family;
 mod head;
 pub mod modern;
 mod modern_cpu;
+mod modern_cuda;
 mod modules;
 pub mod packed;
 pub mod projection;
 pub mod prompts;
+mod rotary;
 mod serving;
 pub mod synthetic;
 pub mod tokenizer;
@@ -67,6 +69,7 @@ enum Backend {
     Cpu(Box<cpu::CpuEncoder>),
     ModernCpu(Box<modern_cpu::ModernCpuEncoder>),
     Cuda(Box<cuda::CudaEncoder>),
+    ModernCuda(Box<modern_cuda::ModernCudaEncoder>),
 }
 
 impl Backend {
@@ -76,6 +79,7 @@ impl Backend {
             Backend::Cpu(m) => m.forward(tokens, output),
             Backend::ModernCpu(m) => m.forward(tokens, output),
             Backend::Cuda(m) => m.forward(tokens, output),
+            Backend::ModernCuda(m) => m.forward(tokens, output),
         }
     }
 
@@ -84,11 +88,11 @@ impl Backend {
         match self {
             Backend::Cpu(m) => m.threads,
             Backend::ModernCpu(m) => m.threads,
-            Backend::Cuda(_) => rayon::current_num_threads(),
+            Backend::Cuda(_) | Backend::ModernCuda(_) => rayon::current_num_threads(),
         }
     }
 
-    /// A ModernBERT on the CPU (it has no CUDA kernels), any other family on either device.
+    /// ModernBERT's layers or BERT's, on the CPU or a GPU.
     fn new(
         config: &EncoderConfig,
         mut weights: EncoderWeights,
@@ -98,11 +102,15 @@ impl Backend {
             (Device::Cpu, Some(modern), Some(params)) => Ok(Backend::ModernCpu(Box::new(
                 modern_cpu::ModernCpuEncoder::new(config, params, weights.embeddings, modern)?,
             ))),
-            (Device::Cuda(_), Some(_), _) => Err(LoadError::Device(kernels::KernelError::Shape {
-                op: "cuda encoder",
-                detail: "ModernBERT runs on the CPU only: serve this model with --device cpu"
-                    .into(),
-            })),
+            (Device::Cuda(d), Some(modern), Some(params)) => Ok(Backend::ModernCuda(Box::new(
+                modern_cuda::ModernCudaEncoder::new(
+                    config,
+                    params,
+                    &weights.embeddings,
+                    &modern,
+                    d.clone(),
+                )?,
+            ))),
             (Device::Cpu, _, _) => Ok(Backend::Cpu(Box::new(cpu::CpuEncoder::new(
                 config, weights,
             )?))),
@@ -220,7 +228,7 @@ impl Encoder {
         match &mut self.backend {
             Backend::Cpu(m) => m.threads = threads.max(1),
             Backend::ModernCpu(m) => m.threads = threads.max(1),
-            Backend::Cuda(_) => {}
+            Backend::Cuda(_) | Backend::ModernCuda(_) => {}
         }
     }
 

@@ -15,6 +15,7 @@ use super::config::EncoderConfig;
 use super::cpu::{attention_input, packed, pool};
 use super::modern::{ModernBertParams, ModernLayer, ModernWeights};
 use super::packed::PackedTokens;
+use super::rotary::Rotary;
 use super::weights::{Embeddings, Norm};
 use crate::{LoadError, ModelError};
 
@@ -211,54 +212,4 @@ fn feed_forward(
 
 fn add_in_place(x: &mut [f32], add: &[f32]) {
     x.iter_mut().zip(add).for_each(|(x, a)| *x += a);
-}
-
-/// Rotary embeddings' cosines and sines, `[position][head_dim / 2]`, as transformers
-/// computes them in f32: frequency `k` is `1 / θ^(2k / head_dim)`.
-#[derive(Default)]
-struct Rotary {
-    cos: Vec<f32>,
-    sin: Vec<f32>,
-    half: usize,
-}
-
-impl Rotary {
-    fn fill(&mut self, theta: f64, span: usize, head_dim: usize) {
-        let half = head_dim / 2;
-        if self.half == half && self.cos.len() >= span * half {
-            return;
-        }
-        self.half = half;
-        let frequencies: Vec<f32> = (0..half)
-            .map(|k| 1.0 / (theta as f32).powf((2 * k) as f32 / head_dim as f32))
-            .collect();
-        let angles = (0..span).flat_map(|p| frequencies.iter().map(move |f| p as f32 * f));
-        (self.cos, self.sin) = angles
-            .map(|a| ((a as f64).cos() as f32, (a as f64).sin() as f32))
-            .unzip();
-    }
-
-    /// Turns every head's query and key of each token (the first two thirds of its `qkv`
-    /// row) by its position in its sequence: value `j` of the first half with value `j` of
-    /// the second, by frequency `j` (transformers' `rotate_half`).
-    fn apply(&self, qkv: &mut [f32], tokens: &PackedTokens, hidden: usize, head_dim: usize) {
-        let half = self.half;
-        for seq in 0..tokens.sequences() {
-            let range = tokens.range(seq);
-            let rows =
-                qkv[range.start * 3 * hidden..range.end * 3 * hidden].chunks_exact_mut(3 * hidden);
-            for (position, row) in rows.enumerate() {
-                let cos = &self.cos[position * half..][..half];
-                let sin = &self.sin[position * half..][..half];
-                for head in row[..2 * hidden].chunks_exact_mut(head_dim) {
-                    let (a, b) = head.split_at_mut(half);
-                    for j in 0..half {
-                        let (x, y) = (a[j], b[j]);
-                        a[j] = x * cos[j] - y * sin[j];
-                        b[j] = y * cos[j] + x * sin[j];
-                    }
-                }
-            }
-        }
-    }
 }

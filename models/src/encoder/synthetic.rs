@@ -49,6 +49,8 @@ pub struct SyntheticSpec {
     /// sentence-transformers modules, as a cross-encoder's folder); 0 for an encoder of
     /// embeddings.
     pub labels: usize,
+    /// ModernBERT's `local_attention`: the window is half of it on either side.
+    pub local_attention: usize,
     pub seed: u64,
 }
 
@@ -68,6 +70,7 @@ impl Default for SyntheticSpec {
             dense: Vec::new(),
             normalize: true,
             labels: 0,
+            local_attention: 8,
             seed: 7,
         }
     }
@@ -302,8 +305,8 @@ impl Drawn {
     }
 }
 
-/// A ModernBERT's `config.json` as transformers writes it (old keys), with a window of 8
-/// (4 tokens each side) so that short texts feel it, and every other layer global; a
+/// A ModernBERT's `config.json` as transformers writes it (old keys), with the spec's window
+/// (by default 8: 4 tokens each side, so that short texts feel it), and every other layer global; a
 /// classifier's head pools as `spec.pooling` says.
 fn modern_config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
     json!({
@@ -321,7 +324,7 @@ fn modern_config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
         "attention_bias": false,
         "mlp_bias": false,
         "global_attn_every_n_layers": 2,
-        "local_attention": 8,
+        "local_attention": spec.local_attention,
         "global_rope_theta": 160000.0,
         "local_rope_theta": 10000.0,
         "pad_token_id": 0,

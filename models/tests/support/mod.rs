@@ -8,9 +8,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use kernels::Device;
-use models::encoder::Encoder;
-use models::encoder::family::Family;
 use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
 
 pub mod embeddings;
@@ -149,20 +146,3 @@ macro_rules! on_every_device {
 
 #[allow(unused_imports)]
 pub(crate) use on_every_device;
-
-/// A folder of `family` is refused on a GPU at load, saying where it runs; SKIPPED without
-/// one.
-pub fn refused_on_cuda(test: &str, family: Family) {
-    let Some(d) = kernels::cuda::device_for_test(test) else {
-        return;
-    };
-    let spec = SyntheticSpec {
-        family,
-        ..SyntheticSpec::default()
-    };
-    let dir = synthetic(&format!("{test}-dir"), &spec);
-    let err = Encoder::load(&dir.0, &Device::Cuda(d))
-        .err()
-        .expect("refused");
-    assert!(err.to_string().contains("--device cpu"), "{err}");
-}
