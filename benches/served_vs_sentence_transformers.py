@@ -1,6 +1,6 @@
 """A running tandem's /v1/embeddings against sentence-transformers on the same folder: the
-direction of every embedding, as 1 - cosine, over texts of 1 to past 256 tokens (the long
-ones truncated alike by both).
+direction of every embedding, as 1 - cosine, over texts of 1 to about 2,000 tokens (the
+long ones truncated alike by both, at the folder's limit).
 
     BENCH_PYTHON benches/served_vs_sentence_transformers.py URL MODEL_NAME FOLDER
 
@@ -21,6 +21,7 @@ TEXTS = [
     "x",
     "Café crème brûlée — résumé 🙂",
     "In 1969, Apollo 11 landed on the Moon; Neil Armstrong walked on its surface. " * 4,
+    "Packed batches waste no work on padding, and attention runs per sequence. " * 140,
 ]
 
 

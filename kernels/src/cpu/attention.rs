@@ -23,7 +23,7 @@
 
 use std::ops::Range;
 
-use super::vmath::{self, has_avx2_fma};
+use super::vmath::{self, has_avx2_fma, has_avx512};
 use super::{AlignedVec, OutPtr, in_parallel};
 use crate::KernelError;
 
@@ -111,8 +111,7 @@ struct Call<'a> {
     scale: f32,
     /// Keys, padded to [`KEY_TILE`], in the longest sequence.
     padded: usize,
-    /// Whether the AVX2 kernels run (the CPU has them and d is a multiple of 8).
-    simd: bool,
+    kernels: Kernels,
     bias: Option<RelativeBias<'a>>,
     window: Option<usize>,
 }
@@ -133,6 +132,27 @@ impl Call<'_> {
                 let first = rows.start.saturating_sub(w) / KEY_TILE * KEY_TILE;
                 first..(rows.end + w).min(len)
             }
+        }
+    }
+}
+
+/// Which query-block kernels a call runs: the widest the CPU has for which d is a whole
+/// number of vectors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kernels {
+    Avx512,
+    Avx2,
+    Portable,
+}
+
+impl Kernels {
+    fn best(head_dim: usize) -> Kernels {
+        if has_avx512() && head_dim.is_multiple_of(16) {
+            Kernels::Avx512
+        } else if has_avx2_fma() && head_dim.is_multiple_of(8) {
+            Kernels::Avx2
+        } else {
+            Kernels::Portable
         }
     }
 }
@@ -174,17 +194,17 @@ pub fn biased_attention(
     scratch: &mut AttentionScratch,
     threads: usize,
 ) -> Result<(), KernelError> {
-    let simd = has_avx2_fma() && input.shape.head_dim().is_multiple_of(8);
-    attention_with(input, ctx, scratch, threads, simd)
+    let kernels = Kernels::best(input.shape.head_dim());
+    attention_with(input, ctx, scratch, threads, kernels)
 }
 
-/// [`biased_attention`], on the AVX2 kernels or not.
+/// [`biased_attention`] on the given kernels.
 fn attention_with(
     input: AttentionInput<'_>,
     ctx: &mut [f32],
     scratch: &mut AttentionScratch,
     threads: usize,
-    simd: bool,
+    kernels: Kernels,
 ) -> Result<(), KernelError> {
     let AttentionInput {
         qkv,
@@ -225,7 +245,7 @@ fn attention_with(
         ctx: CtxPtr(ctx.as_mut_ptr()),
         scale: 1.0 / (d as f32).sqrt(),
         padded,
-        simd,
+        kernels,
         bias,
         window,
     };
@@ -482,16 +502,21 @@ fn transpose_keys(call: Call<'_>, unit: Unit, keys: &mut [f32]) {
 /// As [`run_unit`].
 unsafe fn query_block(call: Call<'_>, unit: Unit, rows: Range<usize>, block: &mut Block<'_>) {
     let keys = call.keys(&rows, unit.len);
+    // SAFETY (both arms): the CPU has the kernels' instructions and d is a whole number of
+    // their vectors (`Kernels::best` chose them so); the rest is the caller's contract.
     #[cfg(target_arch = "x86_64")]
-    if call.simd {
-        // SAFETY: AVX2 and FMA are present and d is a multiple of 8 (`simd` says so); the
-        // rest is the caller's contract.
-        unsafe {
+    match call.kernels {
+        Kernels::Avx512 => unsafe {
+            avx512::scores(call, unit, rows.clone(), keys.clone(), block);
+            add_bias(call, unit, rows.clone(), keys.clone(), block.scores);
+            return avx512::softmax_values(call, unit, rows, keys, block);
+        },
+        Kernels::Avx2 => unsafe {
             avx2::scores(call, unit, rows.clone(), keys.clone(), block);
             add_bias(call, unit, rows.clone(), keys.clone(), block.scores);
-            avx2::softmax_values(call, unit, rows, keys, block);
-        }
-        return;
+            return avx2::softmax_values(call, unit, rows, keys, block);
+        },
+        Kernels::Portable => {}
     }
     // SAFETY: the caller's contract.
     unsafe { portable::query_block(call, unit, rows, keys, block) }
@@ -551,6 +576,8 @@ mod portable {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 #[cfg(test)]
 mod tests;

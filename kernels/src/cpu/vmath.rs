@@ -202,6 +202,57 @@ pub(crate) mod avx2 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{EXP_MAX, EXP_MIN, EXP_POLY, LN2_HI, LN2_LO, LOG2E};
+
+    /// e^x per lane, as [`super::avx2::exp`] computes it.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(crate) unsafe fn exp(x: __m512) -> __m512 {
+        let kept = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(EXP_MIN));
+        let x = _mm512_min_ps(
+            _mm512_max_ps(x, _mm512_set1_ps(EXP_MIN)),
+            _mm512_set1_ps(EXP_MAX),
+        );
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm512_mul_ps(x, _mm512_set1_ps(LOG2E)),
+        );
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+        let r2 = _mm512_mul_ps(r, r);
+        let c = |i: usize| _mm512_set1_ps(EXP_POLY[i]);
+        let q0 = _mm512_fmadd_ps(c(4), r, c(5));
+        let q1 = _mm512_fmadd_ps(c(2), r, c(3));
+        let q2 = _mm512_fmadd_ps(c(0), r, c(1));
+        let p = _mm512_fmadd_ps(_mm512_fmadd_ps(q2, r2, q1), r2, q0);
+        let y = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0));
+        let bits = _mm512_slli_epi32::<23>(_mm512_add_epi32(
+            _mm512_cvtps_epi32(n),
+            _mm512_set1_epi32(127),
+        ));
+        _mm512_maskz_mul_ps(kept, y, _mm512_castsi512_ps(bits))
+    }
+}
+
+/// Whether the AVX-512 paths may run here.
+#[inline]
+pub(crate) fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Whether the AVX2 paths may run here.
 #[inline]
 pub(crate) fn has_avx2_fma() -> bool {
@@ -350,6 +401,35 @@ mod tests {
                     "gelu({x}): {} vs {sg}",
                     g[i]
                 );
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_exp_lanes_agree_with_the_scalar_formula() {
+        use std::arch::x86_64::*;
+        if !has_avx512() {
+            crate::cuda::report_skip(
+                "avx512_exp_lanes_agree_with_the_scalar_formula",
+                "no AVX-512",
+            );
+            return;
+        }
+        // The grid, and past both ends of the range (clamped above, 0 below).
+        let xs: Vec<f32> = grid()
+            .chain([-200.0, -87.31, -87.29, 88.2, 89.0, 200.0])
+            .collect();
+        for chunk in xs.chunks(16) {
+            let mut lanes = [0f32; 16];
+            lanes[..chunk.len()].copy_from_slice(chunk);
+            let mut e = [0f32; 16];
+            // SAFETY: AVX-512 F is present (checked above); the arrays hold 16 lanes.
+            unsafe {
+                _mm512_storeu_ps(e.as_mut_ptr(), avx512::exp(_mm512_loadu_ps(lanes.as_ptr())))
+            };
+            for (x, got) in lanes.iter().zip(e) {
+                assert_eq!(got, exp(*x), "exp({x})");
             }
         }
     }

@@ -63,7 +63,15 @@ fn matches_float64_on_mixed_lengths_heads_and_paths() {
     }
     let tokens = *offsets.last().unwrap();
     let mut scratch = AttentionScratch::default();
-    for (hidden, heads) in [(384, 12), (32, 4), (24, 3), (30, 3), (128, 2)] {
+    for (hidden, heads) in [
+        (384, 12),
+        (32, 4),
+        (24, 3),
+        (30, 3),
+        (128, 2),
+        (64, 4),
+        (96, 2),
+    ] {
         let shape = AttentionShape { hidden, heads };
         // Scores of a few units: large enough that the softmax is far from uniform.
         let qkv: Vec<f32> = values(tokens * 3 * hidden, hidden as u64)
@@ -91,15 +99,27 @@ fn matches_float64_on_mixed_lengths_heads_and_paths() {
                 bias: bias.map(|(table, span)| RelativeBias { table, span }),
                 window,
             };
-            for (simd, threads) in [(false, 1), (has_avx2_fma(), 1), (has_avx2_fma(), 2)] {
-                let simd = simd && shape.head_dim().is_multiple_of(8);
+            let d = shape.head_dim();
+            let runs = [
+                (Kernels::Portable, 1),
+                (Kernels::Avx2, 1),
+                (Kernels::Avx2, 2),
+                (Kernels::Avx512, 1),
+                (Kernels::Avx512, 2),
+            ];
+            let available = |k: Kernels| match k {
+                Kernels::Portable => true,
+                Kernels::Avx2 => has_avx2_fma() && d.is_multiple_of(8),
+                Kernels::Avx512 => has_avx512() && d.is_multiple_of(16),
+            };
+            for (simd, threads) in runs.into_iter().filter(|(k, _)| available(*k)) {
                 let mut ctx = vec![f32::NAN; tokens * hidden];
                 pool.install(|| attention_with(input, &mut ctx, &mut scratch, threads, simd))
                     .unwrap();
                 for (i, (g, w)) in ctx.iter().zip(&want).enumerate() {
                     assert!(
                         (*g as f64 - w).abs() < 1e-5 * (1.0 + w.abs()),
-                        "hidden {hidden} heads {heads} simd {simd} threads {threads} bias {} \
+                        "hidden {hidden} heads {heads} {simd:?} threads {threads} bias {} \
                          window {window:?} at {i}: {g} vs {w}",
                         bias.is_some()
                     );
