@@ -110,7 +110,7 @@ pub struct SlidingWindow {
 
 impl SlidingWindow {
     /// The pairs of tokens (a token with itself included) at most `window` apart in a
-    /// sequence of `n`: the scores such a layer computes.
+    /// sequence of `n`: the scores such a layer weighs.
     pub fn pairs(&self, n: usize) -> u64 {
         let m = self.window.min(n.saturating_sub(1)) as u64;
         let n = n as u64;

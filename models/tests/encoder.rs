@@ -437,7 +437,8 @@ fn cuda_matches_cpu_modernbert_window() {
             local_attention,
             ..long_spec(dtype, 64, 2, Pooling::Mean)
         };
-        check_cuda_matches_cpu("cuda_matches_cpu_modernbert_window", spec, min_cosine);
+        let test = format!("cuda_matches_cpu_modernbert_window_{local_attention}_{dtype:?}");
+        check_cuda_matches_cpu(&test, spec, min_cosine);
     }
 }
 

@@ -1,7 +1,7 @@
 //! The newer kinds of model against the float64 reference: sentence-transformers Dense
-//! modules after pooling (on every device) and ModernBERT (on the CPU, both config forms,
-//! packed batches, refused on CUDA); and every family against Hugging Face's own libraries
-//! (ignored: they are not in the tests' environment).
+//! modules after pooling and ModernBERT (both config forms, packed batches), on every
+//! device; and every family against Hugging Face's own libraries (ignored: they are not in
+//! the tests' environment).
 
 use std::path::Path;
 

@@ -1,5 +1,5 @@
 //! Multi-head self-attention over sequences packed end to end, each on its own length: no
-//! padding, no mask. `ctx = softmax(Q Kᵀ / √d + B) V` for every (sequence, head), where `B`
+//! padding. `ctx = softmax(Q Kᵀ / √d + B) V` for every (sequence, head), where `B`
 //! is an optional bias by relative position (MPNet's), else zero. With a sliding window
 //! (ModernBERT's local layers), a query attends only to the keys near it, and a block of
 //! queries computes only the scores of the key tiles its window touches, so a windowed
@@ -14,9 +14,10 @@
 //!
 //! The work is cut into (sequence, head) units, which write disjoint parts of `ctx`, and the
 //! units into pieces of about equal cost (attention grows with the square of a sequence's
-//! length) that the rayon pool's threads take as they come free. Per unit, the keys are
-//! copied transposed (`[d][length]`), so that a block of scores is a register-tiled product
-//! like the dense layers' (6 queries × 16 keys, twelve accumulators, no horizontal sums);
+//! length, or with the length within a window) that the rayon pool's threads take as they
+//! come free. Per unit, the keys are copied transposed (`[d][length]`), so that a block of
+//! scores is a register-tiled product like the dense layers' (on AVX2 6 queries × 16 keys,
+//! twelve accumulators; on AVX-512 12 × 32, 24; no horizontal sums);
 //! each row of the block goes through the softmax (exponentials from [`super::vmath`]); the
 //! probabilities multiply the values, and each row is divided by its sum at the end. A
 //! block of [`QUERY_BLOCK`] queries keeps its scores in L1 or L2, whatever the length.
@@ -187,7 +188,8 @@ pub fn attention(
     biased_attention(input, ctx, scratch, threads)
 }
 
-/// [`attention`] with the scores biased by relative position where `input.bias` is set.
+/// [`attention`] with the scores biased by relative position where `input.bias` is set,
+/// and each query held to its window where `input.window` is.
 pub fn biased_attention(
     input: AttentionInput<'_>,
     ctx: &mut [f32],
@@ -219,6 +221,9 @@ fn attention_with(
     if longest == 0 {
         return Ok(());
     }
+    // A window as wide as the longest sequence holds every key; wider ones change nothing
+    // and would overflow the cost arithmetic.
+    let window = window.map(|w| w.min(longest));
     let tokens = *offsets.last().expect("checked");
     scratch.heads.resize(qkv.len());
     to_head_major(qkv, tokens, shape, &mut scratch.heads, threads);

@@ -452,8 +452,9 @@ impl EncoderOps {
             window,
         } = spec;
         let AttentionShape { hidden, heads } = shape;
-        // NO_WINDOW in encoder.cu; `check_attention` keeps a window below it.
-        let window = window.map_or(u32::MAX, |w| w as u32);
+        // NO_WINDOW in encoder.cu. A window as wide as the longest sequence holds every key
+        // (wider ones change nothing), and that fits 32 bits (`upload_batch` checked).
+        let window = window.map_or(u32::MAX, |w| w.min(batch.longest) as u32);
         let d = hidden / heads;
         let data = batch.data.as_ref().ok_or_else(|| short(op, 0, 3 * t))?;
         let offsets = data.slice(3 * t..3 * t + batch.sequences + 1);
@@ -543,13 +544,9 @@ impl EncoderOps {
     }
 }
 
-/// The heads, a bias table's span and a window that [`EncoderOps::attention`] can run.
+/// The heads and a bias table's span that [`EncoderOps::attention`] can run.
 fn check_attention(spec: AttentionSpec<'_>, batch: &DeviceBatch) -> Result<(), KernelError> {
-    let AttentionSpec {
-        shape,
-        bias,
-        window,
-    } = spec;
+    let AttentionSpec { shape, bias, .. } = spec;
     let AttentionShape { hidden, heads } = shape;
     let fail = |detail| {
         Err(KernelError::Shape {
@@ -567,9 +564,6 @@ fn check_attention(spec: AttentionSpec<'_>, batch: &DeviceBatch) -> Result<(), K
             "{} sequences x {heads} heads exceed a grid",
             batch.sequences
         ));
-    }
-    if window.is_some_and(|w| w >= u32::MAX as usize) {
-        return fail(format!("a window of {window:?} positions"));
     }
     match bias {
         Some(b) if b.span < batch.longest.max(1) => fail(format!(

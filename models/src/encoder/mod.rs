@@ -13,8 +13,8 @@
 //! - [`projection`]: sentence-transformers Dense modules after pooling, on the host;
 //! - [`packed`]: a batch as sequences packed end to end, the only input the encoder runs;
 //! - [`modern`]: ModernBERT's windows, rotary bases and weights;
-//! - `cpu` and `cuda`: the forward pass on each device, and `modern_cpu`, ModernBERT's on
-//!   the CPU. Every dense layer runs once over all the tokens of a batch and attention runs
+//! - `cpu` and `cuda`: the forward pass on each device, and `modern_cpu` and `modern_cuda`,
+//!   ModernBERT's (with `rotary`, its position tables). Every dense layer runs once over all the tokens of a batch and attention runs
 //!   per sequence on its own length, so a batch costs what its tokens cost: no padding.
 //!
 //! Tokenization is separate from the model ([`TextTokenizer`] is `Send + Sync`, the encoder

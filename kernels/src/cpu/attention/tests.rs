@@ -133,8 +133,11 @@ fn matches_float64_on_mixed_lengths_heads_and_paths() {
 fn pieces_cover_every_unit_once() {
     let offsets = [0, 5, 5, 300, 301, 320];
     let mut out = Vec::new();
-    for pieces in [1, 2, 3, 8, 100] {
-        split(&offsets, 4, None, pieces, &mut out);
+    for (pieces, window) in [1, 2, 3, 8, 100]
+        .into_iter()
+        .flat_map(|p| [(p, None), (p, Some(3))])
+    {
+        split(&offsets, 4, window, pieces, &mut out);
         assert!(out.len() <= pieces.max(1));
         assert_eq!(out.first().unwrap().start, 0);
         assert_eq!(out.last().unwrap().end, 20);
