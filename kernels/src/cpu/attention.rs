@@ -232,17 +232,7 @@ fn attention_with(
     // stride off powers of two, which would map a column of them onto a few cache sets.
     let tiles = longest.div_ceil(KEY_TILE);
     let padded = (tiles + 1 - tiles % 2) * KEY_TILE;
-    let squares: usize = offsets.windows(2).map(|w| (w[1] - w[0]).pow(2)).sum();
-    let pieces = if squares * 2 * shape.hidden < PARALLEL_MIN_MACS {
-        1
-    } else {
-        threads.max(1) * PIECES_PER_THREAD
-    };
-    split(offsets, shape.heads, window, pieces, &mut scratch.pieces);
-    if scratch.buffers.len() < scratch.pieces.len() {
-        let count = scratch.pieces.len();
-        scratch.buffers.resize_with(count, AlignedVec::default);
-    }
+    plan_pieces(offsets, shape, window, threads, scratch);
     let call = Call {
         heads: &scratch.heads,
         tokens,
@@ -281,6 +271,28 @@ fn attention_with(
         run(first.clone(), first_buffer);
     });
     Ok(())
+}
+
+/// Cuts the call's units into `scratch.pieces` (one piece when the whole call is small,
+/// else several a thread) and gives every piece a buffer.
+fn plan_pieces(
+    offsets: &[usize],
+    shape: AttentionShape,
+    window: Option<usize>,
+    threads: usize,
+    scratch: &mut AttentionScratch,
+) {
+    let squares: usize = offsets.windows(2).map(|w| (w[1] - w[0]).pow(2)).sum();
+    let pieces = if squares * 2 * shape.hidden < PARALLEL_MIN_MACS {
+        1
+    } else {
+        threads.max(1) * PIECES_PER_THREAD
+    };
+    split(offsets, shape.heads, window, pieces, &mut scratch.pieces);
+    if scratch.buffers.len() < scratch.pieces.len() {
+        let count = scratch.pieces.len();
+        scratch.buffers.resize_with(count, AlignedVec::default);
+    }
 }
 
 /// `out[part][head][t][c] = qkv[t][part · hidden + head · d + c]`, token ranges in parallel.
