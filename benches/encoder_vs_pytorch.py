@@ -5,7 +5,10 @@ run, mean-pool, L2-normalise), in batches of 1, 8 and 32 realistic sentences (8-
 tokens) and of 256-token passages. The contenders alternate, case by case, over several
 rounds, so that a machine whose load drifts slows both alike; the table gives each one's
 median tokens/s with the range over rounds, the median of the per-round ratios, and the
-FLOP rate of tandem's forward pass alone.
+FLOP rate of tandem's forward pass alone, with its share of the cores' peak: the f32
+multiply-add peak on the same threads, measured at the start of each round (clocks drop as
+more cores run and drift with the host's load, so a peak measured another time would not
+divide fairly).
 
 `--long 1024 2048` adds cases of texts that long, one per batch (the model's limit must
 allow them: benches/make_modernbert.py --max-seq-length).
@@ -133,10 +136,6 @@ CASES = [
     ("256 tokens, batch 8", passages(16), 8),
 ]
 
-# The cores' f32 peak (docs: DESIGN.md, "Facts measured on this project's machines").
-PEAK_GFLOPS = 157.0
-
-
 def default_model():
     cache = Path(os.environ.get("TANDEM_CACHE", Path.home() / ".cache/tandem"))
     return Path(os.environ.get("TANDEM_MINILM_DIR", cache / "models/all-minilm-l6-v2"))
@@ -160,11 +159,20 @@ def build_rust_bench():
 def run_ours(binary, model, texts, batch, seconds, threads):
     spec = {"model": str(model), "texts": texts, "batch": batch, "seconds": seconds,
             "threads": threads}
+    return run_bench(binary, "throughput", spec)
+
+
+def run_peak(binary, threads, seconds):
+    """The cores' f32 multiply-add peak on `threads` threads, GFLOP/s."""
+    return run_bench(binary, "peak", {"threads": threads, "seconds": seconds})
+
+
+def run_bench(binary, test, spec):
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f)
     try:
         out = subprocess.run(
-            [binary, "throughput", "--exact", "--ignored", "--nocapture"],
+            [binary, test, "--exact", "--ignored", "--nocapture"],
             env={**os.environ, "TANDEM_BENCH_SPEC": f.name},
             check=True, capture_output=True, text=True,
         ).stdout
@@ -195,6 +203,12 @@ def run_torch(model, tokenizer, texts, batch, seconds, limit):
 
 def spread(values):
     return f"{statistics.median(values):8.0f} [{min(values):.0f}-{max(values):.0f}]"
+
+
+def percent(shares):
+    """Shares of peak as a median percentage and its range over rounds."""
+    return (f"{100 * statistics.median(shares):3.0f}% "
+            f"[{100 * min(shares):.0f}-{100 * max(shares):.0f}]")
 
 
 def main():
@@ -228,9 +242,13 @@ def main():
     print(f"sentences: {min(lengths)}-{max(lengths)} tokens, mean "
           f"{statistics.mean(lengths):.1f}; {args.rounds} rounds of {args.seconds} s each")
 
-    results = {name: {"ours": [], "torch": [], "ratio": [], "gflops": [], "core": []}
+    results = {name: {"ours": [], "torch": [], "ratio": [], "gflops": [], "core": [],
+                      "share": [], "core_share": []}
                for name, _, _ in cases}
     for r in range(args.rounds):
+        peak = run_peak(binary, args.threads, 1.0)
+        print(f"round {r + 1} f32 FMA peak on {args.threads} threads: {peak['gflops']:.1f} "
+              f"GFLOP/s, {peak['gflops_per_cpu_second']:.1f} per CPU-second", flush=True)
         for name, texts, batch in cases:
             ours = run_ours(binary, args.model, texts, batch, args.seconds, args.threads)
             theirs = run_torch(model, tokenizer, texts, batch, args.seconds, limit)
@@ -240,6 +258,9 @@ def main():
             res["ratio"].append(ours["tokens_per_s"] / theirs["tokens_per_s"])
             res["gflops"].append(ours["forward_gflops"])
             res["core"].append(ours["forward_gflops_per_cpu_second"])
+            res["share"].append(ours["forward_gflops"] / peak["gflops"])
+            res["core_share"].append(
+                ours["forward_gflops_per_cpu_second"] / peak["gflops_per_cpu_second"])
             print(f"round {r + 1} {name:>20}: ours {ours['tokens_per_s']:7.0f} tokens/s "
                   f"(forward {ours['forward_gflops']:5.1f} GFLOP/s, "
                   f"{ours['forward_gflops_per_cpu_second']:4.1f} per CPU-second), torch "
@@ -247,15 +268,14 @@ def main():
 
     print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
     print(f"{'case':>20} | {'tandem tokens/s':>22} | {'PyTorch tokens/s':>22} | ratio  "
-          f"| forward GFLOP/s (% of {PEAK_GFLOPS:.0f}) | per CPU-second (% of a core's)")
+          f"| forward GFLOP/s [% of the round's peak] | per CPU-second [% of a core's]")
     for name, _, _ in cases:
         res = results[name]
         g = statistics.median(res["gflops"])
         c = statistics.median(res["core"])
-        core_peak = PEAK_GFLOPS / (os.cpu_count() or 1)
         print(f"{name:>20} | {spread(res['ours']):>22} | {spread(res['torch']):>22} | "
-              f"{statistics.median(res['ratio']):4.2f}x | {g:5.1f} ({100 * g / PEAK_GFLOPS:.0f}%)"
-              f"            | {c:5.1f} ({100 * c / core_peak:.0f}%)")
+              f"{statistics.median(res['ratio']):4.2f}x | {g:5.1f} {percent(res['share'])}"
+              f"      | {c:5.1f} {percent(res['core_share'])}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 //! at about a quarter of the server's CPU). `decode` is the server's own one-pass reader
 //! (`gateway::protocol::json_de`), `decode_varied` the same over 64 bodies in turn (as
 //! clients send new values each time; one body repeated lets the branch predictor learn
-//! it), `decode_serde_json` the same with serde_json, and `skip` serde_json only scanning
+//! it), `decode_varied_f64` the same values printed as Python clients print them (16–17
+//! digits), `decode_serde_json` the same with serde_json, and `skip` serde_json only scanning
 //! the same bytes, the floor for anything built on it.
 //!
 //!     cargo bench -p gateway --bench json
@@ -21,6 +22,19 @@ fn body(width: usize) -> Vec<u8> {
 fn body_with_seed(width: usize, seed: u64) -> Vec<u8> {
     let mut rng = models::rng::SplitMix64::new(seed);
     let values: Vec<f32> = (0..width).map(|_| rng.normal()).collect();
+    request(values)
+}
+
+/// The same values as Python clients print them: numpy's float32 through `tolist()` and
+/// `json.dumps`, that is the f64 of each f32 in shortest form (16–17 digits).
+fn body_as_f64(width: usize, seed: u64) -> Vec<u8> {
+    let mut rng = models::rng::SplitMix64::new(seed);
+    let values: Vec<f64> = (0..width).map(|_| rng.normal() as f64).collect();
+    request(values)
+}
+
+fn request<T: serde::Serialize>(values: Vec<T>) -> Vec<u8> {
+    let width = values.len();
     serde_json::json!({
         "inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, width], "data": values}]
     })
@@ -43,6 +57,14 @@ fn decode(c: &mut Criterion) {
     let bodies: Vec<Vec<u8>> = (0..64).map(|seed| body_with_seed(784, seed)).collect();
     let mut next = 0;
     g.bench_function("decode_varied", |b| {
+        b.iter(|| {
+            next = (next + 1) % bodies.len();
+            let r: InferRequest = json_de::from_slice(black_box(&bodies[next])).unwrap();
+            r
+        })
+    });
+    let bodies: Vec<Vec<u8>> = (0..64).map(|seed| body_as_f64(784, seed)).collect();
+    g.bench_function("decode_varied_f64", |b| {
         b.iter(|| {
             next = (next + 1) % bodies.len();
             let r: InferRequest = json_de::from_slice(black_box(&bodies[next])).unwrap();

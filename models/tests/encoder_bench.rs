@@ -12,6 +12,11 @@
 //! tokens and texts per second end to end, and the forward pass alone: its FLOP rate in
 //! wall-clock time, and per CPU-second of the process (a core's rate, which other load on
 //! the machine does not lower).
+//!
+//! `peak` reads the same spec's `threads` and `seconds` and prints `RESULT {...}` with the
+//! cores' f32 multiply-add peak on that many threads (`kernels::cpu::peak`): the script
+//! measures it in turn with the cases, so that a share of peak divides two figures taken
+//! at the same clock.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -125,6 +130,30 @@ fn measure(spec: &Spec) {
         "forward_gflops": totals.flops as f64 / forward / 1e9,
         "forward_share": forward / elapsed,
         "forward_gflops_per_cpu_second": totals.flops as f64 / totals.forward_cpu / 1e9,
+    });
+    println!("RESULT {result}");
+}
+
+#[derive(serde::Deserialize)]
+struct PeakSpec {
+    seconds: f64,
+    threads: usize,
+}
+
+#[test]
+#[ignore = "a benchmark: run by benches/encoder_vs_pytorch.py"]
+fn peak() {
+    let path = std::env::var("TANDEM_BENCH_SPEC").expect("TANDEM_BENCH_SPEC names a spec file");
+    let spec: PeakSpec = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    // A short run sizes the measured one to the spec's seconds: a step is sixteen FMAs of
+    // the vector width on each thread.
+    let probe = kernels::cpu::peak::measure(spec.threads, 1_000_000);
+    let flops_per_step = (16 * kernels::cpu::peak::lanes() * 2 * spec.threads) as f64;
+    let steps = (spec.seconds * probe.wall_gflops * 1e9 / flops_per_step) as usize;
+    let peak = kernels::cpu::peak::measure(spec.threads, steps);
+    let result = serde_json::json!({
+        "gflops": peak.wall_gflops,
+        "gflops_per_cpu_second": peak.gflops_per_cpu_second,
     });
     println!("RESULT {result}");
 }

@@ -372,101 +372,17 @@ fn gelu_one_core() {
     });
 }
 
-/// The cores' f32 multiply-add peak, the denominator of "% of peak": sixteen independent
-/// chains of vector FMAs (more than the units' latency × count), on one thread in its CPU
-/// time and on every thread of the machine in wall time, with the widest vectors this CPU
-/// has.
+/// The cores' f32 multiply-add peak, the denominator of "% of peak" (`super::peak`): on one
+/// thread in its CPU time, and on every thread of the machine in wall time.
 #[test]
 #[ignore = "a measurement, run by hand"]
 fn fma_peak() {
     const STEPS: usize = 20_000_000;
-    let per_step = fma_chains_flops();
-    let t = thread_cpu_seconds();
-    std::hint::black_box(fma_chains(STEPS));
-    let one = (STEPS * per_step) as f64 / (thread_cpu_seconds() - t) / 1e9;
+    let one = super::peak::measure(1, STEPS).gflops_per_cpu_second;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let start = Instant::now();
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| std::hint::black_box(fma_chains(STEPS)));
-        }
-    });
-    let all = (threads * STEPS * per_step) as f64 / start.elapsed().as_secs_f64() / 1e9;
+    let all = super::peak::measure(threads, STEPS).wall_gflops;
     println!(
         "f32 FMA peak ({} lanes): one core {one:.1} GFLOP/s (CPU time); {threads} threads {all:.1} GFLOP/s (wall)",
-        per_step / 32
+        super::peak::lanes()
     );
-}
-
-/// FLOPs of one step of [`fma_chains`]: sixteen FMAs of the vector width, 2 FLOPs a lane.
-fn fma_chains_flops() -> usize {
-    let lanes = if fma_chains_avx512() { 16 } else { 8 };
-    16 * lanes * 2
-}
-
-#[cfg(target_arch = "x86_64")]
-fn fma_chains_avx512() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn fma_chains_avx512() -> bool {
-    false
-}
-
-/// `steps` rounds of sixteen dependent-per-chain FMAs; returns a value that depends on all.
-fn fma_chains(steps: usize) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if fma_chains_avx512() {
-            // SAFETY: AVX-512F is present (checked).
-            return unsafe { fma_avx512(steps) };
-        }
-        if super::vmath::has_avx2_fma() {
-            // SAFETY: AVX2 and FMA are present (checked).
-            return unsafe { fma_avx2(steps) };
-        }
-    }
-    let mut acc = [1.0f32; 16];
-    for _ in 0..steps {
-        for a in &mut acc {
-            *a = a.mul_add(0.999_999, 1e-7);
-        }
-    }
-    acc.iter().sum()
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn fma_avx512(steps: usize) -> f32 {
-    use std::arch::x86_64::*;
-    let (m, a) = (_mm512_set1_ps(0.999_999), _mm512_set1_ps(1e-7));
-    let mut acc = [_mm512_set1_ps(1.0); 16];
-    for _ in 0..steps {
-        for v in &mut acc {
-            *v = _mm512_fmadd_ps(*v, m, a);
-        }
-    }
-    acc.iter().map(|v| _mm512_reduce_add_ps(*v)).sum()
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn fma_avx2(steps: usize) -> f32 {
-    use std::arch::x86_64::*;
-    let (m, a) = (_mm256_set1_ps(0.999_999), _mm256_set1_ps(1e-7));
-    let mut acc = [_mm256_set1_ps(1.0); 16];
-    let mut out = [0f32; 8];
-    for _ in 0..steps {
-        for v in &mut acc {
-            *v = _mm256_fmadd_ps(*v, m, a);
-        }
-    }
-    for v in &acc {
-        let mut lanes = [0f32; 8];
-        // SAFETY: eight f32 to an array of eight.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *v) };
-        out.iter_mut().zip(lanes).for_each(|(o, l)| *o += l);
-    }
-    out.iter().sum()
 }

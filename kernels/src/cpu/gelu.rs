@@ -2,11 +2,11 @@
 //! fits in [`super::vmath`], accurate to f32 in both tails.
 
 use super::in_parallel;
-use super::vmath::{self, has_avx2_fma};
+use super::vmath::{self, has_avx2_fma, has_avx512};
 
 /// Values below which one thread does the whole pass.
 const PARALLEL_MIN_VALUES: usize = 16 * 1024;
-/// Work is handed out in runs of this many values (a multiple of 8 keeps the lanes whole).
+/// Work is handed out in runs of this many values (a multiple of 16 keeps the lanes whole).
 const GRANULE: usize = 1024;
 
 /// `x = gelu(x)` over every value, on up to `threads` threads of the current rayon pool.
@@ -30,6 +30,15 @@ pub fn gelu_in_place(x: &mut [f32], threads: usize) {
 }
 
 fn gelu_slice(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512() {
+        let whole = x.len() / 16 * 16;
+        // SAFETY: AVX-512 F is present (checked above); only the first `whole` values, a
+        // multiple of 16, are touched.
+        unsafe { avx512::gelu(&mut x[..whole]) };
+        x[whole..].iter_mut().for_each(|v| *v = vmath::gelu(*v));
+        return;
+    }
     let whole = x.len() / 8 * 8;
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
@@ -56,6 +65,24 @@ mod avx2 {
         for i in (0..x.len()).step_by(8) {
             // SAFETY: i + 8 <= x.len().
             unsafe { _mm256_storeu_ps(p.add(i), gelu8(_mm256_loadu_ps(p.add(i)))) };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use crate::cpu::vmath::avx512::gelu as gelu16;
+
+    /// # Safety
+    /// The CPU supports AVX-512 F; `x.len()` is a multiple of 16.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn gelu(x: &mut [f32]) {
+        let p = x.as_mut_ptr();
+        for i in (0..x.len()).step_by(16) {
+            // SAFETY: i + 16 <= x.len().
+            unsafe { _mm512_storeu_ps(p.add(i), gelu16(_mm512_loadu_ps(p.add(i)))) };
         }
     }
 }

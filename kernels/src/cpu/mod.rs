@@ -21,6 +21,7 @@ mod encoder_bench;
 mod gelu;
 mod layer_norm;
 mod packed;
+pub mod peak;
 mod small_batch;
 #[cfg(test)]
 mod test_support;

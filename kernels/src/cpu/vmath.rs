@@ -206,7 +206,7 @@ pub(crate) mod avx2 {
 pub(crate) mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{EXP_MAX, EXP_MIN, EXP_POLY, LN2_HI, LN2_LO, LOG2E};
+    use super::{ERFC_POLY, EXP_MAX, EXP_MIN, EXP_POLY, LN2_HI, LN2_LO, LOG2E};
 
     /// e^x per lane, as [`super::avx2::exp`] computes it.
     ///
@@ -237,6 +237,47 @@ pub(crate) mod avx512 {
             _mm512_set1_epi32(127),
         ));
         _mm512_maskz_mul_ps(kept, y, _mm512_castsi512_ps(bits))
+    }
+
+    /// Φ(x) per lane, as [`super::avx2::phi`] computes it.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(crate) unsafe fn phi(x: __m512) -> __m512 {
+        let a = _mm512_mul_ps(
+            _mm512_abs_ps(x),
+            _mm512_set1_ps(std::f32::consts::FRAC_1_SQRT_2),
+        );
+        let one = _mm512_set1_ps(1.0);
+        let half = _mm512_set1_ps(0.5);
+        let t = _mm512_div_ps(one, _mm512_fmadd_ps(half, a, one));
+        let c = |i: usize| _mm512_set1_ps(ERFC_POLY[i]);
+        let (t2, q4) = (_mm512_mul_ps(t, t), _mm512_fmadd_ps(c(0), t, c(1)));
+        let (t4, q3) = (_mm512_mul_ps(t2, t2), _mm512_fmadd_ps(c(2), t, c(3)));
+        let q2 = _mm512_fmadd_ps(c(4), t, c(5));
+        let q1 = _mm512_fmadd_ps(c(6), t, c(7));
+        let q0 = _mm512_fmadd_ps(c(8), t, c(9));
+        let r0 = _mm512_fmadd_ps(q1, t2, q0);
+        let r1 = _mm512_fmadd_ps(q3, t2, q2);
+        let p = _mm512_fmadd_ps(q4, _mm512_mul_ps(t4, t4), _mm512_fmadd_ps(r1, t4, r0));
+        // SAFETY: AVX-512 F is enabled for this function.
+        let e = unsafe { exp(_mm512_fnmadd_ps(a, a, p)) };
+        let lower = _mm512_mul_ps(_mm512_mul_ps(half, t), e);
+        let negative = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps());
+        _mm512_mask_blend_ps(negative, _mm512_sub_ps(one, lower), lower)
+    }
+
+    /// x · Φ(x) per lane.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(crate) unsafe fn gelu(x: __m512) -> __m512 {
+        // SAFETY: AVX-512 F is enabled for this function.
+        _mm512_mul_ps(x, unsafe { phi(x) })
     }
 }
 
@@ -407,13 +448,10 @@ mod tests {
 
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn avx512_exp_lanes_agree_with_the_scalar_formula() {
+    fn avx512_lanes_agree_with_the_scalar_formulas() {
         use std::arch::x86_64::*;
         if !has_avx512() {
-            crate::cuda::report_skip(
-                "avx512_exp_lanes_agree_with_the_scalar_formula",
-                "no AVX-512",
-            );
+            crate::cuda::report_skip("avx512_lanes_agree_with_the_scalar_formulas", "no AVX-512");
             return;
         }
         // The grid, and past both ends of the range (clamped above, 0 below).
@@ -423,13 +461,20 @@ mod tests {
         for chunk in xs.chunks(16) {
             let mut lanes = [0f32; 16];
             lanes[..chunk.len()].copy_from_slice(chunk);
-            let mut e = [0f32; 16];
+            let (mut e, mut g) = ([0f32; 16], [0f32; 16]);
             // SAFETY: AVX-512 F is present (checked above); the arrays hold 16 lanes.
             unsafe {
-                _mm512_storeu_ps(e.as_mut_ptr(), avx512::exp(_mm512_loadu_ps(lanes.as_ptr())))
-            };
-            for (x, got) in lanes.iter().zip(e) {
+                let v = _mm512_loadu_ps(lanes.as_ptr());
+                _mm512_storeu_ps(e.as_mut_ptr(), avx512::exp(v));
+                _mm512_storeu_ps(g.as_mut_ptr(), avx512::gelu(v));
+            }
+            for ((x, got), gelu_got) in lanes.iter().zip(e).zip(g) {
                 assert_eq!(got, exp(*x), "exp({x})");
+                let want = gelu(*x);
+                assert!(
+                    (gelu_got - want).abs() <= 4.0 * f32::EPSILON * want.abs().max(1e-30),
+                    "gelu({x}): {gelu_got} vs {want}"
+                );
             }
         }
     }
