@@ -49,8 +49,13 @@ fn token_ids_give_what_their_text_gives() {
     let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": ids}));
     let tokens = ids.iter().map(Vec::len).sum::<usize>();
     assert_eq!(r.json()["usage"]["prompt_tokens"], tokens);
+    // TEI's alias of the OpenAI route, without `/v1`.
+    assert_eq!(
+        ok("/embeddings", json!({"model": "enc", "input": ids})),
+        both
+    );
     // A text of 60 tokens, as ids: cut to the model's 48 as its text is cut ([SEP] kept) on
-    // /v1 (and on /embed when asked), refused otherwise.
+    // /v1 and /embed, refused on /embed when truncation is off.
     let text = "a cat runs fast and ".repeat(12);
     let wide = models::TextTokenizer::from_dir(&repo.path().join("enc/1"), 512).unwrap();
     let long = wide.encode(&text, false).unwrap().ids;
@@ -68,7 +73,7 @@ fn token_ids_give_what_their_text_gives() {
     for (path, body, words) in [
         (
             "/embed",
-            json!({"inputs": [long]}),
+            json!({"inputs": [long], "truncate": false}),
             "input 0 has 62 token ids, at most 48",
         ),
         (
@@ -151,16 +156,37 @@ fn openai_models_lists_the_text_encoders() {
     assert!(r.json()["error"]["message"].is_string(), "{}", r.text());
 }
 
-/// TEI's other routes: `POST /` embeds as `/embed` does, `/info` describes the model and
-/// its limits in TEI's fields, `/health` is readiness; errors in TEI's shape.
+/// TEI's other routes: `POST /` (and SageMaker's `/invocations`) embeds as `/embed` does,
+/// `/info` describes the model and its limits in TEI's fields, `/health` is readiness;
+/// fields TEI does not know are ignored, an over-long input is cut unless `truncate` is
+/// false; errors in TEI's shape.
 #[test]
 fn tei_routes_answer_as_tei_does() {
     let (server, _repo) = start_synthetic();
     let texts = ["a cat runs fast", "the big red dog"];
     let embed = server.post_json("/embed", &json!({"inputs": texts}));
-    let root = server.post_json("/", &json!({"inputs": texts}));
-    assert_eq!(root.status, 200, "{}", root.text());
-    assert_eq!(embeddings(&root), embeddings(&embed));
+    for path in ["/", "/invocations"] {
+        let root = server.post_json(path, &json!({"inputs": texts}));
+        assert_eq!(root.status, 200, "{path}: {}", root.text());
+        assert_eq!(embeddings(&root), embeddings(&embed), "{path}");
+    }
+    // LangChain's body, and huggingface_hub's `encoding_format`: extra fields TEI ignores.
+    let extra = json!({"inputs": texts, "parameters": {}, "encoding_format": "float"});
+    let r = server.post_json("/embed", &extra);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(embeddings(&r), embeddings(&embed));
+    let long = "a cat runs fast ".repeat(40);
+    let cut = server.post_json("/embed", &json!({"inputs": long}));
+    assert_eq!(cut.status, 200, "{}", cut.text());
+    let explicit = server.post_json("/embed", &json!({"inputs": long, "truncate": true}));
+    assert_eq!(embeddings(&cut), embeddings(&explicit));
+    let refused = server.post_json("/embed", &json!({"inputs": long, "truncate": false}));
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    assert!(
+        refused.text().contains("at most 48 fit"),
+        "{}",
+        refused.text()
+    );
     let info = server.get("/info");
     assert_eq!(info.status, 200, "{}", info.text());
     let info = info.json();
@@ -171,8 +197,9 @@ fn tei_routes_answer_as_tei_does() {
         ("max_input_length", json!(48)),
         ("max_batch_tokens", json!(16_384)),
         ("max_batch_requests", json!(64)),
-        ("max_client_batch_size", json!(64)),
-        ("auto_truncate", json!(false)),
+        ("max_client_batch_size", json!(2048)),
+        ("auto_truncate", json!(true)),
+        ("served_model_name", json!("enc")),
     ] {
         assert_eq!(info[field], want, "{field}: {info}");
     }
@@ -274,11 +301,6 @@ fn tei_tokenize_and_decode() {
             json!({"inputs": huge}),
             "more than 16384 tokens",
         ),
-        (
-            "/tokenize",
-            json!({"inputs": "a", "colour": 1}),
-            "unknown field",
-        ),
         ("/decode", json!({"ids": "a cat"}), "ids must be"),
         (
             "/decode",
@@ -292,7 +314,7 @@ fn tei_tokenize_and_decode() {
         let message = r.json()["error"].as_str().unwrap_or_default().to_string();
         assert!(message.contains(words), "{words}: {message}");
     }
-    let r = server.post_json("/tokenize", &json!({"inputs": "a cat"}));
+    let r = server.post_json("/tokenize", &json!({"inputs": "a cat", "colour": 1}));
     assert_eq!(r.json(), tokens);
 }
 

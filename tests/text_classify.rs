@@ -56,6 +56,13 @@ fn predict_scores_texts_and_pairs_as_the_model_does() {
                 "raw_scores": true, "model": "nli"}),
     );
     assert_eq!(many.as_array().unwrap().len(), here.len(), "{many}");
+    // TEI's batch form, each text or pair an array of its own, reads the same.
+    let batch = json!({"inputs": [["a cat runs fast"], ["a man is eating", "the dog runs"]],
+                       "raw_scores": true, "model": "nli"});
+    assert_eq!(ok(&server, "/predict", &batch), many);
+    // A one-string array is one text, answered as one.
+    let single = json!({"inputs": ["a cat runs fast"], "model": "nli"});
+    assert_eq!(ok(&server, "/predict", &single), one);
     for (answer, logits) in many.as_array().unwrap().iter().zip(&here) {
         assert_eq!(labelled(answer).len(), 3, "{answer}");
         for (label, score) in labelled(answer) {
@@ -145,6 +152,28 @@ fn a_lone_classifier_answers_tei_root_info_and_huggingface_hub() {
     );
 }
 
+/// With a reranker (one label) the only text model, `POST /` and `/invocations` are its
+/// `/rerank`, as TEI routes them; an empty document is scored, not refused.
+#[test]
+fn a_lone_reranker_answers_tei_root_as_rerank() {
+    let repo = TempDir::new("rerank-alone");
+    let spec = SyntheticSpec {
+        labels: 1,
+        seed: 22,
+        ..SyntheticSpec::default()
+    };
+    write_synthetic(&repo.path().join("rerank/1"), &spec).unwrap();
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let body = json!({"query": "a cat", "texts": ["a cat runs fast", "", "the big red dog"]});
+    let ranked = ok(&server, "/rerank", &body);
+    assert_eq!(ranked.as_array().map(Vec::len), Some(3), "{ranked}");
+    for path in ["/", "/invocations"] {
+        assert_eq!(ok(&server, path, &body), ranked, "{path}");
+    }
+    let info = server.get("/info").json();
+    assert!(info["model_type"]["reranker"].is_object(), "{info}");
+}
+
 /// What a classifier cannot do, and what is not one, are clear 400s in TEI's shape; the
 /// server keeps serving.
 #[test]
@@ -181,7 +210,7 @@ fn classification_refusals_are_clear_and_serving_goes_on() {
         ),
         (
             "/rerank",
-            json!({"query": "", "texts": ["b"], "model": "rerank"}),
+            json!({"query": "", "texts": [""], "model": "rerank"}),
             "empty text",
         ),
         (
@@ -196,7 +225,7 @@ fn classification_refusals_are_clear_and_serving_goes_on() {
         ),
         (
             "/predict",
-            json!({"inputs": long, "model": "nli"}),
+            json!({"inputs": long, "model": "nli", "truncate": false}),
             "at most 64 fit",
         ),
         (

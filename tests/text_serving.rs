@@ -169,18 +169,20 @@ fn bad_text_input_gets_a_clear_4xx_and_serving_goes_on() {
     let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": long}));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["usage"]["prompt_tokens"], 48);
-    // TEI refuses an over-long input unless told to truncate, as TEI does.
+    // TEI's routes cut it too (TEI's default since 1.9), and refuse it when told not to.
     let r = server.post_json("/embed", &json!({"inputs": long}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = server.post_json("/embed", &json!({"inputs": long, "truncate": false}));
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(r.json()["error_type"], "Validation");
-    let r = server.post_json("/embed", &json!({"inputs": long, "truncate": true}));
-    assert_eq!(r.status, 200, "{}", r.text());
     // 4 MiB in one text: its first words answer it, and a refusal counts only so far.
     let huge = "a cat and the dog ".repeat(1 << 18);
     let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": huge}));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["usage"]["prompt_tokens"], 48);
-    let r = server.post_json("/embed", &json!({"inputs": huge}));
+    let r = server.post_json("/embed", &json!({"inputs": &huge}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = server.post_json("/embed", &json!({"inputs": huge, "truncate": false}));
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(r.text().contains("more than 16"), "{}", r.text());
     // More texts than any request may hold, each tiny: refused without keeping them.
@@ -240,7 +242,7 @@ fn embedding_requests_are_all_counted_and_answers_compressed_on_request() {
     let refused = [
         ("/v1/embeddings", &b"{not json"[..], 400),
         ("/embed", &b"[1, 2"[..], 400),
-        ("/embed", &br#"{"inputs": "a", "colour": 1}"#[..], 400),
+        ("/embed", &br#"{"inputs": "a", "truncate": "yes"}"#[..], 400),
         (
             "/v1/embeddings",
             &br#"{"model": "nope", "input": "a"}"#[..],

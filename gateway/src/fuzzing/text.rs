@@ -6,6 +6,7 @@ use models::{EncodeError, PackedTokens, TextTokenizer};
 use super::{ApiError, assert_client_error, fixtures};
 use crate::http::classify::{self, PredictRequest, RerankRequest};
 use crate::http::embeddings::{self, OpenAiRequest};
+use crate::http::tei::TRUNCATE_BY_DEFAULT;
 use crate::http::tei::TeiRequest;
 use crate::http::text;
 use crate::protocol::json_de;
@@ -72,15 +73,15 @@ pub fn embeddings_json(data: &[u8]) {
     if let Ok(r) = json_de::from_slice::<TeiRequest>(data) {
         encode_inputs(
             embeddings::inputs("inputs", r.inputs),
-            r.truncate.unwrap_or(false),
+            r.truncate.unwrap_or(TRUNCATE_BY_DEFAULT),
         );
     }
     if let Ok(r) = json_de::from_slice::<PredictRequest>(data) {
-        let truncate = r.truncate.unwrap_or(false);
+        let truncate = r.truncate.unwrap_or(TRUNCATE_BY_DEFAULT);
         encode_inputs(classify::predict_inputs(r.inputs), truncate);
     }
     if let Ok(r) = json_de::from_slice::<RerankRequest>(data) {
-        let truncate = r.truncate.unwrap_or(false);
+        let truncate = r.truncate.unwrap_or(TRUNCATE_BY_DEFAULT);
         encode_inputs(classify::rerank_inputs(&r), truncate);
     }
 }

@@ -5,8 +5,7 @@
 //! `retry-after-ms` beside `Retry-After` (the `openai` client honours both). TEI's API is in
 //! [`super::tei`].
 //!
-//! Inputs are truncated at the model's limit unless a request says `truncate: false`; then
-//! an over-long input is a 400 that says how many tokens it has and how many fit. Token ids
+//! Inputs are truncated at the model's limit, as TEI's OpenAI route truncates them. Token ids
 //! are the model's own (its tokenizer's, special tokens included), as OpenAI's, vLLM's and
 //! TEI's servers take them.
 

@@ -62,7 +62,7 @@ pub async fn handle(
     };
     // OpenAI's clients read errors on its routes in OpenAI's shape, a 404 or 405 included.
     result.unwrap_or_else(|e| match segments.first() {
-        Some(&"v1") => super::embeddings::openai_error(&e),
+        Some(&"v1" | &"embeddings") => super::embeddings::openai_error(&e),
         _ => error_response(&e),
     })
 }
@@ -116,7 +116,10 @@ async fn write(
             let v = Some(v.to_string());
             return Some(Ok(super::infer::infer(state, m, v, req, arrival).await));
         }
-        (true, ["v1", "embeddings"]) => Ok(super::embeddings::openai(state, req, arrival).await),
+        // TEI serves OpenAI's route without `/v1` too, for clients whose base URL lacks it.
+        (true, ["v1", "embeddings"] | ["embeddings"]) => {
+            Ok(super::embeddings::openai(state, req, arrival).await)
+        }
         (true, ["embed"]) => Ok(super::tei::post_embed(state, req, arrival).await),
         (true, ["predict"]) => Ok(super::classify::predict(state, req, arrival).await),
         (true, ["rerank"]) => Ok(super::classify::rerank(state, req, arrival).await),
@@ -128,7 +131,8 @@ async fn write(
             let api = super::cohere::ApiVersion::V2;
             Ok(super::cohere::rerank(state, req, arrival, api).await)
         }
-        (true, [""]) => Ok(super::tei::post_root(state, req, arrival).await),
+        // `/invocations` is SageMaker's name for the root, as TEI routes it.
+        (true, [""] | ["invocations"]) => Ok(super::tei::post_root(state, req, arrival).await),
         (true, ["tokenize"]) => Ok(super::tokens::tokenize(state, req, arrival).await),
         (true, ["decode"]) => Ok(super::tokens::decode(state, req, arrival).await),
         (true, ["v2", "repository", "index"]) => super::repository::index(state, req).await,
@@ -181,6 +185,7 @@ fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
         ["metrics"] | ["v2"] | ["v2", "health", "live" | "ready"] => Some(READ),
         ["v1", "models"] | ["v1", "models", _] => Some(READ),
         ["v2", "repository", "index"] | ["v1", "embeddings"] | ["embed"] => Some("POST"),
+        ["embeddings"] | ["invocations"] => Some("POST"),
         ["tokenize"] | ["decode"] | ["predict"] | ["rerank"] => Some("POST"),
         ["v1" | "v2", "rerank"] => Some("POST"),
         ["info"] | ["health"] => Some(READ),

@@ -28,9 +28,14 @@ use crate::error::ApiError;
 use crate::protocol::json_de;
 use crate::registry::{LookupError, ModelVersion};
 
+/// Whether TEI's routes cut an over-long input when a request does not say: TEI's default
+/// since 1.9 (`--auto-truncate`).
+pub(crate) const TRUNCATE_BY_DEFAULT: bool = true;
+
 /// TEI's request, with `model` as tandem's own addition for servers of several models.
+/// Other fields are ignored, as TEI ignores them: clients send some (LangChain's
+/// `parameters`, `huggingface_hub`'s `encoding_format`).
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct TeiRequest {
     pub(crate) inputs: Inputs,
     #[serde(default)]
@@ -50,17 +55,22 @@ pub(crate) struct TeiRequest {
     pub(crate) model: Option<String>,
 }
 
-/// `POST /`: TEI's predict for a classifier, its embed otherwise.
+/// `POST /` (and SageMaker's `/invocations`), as TEI routes it by what `/info` calls the
+/// model: rerank for a reranker (a classifier of one label), predict for another
+/// classifier, embed otherwise.
 pub async fn post_root(
     state: &AppState,
     req: Request<Limited<Incoming>>,
     clock: &ArrivalClock,
 ) -> Response<Full<Bytes>> {
-    let classifier = served_text_version(state, None)
-        .is_ok_and(|v| v.text.as_ref().is_some_and(|t| t.input.is_classifier()));
-    match classifier {
-        true => super::classify::predict(state, req, clock).await,
-        false => post_embed(state, req, clock).await,
+    let labels = served_text_version(state, None)
+        .ok()
+        .and_then(|v| v.text.as_ref().map(|t| t.input.labels.len()))
+        .unwrap_or(0);
+    match labels {
+        0 => post_embed(state, req, clock).await,
+        1 => super::classify::rerank(state, req, clock).await,
+        _ => super::classify::predict(state, req, clock).await,
     }
 }
 
@@ -124,8 +134,7 @@ async fn answer(
 ) -> Result<Vec<u8>, ApiError> {
     let ask = Ask {
         inputs: inputs("inputs", request.inputs)?,
-        // TEI's default: an over-long input is refused, not cut.
-        truncate: request.truncate.unwrap_or(false),
+        truncate: request.truncate.unwrap_or(TRUNCATE_BY_DEFAULT),
         normalize: Some(request.normalize.unwrap_or(true)),
         prompt_name: request.prompt_name,
         task: Task::Embed,
@@ -148,6 +157,7 @@ pub fn info(state: &AppState) -> Result<Response<Full<Bytes>>, ApiError> {
     };
     let body = json!({
         "model_id": version.name,
+        "served_model_name": version.name,
         "model_sha": null,
         "model_dtype": dtype,
         "model_type": model_type,
@@ -155,8 +165,8 @@ pub fn info(state: &AppState) -> Result<Response<Full<Bytes>>, ApiError> {
         "max_input_length": text.input.max_seq_len,
         "max_batch_tokens": settings.max_batch_tokens,
         "max_batch_requests": settings.max_batch_size,
-        "max_client_batch_size": settings.max_batch_size.min(MAX_TEXTS),
-        "auto_truncate": false,
+        "max_client_batch_size": MAX_TEXTS,
+        "auto_truncate": TRUNCATE_BY_DEFAULT,
         "tokenization_workers": 1,
         "version": env!("CARGO_PKG_VERSION"),
         "sha": null,

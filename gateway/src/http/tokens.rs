@@ -27,9 +27,9 @@ fn yes() -> bool {
     true
 }
 
-/// TEI's tokenize request (texts only), with tandem's `model`.
+/// TEI's tokenize request (texts only), with tandem's `model`; other fields are ignored,
+/// as TEI ignores them.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct TokenizeRequest {
     inputs: Inputs,
     #[serde(default = "yes")]
@@ -40,9 +40,9 @@ pub(crate) struct TokenizeRequest {
     model: Option<String>,
 }
 
-/// TEI's decode request: one array of ids or several, with tandem's `model`.
+/// TEI's decode request: one array of ids or several, with tandem's `model`; other fields
+/// are ignored.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct DecodeRequest {
     ids: Inputs,
     #[serde(default = "yes")]

@@ -256,8 +256,7 @@ pub(super) async fn classify(
 ) -> Result<Outputs, ApiError> {
     let ask = Ask {
         inputs,
-        // TEI's default: an over-long input is refused, not cut.
-        truncate: truncate.unwrap_or(false),
+        truncate: truncate.unwrap_or(super::tei::TRUNCATE_BY_DEFAULT),
         normalize: Some(false),
         prompt_name: None,
         task: Task::Classify,
@@ -265,14 +264,15 @@ pub(super) async fn classify(
     run(state, version, &received.arrival, ask).await
 }
 
-/// `inputs` if there are 1 to [`MAX_TEXTS`] of them and no text is empty.
+/// `inputs` if there are 1 to [`MAX_TEXTS`] of them and none is empty (a pair is empty
+/// when both its texts are, as TEI has it: one empty document must not fail a rerank).
 fn checked(inputs: Vec<Input>) -> Result<Vec<Input>, ApiError> {
     if inputs.is_empty() || inputs.len() > MAX_TEXTS {
         return Err(too_many(inputs.len()));
     }
     let empty = |input: &Input| match input {
         Input::Text(t) => t.is_empty(),
-        Input::Pair(a, b) => a.is_empty() || b.is_empty(),
+        Input::Pair(a, b) => a.is_empty() && b.is_empty(),
         Input::Ids(_) => false,
     };
     match inputs.iter().position(empty) {

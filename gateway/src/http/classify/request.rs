@@ -37,9 +37,9 @@ macro_rules! other_scalars {
 }
 
 /// TEI's predict request; `parameters` is what `huggingface_hub` sends beside `inputs`,
-/// and `model` tandem's addition for servers of several models.
+/// and `model` tandem's addition for servers of several models. Other fields, here and in
+/// `parameters`, are ignored, as TEI ignores them.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct PredictRequest {
     pub(crate) inputs: PredictInputs,
     #[serde(default)]
@@ -56,7 +56,6 @@ pub(crate) struct PredictRequest {
 
 /// The pipeline parameters of Hugging Face's text classification.
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
 pub(super) struct Parameters {
     /// The most labels to give, best first.
     #[serde(default)]
@@ -66,9 +65,8 @@ pub(super) struct Parameters {
     pub(super) function_to_apply: Option<String>,
 }
 
-/// TEI's rerank request, with `model` as for predict.
+/// TEI's rerank request, with `model` as for predict; other fields are ignored.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RerankRequest {
     pub(crate) query: String,
     pub(crate) texts: Bounded<String>,
@@ -121,8 +119,9 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for BoundedVisitor<T> {
     }
 }
 
-/// `inputs` of a predict request as TEI reads them: a text, a pair (an array of two
-/// strings is one pair), or an array of texts and pairs.
+/// `inputs` of a predict request as TEI reads them: a text, a pair (an array of one or two
+/// strings is one text or one pair), or an array of texts and pairs (a pair as an array of
+/// two strings, a text as a string or an array of one).
 #[derive(Debug, PartialEq)]
 pub(crate) enum PredictInputs {
     One(Sequence),
@@ -163,17 +162,19 @@ impl<'de> Visitor<'de> for PredictVisitor {
         if list.count > MAX_TEXTS {
             return Ok(PredictInputs::TooMany(list.count));
         }
-        let mut sequences = Vec::with_capacity(list.items.len());
-        for element in list.items {
-            match element {
-                Element::Sequence(s) => sequences.push(s),
-                Element::Other => return Ok(PredictInputs::Invalid),
+        let mut items = list.items.into_iter();
+        Ok(match (items.next(), items.next(), items.len()) {
+            (Some(Element::Text(a)), None, 0) => PredictInputs::One(Sequence::Text(a)),
+            (Some(Element::Text(a)), Some(Element::Text(b)), 0) => {
+                PredictInputs::One(Sequence::Pair(a, b))
             }
-        }
-        Ok(match <[Sequence; 2]>::try_from(sequences) {
-            Ok([Sequence::Text(a), Sequence::Text(b)]) => PredictInputs::One(Sequence::Pair(a, b)),
-            Ok(two) => PredictInputs::Many(two.into()),
-            Err(sequences) => PredictInputs::Many(sequences),
+            (first, second, _) => {
+                let all = first.into_iter().chain(second).chain(items);
+                match all.map(Element::into_sequence).collect() {
+                    Some(sequences) => PredictInputs::Many(sequences),
+                    None => PredictInputs::Invalid,
+                }
+            }
         })
     }
 
@@ -184,10 +185,22 @@ impl<'de> Visitor<'de> for PredictVisitor {
     other_scalars!(PredictInputs::Invalid);
 }
 
-/// One element of a predict array: a text, a pair, or anything else.
+/// One element of a predict array: a string, a text or pair written as an array, or
+/// anything else.
 enum Element {
+    Text(String),
     Sequence(Sequence),
     Other,
+}
+
+impl Element {
+    fn into_sequence(self) -> Option<Sequence> {
+        match self {
+            Element::Text(t) => Some(Sequence::Text(t)),
+            Element::Sequence(s) => Some(s),
+            Element::Other => None,
+        }
+    }
 }
 
 impl<'de> Deserialize<'de> for Element {
@@ -206,7 +219,7 @@ impl<'de> Visitor<'de> for ElementVisitor {
     }
 
     fn visit_str<E>(self, s: &str) -> Result<Element, E> {
-        Ok(Element::Sequence(Sequence::Text(s.to_owned())))
+        Ok(Element::Text(s.to_owned()))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Element, A::Error> {
@@ -216,6 +229,7 @@ impl<'de> Visitor<'de> for ElementVisitor {
             more = true;
         }
         Ok(match (a, b, more) {
+            (Some(Text(Some(a))), None, false) => Element::Sequence(Sequence::Text(a)),
             (Some(Text(Some(a))), Some(Text(Some(b))), false) => {
                 Element::Sequence(Sequence::Pair(a, b))
             }
@@ -324,9 +338,14 @@ mod tests {
     }
 
     #[test]
-    fn a_two_string_array_is_one_pair_as_tei_reads_it() {
+    fn a_one_or_two_string_array_is_one_text_or_pair_as_tei_reads_it() {
         assert_eq!(inputs(r#""a""#), PredictInputs::One(text("a")));
+        assert_eq!(inputs(r#"["a"]"#), PredictInputs::One(text("a")));
         assert_eq!(inputs(r#"["a", "b"]"#), PredictInputs::One(pair("a", "b")));
+        // TEI's batch form: each text or pair an array of its own.
+        assert_eq!(inputs(r#"[["a"]]"#), PredictInputs::Many(vec![text("a")]));
+        let batch = PredictInputs::Many(vec![text("a"), pair("b", "c")]);
+        assert_eq!(inputs(r#"[["a"], ["b", "c"]]"#), batch);
         let three = PredictInputs::Many(vec![text("a"), text("b"), text("c")]);
         assert_eq!(inputs(r#"["a", "b", "c"]"#), three);
         let mixed = PredictInputs::Many(vec![pair("a", "b"), text("c")]);
@@ -339,7 +358,7 @@ mod tests {
             "null",
             r#"{"a": "b"}"#,
             r#"[["a", "b", "c"]]"#,
-            r#"[["a"]]"#,
+            r#"[[]]"#,
             r#"["a", 3]"#,
             r#"[["a", 3]]"#,
             r#"[["a", ["b"]]]"#,
@@ -348,8 +367,9 @@ mod tests {
             assert_eq!(inputs(other), PredictInputs::Invalid, "{other}");
         }
         assert!(json_de::from_slice::<PredictInputs>(br#"["a", "#).is_err());
-        let unknown = br#"{"inputs": "a", "parameters": {"bogus": 1}}"#;
-        assert!(json_de::from_slice::<PredictRequest>(unknown).is_err());
+        // Fields TEI does not know are ignored, as TEI ignores them.
+        let unknown = br#"{"inputs": "a", "colour": 1, "parameters": {"bogus": 1}}"#;
+        assert!(json_de::from_slice::<PredictRequest>(unknown).is_ok());
         let known = br#"{"inputs": "a", "parameters": {"top_k": 1}, "raw_scores": true}"#;
         assert!(json_de::from_slice::<PredictRequest>(known).is_ok());
     }
