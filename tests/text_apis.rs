@@ -156,6 +156,43 @@ fn openai_models_lists_the_text_encoders() {
     assert!(r.json()["error"]["message"].is_string(), "{}", r.text());
 }
 
+/// TEI's `/similarity`: the cosine of the source sentence with each other, from the same
+/// embeddings `/embed` gives; `POST /` answers a body of its shape (huggingface_hub's
+/// `sentence_similarity` posts there); refusals in TEI's shape.
+#[test]
+fn similarity_is_the_cosine_of_embed_s_embeddings() {
+    let (server, _repo) = start_synthetic();
+    let texts = ["a cat runs fast", "the big red dog", "a cat runs fast"];
+    let rows = embeddings(&server.post_json("/embed", &json!({"inputs": texts})));
+    let body = json!({"inputs": {"source_sentence": texts[0], "sentences": &texts[1..]}});
+    let r = server.post_json("/similarity", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let got: Vec<f64> = serde_json::from_value(r.json()).unwrap();
+    let want = [cosine(&rows[0], &rows[1]), 1.0];
+    assert_eq!(got.len(), 2, "{got:?}");
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() < 1e-6, "{got:?} vs {want:?}");
+    }
+    let root = server.post_json("/", &body);
+    assert_eq!((root.status, root.json()), (200, r.json()));
+    for (body, words) in [
+        (
+            json!({"inputs": {"source_sentence": "a", "sentences": []}}),
+            "no text",
+        ),
+        (
+            json!({"inputs": {"source_sentence": "", "sentences": ["b"]}}),
+            "empty",
+        ),
+        (json!({"inputs": ["a", "b"]}), "invalid similarity request"),
+    ] {
+        let r = server.post_json("/similarity", &body);
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert_eq!(r.json()["error_type"], "Validation", "{}", r.text());
+        assert!(r.text().contains(words), "{words}: {}", r.text());
+    }
+}
+
 /// TEI's other routes: `POST /` (and SageMaker's `/invocations`) embeds as `/embed` does,
 /// `/info` describes the model and its limits in TEI's fields, `/health` is readiness;
 /// fields TEI does not know are ignored, an over-long input is cut unless `truncate` is

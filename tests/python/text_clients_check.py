@@ -2,7 +2,8 @@
 JSON and in the binary extension, the openai client's embeddings.create, with texts and with
 the token ids Python's `tokenizers` gives for them, and huggingface_hub's
 InferenceClient.feature_extraction (TEI's `POST /`) — all unchanged, all giving the same
-embeddings as tandem's own /v1/embeddings; the openai client's models.list() and
+embeddings as tandem's own /v1/embeddings; huggingface_hub's sentence_similarity giving
+their cosines; the openai client's models.list() and
 models.retrieve() finding the model; and TEI's /tokenize and /decode agreeing with Python's
 `tokenizers`.
 
@@ -87,6 +88,15 @@ def with_huggingface_hub(url, texts):
     return client.feature_extraction(texts).astype(np.float64)
 
 
+def similarity_with_huggingface_hub(url, texts, unit):
+    """huggingface_hub's sentence_similarity posts to the server's URL, as against TEI: the
+    cosines of the first text with the others, from the normalised embeddings."""
+    client = InferenceClient(model=f"http://{url}")
+    got = np.array(client.sentence_similarity(texts[0], texts[1:]), dtype=np.float64)
+    want = unit[1:] @ unit[0]
+    assert np.allclose(got, want, atol=1e-6), (got, want)
+
+
 def tokenize_parity(url, path):
     """TEI's /tokenize gives Python's tokens for these texts, each with the text its offsets
     cover and those offsets in bytes (Python's are in characters), and /decode gives
@@ -148,6 +158,7 @@ def main():
         "huggingface_hub": with_huggingface_hub(args.url, TEXTS),
     }
     unit = want / np.linalg.norm(want, axis=1, keepdims=True)
+    similarity_with_huggingface_hub(args.url, TEXTS, unit)
     for name, emb in got.items():
         expected = unit if name == "huggingface_hub" else want
         assert emb.shape == expected.shape, (name, emb.shape, expected.shape)

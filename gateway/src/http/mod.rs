@@ -19,6 +19,7 @@ mod models;
 mod openai_models;
 mod repository;
 mod routes;
+mod similarity;
 pub(crate) mod tei;
 pub(crate) mod text;
 mod text_request;

@@ -3,6 +3,7 @@
 //! - `POST /embed`, and `POST /` as TEI routes it for an embedding model (what
 //!   `huggingface_hub`'s `InferenceClient.feature_extraction` posts to a server's URL):
 //!   `inputs`, `normalize`, `truncate`, `truncation_direction`; an array of embeddings back;
+//! - `POST /similarity`, in [`super::similarity`];
 //! - `POST /predict` and `POST /rerank` for a classifier, in [`super::classify`];
 //! - `GET /info`: the model and the limits it is served with, in TEI's fields;
 //! - `GET /health`: 200 once serving, 503 before and while draining.
@@ -57,7 +58,7 @@ pub(crate) struct TeiRequest {
 
 /// `POST /` (and SageMaker's `/invocations`), as TEI routes it by what `/info` calls the
 /// model: rerank for a reranker (a classifier of one label), predict for another
-/// classifier, embed otherwise.
+/// classifier, embed otherwise (or similarity, for a body of that shape).
 pub async fn post_root(
     state: &AppState,
     req: Request<Limited<Incoming>>,
@@ -68,7 +69,7 @@ pub async fn post_root(
         .and_then(|v| v.text.as_ref().map(|t| t.input.labels.len()))
         .unwrap_or(0);
     match labels {
-        0 => post_embed(state, req, clock).await,
+        0 => embed_or_similarity(state, req, clock, true).await,
         1 => super::classify::rerank(state, req, clock).await,
         _ => super::classify::predict(state, req, clock).await,
     }
@@ -80,9 +81,27 @@ pub async fn post_embed(
     req: Request<Limited<Incoming>>,
     clock: &ArrivalClock,
 ) -> Response<Full<Bytes>> {
+    embed_or_similarity(state, req, clock, false).await
+}
+
+/// Embeds, or with `similarity_too` answers a body of `/similarity`'s shape as that route.
+async fn embed_or_similarity(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+    clock: &ArrivalClock,
+    similarity_too: bool,
+) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let coding = content_coding::accepted(req.headers());
-    let (version, result) = match read(state, req, clock, started).await {
+    let received = receive(state, req, clock, started).await;
+    if similarity_too
+        && let Ok(r) = &received
+        && let Ok(request) = super::similarity::parse(&r.body)
+    {
+        let read = received.map(|r| (r, request));
+        return super::similarity::answer(state, coding, started, read).await;
+    }
+    let (version, result) = match received.and_then(|r| read(state, r)) {
         Err(e) => (None, Err(e)),
         Ok((received, request, version)) => {
             let answer = answer(state, &version, received, request).await;
@@ -97,13 +116,10 @@ pub async fn post_embed(
     answer.respond(coding, tei_error).await
 }
 
-async fn read(
+fn read(
     state: &AppState,
-    req: Request<Limited<Incoming>>,
-    clock: &ArrivalClock,
-    started: Instant,
+    received: Received,
 ) -> Result<(Received, TeiRequest, Arc<ModelVersion>), ApiError> {
-    let received = receive(state, req, clock, started).await?;
     let request: TeiRequest = json_de::from_slice(&received.body)
         .map_err(|e| ApiError::malformed(format!("invalid embed request JSON: {e}")))?;
     if request.dimensions.is_some() {

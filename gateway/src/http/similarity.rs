@@ -1,0 +1,173 @@
+//! TEI's `POST /similarity`: the cosine similarity of `inputs.source_sentence` with each of
+//! `inputs.sentences`, from their embeddings, in the order given. `parameters` takes
+//! `truncate`, `truncation_direction` and `prompt_name` as `/embed` does; `model` is
+//! tandem's addition, as on TEI's other routes. `POST /` answers a body of this shape too,
+//! which is where `huggingface_hub`'s `InferenceClient(model=URL).sentence_similarity`
+//! posts it.
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{Full, Limited};
+use hyper::body::Incoming;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::arrival::ArrivalClock;
+use super::classify::Bounded;
+use super::embeddings::inputs;
+use super::inputs::{Input, Inputs, MAX_TEXTS};
+use super::tei::{TRUNCATE_BY_DEFAULT, check_truncation_direction, served_text_version, tei_error};
+use super::text_request::{Answered, Ask, Received, Task, receive, run};
+use super::{AppState, content_coding};
+use crate::error::ApiError;
+use crate::protocol::json_de;
+use crate::registry::ModelVersion;
+
+/// TEI's similarity request; other fields are ignored, as TEI ignores them.
+#[derive(Deserialize)]
+pub(crate) struct SimilarityRequest {
+    inputs: Sentences,
+    #[serde(default)]
+    parameters: Option<Parameters>,
+    #[serde(default)]
+    model: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Sentences {
+    source_sentence: String,
+    sentences: Bounded<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct Parameters {
+    #[serde(default)]
+    truncate: Option<bool>,
+    #[serde(default)]
+    truncation_direction: Option<String>,
+    #[serde(default)]
+    prompt_name: Option<String>,
+}
+
+/// Reads `body` as a similarity request, if it is one.
+pub(super) fn parse(body: &[u8]) -> Result<SimilarityRequest, ApiError> {
+    json_de::from_slice(body)
+        .map_err(|e| ApiError::malformed(format!("invalid similarity request JSON: {e}")))
+}
+
+/// `POST /similarity`.
+pub async fn post_similarity(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+    clock: &ArrivalClock,
+) -> Response<Full<Bytes>> {
+    let started = Instant::now();
+    let coding = content_coding::accepted(req.headers());
+    let read = match receive(state, req, clock, started).await {
+        Ok(received) => parse(&received.body).map(|request| (received, request)),
+        Err(e) => Err(e),
+    };
+    answer(state, coding, started, read).await
+}
+
+/// Answers a similarity request already read (`POST /` reads the body to tell which
+/// request it is), and counts it.
+pub(super) async fn answer(
+    state: &AppState,
+    coding: content_coding::Coding,
+    started: Instant,
+    read: Result<(Received, SimilarityRequest), ApiError>,
+) -> Response<Full<Bytes>> {
+    let checked = read.and_then(|(received, request)| {
+        let direction = request.parameters.as_ref();
+        check_truncation_direction(direction.and_then(|p| p.truncation_direction.as_deref()))?;
+        let version = served_text_version(state, request.model.as_deref())?;
+        Ok((received, request, version))
+    });
+    let (version, result) = match checked {
+        Err(e) => (None, Err(e)),
+        Ok((received, request, version)) => {
+            let answer = similarities(state, &version, received, request).await;
+            (Some(version), answer)
+        }
+    };
+    let answered = Answered {
+        version,
+        result,
+        started,
+    };
+    answered.respond(coding, tei_error).await
+}
+
+async fn similarities(
+    state: &AppState,
+    version: &ModelVersion,
+    received: Received,
+    request: SimilarityRequest,
+) -> Result<Vec<u8>, ApiError> {
+    let Sentences {
+        source_sentence,
+        sentences,
+    } = request.inputs;
+    if sentences.count == 0 {
+        return Err(ApiError::invalid("inputs.sentences holds no text"));
+    }
+    if sentences.count + 1 > MAX_TEXTS {
+        return Err(ApiError::invalid(format!(
+            "inputs holds {} texts with the source sentence; a request takes at most {MAX_TEXTS}",
+            sentences.count + 1
+        )));
+    }
+    let texts = std::iter::once(source_sentence).chain(sentences.items);
+    let parameters = request.parameters.unwrap_or_default();
+    let ask = Ask {
+        inputs: inputs("inputs", Inputs::List(texts.map(Input::Text).collect()))?,
+        truncate: parameters.truncate.unwrap_or(TRUNCATE_BY_DEFAULT),
+        normalize: Some(true),
+        prompt_name: parameters.prompt_name,
+        task: Task::Embed,
+    };
+    let e = run(state, version, &received.arrival, ask).await?;
+    let mut rows = e.values.chunks_exact(e.width.max(1));
+    let source = rows.next().unwrap_or_default();
+    Ok(json!(cosines(source, rows)).to_string().into_bytes())
+}
+
+/// The cosine of `source` with each row, all unit vectors: their dot products, summed in
+/// f64.
+fn cosines<'a>(source: &[f32], rows: impl Iterator<Item = &'a [f32]>) -> Vec<f32> {
+    rows.map(|row| {
+        let dot: f64 = source
+            .iter()
+            .zip(row)
+            .map(|(a, b)| *a as f64 * *b as f64)
+            .sum();
+        dot as f32
+    })
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_similarity_body_reads_and_an_embed_body_does_not() {
+        let body = br#"{"inputs": {"source_sentence": "a", "sentences": ["b", "c"]},
+                        "parameters": {"truncate": false, "prompt_name": null}}"#;
+        let r = parse(body).unwrap();
+        assert_eq!(r.inputs.sentences.items, ["b", "c"]);
+        assert_eq!(r.parameters.and_then(|p| p.truncate), Some(false));
+        for embed in [&br#"{"inputs": "a"}"#[..], br#"{"inputs": ["a", "b"]}"#] {
+            assert!(parse(embed).is_err());
+        }
+    }
+
+    #[test]
+    fn cosines_of_unit_rows_are_their_dot_products() {
+        let rows = [[0.6f32, 0.8], [1.0, 0.0], [-0.6, -0.8]];
+        let got = cosines(&rows[0], rows.iter().map(|r| &r[..]));
+        assert_eq!(got, [1.0, 0.6, -1.0]);
+    }
+}
