@@ -38,6 +38,10 @@ pub enum KernelError {
     /// A caller passed buffers whose sizes do not match the shapes it stated.
     #[error("shape mismatch in {op}: {detail}")]
     Shape { op: &'static str, detail: String },
+
+    /// An operation this device does not have, such as an activation its kernels lack.
+    #[error("{op} is not available here: {detail}")]
+    Unsupported { op: &'static str, detail: String },
 }
 
 impl KernelError {

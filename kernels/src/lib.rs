@@ -48,4 +48,7 @@ impl HostWeights<'_> {
 pub enum Activation {
     Identity,
     Relu,
+    /// GELU with the exact error function (BERT's), as `cpu::gelu_in_place` computes it:
+    /// on the CPU only, where the dense kernels apply it to each tile as they store it.
+    Gelu,
 }

@@ -380,6 +380,7 @@ fn activate(v: f32, act: Activation) -> f32 {
     match act {
         Activation::Identity => v,
         Activation::Relu => v.max(0.0),
+        Activation::Gelu => vmath::gelu(v),
     }
 }
 

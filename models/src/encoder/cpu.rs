@@ -8,7 +8,7 @@
 use kernels::Activation;
 use kernels::cpu::{
     AlignedVec, AttentionInput, AttentionScratch, AttentionShape, NormParams, PackedLinear,
-    RelativeBias, add_layer_norm, biased_attention, gelu_in_place,
+    RelativeBias, add_layer_norm, biased_attention,
 };
 
 use super::config::{EncoderConfig, Pooling};
@@ -175,9 +175,11 @@ fn run_layer(
         params(&l.attention_norm, c),
         threads,
     )?;
+    // GELU in the dense kernel's epilogue: each tile is activated in registers, by the
+    // thread that computed it, rather than in a pass of its own over the buffer.
+    let gelu = Activation::Gelu;
     l.ffn_up
-        .forward(&s.x, t, &mut s.intermediate, id, threads)?;
-    gelu_in_place(&mut s.intermediate, threads);
+        .forward(&s.x, t, &mut s.intermediate, gelu, threads)?;
     l.ffn_down
         .forward(&s.intermediate, t, &mut s.sum, id, threads)?;
     add_layer_norm(&mut s.x, Some(&s.sum), params(&l.ffn_norm, c), threads)?;

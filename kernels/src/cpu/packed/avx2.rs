@@ -146,10 +146,17 @@ unsafe fn store<const NR: usize, const NP: usize, const SPLIT: usize>(
                     v0 = _mm256_add_ps(v0, acc[r][q][0]);
                     v1 = _mm256_add_ps(v1, acc[r][q][1]);
                 }
-                if act == Activation::Relu {
-                    let zero = _mm256_setzero_ps();
-                    v0 = _mm256_max_ps(v0, zero);
-                    v1 = _mm256_max_ps(v1, zero);
+                match act {
+                    Activation::Identity => {}
+                    Activation::Relu => {
+                        let zero = _mm256_setzero_ps();
+                        v0 = _mm256_max_ps(v0, zero);
+                        v1 = _mm256_max_ps(v1, zero);
+                    }
+                    Activation::Gelu => {
+                        v0 = crate::cpu::vmath::avx2::gelu(v0);
+                        v1 = crate::cpu::vmath::avx2::gelu(v1);
+                    }
                 }
                 let yp = y.add((b + r) * s.n + o);
                 if valid == PANEL {

@@ -202,8 +202,10 @@ unsafe fn store<const NR: usize, const NP: usize, const SPLIT: usize>(
                 for acc in acc {
                     v = _mm512_add_ps(v, acc[r][q]);
                 }
-                if act == Activation::Relu {
-                    v = _mm512_max_ps(v, _mm512_setzero_ps());
+                match act {
+                    Activation::Identity => {}
+                    Activation::Relu => v = _mm512_max_ps(v, _mm512_setzero_ps()),
+                    Activation::Gelu => v = crate::cpu::vmath::avx512::gelu(v),
                 }
                 _mm512_mask_storeu_ps(y.add((b + r) * s.n + o), mask, v);
             }

@@ -56,7 +56,15 @@ fn every_instruction_set_matches_the_reference() {
                                 false => *w as f32,
                             })
                             .collect();
-                        run_on(isa, layer, &x, rows, &mut y, range.clone());
+                        run_on(
+                            isa,
+                            layer,
+                            &x,
+                            rows,
+                            &mut y,
+                            range.clone(),
+                            Activation::Relu,
+                        );
                         let context = format!("{isa:?} k={k} n={n} rows={rows} panels {range:?}");
                         assert_close(&y, &want, &context);
                     }
@@ -74,13 +82,14 @@ fn run_on(
     rows: usize,
     y: &mut [f32],
     range: Range<usize>,
+    act: Activation,
 ) {
     let shape = Shape {
         rows,
         k: layer.inputs,
         n: layer.outputs,
     };
-    let (out, bias, act) = (y.as_mut_ptr(), &layer.bias[..], Activation::Relu);
+    let (out, bias) = (y.as_mut_ptr(), &layer.bias[..]);
     // SAFETY: the buffers are those `forward` would pass, for a range of the layer's panels,
     // and the CPU supports `isa` (checked by the caller).
     unsafe {
@@ -145,6 +154,61 @@ fn in_every_format(k: usize, n: usize, seed: u64) -> (Vec<f32>, Vec<f32>, [Packe
         brains.iter().map(|v| v.to_f32()).collect(),
         layers,
     )
+}
+
+/// GELU in the epilogue, on every path this CPU has and in every format: the affine part
+/// (Identity on the same path) with the scalar GELU applied after, to the 4 ulp by which
+/// the vector fits may differ from the scalar one.
+#[test]
+fn gelu_in_the_epilogue_is_gelu_of_the_affine_part() {
+    for isa in [Isa::Avx512, Isa::Avx2, Isa::Portable] {
+        if !isa.available() {
+            crate::cuda::report_skip(
+                "gelu_in_the_epilogue_is_gelu_of_the_affine_part",
+                &format!("no {isa:?} on this CPU"),
+            );
+            continue;
+        }
+        for (k, n) in [(13, 7), (64, 130), (257, 33)] {
+            let (_, _, layers) = in_every_format(k, n, 11);
+            let panels = n.div_ceil(PANEL);
+            for rows in [1, 5, 8, 13, 49] {
+                let x: Vec<f32> = values(rows * k, rows as u64)
+                    .iter()
+                    .map(|v| v * 8.0)
+                    .collect();
+                for layer in &layers {
+                    let mut affine = vec![f32::NAN; rows * n];
+                    run_on(
+                        isa,
+                        layer,
+                        &x,
+                        rows,
+                        &mut affine,
+                        0..panels,
+                        Activation::Identity,
+                    );
+                    let mut fused = vec![f32::NAN; rows * n];
+                    run_on(
+                        isa,
+                        layer,
+                        &x,
+                        rows,
+                        &mut fused,
+                        0..panels,
+                        Activation::Gelu,
+                    );
+                    for (i, (got, a)) in fused.iter().zip(&affine).enumerate() {
+                        let want = crate::cpu::vmath::gelu(*a);
+                        assert!(
+                            (got - want).abs() <= 4.0 * f32::EPSILON * want.abs().max(1e-30),
+                            "{isa:?} k={k} n={n} rows={rows} [{i}]: gelu({a}) = {got}, want {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[test]

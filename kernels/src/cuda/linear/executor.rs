@@ -55,6 +55,19 @@ fn i32_of(op: &'static str, n: usize) -> Result<i32, KernelError> {
     })
 }
 
+/// The `relu` flag of the bias-and-activation kernels; they have no GELU (the CUDA encoder
+/// runs its own kernel for it).
+fn relu_flag(op: &'static str, act: Activation) -> Result<i32, KernelError> {
+    match act {
+        Activation::Identity => Ok(0),
+        Activation::Relu => Ok(1),
+        Activation::Gelu => Err(KernelError::Unsupported {
+            op,
+            detail: "GELU is fused into the CPU's dense kernels only".into(),
+        }),
+    }
+}
+
 fn op(transpose: bool) -> cublasOperation_t {
     if transpose {
         cublasOperation_t::CUBLAS_OP_T
@@ -407,7 +420,7 @@ impl Executor {
     ) -> Result<(), KernelError> {
         let cols = bias.len();
         check_len("bias_act", y.len(), rows * cols)?;
-        let (r, c, relu) = (rows as u32, cols as u32, (act == Activation::Relu) as i32);
+        let (r, c, relu) = (rows as u32, cols as u32, relu_flag("bias_act", act)?);
         let mut launch = self.stream.launch_builder(&self.bias_act_f32);
         launch.arg(y).arg(bias).arg(&r).arg(&c).arg(&relu);
         // SAFETY: y holds rows * cols values (checked), bias holds cols (its length);
@@ -434,7 +447,11 @@ impl Executor {
             DType::BF16 => &self.bias_act_to_bf16,
             _ => &self.bias_act_to_f16,
         };
-        let (r, c, relu) = (rows as u32, cols as u32, (act == Activation::Relu) as i32);
+        let (r, c, relu) = (
+            rows as u32,
+            cols as u32,
+            relu_flag("bias_act_to_half", act)?,
+        );
         let mut launch = self.stream.launch_builder(func);
         launch
             .arg(y)
