@@ -15,7 +15,7 @@ mod support;
 
 use support::embeddings::{
     SYNTHETIC_TEXTS, assert_cosines, check_synthetic, check_synthetic_packing, cosine, dense,
-    embed, encode_all, reference, synthetic_sequences,
+    embed, encode_all, random_sequences, reference, synthetic_sequences, worst_relative_difference,
 };
 use support::{on_every_device, python, run_script, synthetic};
 
@@ -186,3 +186,40 @@ on_every_device!(synthetic_modernbert_packing, |device, _test| {
     };
     check_synthetic_packing(device, spec);
 });
+
+/// On two threads a batch whose sequences divide evenly runs a group of them per thread,
+/// each group's layers on its own thread, and one that does not runs each layer split over
+/// both: either way every embedding is what one thread gives, for every family (MPNet's
+/// bias table, ModernBERT's rotary tables and windows). Not bitwise: where a sequence's rows
+/// fall in the dense kernel's tiles decides how its sums are split, to a few ulp.
+#[test]
+fn groups_of_sequences_per_thread_give_what_one_thread_gives() {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    let even: Vec<usize> = (0..12).map(|i| 20 + (i * 7) % 25).collect();
+    let uneven = [40, 3, 2];
+    for family in [Family::Bert, Family::Mpnet, Family::ModernBert] {
+        let spec = SyntheticSpec {
+            family,
+            seed: 31,
+            ..SyntheticSpec::default()
+        };
+        let dir = synthetic(&format!("groups-{family:?}"), &spec);
+        let mut encoder = Encoder::load(&dir.0, &Device::Cpu).unwrap();
+        for lengths in [&even[..], &uneven[..]] {
+            let seqs = random_sequences(lengths, 5, 60, 2, 3);
+            let on = |encoder: &mut Encoder, threads| {
+                encoder.set_threads(threads);
+                pool.install(|| embed(encoder, &seqs))
+            };
+            let (two, one) = (on(&mut encoder, 2), on(&mut encoder, 1));
+            let worst = worst_relative_difference(&two, &one, encoder.hidden());
+            assert!(
+                worst <= 1e-6,
+                "{family:?} {lengths:?}: two threads differ by {worst:e}"
+            );
+        }
+    }
+}

@@ -1,9 +1,10 @@
 //! The encoder on the CPU: every dense layer runs once over all the batch's tokens packed
 //! end to end (`kernels::cpu::PackedLinear`, weights in panels in their stored precision),
 //! attention per sequence and head on its own length (`kernels::cpu::biased_attention`,
-//! with MPNet's bias by relative position), layer norms and GELU in place. Activations live
-//! in buffers the encoder owns, grown to the largest batch seen, so a forward pass
-//! allocates nothing once warm.
+//! with MPNet's bias by relative position), layer norms in place, GELU in the dense kernel.
+//! A batch of several sequences runs a group of them per thread where it can (`groups`),
+//! each layer split over the threads otherwise. Activations live in buffers the encoder owns, grown to the largest
+//! batch seen, so a forward pass allocates nothing once warm.
 
 use kernels::Activation;
 use kernels::cpu::{
@@ -13,6 +14,7 @@ use kernels::cpu::{
 
 use super::config::{EncoderConfig, Pooling};
 use super::family::fill_bias_table;
+use super::groups::{Group, Grouped};
 use super::packed::PackedTokens;
 use super::weights::{Dense, Embeddings, EncoderWeights, Norm};
 use crate::{LoadError, ModelError};
@@ -26,7 +28,17 @@ pub(super) struct CpuEncoder {
     /// That bias by head and distance for the batch's longest sequence.
     bias_table: Vec<f32>,
     scratch: Scratch,
+    /// One per thread, for batches run a group of sequences per thread.
+    groups: Vec<Group<Scratch>>,
     pub(super) threads: usize,
+}
+
+/// What a forward pass reads: the weights, and MPNet's bias table for the batch.
+struct Weights<'a> {
+    config: &'a EncoderConfig,
+    embeddings: &'a Embeddings,
+    layers: &'a [CpuLayer],
+    bias: Option<(&'a [f32], usize)>,
 }
 
 struct CpuLayer {
@@ -87,6 +99,7 @@ impl CpuEncoder {
             relative_bias: weights.relative_bias,
             bias_table: Vec::new(),
             scratch: Scratch::default(),
+            groups: Vec::new(),
             threads: rayon::current_num_threads(),
         })
     }
@@ -98,28 +111,54 @@ impl CpuEncoder {
         output: &mut [f32],
     ) -> Result<(), ModelError> {
         let c = &self.config;
+        let span = tokens.max_len();
+        if let Some(weights) = &self.relative_bias {
+            fill_bias_table(weights, c.heads, span, &mut self.bias_table);
+        }
+        let weights = Weights {
+            config: c,
+            embeddings: &self.embeddings,
+            layers: &self.layers,
+            bias: (self.relative_bias.as_ref()).map(|_| (self.bias_table.as_slice(), span)),
+        };
+        // A token's dense layers cost 2h + intermediate times what one pair of tokens costs
+        // in attention (per layer: 8h² + 4h·intermediate FLOPs against 4h).
+        let pair_cost = 1.0 / (2 * c.hidden + c.intermediate) as f64;
+        let grouped = Grouped {
+            tokens,
+            threads: self.threads,
+            pair_cost,
+            width: c.hidden,
+        };
+        let forward = |part: &PackedTokens, s: &mut Scratch, out: &mut [f32], threads| {
+            weights.run(part, s, out, threads)
+        };
+        grouped.run(&mut self.groups, &mut self.scratch, output, &forward)
+    }
+}
+
+impl Weights<'_> {
+    /// The forward pass of `tokens` on up to `threads` threads, in `s`.
+    fn run(
+        &self,
+        tokens: &PackedTokens,
+        s: &mut Scratch,
+        output: &mut [f32],
+        threads: usize,
+    ) -> Result<(), ModelError> {
+        let c = self.config;
         let (t, h) = (tokens.tokens(), c.hidden);
-        let s = &mut self.scratch;
         s.x.resize(t * h);
         s.qkv.resize(t * 3 * h);
         s.ctx.resize(t * h);
         s.sum.resize(t * h);
         s.intermediate.resize(t * c.intermediate);
         c.batch_position_ids(tokens, &mut s.positions);
-        embed(&self.embeddings, c, tokens, &s.positions, &mut s.x);
-        add_layer_norm(
-            &mut s.x,
-            None,
-            params(&self.embeddings.norm, c),
-            self.threads,
-        )?;
-        let span = tokens.lengths().max().unwrap_or(0);
-        if let Some(weights) = &self.relative_bias {
-            fill_bias_table(weights, c.heads, span, &mut self.bias_table);
-        }
-        let bias = (self.relative_bias.as_ref()).map(|_| (self.bias_table.as_slice(), span));
-        for layer in &self.layers {
-            run_layer(layer, c, tokens, bias, s, self.threads)?;
+        embed(self.embeddings, c, tokens, &s.positions, &mut s.x);
+        let norm = params(&self.embeddings.norm, c);
+        add_layer_norm(&mut s.x, None, norm, threads)?;
+        for layer in self.layers {
+            run_layer(layer, c, tokens, self.bias, s, threads)?;
         }
         pool(&s.x, tokens, h, c.pooling, output);
         Ok(())

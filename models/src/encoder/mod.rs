@@ -24,6 +24,7 @@ pub mod config;
 mod cpu;
 mod cuda;
 pub mod family;
+mod groups;
 mod head;
 pub mod modern;
 mod modern_cpu;

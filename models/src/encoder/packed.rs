@@ -40,15 +40,21 @@ impl PackedTokens {
 
     /// The sequences `range` (of `0..sequences()`), packed on their own.
     pub fn sequences_in(&self, range: std::ops::Range<usize>) -> PackedTokens {
+        let mut part = PackedTokens::new();
+        self.copy_sequences(range, &mut part);
+        part
+    }
+
+    /// Replaces `into`'s sequences with the sequences `range` of these, in its memory.
+    pub fn copy_sequences(&self, range: std::ops::Range<usize>, into: &mut PackedTokens) {
         let (start, end) = (self.offsets[range.start], self.offsets[range.end]);
-        PackedTokens {
-            ids: self.ids[start..end].to_vec(),
-            type_ids: self.type_ids[start..end].to_vec(),
-            offsets: self.offsets[range.start..=range.end]
-                .iter()
-                .map(|o| o - start)
-                .collect(),
-        }
+        into.ids.clear();
+        into.ids.extend_from_slice(&self.ids[start..end]);
+        into.type_ids.clear();
+        into.type_ids.extend_from_slice(&self.type_ids[start..end]);
+        into.offsets.clear();
+        let offsets = &self.offsets[range.start..=range.end];
+        into.offsets.extend(offsets.iter().map(|o| o - start));
     }
 
     /// Appends one tokenized input as the next sequence.
