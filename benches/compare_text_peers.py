@@ -683,6 +683,21 @@ def check_embeddings(corpus, args, log_dir):
             "refused_429_alone": [{"server": n, "chars": c, "error": e} for n, c, e in refusals]}
 
 
+def self_only(corpus, args):
+    """tandem's goodput against its own encoder alone, in turn, round by round."""
+    binary = args.encoder_bench or build_rust_bench()
+    ratios, goodputs = [], []
+    for r in range(args.rounds):
+        alone = in_process(binary, args, corpus, seed=r)["texts_per_s"]
+        g, _, _ = turn(tandem_contender(), corpus, args, seed=1000 * (r + 1))
+        goodputs.append(g)
+        ratios.append(g / alone)
+        print(f"round {r + 1}: goodput {g:.1f} req/s, encoder alone {alone:.1f} texts/s, "
+              f"ratio {g / alone:.2f}", flush=True)
+    print(f"goodput median {statistics.median(goodputs):.1f} req/s; ratio to the encoder alone "
+          f"median {statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]")
+
+
 def at_80(corpus, args, goodput):
     """tandem alone at 80% of its goodput for --at80-duration s, after a warm-up."""
     tandem, rate = tandem_contender(), 0.8 * goodput
@@ -732,6 +747,9 @@ def main():
     p.add_argument("--probe", default="",
                    help="RATE[,RATE...]: run tandem alone once at each rate, print what it "
                         "answered and refused, and stop")
+    p.add_argument("--self-only", action="store_true",
+                   help="tandem against its own encoder alone, in turn, without the peer: "
+                        "goodput, the in-process limit and their ratio per round")
     p.add_argument("--at80-only", action="store_true",
                    help="run the 80%% run again on OUT/result.json's median and rewrite the report")
     args = p.parse_args()
@@ -768,6 +786,9 @@ def main():
         return
     if args.probe:
         probe_rates(corpus, args, [float(r) for r in args.probe.split(",")])
+        return
+    if args.self_only:
+        self_only(corpus, args)
         return
     if args.at80_only:
         result = json.loads((out / "result.json").read_text())
