@@ -57,6 +57,21 @@ impl PackedTokens {
         into.offsets.extend(offsets.iter().map(|o| o - start));
     }
 
+    /// Replaces `into`'s sequences with the sequences `picked` of these, in that order, in
+    /// its memory.
+    pub fn copy_picked(&self, picked: &[usize], into: &mut PackedTokens) {
+        into.ids.clear();
+        into.type_ids.clear();
+        into.offsets.clear();
+        into.offsets.push(0);
+        for &i in picked {
+            let (start, end) = (self.offsets[i], self.offsets[i + 1]);
+            into.ids.extend_from_slice(&self.ids[start..end]);
+            into.type_ids.extend_from_slice(&self.type_ids[start..end]);
+            into.offsets.push(into.ids.len());
+        }
+    }
+
     /// Appends one tokenized input as the next sequence.
     pub fn push(&mut self, encoded: &Encoded) {
         self.push_ids(&encoded.ids, &encoded.type_ids);
