@@ -128,6 +128,7 @@ impl CpuEncoder {
             tokens,
             threads: self.threads,
             pair_cost,
+            token_flops: (8 * c.hidden * c.hidden + 4 * c.hidden * c.intermediate) as f64,
             width: c.hidden,
         };
         let forward = |part: &PackedTokens, s: &mut Scratch, out: &mut [f32], threads| {

@@ -23,6 +23,8 @@ pub(super) struct Grouped<'a> {
     pub(super) threads: usize,
     /// What one pair of tokens costs in attention, against a token's dense layers (1).
     pub(super) pair_cost: f64,
+    /// A token's dense layers, FLOPs a layer.
+    pub(super) token_flops: f64,
     /// Output values per sequence.
     pub(super) width: usize,
 }
@@ -55,7 +57,8 @@ impl Grouped<'_> {
         output: &mut [f32],
         forward: Forward<'_, S>,
     ) -> Option<Result<(), ModelError>> {
-        let picks = sequence_groups(self.tokens, self.threads, self.pair_cost)?;
+        let spare = SPLIT_FLOPS / self.token_flops;
+        let picks = sequence_groups(self.tokens, self.threads, self.pair_cost, spare)?;
         groups.resize_with(picks.len(), Group::default);
         let width = self.width;
         let result = (groups.par_iter_mut().zip(&picks))
@@ -75,24 +78,27 @@ impl Grouped<'_> {
 }
 
 /// The most a group may cost and still run on its own thread: `SLACK` times an even share,
-/// plus `SPARE` token-units. A layer split over the threads waits for them at every layer,
-/// a fixed cost that a batch of a few short texts does not repay (two threads run one
-/// 26-token text about 1.5 times as fast as one), and a group reads only what its own
-/// thread wrote. Measured on MiniLM with the serving benchmark's texts, against groups only
-/// within a fifth of an even share: 1.08x the texts/s at batches of 2, 1.00-1.02x at 3 to
-/// 32; and as fast as 1.6 to 2 times a share with nothing spare, which would run three
-/// 100-token texts as two and one, slower than split.
+/// plus what splitting each layer over the threads costs in waits, `SPLIT_FLOPS` of a
+/// layer's dense work: a batch of a few short texts does not repay it (two threads run one
+/// 26-token MiniLM text about 1.5 times as fast as one), and a group reads only what its
+/// own thread wrote. `SPLIT_FLOPS` is 16 MiniLM tokens (5.6 of ModernBERT-base's).
+/// Measured on the serving benchmark's texts, against groups only within a fifth of an
+/// even share: MiniLM 1.08x the texts/s at batches of 2, 1.00-1.02x at 3 to 32; as fast as
+/// 1.6 to 2 times a share with nothing spare, which would run three 100-token texts as two
+/// and one, slower than split. ModernBERT-base: 0.96x at batches of 2, 1.01x at 4, 1.04x
+/// at 8 (with 16 of its tokens spare, 0.91x at 2: each group streams all of its weights).
 const SLACK: f64 = 1.2;
-const SPARE: f64 = 16.0;
+const SPLIT_FLOPS: f64 = 16.0 * 3.54e6;
 
 /// The batch's sequences dealt into one group per thread, longest first each to the group
 /// with the least cost so far (a token costs 1, a pair of tokens in attention `pair_cost`);
 /// each group in batch order. `None` where there are fewer sequences than threads, or where
-/// a group is left more than an even share allows (`SLACK`, `SPARE`).
+/// a group is left more than `SLACK` times an even share plus `spare`.
 pub(super) fn sequence_groups(
     tokens: &PackedTokens,
     threads: usize,
     pair_cost: f64,
+    spare: f64,
 ) -> Option<Vec<Vec<usize>>> {
     let n = tokens.sequences();
     if threads < 2 || n < threads {
@@ -110,7 +116,7 @@ pub(super) fn sequence_groups(
         least.0 += costs[i];
         least.1.push(i);
     }
-    if groups.iter().any(|(cost, _)| *cost > SLACK * share + SPARE) {
+    if groups.iter().any(|(cost, _)| *cost > SLACK * share + spare) {
         return None;
     }
     let in_batch_order = |(_, mut picked): (f64, Vec<usize>)| {
@@ -135,7 +141,7 @@ mod tests {
     #[test]
     fn sequences_split_into_even_groups_or_not_at_all() {
         let groups = |lengths: &[usize], threads, pair_cost| {
-            sequence_groups(&batch(lengths), threads, pair_cost)
+            sequence_groups(&batch(lengths), threads, pair_cost, 16.0)
         };
         let some = |groups: &[&[usize]]| Some(groups.iter().map(|g| g.to_vec()).collect());
         assert_eq!(

@@ -123,6 +123,7 @@ impl ModernCpuEncoder {
             tokens,
             threads: self.threads,
             pair_cost,
+            token_flops: (8 * c.hidden * c.hidden + 6 * c.hidden * c.intermediate) as f64,
             width: c.hidden,
         };
         let forward = |part: &PackedTokens, s: &mut Scratch, out: &mut [f32], threads| {
