@@ -41,30 +41,18 @@ impl PackedTokens {
     /// The sequences `range` (of `0..sequences()`), packed on their own.
     pub fn sequences_in(&self, range: std::ops::Range<usize>) -> PackedTokens {
         let mut part = PackedTokens::new();
-        self.copy_sequences(range, &mut part);
+        self.copy_picked(range, &mut part);
         part
-    }
-
-    /// Replaces `into`'s sequences with the sequences `range` of these, in its memory.
-    pub fn copy_sequences(&self, range: std::ops::Range<usize>, into: &mut PackedTokens) {
-        let (start, end) = (self.offsets[range.start], self.offsets[range.end]);
-        into.ids.clear();
-        into.ids.extend_from_slice(&self.ids[start..end]);
-        into.type_ids.clear();
-        into.type_ids.extend_from_slice(&self.type_ids[start..end]);
-        into.offsets.clear();
-        let offsets = &self.offsets[range.start..=range.end];
-        into.offsets.extend(offsets.iter().map(|o| o - start));
     }
 
     /// Replaces `into`'s sequences with the sequences `picked` of these, in that order, in
     /// its memory.
-    pub fn copy_picked(&self, picked: &[usize], into: &mut PackedTokens) {
+    pub fn copy_picked(&self, picked: impl IntoIterator<Item = usize>, into: &mut PackedTokens) {
         into.ids.clear();
         into.type_ids.clear();
         into.offsets.clear();
         into.offsets.push(0);
-        for &i in picked {
+        for i in picked {
             let (start, end) = (self.offsets[i], self.offsets[i + 1]);
             into.ids.extend_from_slice(&self.ids[start..end]);
             into.type_ids.extend_from_slice(&self.type_ids[start..end]);
