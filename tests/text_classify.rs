@@ -12,6 +12,7 @@ use std::process::Command;
 use common::classify::*;
 use common::text::skip;
 use common::*;
+use models::Truncation;
 use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
 use serde_json::{Value, json};
 
@@ -240,7 +241,7 @@ fn classification_refusals_are_clear_and_serving_goes_on() {
         ),
         (
             "/predict",
-            json!({"inputs": "a", "model": "nli", "truncation_direction": "Left"}),
+            json!({"inputs": "a", "model": "nli", "truncation_direction": "Up"}),
             "truncation_direction",
         ),
     ];
@@ -293,6 +294,42 @@ fn long_inputs_are_cut_and_too_many_are_refused() {
         cut[0]["score"].as_f64().unwrap(),
         rerank[0][0] as f64,
         "cut pair",
+    );
+    // Cut from the left, a text keeps its end, and each text of a pair its own end.
+    let query = format!("{query}and a dog");
+    let tail = format!("{long}the end");
+    let left = |model: &str, seq: Seq| {
+        let dir = repo.path().join(model).join("1");
+        let want = logits_cut_here(&dir, std::slice::from_ref(&seq), Truncation::Left);
+        let right = logits_cut_here(&dir, &[seq], Truncation::Right);
+        assert!(
+            (want[0][0] - right[0][0]).abs() > 1e-4,
+            "{model}: the ends differ"
+        );
+        want[0][0] as f64
+    };
+    let predicted = ok(
+        &server,
+        "/predict",
+        &json!({"inputs": tail, "model": "nli", "raw_scores": true,
+                "truncation_direction": "Left"}),
+    );
+    let (label, score) = labelled(&predicted)
+        .into_iter()
+        .find(|(l, _)| l == labels[0])
+        .unwrap();
+    assert_near(score, left("nli", Seq::One(&tail)), &label);
+    let reranked = ok(
+        &server,
+        "/rerank",
+        &json!({"query": query, "texts": [tail], "model": "rerank", "raw_scores": true,
+                "truncation_direction": "Left"}),
+    );
+    let score = reranked[0]["score"].as_f64().unwrap();
+    assert_near(
+        score,
+        left("rerank", Seq::Pair(&query, &tail)),
+        "pair cut from the left",
     );
     // More than a batch takes (64 by default) runs as several.
     let hundred: Vec<String> = (0..100).map(|i| format!("a cat {}", i % 10)).collect();

@@ -250,7 +250,7 @@ fn check_valid(valid: &ValidRequest, body_len: usize) {
             assert!(t.texts.iter().all(|t| !t.is_empty()));
             let bytes: usize = t.texts.iter().map(String::len).sum();
             assert!(bytes <= body_len, "{bytes} bytes of text from {body_len}");
-            tokenize_all(&t.texts, t.truncate);
+            tokenize_all(&t.texts, t.truncation);
         }
     }
     assert!(valid.priority >= 1 && valid.priority <= f.settings.priority_levels);
@@ -533,7 +533,7 @@ pub const fn output_bounds() -> &'static [(&'static str, &'static str)] {
         ("checkpoint", "values × 2 ≤ file bytes"),
         (
             "tokenize",
-            "tokens ≤ max_seq_len (truncating); full length ≤ 3 × characters + 2; /tokenize's tokens are encode's, in order within the text",
+            "tokens ≤ max_seq_len (truncating); full length ≤ 3 × characters + 2; /tokenize's tokens are encode's, in order within the text; a cut from either end keeps that end's tokens",
         ),
     ]
 }

@@ -16,7 +16,9 @@ pub mod rng;
 pub mod train;
 
 pub use checkpoint::{Checkpoint, LayerWeights, WeightData};
-pub use encoder::{EncodeError, Encoder, PackedTokens, TextTokenizer, l2_normalize_rows};
+pub use encoder::{
+    EncodeError, Encoder, PackedTokens, TextTokenizer, Truncation, l2_normalize_rows,
+};
 pub use error::{LoadError, ModelError};
 pub use kernels::{Device, DeviceSpec};
 pub use mlp::Mlp;

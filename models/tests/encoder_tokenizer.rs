@@ -14,7 +14,8 @@ use std::process::{Command, Stdio};
 
 use models::encoder::family::Family;
 use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
-use models::encoder::{EncodeError, TOKEN_COUNT_LIMIT, TextTokenizer};
+use models::encoder::{EncodeError, Encoded, TOKEN_COUNT_LIMIT, TextTokenizer, Truncation};
+use serde_json::json;
 use support::{minilm_dir, skip};
 
 const TEXTS: &[&str] = &[
@@ -134,6 +135,11 @@ fn cases() -> Vec<(String, Option<String>)> {
     // Long texts whose pieces are cut at runs of spaces and at newlines after a space.
     cases.push((long_text(1200).replace(' ', "  "), None));
     cases.push((long_text(1200).replace(' ', "\n "), None));
+    // A long run of spaces near the kept end: the piece holding it has few tokens, so the
+    // kept tokens come from two pieces (in order, read from either end).
+    let spaces = " ".repeat(1500);
+    cases.push((format!("{}{spaces}the very end.", long_text(400)), None));
+    cases.push((format!("The very start{spaces}{}", long_text(400)), None));
     // Pairs past the limit: one long text, and both long (longest-first cuts both).
     cases.push(("a short question?".into(), Some(long_text(400))));
     cases.push((long_text(300), Some("a short passage".into())));
@@ -164,7 +170,10 @@ fn python_ids(
         "max_len": max_len,
         "cases": cases
             .iter()
-            .flat_map(|(a, b)| [true, false].map(|t| serde_json::json!({"a": a, "b": b, "truncate": t})))
+            .flat_map(|(a, b)| {
+                [json!(true), json!("left"), json!(false)]
+                    .map(|t| json!({"a": a, "b": b, "truncate": t}))
+            })
             .collect::<Vec<_>>(),
     });
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/tokenizer_parity.py");
@@ -261,8 +270,8 @@ fn ids_match_python_tokenizers_for_roberta_byte_level_bpe() {
     assert_eq!(tokenizer.pair_type_ids_below(), 1);
 }
 
-/// Every case of [`cases`], with and without truncation at `max`, gives the ids Python's
-/// `tokenizers` gives with `dir`'s tokenizer.json.
+/// Every case of [`cases`], truncated at `max` from either side and not truncated, gives
+/// the ids Python's `tokenizers` gives with `dir`'s tokenizer.json.
 fn assert_parity(python: &Path, dir: &Path, max: usize) -> TextTokenizer {
     let tokenizer = TextTokenizer::from_dir(dir, max).unwrap();
     let cases = cases();
@@ -270,33 +279,27 @@ fn assert_parity(python: &Path, dir: &Path, max: usize) -> TextTokenizer {
     let want = python_ids(python, &dir.join("tokenizer.json"), max, &cases);
     let mut truncated = 0;
     for (i, (a, b)) in cases.iter().enumerate() {
-        let (cut, whole) = (&want[2 * i], &want[2 * i + 1]);
-        let encode = |truncate| match b {
-            Some(b) => tokenizer.encode_pair(a, b, truncate),
-            None => tokenizer.encode(a, truncate),
+        let (right, left, whole) = (&want[3 * i], &want[3 * i + 1], &want[3 * i + 2]);
+        let encode = |truncation: Truncation| match b {
+            Some(b) => tokenizer.encode_pair(a, b, truncation),
+            None => tokenizer.encode(a, truncation),
         };
-        let got = encode(true).unwrap();
         let case = format!("case {i} ({a:.40?}, {b:.40?})");
-        assert_eq!(got.ids, cut.ids, "{case}: ids with truncation");
-        assert_eq!(
-            got.type_ids, cut.type_ids,
-            "{case}: type ids with truncation"
-        );
-        // A long text is counted only past the limit when it is truncated, and each text of a
-        // pair only up to the count limit.
+        for (truncation, cut) in [(Truncation::Right, right), (Truncation::Left, left)] {
+            let got = encode(truncation).unwrap();
+            let case = format!("{case}, {truncation:?}");
+            assert_eq!(got.ids, cut.ids, "{case}: ids with truncation");
+            assert_eq!(
+                got.type_ids, cut.type_ids,
+                "{case}: type ids with truncation"
+            );
+            assert_full_length(&case, &got, whole.ids.len(), max, || {
+                b.is_some() || a.len() <= tokenizer.piece_bytes()
+            });
+        }
         let past_count_limit =
             |n: usize| whole.ids.len() > TOKEN_COUNT_LIMIT && n > TOKEN_COUNT_LIMIT;
-        if past_count_limit(got.full_len) {
-            assert!(got.full_len <= whole.ids.len(), "{case}: {}", got.full_len);
-        } else if b.is_some() || a.len() <= tokenizer.piece_bytes() || !got.truncated() {
-            assert_eq!(got.full_len, whole.ids.len(), "{case}: full length");
-        } else {
-            assert!(
-                got.full_len > max && got.full_len <= whole.ids.len(),
-                "{case}"
-            );
-        }
-        match encode(false) {
+        match encode(Truncation::Refuse) {
             Ok(got) => {
                 assert_eq!(got.ids, whole.ids, "{case}: ids without truncation");
                 assert_eq!(got.type_ids, whole.type_ids, "{case}: type ids");
@@ -322,6 +325,25 @@ fn assert_parity(python: &Path, dir: &Path, max: usize) -> TextTokenizer {
     }
     assert!(truncated >= 5, "only {truncated} cases ran past the limit");
     tokenizer
+}
+
+/// A truncated encoding's `full_len` is the whole length, except that a long text is
+/// counted only just past the limit (unless `counted_in_full`: a pair, or a text of one
+/// piece), and nothing past the count limit.
+fn assert_full_length(
+    case: &str,
+    got: &Encoded,
+    whole: usize,
+    max: usize,
+    counted_in_full: impl Fn() -> bool,
+) {
+    if whole > TOKEN_COUNT_LIMIT && got.full_len > TOKEN_COUNT_LIMIT {
+        assert!(got.full_len <= whole, "{case}: {}", got.full_len);
+    } else if counted_in_full() || !got.truncated() {
+        assert_eq!(got.full_len, whole, "{case}: full length");
+    } else {
+        assert!(got.full_len > max && got.full_len <= whole, "{case}");
+    }
 }
 
 #[test]

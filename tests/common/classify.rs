@@ -5,7 +5,7 @@ use std::path::Path;
 
 use kernels::Device;
 use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
-use models::encoder::{Encoder, PackedTokens, TextTokenizer};
+use models::encoder::{Encoder, PackedTokens, TextTokenizer, Truncation};
 use serde_json::Value;
 
 use super::{Server, TempDir};
@@ -38,13 +38,18 @@ pub enum Seq<'a> {
 /// The logits of `seqs` from the model in `dir`, run in this process, cut at the server's
 /// limit for it: its 64 positions (a classifier's folder has no sentence_bert_config.json).
 pub fn logits_here(dir: &Path, seqs: &[Seq]) -> Vec<Vec<f32>> {
+    logits_cut_here(dir, seqs, Truncation::Right)
+}
+
+/// As [`logits_here`], with over-long inputs cut as `truncation` says.
+pub fn logits_cut_here(dir: &Path, seqs: &[Seq], truncation: Truncation) -> Vec<Vec<f32>> {
     let tokenizer = TextTokenizer::from_dir(dir, 64).unwrap();
     let mut encoder = Encoder::load(dir, &Device::Cpu).unwrap();
     let mut packed = PackedTokens::new();
     for s in seqs {
         let encoded = match s {
-            Seq::One(t) => tokenizer.encode(t, true),
-            Seq::Pair(a, b) => tokenizer.encode_pair(a, b, true),
+            Seq::One(t) => tokenizer.encode(t, truncation),
+            Seq::Pair(a, b) => tokenizer.encode_pair(a, b, truncation),
         };
         packed.push(&encoded.unwrap());
     }

@@ -3,7 +3,8 @@ JSON and in the binary extension, the openai client's embeddings.create, with te
 the token ids Python's `tokenizers` gives for them, and huggingface_hub's
 InferenceClient.feature_extraction (TEI's `POST /`) — all unchanged, all giving the same
 embeddings as tandem's own /v1/embeddings; huggingface_hub's sentence_similarity giving
-their cosines; the openai client's models.list() and
+their cosines, and its feature_extraction cutting a long text's start off as Python's
+`tokenizers` does; the openai client's models.list() and
 models.retrieve() finding the model; and TEI's /tokenize and /decode agreeing with Python's
 `tokenizers`.
 
@@ -97,6 +98,25 @@ def similarity_with_huggingface_hub(url, texts, unit):
     assert np.allclose(got, want, atol=1e-6), (got, want)
 
 
+def truncated_from_the_left(url, model, path):
+    """huggingface_hub's truncation_direction="left" (TEI's "Left"): a text past the limit
+    embeds as the ids Python's `tokenizers` keeps when it cuts the start off."""
+    text = " ".join(TEXTS[2:] * 80 + PAIR)
+    tokenizer = tokenizers.Tokenizer.from_file(path)
+    tokenizer.no_padding()
+    limit = post(url, "/info", None)["max_input_length"]
+    tokenizer.enable_truncation(limit, direction="left")
+    ids = tokenizer.encode(text).ids
+    assert len(ids) == limit, len(ids)
+    want = own(url, model, [ids])
+    want /= np.linalg.norm(want, axis=1, keepdims=True)
+    client = InferenceClient(model=f"http://{url}")
+    got = client.feature_extraction(text, truncation_direction="left").astype(np.float64)
+    assert np.allclose(got, want, atol=1e-6), np.abs(got - want).max()
+    start = client.feature_extraction(text).astype(np.float64)
+    assert not np.allclose(start, want, atol=1e-3), "the start kept"
+
+
 def tokenize_parity(url, path):
     """TEI's /tokenize gives Python's tokens for these texts, each with the text its offsets
     cover and those offsets in bytes (Python's are in characters), and /decode gives
@@ -119,7 +139,9 @@ def tokenize_parity(url, path):
 
 
 def post(url, path, body):
-    req = urllib.request.Request(f"http://{url}{path}", data=json.dumps(body).encode())
+    """`body` as JSON, or a GET without one."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://{url}{path}", data=data)
     with urllib.request.urlopen(req) as r:
         return json.load(r)
 
@@ -159,6 +181,7 @@ def main():
     }
     unit = want / np.linalg.norm(want, axis=1, keepdims=True)
     similarity_with_huggingface_hub(args.url, TEXTS, unit)
+    truncated_from_the_left(args.url, args.model, args.tokenizer)
     for name, emb in got.items():
         expected = unit if name == "huggingface_hub" else want
         assert emb.shape == expected.shape, (name, emb.shape, expected.shape)

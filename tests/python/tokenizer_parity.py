@@ -5,8 +5,9 @@ tokenizer_parity.py
           "cases": [{"a": "text", "b": "second text or null", "truncate": true}, ...]}
   stdout [{"ids": [...], "type_ids": [...]}, ...]
 
-  Padding is off; with "truncate" the pair is cut longest-first to max_len (as
-  sentence-transformers asks), without it nothing is cut, so the full length shows.
+  Padding is off; with "truncate" true the pair is cut longest-first to max_len (as
+  sentence-transformers asks), keeping the start; with "left", keeping the end; with false
+  nothing is cut, so the full length shows.
 
 tokenizer_parity.py train-roberta-bpe PATH
   stdin  {"corpus": ["text", ...], "vocab_size": 2000}
@@ -44,12 +45,21 @@ def main():
     whole = Tokenizer.from_file(request["tokenizer"])
     whole.no_padding()
     whole.no_truncation()
-    truncating = Tokenizer.from_file(request["tokenizer"])
-    truncating.no_padding()
-    truncating.enable_truncation(request["max_len"], strategy="longest_first")
+    truncating = {}
+    for direction in ["right", "left"]:
+        t = Tokenizer.from_file(request["tokenizer"])
+        t.no_padding()
+        t.enable_truncation(
+            request["max_len"], strategy="longest_first", direction=direction
+        )
+        truncating[direction] = t
     out = []
     for case in request["cases"]:
-        tokenizer = truncating if case["truncate"] else whole
+        cut = case["truncate"]
+        if cut is False:
+            tokenizer = whole
+        else:
+            tokenizer = truncating["left" if cut == "left" else "right"]
         if case.get("b") is None:
             e = tokenizer.encode(case["a"])
         else:

@@ -1,20 +1,19 @@
 //! The text targets: embedding request bodies read and tokenized as the handlers do, and
 //! texts through the tokenizer as every text endpoint hands them to it.
 
-use models::{EncodeError, PackedTokens, TextTokenizer};
+use models::{EncodeError, PackedTokens, TextTokenizer, Truncation};
 
 use super::{ApiError, assert_client_error, fixtures};
 use crate::http::classify::{self, PredictRequest, RerankRequest};
 use crate::http::embeddings::{self, OpenAiRequest};
-use crate::http::tei::TRUNCATE_BY_DEFAULT;
-use crate::http::tei::TeiRequest;
+use crate::http::tei::{TeiRequest, truncation};
 use crate::http::text;
 use crate::protocol::json_de;
 
 /// Tokenizes as `http::text` does, with the WordPiece tokenizer: a text too long (with
 /// truncation off) is a 400; a tokenizer failure would be a 500, so there must be none.
-pub(super) fn tokenize_all(texts: &[String], truncate: bool) -> PackedTokens {
-    tokenize_with(&fixtures().tokenizer, texts, truncate)
+pub(super) fn tokenize_all(texts: &[String], truncation: Truncation) -> PackedTokens {
+    tokenize_with(&fixtures().tokenizer, texts, truncation)
 }
 
 /// The most tokens a character may give: WordPiece's lower-casing decomposes one into a
@@ -28,10 +27,14 @@ fn tokens_per_char(tokenizer: &TextTokenizer) -> usize {
     }
 }
 
-fn tokenize_with(tokenizer: &TextTokenizer, texts: &[String], truncate: bool) -> PackedTokens {
+fn tokenize_with(
+    tokenizer: &TextTokenizer,
+    texts: &[String],
+    truncation: Truncation,
+) -> PackedTokens {
     let mut packed = PackedTokens::with_capacity(texts.len(), texts.len() * 16);
     for text in texts {
-        match tokenizer.encode(text, truncate) {
+        match tokenizer.encode(text, truncation) {
             Ok(encoded) => {
                 assert!(encoded.len() <= tokenizer.max_seq_len());
                 assert_eq!(encoded.ids.len(), encoded.type_ids.len());
@@ -44,8 +47,8 @@ fn tokenize_with(tokenizer: &TextTokenizer, texts: &[String], truncate: bool) ->
             }
             Err(EncodeError::TooLong { tokens, max, .. }) => {
                 assert!(
-                    !truncate && tokens > max,
-                    "{tokens} > {max}, truncate {truncate}"
+                    truncation == Truncation::Refuse && tokens > max,
+                    "{tokens} > {max}, {truncation:?}"
                 );
             }
             Err(EncodeError::Tokenizer(why)) => {
@@ -68,30 +71,31 @@ pub fn embeddings_json(data: &[u8]) {
             None | Some("float") | Some("base64")
         )
     {
-        encode_inputs(embeddings::inputs("input", r.input), true);
+        encode_inputs(embeddings::inputs("input", r.input), Ok(Truncation::Right));
     }
     if let Ok(r) = json_de::from_slice::<TeiRequest>(data) {
-        encode_inputs(
-            embeddings::inputs("inputs", r.inputs),
-            r.truncate.unwrap_or(TRUNCATE_BY_DEFAULT),
-        );
+        let truncation = truncation(r.truncate, r.truncation_direction.as_deref());
+        encode_inputs(embeddings::inputs("inputs", r.inputs), truncation);
     }
     if let Ok(r) = json_de::from_slice::<PredictRequest>(data) {
-        let truncate = r.truncate.unwrap_or(TRUNCATE_BY_DEFAULT);
-        encode_inputs(classify::predict_inputs(r.inputs), truncate);
+        let truncation = truncation(r.truncate, r.truncation_direction.as_deref());
+        encode_inputs(classify::predict_inputs(r.inputs), truncation);
     }
     if let Ok(r) = json_de::from_slice::<RerankRequest>(data) {
-        let truncate = r.truncate.unwrap_or(TRUNCATE_BY_DEFAULT);
-        encode_inputs(classify::rerank_inputs(&r), truncate);
+        let truncation = truncation(r.truncate, r.truncation_direction.as_deref());
+        encode_inputs(classify::rerank_inputs(&r), truncation);
     }
 }
 
-fn encode_inputs(inputs: Result<Vec<text::Input>, ApiError>, truncate: bool) {
+fn encode_inputs(
+    inputs: Result<Vec<text::Input>, ApiError>,
+    truncation: Result<Truncation, ApiError>,
+) {
     let f = fixtures();
-    let inputs = match inputs {
-        Ok(inputs) if inputs.len() <= f.settings.max_batch_size => inputs,
-        Ok(_) => return,
-        Err(e) => return assert_client_error(e),
+    let (inputs, truncation) = match (inputs, truncation) {
+        (Ok(inputs), Ok(t)) if inputs.len() <= f.settings.max_batch_size => (inputs, t),
+        (Ok(_), Ok(_)) => return,
+        (Err(e), _) | (_, Err(e)) => return assert_client_error(e),
     };
     let texts: Vec<String> = inputs
         .iter()
@@ -100,9 +104,9 @@ fn encode_inputs(inputs: Result<Vec<text::Input>, ApiError>, truncate: bool) {
             text::Input::Ids(_) | text::Input::Pair(..) => None,
         })
         .collect();
-    tokenize_all(&texts, truncate);
-    pairs_fit(&inputs, truncate);
-    match text::encode_all(&f.tokenizer, &f.text, &inputs, truncate) {
+    tokenize_all(&texts, truncation);
+    pairs_fit(&inputs, truncation);
+    match text::encode_all(&f.tokenizer, &f.text, &inputs, truncation) {
         Ok(packed) => {
             assert_eq!(packed.sequences(), inputs.len());
             assert!(packed.lengths().all(|n| n >= 1 && n <= f.text.max_seq_len));
@@ -119,13 +123,13 @@ fn encode_inputs(inputs: Result<Vec<text::Input>, ApiError>, truncate: bool) {
 
 /// A pair cut to the limit keeps both its texts' special tokens and some of each, and is
 /// refused only with truncation off.
-fn pairs_fit(inputs: &[text::Input], truncate: bool) {
+fn pairs_fit(inputs: &[text::Input], truncation: Truncation) {
     let f = fixtures();
     for input in inputs {
         let text::Input::Pair(a, b) = input else {
             continue;
         };
-        match f.tokenizer.encode_pair(a, b, truncate) {
+        match f.tokenizer.encode_pair(a, b, truncation) {
             Ok(e) => {
                 assert!(e.len() <= f.tokenizer.max_seq_len(), "{e:?}");
                 assert_eq!(e.ids.len(), e.type_ids.len());
@@ -133,8 +137,8 @@ fn pairs_fit(inputs: &[text::Input], truncate: bool) {
             }
             Err(EncodeError::TooLong { tokens, max, .. }) => {
                 assert!(
-                    !truncate && tokens > max,
-                    "{tokens} > {max}, truncate {truncate}"
+                    truncation == Truncation::Refuse && tokens > max,
+                    "{tokens} > {max}, {truncation:?}"
                 );
             }
             Err(EncodeError::Tokenizer(why)) => panic!("the tokenizer failed on a pair: {why}"),
@@ -143,8 +147,9 @@ fn pairs_fit(inputs: &[text::Input], truncate: bool) {
 }
 
 /// Text as any endpoint hands it to the tokenizer: the first byte's low bit says whether
-/// to truncate, its next bit whether the WordPiece or the SentencePiece tokenizer takes it;
-/// the rest is the text (invalid UTF-8 replaced, as no endpoint passes it).
+/// to truncate, its next bit whether the WordPiece or the SentencePiece tokenizer takes it,
+/// the third whether a cut keeps the end rather than the start; the rest is the text
+/// (invalid UTF-8 replaced, as no endpoint passes it).
 pub fn tokenize(data: &[u8]) {
     let Some((&mode, text)) = data.split_first() else {
         return;
@@ -158,8 +163,47 @@ pub fn tokenize(data: &[u8]) {
         0 => &f.tokenizer,
         _ => &f.sentencepiece,
     };
-    tokenize_with(tokenizer, &[text.as_ref().to_owned()], mode & 1 == 1);
+    let truncation = match (mode & 1, mode & 4) {
+        (0, _) => Truncation::Refuse,
+        (_, 0) => Truncation::Right,
+        _ => Truncation::Left,
+    };
+    tokenize_with(tokenizer, &[text.as_ref().to_owned()], truncation);
     inspect(tokenizer, &text);
+    cut_from_either_end(tokenizer, &text);
+}
+
+/// A text cut from either end keeps the tokens at that end of the whole text's, between
+/// the special tokens. Read a piece at a time, from the start or from the end, the pieces
+/// are cut at whitespace: that changes no token for WordPiece, which splits words at any
+/// whitespace, so for it a long text is checked too, unless a word of it runs past half a
+/// piece (then a piece may be cut within it).
+fn cut_from_either_end(tokenizer: &TextTokenizer, text: &str) {
+    let wordpiece = std::ptr::eq(tokenizer, &fixtures().tokenizer);
+    let short_words = || {
+        text.split(char::is_whitespace)
+            .all(|word| word.len() < tokenizer.piece_bytes() / 2)
+    };
+    if text.len() > tokenizer.piece_bytes() && !(wordpiece && short_words()) {
+        return;
+    }
+    let Ok(tokens) = tokenizer.tokens(text, false) else {
+        return; // past the counting limit
+    };
+    let whole: Vec<u32> = tokens.iter().map(|t| t.id).collect();
+    let (prefix, suffix) = tokenizer.special_ends();
+    let room = tokenizer.max_seq_len() - prefix.len() - suffix.len();
+    let keep = whole.len().min(room);
+    for (truncation, kept) in [
+        (Truncation::Right, &whole[..keep]),
+        (Truncation::Left, &whole[whole.len() - keep..]),
+    ] {
+        let got = tokenizer
+            .encode(text, truncation)
+            .expect("a cut never refuses");
+        let want = [prefix, kept, suffix].concat();
+        assert_eq!(got.ids, want, "{truncation:?}: {text:?}");
+    }
 }
 
 /// TEI's `/tokenize` and `/decode` on the same text: the tokens are the ids `encode` gives,

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, header};
 use http_body_util::{Full, Limited};
 use hyper::body::Incoming;
+use models::Truncation;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::time::Instant;
@@ -99,7 +100,7 @@ async fn rerank_on(
     let documents = &request.documents;
     let texts = documents.items.iter().map(|d| d.0.clone());
     let inputs = pairs(&request.query, texts, documents.count)?;
-    let out = classify(state, version, &received, inputs, Some(true)).await?;
+    let out = classify(state, version, &received, inputs, Truncation::Right).await?;
     let mut ranked = rerank_scores(&out.values, Activation::Sigmoid);
     ranked.truncate(request.top_n.unwrap_or(ranked.len()));
     let results: Vec<serde_json::Value> = ranked

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::{Full, Limited};
 use hyper::body::Incoming;
+use models::Truncation;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::time::Instant;
@@ -112,7 +113,7 @@ async fn answer_openai(
     let base64 = request.encoding_format.as_deref() == Some("base64");
     let ask = Ask {
         inputs: inputs("input", request.input)?,
-        truncate: true,
+        truncation: Truncation::Right,
         normalize: None,
         prompt_name: request.prompt_name,
         task: Task::Embed,

@@ -186,7 +186,7 @@ async fn submission(
                     .collect(),
             };
             let tokenized =
-                text::tokenize(version, inputs, t.truncate, t.prompt_name.as_deref()).await?;
+                text::tokenize(version, inputs, t.truncation, t.prompt_name.as_deref()).await?;
             Ok((tokenized.submission(priority, timeout), t.normalize))
         }
     }

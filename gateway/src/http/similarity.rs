@@ -17,7 +17,7 @@ use super::arrival::ArrivalClock;
 use super::classify::Bounded;
 use super::embeddings::inputs;
 use super::inputs::{Input, Inputs, MAX_TEXTS};
-use super::tei::{TRUNCATE_BY_DEFAULT, check_truncation_direction, served_text_version, tei_error};
+use super::tei::{served_text_version, tei_error, truncation};
 use super::text_request::{Answered, Ask, Received, Task, receive, run};
 use super::{AppState, content_coding};
 use crate::error::ApiError;
@@ -80,8 +80,6 @@ pub(super) async fn answer(
     read: Result<(Received, SimilarityRequest), ApiError>,
 ) -> Response<Full<Bytes>> {
     let checked = read.and_then(|(received, request)| {
-        let direction = request.parameters.as_ref();
-        check_truncation_direction(direction.and_then(|p| p.truncation_direction.as_deref()))?;
         let version = served_text_version(state, request.model.as_deref())?;
         Ok((received, request, version))
     });
@@ -121,9 +119,10 @@ async fn similarities(
     }
     let texts = std::iter::once(source_sentence).chain(sentences.items);
     let parameters = request.parameters.unwrap_or_default();
+    let direction = parameters.truncation_direction.as_deref();
     let ask = Ask {
         inputs: inputs("inputs", Inputs::List(texts.map(Input::Text).collect()))?,
-        truncate: parameters.truncate.unwrap_or(TRUNCATE_BY_DEFAULT),
+        truncation: truncation(parameters.truncate, direction)?,
         normalize: Some(true),
         prompt_name: parameters.prompt_name,
         task: Task::Embed,

@@ -16,6 +16,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{Full, Limited};
 use hyper::body::Incoming;
+use models::Truncation;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::time::Instant;
@@ -31,7 +32,7 @@ use crate::registry::{LookupError, ModelVersion};
 
 /// Whether TEI's routes cut an over-long input when a request does not say: TEI's default
 /// since 1.9 (`--auto-truncate`).
-pub(crate) const TRUNCATE_BY_DEFAULT: bool = true;
+const TRUNCATE_BY_DEFAULT: bool = true;
 
 /// TEI's request, with `model` as tandem's own addition for servers of several models.
 /// Other fields are ignored, as TEI ignores them: clients send some (LangChain's
@@ -43,7 +44,7 @@ pub(crate) struct TeiRequest {
     pub(crate) normalize: Option<bool>,
     #[serde(default)]
     pub(crate) truncate: Option<bool>,
-    /// TEI's `Right` (the default: keep the start) or `Left`, which is refused.
+    /// TEI's `Right` (the default: keep the start) or `Left` (keep the end).
     #[serde(default)]
     pub(crate) truncation_direction: Option<String>,
     /// The prompt put before each text, by its name in the model's folder.
@@ -127,19 +128,30 @@ fn read(
             "dimensions: this model's embeddings have one size; leave it out",
         ));
     }
-    check_truncation_direction(request.truncation_direction.as_deref())?;
     let version = served_text_version(state, request.model.as_deref())?;
     Ok((received, request, version))
 }
 
-/// TEI's `Right` (the default: keep the start) is served; `Left` is refused.
-pub(super) fn check_truncation_direction(direction: Option<&str>) -> Result<(), ApiError> {
-    match direction {
-        None | Some("Right" | "right") => Ok(()),
-        Some(other) => Err(ApiError::invalid(format!(
-            "truncation_direction {other:?}: only \"Right\" (keep the start) is served"
-        ))),
-    }
+/// What TEI's `truncate` (on unless a request says, [`TRUNCATE_BY_DEFAULT`]) and
+/// `truncation_direction` (`Right`, the default, cuts the end off; `Left` the start) ask
+/// of an over-long input.
+pub(crate) fn truncation(
+    truncate: Option<bool>,
+    direction: Option<&str>,
+) -> Result<Truncation, ApiError> {
+    let cut = match direction {
+        None | Some("Right" | "right") => Truncation::Right,
+        Some("Left" | "left") => Truncation::Left,
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "truncation_direction {other:?}: \"Right\" cuts the end off, \"Left\" the start"
+            )));
+        }
+    };
+    Ok(match truncate.unwrap_or(TRUNCATE_BY_DEFAULT) {
+        true => cut,
+        false => Truncation::Refuse,
+    })
 }
 
 async fn answer(
@@ -150,7 +162,7 @@ async fn answer(
 ) -> Result<Vec<u8>, ApiError> {
     let ask = Ask {
         inputs: inputs("inputs", request.inputs)?,
-        truncate: request.truncate.unwrap_or(TRUNCATE_BY_DEFAULT),
+        truncation: truncation(request.truncate, request.truncation_direction.as_deref())?,
         normalize: Some(request.normalize.unwrap_or(true)),
         prompt_name: request.prompt_name,
         task: Task::Embed,

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use models::{EncodeError, PackedTokens, TextInput, TextTokenizer};
+use models::{EncodeError, PackedTokens, TextInput, TextTokenizer, Truncation};
 
 use crate::batching::Payload;
 use crate::error::ApiError;
@@ -59,10 +59,10 @@ pub fn text_model(version: &ModelVersion) -> Result<&TextModel, ApiError> {
 pub async fn tokenize(
     version: &ModelVersion,
     inputs: Vec<Input>,
-    truncate: bool,
+    truncation: Truncation,
     prompt_name: Option<&str>,
 ) -> Result<Tokenized, ApiError> {
-    let tokens = tokenize_all(version, inputs, truncate, prompt_name).await?;
+    let tokens = tokenize_all(version, inputs, truncation, prompt_name).await?;
     let model = &text_model(version)?.input;
     let units: f64 = tokens.lengths().map(|n| model.units(n).ceil()).sum();
     let units = units as usize;
@@ -87,10 +87,10 @@ pub async fn tokenize(
 pub async fn tokenize_in_batches(
     version: &ModelVersion,
     inputs: Vec<Input>,
-    truncate: bool,
+    truncation: Truncation,
     prompt_name: Option<&str>,
 ) -> Result<Vec<Tokenized>, ApiError> {
-    let tokens = tokenize_all(version, inputs, truncate, prompt_name).await?;
+    let tokens = tokenize_all(version, inputs, truncation, prompt_name).await?;
     let model = &text_model(version)?.input;
     let settings = version.settings();
     let (max_inputs, max_units) = (settings.max_batch_size.max(1), settings.max_batch_tokens);
@@ -128,7 +128,7 @@ fn tokenized(tokens: &PackedTokens, range: std::ops::Range<usize>, units: usize)
 async fn tokenize_all(
     version: &ModelVersion,
     mut inputs: Vec<Input>,
-    truncate: bool,
+    truncation: Truncation,
     prompt_name: Option<&str>,
 ) -> Result<PackedTokens, ApiError> {
     let text = text_model(version)?;
@@ -136,7 +136,7 @@ async fn tokenize_all(
     let bytes: usize = inputs.iter().map(text_bytes).sum();
     let (tokenizer, model) = (text.tokenizer.clone(), text.input.clone());
     let tokens = inline_or_blocking(bytes, move || {
-        encode_all(&tokenizer, &model, &inputs, truncate)
+        encode_all(&tokenizer, &model, &inputs, truncation)
     })
     .await?;
     metrics::histogram!(names::REQUEST_TOKENS, "model" => version.name.clone())
@@ -196,7 +196,7 @@ pub(crate) fn encode_all(
     tokenizer: &TextTokenizer,
     model: &TextInput,
     inputs: &[Input],
-    truncate: bool,
+    truncation: Truncation,
 ) -> Result<PackedTokens, ApiError> {
     let mut packed = PackedTokens::with_capacity(inputs.len(), inputs.len() * 16);
     // The first text of the pairs last seen, tokenized once for all the pairs sharing it.
@@ -204,22 +204,26 @@ pub(crate) fn encode_all(
     for (i, input) in inputs.iter().enumerate() {
         match input {
             Input::Text(text) => {
-                packed.push(&encoded(i, tokenizer.encode(text, truncate))?);
+                packed.push(&encoded(i, tokenizer.encode(text, truncation))?);
             }
             Input::Pair(a, b) => {
                 let part = match first.take() {
                     Some((shared, part)) if std::sync::Arc::ptr_eq(shared, a) => part,
-                    _ => tokenizer.pair_part(a).map_err(|e| tokenizer_failed(i, e))?,
+                    _ => tokenizer
+                        .pair_part(a, truncation)
+                        .map_err(|e| tokenizer_failed(i, e))?,
                 };
-                let second = tokenizer.pair_part(b).map_err(|e| tokenizer_failed(i, e))?;
+                let second = tokenizer
+                    .pair_part(b, truncation)
+                    .map_err(|e| tokenizer_failed(i, e))?;
                 packed.push(&encoded(
                     i,
-                    tokenizer.encode_parts(&part, &second, truncate),
+                    tokenizer.encode_parts(&part, &second, truncation),
                 )?);
                 first = Some((a, part));
             }
             Input::Ids(ids) => {
-                let ids = checked_ids(tokenizer, model, i, ids, truncate)?;
+                let ids = checked_ids(tokenizer, model, i, ids, truncation)?;
                 packed.push_ids(&ids, &vec![0; ids.len()]);
             }
         }
@@ -266,21 +270,20 @@ fn tokenizer_failed(i: usize, e: EncodeError) -> ApiError {
 /// tokens included (`[CLS] ... [SEP]` for BERT): ids made by another tokenizer (a client
 /// that counts with OpenAI's tiktoken, say) would embed as meaningless text, and their
 /// ends tell them apart. Each id is below the vocabulary's size; past `max_seq_len` they are
-/// cut as the tokenizer cuts a text (the start kept, the closing ids put back) when
-/// `truncate` is on, refused otherwise.
+/// cut as the tokenizer cuts a text ([`cut_ids`]), or refused.
 fn checked_ids(
     tokenizer: &TextTokenizer,
     model: &TextInput,
     i: usize,
     ids: &TokenIds,
-    truncate: bool,
+    truncation: Truncation,
 ) -> Result<Vec<u32>, ApiError> {
     // Past MAX_IDS the ids were only counted, so no longer model takes more.
     let max = model.max_seq_len.min(MAX_IDS);
     if ids.count == 0 {
         return Err(ApiError::invalid(format!("input {i} holds no token ids")));
     }
-    if ids.count > max && !truncate {
+    if ids.count > max && truncation == Truncation::Refuse {
         return Err(ApiError::invalid(format!(
             "input {i} has {} token ids, at most {max} fit; send it shorter or with \
              truncate on",
@@ -298,12 +301,7 @@ fn checked_ids(
              ids from another tokenizer embed as meaningless text, so send such texts as text"
         )));
     }
-    let mut kept = ids.ids[..ids.ids.len().min(max)].to_vec();
-    if ids.count > max {
-        // The tokenizer leaves room for more than its special tokens (`TextTokenizer::from_dir`).
-        kept.truncate(max.saturating_sub(suffix.len()));
-        kept.extend_from_slice(suffix);
-    }
+    let kept = cut_ids(i, ids, max, truncation, (prefix, suffix))?;
     if let Some(id) = kept.iter().find(|&&id| id as usize >= model.vocab_size) {
         return Err(ApiError::invalid(format!(
             "input {i}: token id {id} is past the model's vocabulary of {}; send ids from \
@@ -311,6 +309,40 @@ fn checked_ids(
             model.vocab_size
         )));
     }
+    Ok(kept)
+}
+
+/// At most `max` of `ids`, cut as the tokenizer cuts a text: the end cut off and the
+/// closing ids put back (`Right`), or the start cut off and the opening ids put back
+/// (`Left`, which needs every id: past [`MAX_IDS`] they were only counted).
+fn cut_ids(
+    i: usize,
+    ids: &TokenIds,
+    max: usize,
+    truncation: Truncation,
+    (prefix, suffix): (&[u32], &[u32]),
+) -> Result<Vec<u32>, ApiError> {
+    if ids.count <= max {
+        return Ok(ids.ids.clone());
+    }
+    // The tokenizer leaves room for more than its special tokens (`TextTokenizer::from_dir`).
+    let kept = match truncation {
+        Truncation::Right | Truncation::Refuse => {
+            [&ids.ids[..max.saturating_sub(suffix.len())], suffix].concat()
+        }
+        Truncation::Left if ids.count == ids.ids.len() => [
+            prefix,
+            &ids.ids[ids.count - max.saturating_sub(prefix.len())..],
+        ]
+        .concat(),
+        Truncation::Left => {
+            return Err(ApiError::invalid(format!(
+                "input {i} has {} token ids, and only the first {MAX_IDS} are kept: cutting \
+                 the start off needs them all, so send at most {MAX_IDS}",
+                ids.count
+            )));
+        }
+    };
     Ok(kept)
 }
 

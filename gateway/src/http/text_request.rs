@@ -8,6 +8,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{Full, Limited};
 use hyper::body::Incoming;
+use models::Truncation;
 use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
@@ -23,7 +24,7 @@ use crate::registry::ModelVersion;
 /// What a text request asks for, whichever API it came through.
 pub(super) struct Ask {
     pub(super) inputs: Vec<Input>,
-    pub(super) truncate: bool,
+    pub(super) truncation: Truncation,
     /// L2-normalise what comes back: an embedding model's default when `None`; never for a
     /// classifier's logits.
     pub(super) normalize: Option<bool>,
@@ -84,7 +85,7 @@ pub(super) async fn run(
         .normalize
         .unwrap_or(text::text_model(version)?.input.normalize_by_default);
     let prompt_name = ask.prompt_name.as_deref();
-    let batches = text::tokenize_in_batches(version, ask.inputs, ask.truncate, prompt_name);
+    let batches = text::tokenize_in_batches(version, ask.inputs, ask.truncation, prompt_name);
     let batches = batches.await?;
     let tokens = batches.iter().map(|b| b.count).sum();
     let settings = version.settings();

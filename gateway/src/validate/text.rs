@@ -4,7 +4,7 @@
 //! `text_pair`, each of its texts scored with the `text` of the same row. Tokenizing comes
 //! after ([`crate::infer::tokenize`]).
 
-use models::{TEXT_INPUT_NAME, TEXT_PAIR_INPUT_NAME, TextInput};
+use models::{TEXT_INPUT_NAME, TEXT_PAIR_INPUT_NAME, TextInput, Truncation};
 
 use super::{ValidInput, invalid};
 use crate::config::ModelSettings;
@@ -17,7 +17,7 @@ pub struct TextRequest {
     /// For a classifier, the second text of each pair, as many as `texts`.
     pub pairs: Option<Vec<String>>,
     /// Cut over-long texts at the model's limit; otherwise refuse them.
-    pub truncate: bool,
+    pub truncation: Truncation,
     /// L2-normalise the embeddings.
     pub normalize: bool,
     /// The prompt to put before each text, by name; `None`: the model's default.
@@ -66,7 +66,7 @@ pub fn validate<'a>(
     let request = TextRequest {
         texts,
         pairs,
-        truncate: parameters.truncate.unwrap_or(true),
+        truncation: parameters.truncate.unwrap_or(true).into(),
         normalize: parameters.normalize.unwrap_or(model.normalize_by_default),
         prompt_name: parameters.prompt_name.clone(),
     };

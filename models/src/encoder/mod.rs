@@ -46,7 +46,9 @@ use kernels::Device;
 pub use config::{EncoderConfig, Pooling};
 pub use packed::PackedTokens;
 pub use prompts::Prompts;
-pub use tokenizer::{EncodeError, Encoded, PairPart, TOKEN_COUNT_LIMIT, TextTokenizer, Token};
+pub use tokenizer::{
+    EncodeError, Encoded, PairPart, TOKEN_COUNT_LIMIT, TextTokenizer, Token, Truncation,
+};
 pub use weights::EncoderWeights;
 
 use crate::{LoadError, ModelError};

@@ -4,8 +4,9 @@
 //! The file's padding and truncation settings are replaced: batches are packed, never
 //! padded, and the limit is the model's `max_seq_length`, not whatever the file was saved
 //! with. An input is either truncated to the limit (longest first, for pairs, as
-//! sentence-transformers does) or, when the caller asks not to truncate, refused with its
-//! token count — never silently cut.
+//! sentence-transformers does), keeping its start or its end as the caller asks
+//! ([`Truncation`]), or, when the caller asks not to truncate, refused with its token
+//! count — never silently cut.
 
 mod inspect;
 
@@ -48,6 +49,38 @@ impl Encoded {
     }
 }
 
+/// What to do with an input longer than the model takes. The directions are named as the
+/// `tokenizers` library and TEI name them: the side that is cut off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Truncation {
+    /// Refuse it with its token count ([`EncodeError::TooLong`]).
+    Refuse,
+    /// Cut its end off: keep the start.
+    Right,
+    /// Cut its start off: keep the end (the latest turns of a conversation, say).
+    Left,
+}
+
+impl Truncation {
+    fn direction(self) -> TruncationDirection {
+        match self {
+            Truncation::Left => TruncationDirection::Left,
+            Truncation::Refuse | Truncation::Right => TruncationDirection::Right,
+        }
+    }
+}
+
+/// `true` cuts the end off, as sentence-transformers does; `false` refuses.
+impl From<bool> for Truncation {
+    fn from(truncate: bool) -> Truncation {
+        if truncate {
+            Truncation::Right
+        } else {
+            Truncation::Refuse
+        }
+    }
+}
+
 /// Why a text could not be encoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EncodeError {
@@ -86,8 +119,10 @@ impl std::error::Error for EncodeError {}
 pub struct TextTokenizer {
     /// No truncation: gives the full length, and the ids whenever they fit.
     whole: Tokenizer,
-    /// Truncating at `max_seq_len`: used only for inputs that do not fit.
+    /// Truncating at `max_seq_len`, keeping the start: used only for inputs that do not fit.
     truncating: Tokenizer,
+    /// The same, keeping the end.
+    truncating_left: Tokenizer,
     max_seq_len: usize,
     /// The ids the tokenizer puts before and after one text's: `[CLS]` and `[SEP]` for BERT.
     prefix: Vec<u32>,
@@ -116,15 +151,20 @@ impl TextTokenizer {
         whole
             .with_truncation(None)
             .map_err(|e| invalid(e.to_string()))?;
-        let mut truncating = whole.clone();
-        truncating
-            .with_truncation(Some(TruncationParams {
-                direction: TruncationDirection::Right,
-                max_length: max_seq_len,
-                strategy: TruncationStrategy::LongestFirst,
-                stride: 0,
-            }))
-            .map_err(|e| invalid(e.to_string()))?;
+        let truncating_to = |direction| {
+            let mut truncating = whole.clone();
+            truncating
+                .with_truncation(Some(TruncationParams {
+                    direction,
+                    max_length: max_seq_len,
+                    strategy: TruncationStrategy::LongestFirst,
+                    stride: 0,
+                }))
+                .map_err(|e| invalid(e.to_string()))?;
+            Ok::<_, LoadError>(truncating)
+        };
+        let truncating = truncating_to(TruncationDirection::Right)?;
+        let truncating_left = truncating_to(TruncationDirection::Left)?;
         let (prefix, suffix) = special_ends(&whole).map_err(|e| invalid(e.to_string()))?;
         let pair_specials = whole
             .get_post_processor()
@@ -138,6 +178,7 @@ impl TextTokenizer {
         let tokenizer = TextTokenizer {
             whole,
             truncating,
+            truncating_left,
             max_seq_len,
             prefix,
             suffix,
@@ -178,13 +219,19 @@ impl TextTokenizer {
             .map_or(0, |t| t as usize + 1)
     }
 
-    /// One text, with the model's special tokens. With `truncate` off, an input longer
-    /// than [`TextTokenizer::max_seq_len`] is [`EncodeError::TooLong`].
-    pub fn encode(&self, text: &str, truncate: bool) -> Result<Encoded, EncodeError> {
+    /// One text, with the model's special tokens. An input longer than
+    /// [`TextTokenizer::max_seq_len`] is cut as `truncation` says, or refused with
+    /// [`EncodeError::TooLong`].
+    pub fn encode(
+        &self,
+        text: &str,
+        truncation: impl Into<Truncation>,
+    ) -> Result<Encoded, EncodeError> {
+        let truncation = truncation.into();
         if text.len() <= self.piece_bytes() {
-            self.run(text.into(), truncate)
+            self.run(text.into(), truncation)
         } else {
-            self.encode_in_pieces(text, truncate)
+            self.encode_in_pieces(text, truncation)
         }
     }
 
@@ -198,25 +245,29 @@ impl TextTokenizer {
     /// (see `piece_end`), so the pieces' tokens run on as the whole text's would.
     /// Tokenizing all of a long text at once would hold every token with its offsets (about
     /// 100 bytes each) and take microseconds a token, when a truncated answer needs only
-    /// the first `max_seq_len`.
-    fn encode_in_pieces(&self, text: &str, truncate: bool) -> Result<Encoded, EncodeError> {
+    /// the first `max_seq_len` (or the last, when cutting from the left: then the pieces
+    /// are read from the end).
+    fn encode_in_pieces(&self, text: &str, truncation: Truncation) -> Result<Encoded, EncodeError> {
         let specials = self.specials(false);
         let room = self.max_seq_len.saturating_sub(specials);
-        let enough = if truncate {
-            room + 1
-        } else {
-            TOKEN_COUNT_LIMIT.max(room + 1)
+        let enough = match truncation {
+            Truncation::Refuse => TOKEN_COUNT_LIMIT.max(room + 1),
+            Truncation::Right | Truncation::Left => room + 1,
         };
-        let bare = self.bare(text, room, enough)?;
+        let mut bare = self.bare(text, room, enough, truncation.direction())?;
         let full_len = bare.count + specials;
-        if !truncate && bare.count > room {
-            return Err(EncodeError::TooLong {
-                tokens: full_len,
-                max: self.max_seq_len,
-                counted_all: bare.counted_all,
-            });
+        if bare.count > room {
+            if truncation == Truncation::Refuse {
+                return Err(EncodeError::TooLong {
+                    tokens: full_len,
+                    max: self.max_seq_len,
+                    counted_all: bare.counted_all,
+                });
+            }
+            bare.encoding.truncate(room, 0, truncation.direction());
+            drop(bare.encoding.take_overflowing());
         }
-        let encoding = (self.truncating)
+        let encoding = (self.whole)
             .post_process(bare.encoding, None, true)
             .map_err(failed)?;
         Ok(Encoded::of(&encoding, full_len))
@@ -229,22 +280,38 @@ impl TextTokenizer {
             .map_or(0, |p| p.added_tokens(pair))
     }
 
-    /// A text's own tokens (no special tokens), a piece at a time, counted until there are
-    /// `enough` and kept only until there are more than `room`: what a cut needs, where a
-    /// refusal needs only the count. A text within [`TextTokenizer::piece_bytes`] is one
-    /// piece, counted in full.
-    fn bare(&self, text: &str, room: usize, enough: usize) -> Result<Bare, EncodeError> {
+    /// A text's own tokens (no special tokens), a piece at a time from the side a cut
+    /// keeps (the start for `Right`, the end for `Left`), counted until there are `enough`
+    /// and kept only until there are more than `room`: what a cut needs, where a refusal
+    /// needs only the count. A text within [`TextTokenizer::piece_bytes`] is one piece,
+    /// counted in full.
+    fn bare(
+        &self,
+        text: &str,
+        room: usize,
+        enough: usize,
+        cut: TruncationDirection,
+    ) -> Result<Bare, EncodeError> {
         let mut encodings = Vec::new();
         let (mut count, mut rest) = (0, text);
         while !rest.is_empty() && count < enough {
-            let (piece, after) = rest.split_at(piece_end(rest, self.piece_bytes()));
+            let (piece, others) = match cut {
+                TruncationDirection::Right => rest.split_at(piece_end(rest, self.piece_bytes())),
+                TruncationDirection::Left => {
+                    let (before, piece) = rest.split_at(piece_start(rest, self.piece_bytes()));
+                    (piece, before)
+                }
+            };
             let encoding = self.whole.encode_fast(piece, false).map_err(failed)?;
             let tokens = encoding.len();
             if count <= room {
                 encodings.push(encoding);
             }
             count += tokens;
-            rest = after;
+            rest = others;
+        }
+        if cut == TruncationDirection::Left {
+            encodings.reverse();
         }
         Ok(Bare {
             encoding: tokenizers::Encoding::merge(encodings, false),
@@ -260,34 +327,57 @@ impl TextTokenizer {
     /// lengths), and cut here rather than by the library, whose pair truncation keeps every
     /// combination of the two texts' overflowing parts: memory growing with the product of
     /// their lengths.
-    pub fn encode_pair(&self, a: &str, b: &str, truncate: bool) -> Result<Encoded, EncodeError> {
-        self.encode_parts(&self.pair_part(a)?, &self.pair_part(b)?, truncate)
+    pub fn encode_pair(
+        &self,
+        a: &str,
+        b: &str,
+        truncation: impl Into<Truncation>,
+    ) -> Result<Encoded, EncodeError> {
+        let truncation = truncation.into();
+        let (a, b) = (
+            self.pair_part(a, truncation)?,
+            self.pair_part(b, truncation)?,
+        );
+        self.encode_parts(&a, &b, truncation)
     }
 
-    /// One text of a pair, tokenized as far as any pair holding it needs: so that a query
-    /// paired with many passages is tokenized once ([`TextTokenizer::encode_parts`]).
-    pub fn pair_part(&self, text: &str) -> Result<PairPart, EncodeError> {
+    /// One text of a pair, tokenized as far as any pair holding it needs, from the side
+    /// `truncation` keeps: so that a query paired with many passages is tokenized once
+    /// ([`TextTokenizer::encode_parts`], with the same `truncation`).
+    pub fn pair_part(
+        &self,
+        text: &str,
+        truncation: impl Into<Truncation>,
+    ) -> Result<PairPart, EncodeError> {
+        let side = truncation.into().direction();
         let room = self.max_seq_len.saturating_sub(self.specials(true));
-        let mut bare = self.bare(text, room, TOKEN_COUNT_LIMIT.max(room + 1))?;
+        let mut bare = self.bare(text, room, TOKEN_COUNT_LIMIT.max(room + 1), side)?;
         // No cut keeps more than the room, and a query's part is copied for every pair.
-        bare.encoding.truncate(room, 0, TruncationDirection::Right);
+        bare.encoding.truncate(room, 0, side);
         drop(bare.encoding.take_overflowing());
-        Ok(PairPart(bare))
+        Ok(PairPart { bare, side })
     }
 
-    /// The pair of `a` and `b`, as [`TextTokenizer::encode_pair`] gives it.
+    /// The pair of `a` and `b`, as [`TextTokenizer::encode_pair`] gives it: both parts made
+    /// with this `truncation`.
     pub fn encode_parts(
         &self,
         a: &PairPart,
         b: &PairPart,
-        truncate: bool,
+        truncation: impl Into<Truncation>,
     ) -> Result<Encoded, EncodeError> {
+        let truncation = truncation.into();
+        let side = truncation.direction();
+        debug_assert!(
+            a.side == side && b.side == side,
+            "parts read for another cut"
+        );
         let specials = self.specials(true);
         let room = self.max_seq_len.saturating_sub(specials);
-        let (mut a, mut b) = (a.0.clone(), b.0.clone());
+        let (mut a, mut b) = (a.bare.clone(), b.bare.clone());
         let full_len = a.count + b.count + specials;
         if a.count + b.count > room {
-            if !truncate {
+            if truncation == Truncation::Refuse {
                 return Err(EncodeError::TooLong {
                     tokens: full_len,
                     max: self.max_seq_len,
@@ -296,7 +386,7 @@ impl TextTokenizer {
             }
             let (keep_a, keep_b) = longest_first(a.count, b.count, room);
             for (bare, keep) in [(&mut a, keep_a), (&mut b, keep_b)] {
-                bare.encoding.truncate(keep, 0, TruncationDirection::Right);
+                bare.encoding.truncate(keep, 0, side);
                 drop(bare.encoding.take_overflowing());
             }
         }
@@ -312,7 +402,7 @@ impl TextTokenizer {
     fn run(
         &self,
         input: tokenizers::EncodeInput<'_>,
-        truncate: bool,
+        truncation: Truncation,
     ) -> Result<Encoded, EncodeError> {
         let failed = |e: tokenizers::Error| EncodeError::Tokenizer(e.to_string());
         let whole = self
@@ -320,16 +410,21 @@ impl TextTokenizer {
             .encode_fast(input.clone(), true)
             .map_err(failed)?;
         let full_len = whole.get_ids().len();
-        let encoding = if full_len <= self.max_seq_len {
-            whole
-        } else if truncate {
-            self.truncating.encode_fast(input, true).map_err(failed)?
-        } else {
-            return Err(EncodeError::TooLong {
-                tokens: full_len,
-                max: self.max_seq_len,
-                counted_all: true,
-            });
+        let truncating = match truncation {
+            _ if full_len <= self.max_seq_len => None,
+            Truncation::Refuse => {
+                return Err(EncodeError::TooLong {
+                    tokens: full_len,
+                    max: self.max_seq_len,
+                    counted_all: true,
+                });
+            }
+            Truncation::Right => Some(&self.truncating),
+            Truncation::Left => Some(&self.truncating_left),
+        };
+        let encoding = match truncating {
+            None => whole,
+            Some(t) => t.encode_fast(input, true).map_err(failed)?,
         };
         Ok(Encoded {
             ids: encoding.get_ids().to_vec(),
@@ -341,7 +436,11 @@ impl TextTokenizer {
 
 /// One text of a pair, tokenized: see [`TextTokenizer::pair_part`].
 #[derive(Clone, Debug)]
-pub struct PairPart(Bare);
+pub struct PairPart {
+    bare: Bare,
+    /// The side a cut takes tokens off: the part holds those at the other end.
+    side: TruncationDirection,
+}
 
 /// A text's own tokens, and how many it has as far as they were counted.
 #[derive(Clone, Debug)]
@@ -433,6 +532,35 @@ fn piece_end(text: &str, target: usize) -> usize {
     after_whitespace.unwrap_or(cut)
 }
 
+/// Where the last piece of `text` starts, for a text read from its end: cut as
+/// [`piece_end`] cuts, so that the pieces' tokens are the whole text's. Best before the run
+/// of spaces that holds the first space of the last `target` bytes (the piece takes all of
+/// the run); failing that, after the first other whitespace there; failing that, where
+/// `target` bytes are left. The piece is never empty.
+fn piece_start(text: &str, target: usize) -> usize {
+    if text.len() <= target {
+        return 0;
+    }
+    let mut from = text.len() - target;
+    while !text.is_char_boundary(from) {
+        from -= 1;
+    }
+    let tail = &text[from..];
+    let before_spaces = tail
+        .find(' ')
+        .map(|i| text[..from + i].trim_end_matches(' ').len());
+    if let Some(start) = before_spaces.filter(|&start| start > 0) {
+        return start;
+    }
+    let after_whitespace = tail
+        .char_indices()
+        .find(|(_, c)| c.is_whitespace())
+        .map(|(i, c)| from + i + c.len_utf8());
+    after_whitespace
+        .filter(|&start| start < text.len())
+        .unwrap_or(from)
+}
+
 impl fmt::Debug for TextTokenizer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TextTokenizer")
@@ -449,7 +577,7 @@ const _: () = {
 
 #[cfg(test)]
 mod tests {
-    use super::longest_first;
+    use super::{longest_first, piece_end, piece_start};
 
     /// The cases of the `tokenizers` library's longest-first truncation of a pair.
     #[test]
@@ -466,5 +594,59 @@ mod tests {
         assert_eq!(longest_first(60, 50, 45), (23, 22));
         assert_eq!(longest_first(23, 23, 45), (22, 23));
         assert_eq!(longest_first(1, 1000, 2), (1, 1));
+    }
+
+    #[test]
+    fn pieces_from_the_end_start_before_spaces_or_after_whitespace() {
+        let cases = [
+            ("aaa bbb ccc", 5, " ccc"),
+            ("aa   bb", 3, "   bb"),
+            ("abcdefgh", 3, "fgh"),
+            ("ab\ncd\nef", 4, "ef"),
+            ("abcdef\n", 3, "ef\n"),
+            ("ééé", 3, "éé"),
+            ("   abc", 4, "abc"),
+            ("short", 8, "short"),
+        ];
+        for (text, target, piece) in cases {
+            assert_eq!(&text[piece_start(text, target)..], piece, "{text:?}");
+        }
+    }
+
+    /// Read from either end, the pieces cover the text in order, none empty, each cut
+    /// before a run of spaces or after other whitespace where the text has some in reach.
+    #[test]
+    fn pieces_from_either_end_cover_the_text_and_cut_between_words() {
+        let text = "retrieval  augmented\tgeneration über 東京\n🙂 ".repeat(40);
+        let between_words = |cut: usize| {
+            let (before, after) = text.split_at(cut);
+            (after.starts_with(' ') && !before.ends_with(' '))
+                || before.ends_with(char::is_whitespace)
+        };
+        for target in [16, 64] {
+            let (mut rest, mut cuts) = (text.as_str(), Vec::new());
+            while !rest.is_empty() {
+                let start = piece_start(rest, target);
+                assert!(start < rest.len(), "an empty piece");
+                rest = &rest[..start];
+                cuts.push(start);
+            }
+            let mut covered = 0;
+            for piece in std::iter::successors(Some(text.as_str()), |rest| {
+                let end = piece_end(rest, target);
+                (end < rest.len()).then(|| &rest[end..])
+            }) {
+                let end = piece_end(piece, target);
+                assert!(end > 0, "an empty piece");
+                covered += end;
+                if end < piece.len() {
+                    assert!(between_words(covered), "from the start, a cut at {covered}");
+                }
+            }
+            assert_eq!(covered, text.len());
+            for &cut in cuts.iter().filter(|&&c| c > 0) {
+                assert!(between_words(cut), "from the end, a cut at {cut}");
+            }
+        }
     }
 }

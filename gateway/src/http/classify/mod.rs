@@ -19,13 +19,14 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{Full, Limited};
 use hyper::body::Incoming;
+use models::Truncation;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
 use super::inputs::{Input, MAX_TEXTS};
-use super::tei::{check_truncation_direction, served_text_version, tei_error};
+use super::tei::{served_text_version, tei_error, truncation};
 use super::text_request::{Answered, Ask, Outputs, Received, Task, receive, run};
 use super::{AppState, content_coding};
 use crate::error::ApiError;
@@ -102,11 +103,11 @@ async fn predict_on(
     received: Received,
     request: PredictRequest,
 ) -> Result<Vec<u8>, ApiError> {
-    check_truncation_direction(request.truncation_direction.as_deref())?;
+    let truncation = truncation(request.truncate, request.truncation_direction.as_deref())?;
     let activation = activation(version, request.raw_scores, &request.parameters)?;
     let one = matches!(request.inputs, PredictInputs::One(_));
     let inputs = predict_inputs(request.inputs)?;
-    let out = classify(state, version, &received, inputs, request.truncate).await?;
+    let out = classify(state, version, &received, inputs, truncation).await?;
     let labels = &super::text::text_model(version)?.input.labels;
     let top_k = request.parameters.top_k.unwrap_or(labels.len());
     let answers: Vec<serde_json::Value> = out
@@ -152,10 +153,10 @@ async fn rerank_on(
     received: Received,
     request: RerankRequest,
 ) -> Result<Vec<u8>, ApiError> {
-    check_truncation_direction(request.truncation_direction.as_deref())?;
+    let truncation = truncation(request.truncate, request.truncation_direction.as_deref())?;
     require_one_label(version)?;
     let inputs = rerank_inputs(&request)?;
-    let out = classify(state, version, &received, inputs, request.truncate).await?;
+    let out = classify(state, version, &received, inputs, truncation).await?;
     let activation = match request.raw_scores {
         true => Activation::None,
         false => Activation::Sigmoid,
@@ -252,11 +253,11 @@ pub(super) async fn classify(
     version: &ModelVersion,
     received: &Received,
     inputs: Vec<Input>,
-    truncate: Option<bool>,
+    truncation: Truncation,
 ) -> Result<Outputs, ApiError> {
     let ask = Ask {
         inputs,
-        truncate: truncate.unwrap_or(super::tei::TRUNCATE_BY_DEFAULT),
+        truncation,
         normalize: Some(false),
         prompt_name: None,
         task: Task::Classify,

@@ -45,7 +45,7 @@ pub(crate) struct PredictRequest {
     #[serde(default)]
     pub(crate) truncate: Option<bool>,
     #[serde(default)]
-    pub(super) truncation_direction: Option<String>,
+    pub(crate) truncation_direction: Option<String>,
     #[serde(default)]
     pub(super) raw_scores: bool,
     #[serde(default)]
@@ -73,7 +73,7 @@ pub(crate) struct RerankRequest {
     #[serde(default)]
     pub(crate) truncate: Option<bool>,
     #[serde(default)]
-    pub(super) truncation_direction: Option<String>,
+    pub(crate) truncation_direction: Option<String>,
     #[serde(default)]
     pub(super) raw_scores: bool,
     #[serde(default)]
