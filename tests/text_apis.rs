@@ -269,11 +269,15 @@ fn tei_routes_answer_as_tei_does() {
 #[test]
 fn tei_truncation_from_the_left_keeps_the_end() {
     let (server, _repo) = start_synthetic();
+    // Over 1 KiB, so that the text is read a piece at a time, from its end.
     let long = format!(
         "{}{}",
         "the big red dog ".repeat(10),
-        "a cat runs fast ".repeat(10)
+        "a cat runs fast ".repeat(70)
     );
+    let limit = server.get("/info").json()["max_input_length"]
+        .as_u64()
+        .unwrap() as usize;
     let tokens = server.post_json("/tokenize", &json!({"inputs": long}));
     let ids: Vec<u64> = tokens.json()[0]
         .as_array()
@@ -282,7 +286,7 @@ fn tei_truncation_from_the_left_keeps_the_end() {
         .map(|t| t["id"].as_u64().unwrap())
         .collect();
     let (cls, sep) = (ids[0], ids[ids.len() - 1]);
-    let tail = &ids[ids.len() - 1 - 46..ids.len() - 1];
+    let tail = &ids[ids.len() - 1 - (limit - 2)..ids.len() - 1];
     let want: Vec<u64> = [&[cls][..], tail, &[sep]].concat();
     let by_ids = server.post_json("/embed", &json!({"inputs": [want]}));
     assert_eq!(by_ids.status, 200, "{}", by_ids.text());

@@ -319,18 +319,28 @@ fn long_inputs_are_cut_and_too_many_are_refused() {
         .find(|(l, _)| l == labels[0])
         .unwrap();
     assert_near(score, left("nli", Seq::One(&tail)), &label);
+    // Several documents share the query's tokens, read once from its end.
+    let other = format!("{}the other end", "a dog sleeps ".repeat(20));
     let reranked = ok(
         &server,
         "/rerank",
-        &json!({"query": query, "texts": [tail], "model": "rerank", "raw_scores": true,
+        &json!({"query": query, "texts": [tail, other], "model": "rerank", "raw_scores": true,
                 "truncation_direction": "Left"}),
     );
-    let score = reranked[0]["score"].as_f64().unwrap();
-    assert_near(
-        score,
-        left("rerank", Seq::Pair(&query, &tail)),
-        "pair cut from the left",
-    );
+    for (i, document) in [&tail, &other].into_iter().enumerate() {
+        let answer = reranked
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["index"] == i)
+            .unwrap();
+        let want = left("rerank", Seq::Pair(&query, document));
+        assert_near(
+            answer["score"].as_f64().unwrap(),
+            want,
+            "pair cut from the left",
+        );
+    }
     // More than a batch takes (64 by default) runs as several.
     let hundred: Vec<String> = (0..100).map(|i| format!("a cat {}", i % 10)).collect();
     let ranked = ok(

@@ -473,11 +473,18 @@ fn a_huge_text_is_tokenized_only_as_far_as_its_answer_needs() {
         }
         other => panic!("{other:?}"),
     }
-    // Truncated, it is its first words' tokens, as a short prefix of it gives them.
+    // Truncated, it is its first words' tokens, as a short prefix of it gives them; cut from
+    // the left, its last words', as a short suffix gives them.
     let cut = tokenizer.encode(&huge, true).unwrap();
     let prefix = tokenizer.encode(&huge[..1000], true).unwrap();
     assert_eq!((cut.len(), &cut.ids), (48, &prefix.ids));
     assert!(cut.truncated());
+    let cut = tokenizer.encode(&huge, Truncation::Left).unwrap();
+    let suffix = tokenizer.encode(&huge[huge.len() - 1001..], Truncation::Left);
+    assert_eq!((cut.len(), &cut.ids), (48, &suffix.unwrap().ids));
+    // Read from the end only as far as the cut needs: a piece or two, not a million words.
+    let read = 2 * tokenizer.piece_bytes();
+    assert!(cut.truncated() && cut.full_len <= read, "{}", cut.full_len);
     // Just past the piece size, a text that still fits is encoded whole, as a short one is.
     let spaced = format!("a cat{}the dog", " ".repeat(tokenizer.piece_bytes() * 3));
     let fits = tokenizer.encode(&spaced, false).unwrap();

@@ -54,7 +54,7 @@ pub fn text_model(version: &ModelVersion) -> Result<&TextModel, ApiError> {
 
 /// Tokenizes the texts of `inputs`, each after the prompt `prompt_name` names (or the
 /// model's default), and checks their token ids: each input cut at the model's limit, or
-/// refused when `truncate` is false; the whole request refused past `max_batch_tokens`, as
+/// refused, as `truncation` says; the whole request refused past `max_batch_tokens`, as
 /// it runs in one batch.
 pub async fn tokenize(
     version: &ModelVersion,
@@ -216,10 +216,7 @@ pub(crate) fn encode_all(
                 let second = tokenizer
                     .pair_part(b, truncation)
                     .map_err(|e| tokenizer_failed(i, e))?;
-                packed.push(&encoded(
-                    i,
-                    tokenizer.encode_parts(&part, &second, truncation),
-                )?);
+                packed.push(&encoded(i, tokenizer.encode_parts(&part, &second))?);
                 first = Some((a, part));
             }
             Input::Ids(ids) => {
@@ -283,13 +280,6 @@ fn checked_ids(
     if ids.count == 0 {
         return Err(ApiError::invalid(format!("input {i} holds no token ids")));
     }
-    if ids.count > max && truncation == Truncation::Refuse {
-        return Err(ApiError::invalid(format!(
-            "input {i} has {} token ids, at most {max} fit; send it shorter or with \
-             truncate on",
-            ids.count
-        )));
-    }
     let (prefix, suffix) = tokenizer.special_ends();
     if !ids.ids.starts_with(prefix)
         || !ids.ends_with(suffix)
@@ -314,7 +304,7 @@ fn checked_ids(
 
 /// At most `max` of `ids`, cut as the tokenizer cuts a text: the end cut off and the
 /// closing ids put back (`Right`), or the start cut off and the opening ids put back
-/// (`Left`, which needs every id: past [`MAX_IDS`] they were only counted).
+/// (`Left`, which needs every id: past [`MAX_IDS`] they were only counted); or refused.
 fn cut_ids(
     i: usize,
     ids: &TokenIds,
@@ -327,9 +317,14 @@ fn cut_ids(
     }
     // The tokenizer leaves room for more than its special tokens (`TextTokenizer::from_dir`).
     let kept = match truncation {
-        Truncation::Right | Truncation::Refuse => {
-            [&ids.ids[..max.saturating_sub(suffix.len())], suffix].concat()
+        Truncation::Refuse => {
+            return Err(ApiError::invalid(format!(
+                "input {i} has {} token ids, at most {max} fit; send it shorter or with \
+                 truncate on",
+                ids.count
+            )));
         }
+        Truncation::Right => [&ids.ids[..max.saturating_sub(suffix.len())], suffix].concat(),
         Truncation::Left if ids.count == ids.ids.len() => [
             prefix,
             &ids.ids[ids.count - max.saturating_sub(prefix.len())..],

@@ -280,8 +280,8 @@ impl TextTokenizer {
             .map_or(0, |p| p.added_tokens(pair))
     }
 
-    /// A text's own tokens (no special tokens), a piece at a time from the side a cut
-    /// keeps (the start for `Right`, the end for `Left`), counted until there are `enough`
+    /// A text's own tokens (no special tokens), a piece at a time from the end a cut on
+    /// `side` keeps (the start for `Right`, the end for `Left`), counted until there are `enough`
     /// and kept only until there are more than `room`: what a cut needs, where a refusal
     /// needs only the count. A text within [`TextTokenizer::piece_bytes`] is one piece,
     /// counted in full.
@@ -290,12 +290,12 @@ impl TextTokenizer {
         text: &str,
         room: usize,
         enough: usize,
-        cut: TruncationDirection,
+        side: TruncationDirection,
     ) -> Result<Bare, EncodeError> {
         let mut encodings = Vec::new();
         let (mut count, mut rest) = (0, text);
         while !rest.is_empty() && count < enough {
-            let (piece, others) = match cut {
+            let (piece, others) = match side {
                 TruncationDirection::Right => rest.split_at(piece_end(rest, self.piece_bytes())),
                 TruncationDirection::Left => {
                     let (before, piece) = rest.split_at(piece_start(rest, self.piece_bytes()));
@@ -310,7 +310,7 @@ impl TextTokenizer {
             count += tokens;
             rest = others;
         }
-        if cut == TruncationDirection::Left {
+        if side == TruncationDirection::Left {
             encodings.reverse();
         }
         Ok(Bare {
@@ -338,63 +338,51 @@ impl TextTokenizer {
             self.pair_part(a, truncation)?,
             self.pair_part(b, truncation)?,
         );
-        self.encode_parts(&a, &b, truncation)
+        self.encode_parts(&a, &b)
     }
 
-    /// One text of a pair, tokenized as far as any pair holding it needs, from the side
+    /// One text of a pair, tokenized as far as any pair holding it needs, from the end
     /// `truncation` keeps: so that a query paired with many passages is tokenized once
-    /// ([`TextTokenizer::encode_parts`], with the same `truncation`).
+    /// ([`TextTokenizer::encode_parts`]).
     pub fn pair_part(
         &self,
         text: &str,
         truncation: impl Into<Truncation>,
     ) -> Result<PairPart, EncodeError> {
-        let side = truncation.into().direction();
+        let truncation = truncation.into();
+        let side = truncation.direction();
         let room = self.max_seq_len.saturating_sub(self.specials(true));
         let mut bare = self.bare(text, room, TOKEN_COUNT_LIMIT.max(room + 1), side)?;
         // No cut keeps more than the room, and a query's part is copied for every pair.
         bare.encoding.truncate(room, 0, side);
         drop(bare.encoding.take_overflowing());
-        Ok(PairPart { bare, side })
+        Ok(PairPart { bare, truncation })
     }
 
-    /// The pair of `a` and `b`, as [`TextTokenizer::encode_pair`] gives it: both parts made
-    /// with this `truncation`.
-    pub fn encode_parts(
-        &self,
-        a: &PairPart,
-        b: &PairPart,
-        truncation: impl Into<Truncation>,
-    ) -> Result<Encoded, EncodeError> {
-        let truncation = truncation.into();
-        let side = truncation.direction();
-        debug_assert!(
-            a.side == side && b.side == side,
-            "parts read for another cut"
-        );
+    /// The pair of `a` and `b`, as [`TextTokenizer::encode_pair`] gives it: refused or cut
+    /// as the first part's `truncation` says, each part cut from the side it was read for.
+    pub fn encode_parts(&self, a: &PairPart, b: &PairPart) -> Result<Encoded, EncodeError> {
         let specials = self.specials(true);
         let room = self.max_seq_len.saturating_sub(specials);
-        let (mut a, mut b) = (a.bare.clone(), b.bare.clone());
-        let full_len = a.count + b.count + specials;
-        if a.count + b.count > room {
-            if truncation == Truncation::Refuse {
-                return Err(EncodeError::TooLong {
-                    tokens: full_len,
-                    max: self.max_seq_len,
-                    counted_all: a.counted_all && b.counted_all,
-                });
-            }
-            let (keep_a, keep_b) = longest_first(a.count, b.count, room);
-            for (bare, keep) in [(&mut a, keep_a), (&mut b, keep_b)] {
-                bare.encoding.truncate(keep, 0, side);
-                drop(bare.encoding.take_overflowing());
-            }
-        }
+        let (count_a, count_b) = (a.bare.count, b.bare.count);
+        let full_len = count_a + count_b + specials;
+        let (a, mut b) = if count_a + count_b <= room {
+            (a.bare.encoding.clone(), b.bare.encoding.clone())
+        } else if a.truncation == Truncation::Refuse {
+            return Err(EncodeError::TooLong {
+                tokens: full_len,
+                max: self.max_seq_len,
+                counted_all: a.bare.counted_all && b.bare.counted_all,
+            });
+        } else {
+            let (keep_a, keep_b) = longest_first(count_a, count_b, room);
+            (a.cut_to(keep_a), b.cut_to(keep_b))
+        };
         // The library tokenizes the second text with type id 1: a post-processor sets type
         // ids again, but without one these stand.
-        b.encoding.set_type_ids(vec![1; b.encoding.len()]);
+        b.set_type_ids(vec![1; b.len()]);
         let encoding = (self.whole)
-            .post_process(a.encoding, Some(b.encoding), true)
+            .post_process(a, Some(b), true)
             .map_err(failed)?;
         Ok(Encoded::of(&encoding, full_len))
     }
@@ -438,8 +426,18 @@ impl TextTokenizer {
 #[derive(Clone, Debug)]
 pub struct PairPart {
     bare: Bare,
-    /// The side a cut takes tokens off: the part holds those at the other end.
-    side: TruncationDirection,
+    /// What it was read for: a part cut from the left holds the text's last tokens.
+    truncation: Truncation,
+}
+
+impl PairPart {
+    /// Its first or last `keep` tokens, as it was read for.
+    fn cut_to(&self, keep: usize) -> tokenizers::Encoding {
+        let mut encoding = self.bare.encoding.clone();
+        encoding.truncate(keep, 0, self.truncation.direction());
+        drop(encoding.take_overflowing());
+        encoding
+    }
 }
 
 /// A text's own tokens, and how many it has as far as they were counted.
@@ -535,8 +533,8 @@ fn piece_end(text: &str, target: usize) -> usize {
 /// Where the last piece of `text` starts, for a text read from its end: cut as
 /// [`piece_end`] cuts, so that the pieces' tokens are the whole text's. Best before the run
 /// of spaces that holds the first space of the last `target` bytes (the piece takes all of
-/// the run); failing that, after the first other whitespace there; failing that, where
-/// `target` bytes are left. The piece is never empty.
+/// the run, unless it is longer than `target`); failing that, after the first whitespace
+/// there; failing that, where `target` bytes are left. The piece is never empty.
 fn piece_start(text: &str, target: usize) -> usize {
     if text.len() <= target {
         return 0;
@@ -549,7 +547,10 @@ fn piece_start(text: &str, target: usize) -> usize {
     let before_spaces = tail
         .find(' ')
         .map(|i| text[..from + i].trim_end_matches(' ').len());
-    if let Some(start) = before_spaces.filter(|&start| start > 0) {
+    // A run of spaces longer than a piece is cut within it, as `piece_end` cuts it: a piece
+    // is never more than twice `target`.
+    let within_reach = |start: usize| start > 0 && from.saturating_sub(start) <= target;
+    if let Some(start) = before_spaces.filter(|&start| within_reach(start)) {
         return start;
     }
     let after_whitespace = tail
@@ -607,6 +608,8 @@ mod tests {
             ("ééé", 3, "éé"),
             ("   abc", 4, "abc"),
             ("short", 8, "short"),
+            // A run of spaces longer than a piece is cut within it.
+            ("a          b", 3, " b"),
         ];
         for (text, target, piece) in cases {
             assert_eq!(&text[piece_start(text, target)..], piece, "{text:?}");
