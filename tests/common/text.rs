@@ -43,6 +43,10 @@ pub fn synthetic(dir: &Path, seed: u64) {
 pub fn start_synthetic() -> (Server, TempDir) {
     let repo = TempDir::new("text");
     synthetic(&repo.path().join("enc/1"), 7);
+    // These tests are about answers, not admission: a budget that a test machine busy with
+    // the other tests' servers and Python clients cannot make a request miss (a 429 there
+    // would read as a wrong answer).
+    std::fs::write(repo.path().join("enc/config.toml"), "p99_ms = 2000\n").unwrap();
     let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
     (server, repo)
 }
@@ -57,10 +61,19 @@ pub fn embeddings(r: &HttpResponse) -> Vec<Vec<f64>> {
         flat.chunks(width)
             .map(|c| Value::Array(c.to_vec()))
             .collect()
+    } else if let Some(embeddings) = j.get("embeddings") {
+        // Cohere's: floats, by type or not.
+        let floats = embeddings.get("float").unwrap_or(embeddings);
+        floats.as_array().unwrap().clone()
     } else {
         j.as_array().unwrap().clone()
     };
-    rows.iter()
+    float_rows(&Value::Array(rows))
+}
+
+/// An array of arrays of numbers.
+pub fn float_rows(rows: &Value) -> Vec<Vec<f64>> {
+    (rows.as_array().unwrap().iter())
         .map(|r| {
             r.as_array()
                 .unwrap()
@@ -96,4 +109,18 @@ pub fn through_every_endpoint(server: &Server, model: &str, texts: &[&str]) -> [
 
 pub fn read_json(path: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// Standard base64 (with `=` padding) to bytes.
+pub fn base64_decode(text: &str) -> Vec<u8> {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let sextets: Vec<u32> = (text.bytes().filter(|&b| b != b'='))
+        .map(|b| ALPHABET.iter().position(|&a| a == b).expect("base64") as u32)
+        .collect();
+    let mut out = Vec::with_capacity(sextets.len() * 3 / 4);
+    for chunk in sextets.chunks(4) {
+        let word = chunk.iter().fold(0u32, |w, s| (w << 6) | s) << (6 * (4 - chunk.len()));
+        out.extend_from_slice(&word.to_be_bytes()[1..chunk.len()]);
+    }
+    out
 }

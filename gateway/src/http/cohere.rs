@@ -14,6 +14,7 @@ use http_body_util::{Full, Limited};
 use hyper::body::Incoming;
 use models::Truncation;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -55,11 +56,36 @@ pub async fn rerank(
     clock: &ArrivalClock,
     api: ApiVersion,
 ) -> Response<Full<Bytes>> {
+    let on = async |version: Arc<ModelVersion>, received, request| {
+        rerank_on(state, &version, received, request, api).await
+    };
+    serve::<CohereRequest>(state, req, clock, "rerank", on).await
+}
+
+/// Reads a request to one of Cohere's routes as `T`, finds the model it names (without
+/// one, the one text model loaded), answers it with `on`, and counts it. Errors are in
+/// Cohere's shape.
+pub(super) async fn serve<T: DeserializeOwned + Named>(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+    clock: &ArrivalClock,
+    what: &str,
+    on: impl AsyncFnOnce(Arc<ModelVersion>, Received, T) -> Result<Vec<u8>, ApiError>,
+) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let coding = content_coding::accepted(req.headers());
-    let (version, result) = match receive(state, req, clock, started).await {
+    let read = async || {
+        let received = receive(state, req, clock, started).await?;
+        let request: T = json_de::from_slice(&received.body)
+            .map_err(|e| ApiError::malformed(format!("invalid {what} request JSON: {e}")))?;
+        let version = served_text_version(state, request.model())?;
+        Ok::<_, ApiError>((received, request, version))
+    };
+    let (version, result) = match read().await {
         Err(e) => (None, Err(e)),
-        Ok(received) => answer(state, received, api).await,
+        Ok((received, request, version)) => {
+            (Some(version.clone()), on(version, received, request).await)
+        }
     };
     let answer = Answered {
         version,
@@ -69,24 +95,15 @@ pub async fn rerank(
     answer.respond(coding, cohere_error).await
 }
 
-async fn answer(
-    state: &AppState,
-    received: Received,
-    api: ApiVersion,
-) -> (Option<Arc<ModelVersion>>, Result<Vec<u8>, ApiError>) {
-    let request: CohereRequest = match json_de::from_slice(&received.body) {
-        Ok(r) => r,
-        Err(e) => {
-            let e = ApiError::malformed(format!("invalid rerank request JSON: {e}"));
-            return (None, Err(e));
-        }
-    };
-    let version = match served_text_version(state, request.model.as_deref()) {
-        Ok(v) => v,
-        Err(e) => return (None, Err(e)),
-    };
-    let result = rerank_on(state, &version, received, request, api).await;
-    (Some(version), result)
+/// A Cohere request that may name its model.
+pub(super) trait Named {
+    fn model(&self) -> Option<&str>;
+}
+
+impl Named for CohereRequest {
+    fn model(&self) -> Option<&str> {
+        self.model.as_deref()
+    }
 }
 
 async fn rerank_on(
@@ -128,7 +145,7 @@ async fn rerank_on(
 }
 
 /// An error as Cohere's API gives it: `{"message": ...}`.
-fn cohere_error(e: &ApiError) -> Response<Full<Bytes>> {
+pub(super) fn cohere_error(e: &ApiError) -> Response<Full<Bytes>> {
     let mut response = error_response(e);
     let body = json!({"message": e.to_string()});
     *response.body_mut() = Full::new(Bytes::from(body.to_string()));

@@ -186,7 +186,7 @@ pub fn openai_error(e: &ApiError) -> Response<Full<Bytes>> {
 
 /// Standard base64 (RFC 4648) of the f32 values' little-endian bytes, as OpenAI encodes
 /// embeddings.
-fn encode_base64(values: &[f32]) -> String {
+pub(super) fn encode_base64(values: &[f32]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);

@@ -10,6 +10,7 @@ mod arrival;
 mod body;
 pub(crate) mod classify;
 mod cohere;
+mod cohere_embed;
 pub(crate) mod content_coding;
 pub(crate) mod embeddings;
 mod infer;

@@ -132,6 +132,14 @@ async fn write(
             let api = super::cohere::ApiVersion::V2;
             Ok(super::cohere::rerank(state, req, arrival, api).await)
         }
+        (true, ["v1", "embed"]) => {
+            let api = super::cohere::ApiVersion::V1;
+            Ok(super::cohere_embed::embed(state, req, arrival, api).await)
+        }
+        (true, ["v2", "embed"]) => {
+            let api = super::cohere::ApiVersion::V2;
+            Ok(super::cohere_embed::embed(state, req, arrival, api).await)
+        }
         // `/invocations` is SageMaker's name for the root, as TEI routes it.
         (true, [""] | ["invocations"]) => Ok(super::tei::post_root(state, req, arrival).await),
         (true, ["tokenize"]) => Ok(super::tokens::tokenize(state, req, arrival).await),
@@ -188,7 +196,7 @@ fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
         ["v2", "repository", "index"] | ["v1", "embeddings"] | ["embed"] => Some("POST"),
         ["embeddings"] | ["invocations"] | ["similarity"] => Some("POST"),
         ["tokenize"] | ["decode"] | ["predict"] | ["rerank"] => Some("POST"),
-        ["v1" | "v2", "rerank"] => Some("POST"),
+        ["v1" | "v2", "rerank" | "embed"] => Some("POST"),
         ["info"] | ["health"] => Some(READ),
         [""] => Some("GET, HEAD, POST"),
         ["v2", "repository", "models", _, "load" | "unload"] => Some("POST"),
