@@ -49,6 +49,16 @@ pub enum ApiVersion {
     V2,
 }
 
+impl ApiVersion {
+    /// As `meta.api_version.version` gives it.
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            ApiVersion::V1 => "1",
+            ApiVersion::V2 => "2",
+        }
+    }
+}
+
 /// `POST /v1/rerank` and `POST /v2/rerank`.
 pub async fn rerank(
     state: &AppState,
@@ -130,14 +140,10 @@ async fn rerank_on(
             r
         })
         .collect();
-    let api_version = match api {
-        ApiVersion::V1 => "1",
-        ApiVersion::V2 => "2",
-    };
     let body = json!({
         "model": version.name,
         "results": results,
-        "meta": {"api_version": {"version": api_version},
+        "meta": {"api_version": {"version": api.as_str()},
                  "billed_units": {"search_units": 1}},
         "usage": {"total_tokens": out.tokens},
     });

@@ -5,9 +5,10 @@
 //! - `truncate`: `END` (the default) cuts an over-long text's end off, `START` its start,
 //!   `NONE` refuses it.
 //! - `input_type` picks the folder's prompt of that name, or of its short name (`query` for
-//!   `search_query`; `document` or `passage` for `search_document`); without one, none.
-//! - `embedding_types`: `float`, `base64` (the f32s' bytes), `binary` and `ubinary` (signs
-//!   packed eight to a byte, as sentence-transformers' `quantize_embeddings` packs them).
+//!   `search_query`; `document` or `passage` for `search_document`); where the folder has
+//!   neither, its default prompt applies, as to a request that names none.
+//! - `embedding_types`: `float`, `base64` (the f32s' bytes), `binary` and `ubinary` (each
+//!   embedding's signs packed eight to a byte, as NumPy's `packbits` packs them).
 //!   `int8` and `uint8` need calibration ranges a folder does not have, so they are refused.
 //! - Version 1 without `embedding_types` answers `embeddings_floats`; otherwise
 //!   `embeddings_by_type`.
@@ -155,19 +156,22 @@ async fn embed_on(
 ) -> Result<Vec<u8>, ApiError> {
     let kinds = kinds(request.embedding_types.as_deref(), api)?;
     check_limits(version, &request)?;
-    let texts = texts(request.texts)?;
+    let texts = request
+        .texts
+        .ok_or_else(|| ApiError::invalid("texts is required"))?;
+    let listed = match texts.count {
+        n if n > MAX_TEXTS => Inputs::TooMany(n),
+        _ => Inputs::List(texts.items.iter().cloned().map(Input::Text).collect()),
+    };
     let ask = Ask {
-        inputs: inputs(
-            "texts",
-            Inputs::List(texts.iter().cloned().map(Input::Text).collect()),
-        )?,
+        inputs: inputs("texts", listed)?,
         truncation: truncation(request.truncate.as_deref())?,
         normalize: None,
         prompt_name: prompt_for(version, request.input_type.as_deref())?,
         task: Task::Embed,
     };
     let e = run(state, version, &received.arrival, ask).await?;
-    Ok(body(e, &texts, kinds, api).to_string().into_bytes())
+    Ok(body(e, &texts.items, kinds, api).to_string().into_bytes())
 }
 
 /// What a request asks for: `None` for version 1's plain floats.
@@ -176,11 +180,17 @@ fn kinds(names: Option<&[String]>, api: ApiVersion) -> Result<Option<Vec<Kind>>,
         (None, ApiVersion::V1) => Ok(None),
         (None, ApiVersion::V2) => Ok(Some(vec![Kind::Float])),
         (Some([]), _) => Err(ApiError::invalid("embedding_types is empty")),
-        (Some(names), _) => names
-            .iter()
-            .map(|n| Kind::parse(n))
-            .collect::<Result<_, _>>()
-            .map(Some),
+        (Some(names), _) => {
+            let mut kinds = Vec::new();
+            for name in names {
+                let kind = Kind::parse(name)?;
+                // Each kind once: the answer has one array per kind.
+                if !kinds.contains(&kind) {
+                    kinds.push(kind);
+                }
+            }
+            Ok(Some(kinds))
+        }
     }
 }
 
@@ -207,17 +217,6 @@ fn check_limits(version: &ModelVersion, request: &EmbedRequest) -> Result<(), Ap
         ))),
         _ => Ok(()),
     }
-}
-
-fn texts(texts: Option<Bounded<String>>) -> Result<Vec<String>, ApiError> {
-    let texts = texts.ok_or_else(|| ApiError::invalid("texts is required"))?;
-    if texts.count > MAX_TEXTS {
-        return Err(ApiError::invalid(format!(
-            "texts holds {} texts; a request takes at most {MAX_TEXTS}",
-            texts.count
-        )));
-    }
-    Ok(texts.items)
 }
 
 /// Cohere's `truncate`: `END` (the default) cuts the end off, `START` the start.
@@ -276,16 +275,12 @@ fn body(e: Outputs, texts: &[String], kinds: Option<Vec<Kind>>, api: ApiVersion)
             ("embeddings_by_type", Value::Object(by_kind))
         }
     };
-    let api_version = match api {
-        ApiVersion::V1 => "1",
-        ApiVersion::V2 => "2",
-    };
     json!({
         "id": response_id(),
         "response_type": response_type,
         "embeddings": embeddings,
         "texts": texts,
-        "meta": {"api_version": {"version": api_version},
+        "meta": {"api_version": {"version": api.as_str()},
                  "billed_units": {"input_tokens": e.tokens}},
     })
 }
@@ -293,13 +288,10 @@ fn body(e: Outputs, texts: &[String], kinds: Option<Vec<Kind>>, api: ApiVersion)
 /// An id for each answer, unique within this process's life.
 fn response_id() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let started = std::time::SystemTime::now()
+    let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    format!(
-        "{started:016x}-{:08x}",
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+    format!("{now:016x}-{:08x}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 #[cfg(test)]
