@@ -1,6 +1,7 @@
 //! Text encoders served end to end: the same embeddings through v2 (BYTES in JSON), OpenAI's
 //! /v1/embeddings and TEI's /embed; packed batches of mixed lengths giving what one text at
-//! a time gives; bad input answered with a clear 4xx while serving goes on; versions hot
+//! a time gives; over-long inputs cut from either end; bad input answered with a clear 4xx
+//! while serving goes on; versions hot
 //! loaded from copied snapshots, broken ones refused by name with the previous one serving.
 //! A tiny synthetic BERT needs no download. The APIs as clients call them are in
 //! tests/text_apis.rs.
@@ -484,4 +485,77 @@ fn a_request_of_several_batches_is_admitted_as_a_whole() {
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(embeddings(&r).len(), texts.len());
     }
+}
+
+/// TEI's `truncation_direction: Left` cuts an over-long input's start off: a text embeds as
+/// the ids of its last tokens between `[CLS]` and `[SEP]` do, a pair's texts are each cut
+/// from the start, and token ids are cut as a text is.
+#[test]
+fn tei_truncation_from_the_left_keeps_the_end() {
+    let (server, _repo) = start_synthetic();
+    // Over 1 KiB, so that the text is read a piece at a time, from its end.
+    let long = format!(
+        "{}{}",
+        "the big red dog ".repeat(10),
+        "a cat runs fast ".repeat(70)
+    );
+    let limit = server.get("/info").json()["max_input_length"]
+        .as_u64()
+        .unwrap() as usize;
+    let tokens = server.post_json("/tokenize", &json!({"inputs": long}));
+    let ids: Vec<u64> = tokens.json()[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_u64().unwrap())
+        .collect();
+    let (cls, sep) = (ids[0], ids[ids.len() - 1]);
+    let tail = &ids[ids.len() - 1 - (limit - 2)..ids.len() - 1];
+    let want: Vec<u64> = [&[cls][..], tail, &[sep]].concat();
+    let by_ids = server.post_json("/embed", &json!({"inputs": [want]}));
+    assert_eq!(by_ids.status, 200, "{}", by_ids.text());
+    let left = json!({"inputs": long, "truncation_direction": "Left"});
+    let r = server.post_json("/embed", &left);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(embeddings(&r), embeddings(&by_ids));
+    let right = server.post_json("/embed", &json!({"inputs": long}));
+    assert_ne!(embeddings(&right), embeddings(&r), "the start kept");
+    // Token ids past the limit are cut as the text is.
+    let cut_ids = json!({"inputs": [ids], "truncation_direction": "left"});
+    assert_eq!(
+        embeddings(&server.post_json("/embed", &cut_ids)),
+        embeddings(&r)
+    );
+    // Past the 16,384 ids kept, cutting the start off is refused: the end was not kept.
+    let many: Vec<u64> = [&[cls][..], &vec![tail[0]; 16_400], &[sep]].concat();
+    let r = server.post_json(
+        "/embed",
+        &json!({"inputs": [many], "truncation_direction": "Left"}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text().contains("only the first 16384 are kept"),
+        "{}",
+        r.text()
+    );
+    let r = server.post_json("/embed", &json!({"inputs": [many]}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    // Without truncation the direction changes nothing: a refusal.
+    let refused = json!({"inputs": long, "truncate": false, "truncation_direction": "Left"});
+    let r = server.post_json("/embed", &refused);
+    assert_eq!(r.status, 400, "{}", r.text());
+    // /similarity takes it in its parameters: the cosine of the embeddings /embed gives.
+    let body = json!({"inputs": {"source_sentence": "a cat", "sentences": [long]},
+                      "parameters": {"truncation_direction": "Left"}});
+    let r = server.post_json("/similarity", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let source = embeddings(&server.post_json("/embed", &json!({"inputs": "a cat"})));
+    let dot: f64 = (source[0].iter().zip(&embeddings(&by_ids)[0]))
+        .map(|(a, b)| a * b)
+        .sum();
+    let similarity = r.json()[0].as_f64().unwrap();
+    assert!(
+        (similarity - dot).abs() < 1e-5,
+        "{similarity} against {dot}"
+    );
 }

@@ -9,18 +9,18 @@
 //! count — never silently cut.
 
 mod inspect;
+mod pieces;
 
 use std::fmt;
 use std::path::Path;
 
-use tokenizers::{
-    PostProcessor, Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy,
-};
+use tokenizers::{PostProcessor, Tokenizer, TruncationDirection};
 
 pub use inspect::Token;
 
 use super::config::required;
 use crate::LoadError;
+use pieces::{piece_end, piece_start};
 
 /// One tokenized input: ids and token type ids (0 for the first text, 1 for the second of
 /// a pair), special tokens included.
@@ -117,12 +117,8 @@ impl std::error::Error for EncodeError {}
 /// A model's tokenizer with tandem's settings. Shared between threads: encoding takes
 /// `&self`.
 pub struct TextTokenizer {
-    /// No truncation: gives the full length, and the ids whenever they fit.
+    /// No truncation: inputs are cut here, not by the library (see `encode_in_pieces`).
     whole: Tokenizer,
-    /// Truncating at `max_seq_len`, keeping the start: used only for inputs that do not fit.
-    truncating: Tokenizer,
-    /// The same, keeping the end.
-    truncating_left: Tokenizer,
     max_seq_len: usize,
     /// The ids the tokenizer puts before and after one text's: `[CLS]` and `[SEP]` for BERT.
     prefix: Vec<u32>,
@@ -151,20 +147,6 @@ impl TextTokenizer {
         whole
             .with_truncation(None)
             .map_err(|e| invalid(e.to_string()))?;
-        let truncating_to = |direction| {
-            let mut truncating = whole.clone();
-            truncating
-                .with_truncation(Some(TruncationParams {
-                    direction,
-                    max_length: max_seq_len,
-                    strategy: TruncationStrategy::LongestFirst,
-                    stride: 0,
-                }))
-                .map_err(|e| invalid(e.to_string()))?;
-            Ok::<_, LoadError>(truncating)
-        };
-        let truncating = truncating_to(TruncationDirection::Right)?;
-        let truncating_left = truncating_to(TruncationDirection::Left)?;
         let (prefix, suffix) = special_ends(&whole).map_err(|e| invalid(e.to_string()))?;
         let pair_specials = whole
             .get_post_processor()
@@ -177,8 +159,6 @@ impl TextTokenizer {
         }
         let tokenizer = TextTokenizer {
             whole,
-            truncating,
-            truncating_left,
             max_seq_len,
             prefix,
             suffix,
@@ -229,10 +209,13 @@ impl TextTokenizer {
     ) -> Result<Encoded, EncodeError> {
         let truncation = truncation.into();
         if text.len() <= self.piece_bytes() {
-            self.run(text.into(), truncation)
-        } else {
-            self.encode_in_pieces(text, truncation)
+            // Most texts fit: one pass gives their ids.
+            let whole = self.whole.encode_fast(text, true).map_err(failed)?;
+            if whole.len() <= self.max_seq_len {
+                return Ok(Encoded::of(&whole, whole.len()));
+            }
         }
+        self.encode_in_pieces(text, truncation)
     }
 
     /// Texts longer than this many bytes are tokenized a piece of about this size at a
@@ -241,9 +224,10 @@ impl TextTokenizer {
         (self.max_seq_len * 8).max(1024)
     }
 
-    /// A long text, a piece at a time, each cut where the tokenizer splits words anyway
-    /// (see `piece_end`), so the pieces' tokens run on as the whole text's would.
-    /// Tokenizing all of a long text at once would hold every token with its offsets (about
+    /// A text that does not fit, or a long one, a piece at a time, each cut where the
+    /// tokenizer splits words anyway (see [`pieces`]), so the pieces' tokens run on as the
+    /// whole text's would; cut here as the library would cut it. Tokenizing all of a long
+    /// text at once would hold every token with its offsets (about
     /// 100 bytes each) and take microseconds a token, when a truncated answer needs only
     /// the first `max_seq_len` (or the last, when cutting from the left: then the pieces
     /// are read from the end).
@@ -386,40 +370,6 @@ impl TextTokenizer {
             .map_err(failed)?;
         Ok(Encoded::of(&encoding, full_len))
     }
-
-    fn run(
-        &self,
-        input: tokenizers::EncodeInput<'_>,
-        truncation: Truncation,
-    ) -> Result<Encoded, EncodeError> {
-        let failed = |e: tokenizers::Error| EncodeError::Tokenizer(e.to_string());
-        let whole = self
-            .whole
-            .encode_fast(input.clone(), true)
-            .map_err(failed)?;
-        let full_len = whole.get_ids().len();
-        let truncating = match truncation {
-            _ if full_len <= self.max_seq_len => None,
-            Truncation::Refuse => {
-                return Err(EncodeError::TooLong {
-                    tokens: full_len,
-                    max: self.max_seq_len,
-                    counted_all: true,
-                });
-            }
-            Truncation::Right => Some(&self.truncating),
-            Truncation::Left => Some(&self.truncating_left),
-        };
-        let encoding = match truncating {
-            None => whole,
-            Some(t) => t.encode_fast(input, true).map_err(failed)?,
-        };
-        Ok(Encoded {
-            ids: encoding.get_ids().to_vec(),
-            type_ids: encoding.get_type_ids().to_vec(),
-            full_len,
-        })
-    }
 }
 
 /// One text of a pair, tokenized: see [`TextTokenizer::pair_part`].
@@ -498,70 +448,6 @@ fn special_ends(tokenizer: &Tokenizer) -> tokenizers::Result<(Vec<u32>, Vec<u32>
     })
 }
 
-/// Where the first piece of `text` ends: where every tokenizer family splits words anyway.
-/// Best before the last run of spaces that starts within `target` bytes, so that the next
-/// piece begins with all of it: BERT's pre-tokenizer drops the spaces, while SentencePiece
-/// (`▁word`) and byte-level BPE (`Ġword`) join a space to the word after it, and only a
-/// space (not a tab or a newline) is SentencePiece's word boundary. Failing that, after the
-/// last other whitespace, where BERT's pre-tokenizer splits. A run of `target` bytes with
-/// no whitespace at all (base64, say) is cut where it reaches `target`: only there may the
-/// pieces' tokens differ from the whole text's, and a BERT vocabulary makes any word past
-/// 100 characters `[UNK]` either way.
-fn piece_end(text: &str, target: usize) -> usize {
-    if text.len() <= target {
-        return text.len();
-    }
-    let mut cut = target;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let head = &text[..cut];
-    let before_spaces = head
-        .rfind(' ')
-        .map(|i| head[..i].trim_end_matches(' ').len());
-    if let Some(end) = before_spaces.filter(|&end| end > 0) {
-        return end;
-    }
-    let after_whitespace = head
-        .char_indices()
-        .rev()
-        .find(|(_, c)| c.is_whitespace())
-        .map(|(i, c)| i + c.len_utf8());
-    after_whitespace.unwrap_or(cut)
-}
-
-/// Where the last piece of `text` starts, for a text read from its end: cut as
-/// [`piece_end`] cuts, so that the pieces' tokens are the whole text's. Best before the run
-/// of spaces that holds the first space of the last `target` bytes (the piece takes all of
-/// the run, unless it is longer than `target`); failing that, after the first whitespace
-/// there; failing that, where `target` bytes are left. The piece is never empty.
-fn piece_start(text: &str, target: usize) -> usize {
-    if text.len() <= target {
-        return 0;
-    }
-    let mut from = text.len() - target;
-    while !text.is_char_boundary(from) {
-        from -= 1;
-    }
-    let tail = &text[from..];
-    let before_spaces = tail
-        .find(' ')
-        .map(|i| text[..from + i].trim_end_matches(' ').len());
-    // A run of spaces longer than a piece is cut within it, as `piece_end` cuts it: a piece
-    // is never more than twice `target`.
-    let within_reach = |start: usize| start > 0 && from.saturating_sub(start) <= target;
-    if let Some(start) = before_spaces.filter(|&start| within_reach(start)) {
-        return start;
-    }
-    let after_whitespace = tail
-        .char_indices()
-        .find(|(_, c)| c.is_whitespace())
-        .map(|(i, c)| from + i + c.len_utf8());
-    after_whitespace
-        .filter(|&start| start < text.len())
-        .unwrap_or(from)
-}
-
 impl fmt::Debug for TextTokenizer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TextTokenizer")
@@ -578,7 +464,7 @@ const _: () = {
 
 #[cfg(test)]
 mod tests {
-    use super::{longest_first, piece_end, piece_start};
+    use super::longest_first;
 
     /// The cases of the `tokenizers` library's longest-first truncation of a pair.
     #[test]
@@ -595,61 +481,5 @@ mod tests {
         assert_eq!(longest_first(60, 50, 45), (23, 22));
         assert_eq!(longest_first(23, 23, 45), (22, 23));
         assert_eq!(longest_first(1, 1000, 2), (1, 1));
-    }
-
-    #[test]
-    fn pieces_from_the_end_start_before_spaces_or_after_whitespace() {
-        let cases = [
-            ("aaa bbb ccc", 5, " ccc"),
-            ("aa   bb", 3, "   bb"),
-            ("abcdefgh", 3, "fgh"),
-            ("ab\ncd\nef", 4, "ef"),
-            ("abcdef\n", 3, "ef\n"),
-            ("ééé", 3, "éé"),
-            ("   abc", 4, "abc"),
-            ("short", 8, "short"),
-            // A run of spaces longer than a piece is cut within it.
-            ("a          b", 3, " b"),
-        ];
-        for (text, target, piece) in cases {
-            assert_eq!(&text[piece_start(text, target)..], piece, "{text:?}");
-        }
-    }
-
-    /// Read from either end, the pieces cover the text in order, none empty, each cut
-    /// before a run of spaces or after other whitespace where the text has some in reach.
-    #[test]
-    fn pieces_from_either_end_cover_the_text_and_cut_between_words() {
-        let text = "retrieval  augmented\tgeneration über 東京\n🙂 ".repeat(40);
-        let between_words = |cut: usize| {
-            let (before, after) = text.split_at(cut);
-            (after.starts_with(' ') && !before.ends_with(' '))
-                || before.ends_with(char::is_whitespace)
-        };
-        for target in [16, 64] {
-            let (mut rest, mut cuts) = (text.as_str(), Vec::new());
-            while !rest.is_empty() {
-                let start = piece_start(rest, target);
-                assert!(start < rest.len(), "an empty piece");
-                rest = &rest[..start];
-                cuts.push(start);
-            }
-            let mut covered = 0;
-            for piece in std::iter::successors(Some(text.as_str()), |rest| {
-                let end = piece_end(rest, target);
-                (end < rest.len()).then(|| &rest[end..])
-            }) {
-                let end = piece_end(piece, target);
-                assert!(end > 0, "an empty piece");
-                covered += end;
-                if end < piece.len() {
-                    assert!(between_words(covered), "from the start, a cut at {covered}");
-                }
-            }
-            assert_eq!(covered, text.len());
-            for &cut in cuts.iter().filter(|&&c| c > 0) {
-                assert!(between_words(cut), "from the end, a cut at {cut}");
-            }
-        }
     }
 }

@@ -12,6 +12,7 @@ use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
 
 pub mod embeddings;
 pub mod folder;
+pub mod parity;
 
 pub fn require_tools() -> bool {
     std::env::var_os("TANDEM_REQUIRE_TOOLS").is_some()
