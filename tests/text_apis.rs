@@ -14,7 +14,7 @@ use common::*;
 use serde_json::{Value, json};
 
 /// Token ids made with the model's own tokenizer give what their text gives, alone or beside
-/// texts, on both JSON APIs; ids the model cannot take are a clear 400, and serving goes on.
+/// texts, on both JSON APIs; ids the model cannot take are a clear 4xx, and serving goes on.
 #[test]
 fn token_ids_give_what_their_text_gives() {
     let (server, repo) = start_synthetic();
@@ -70,51 +70,60 @@ fn token_ids_give_what_their_text_gives() {
     );
     let r = server.post_json("/embed", &json!({"inputs": [long], "truncate": true}));
     assert_eq!(r.status, 200, "{}", r.text());
-    for (path, body, words) in [
+    // TEI's routes answer with TEI's codes: 413 past a limit, 422 for ids it cannot take.
+    for (path, body, words, status) in [
         (
             "/embed",
             json!({"inputs": [long], "truncate": false}),
             "input 0 has 62 token ids, at most 48",
+            413,
         ),
         (
             "/embed",
             json!({"inputs": ["a", [2, 999_999, 3]]}),
             "token id 999999 is past",
+            422,
         ),
         // Ids without the model's [CLS] and [SEP] (here 2 and 3): another tokenizer's.
         (
             "/v1/embeddings",
             json!({"model": "enc", "input": [[9906, 1917]]}),
             "must be the model's own",
+            400,
         ),
         (
             "/v1/embeddings",
             json!({"model": "enc", "input": [2, 5, 6]}),
             "ending with [3]",
+            400,
         ),
         (
             "/v1/embeddings",
             json!({"model": "enc", "input": [[]]}),
             "holds no token ids",
+            400,
         ),
         (
             "/v1/embeddings",
             json!({"model": "enc", "input": [-1]}),
             "must be a string",
+            400,
         ),
         (
             "/v1/embeddings",
             json!({"model": "enc", "input": [[1.5]]}),
             "must be a string",
+            400,
         ),
         (
             "/v1/embeddings",
             json!({"model": "enc", "input": ["a", 1]}),
             "must be a string",
+            400,
         ),
     ] {
         let r = server.post_json(path, &body);
-        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert_eq!(r.status, status, "{body}: {}", r.text());
         assert!(r.text().contains(words), "{words}: {}", r.text());
     }
     assert_eq!(
@@ -175,20 +184,26 @@ fn similarity_is_the_cosine_of_embed_s_embeddings() {
     }
     let root = server.post_json("/", &body);
     assert_eq!((root.status, root.json()), (200, r.json()));
-    for (body, words) in [
+    for (body, words, kind) in [
         (
             json!({"inputs": {"source_sentence": "a", "sentences": []}}),
             "no text",
+            "Empty",
         ),
         (
             json!({"inputs": {"source_sentence": "", "sentences": ["b"]}}),
             "empty",
+            "Empty",
         ),
-        (json!({"inputs": ["a", "b"]}), "invalid similarity request"),
+        (
+            json!({"inputs": ["a", "b"]}),
+            "invalid similarity request",
+            "Validation",
+        ),
     ] {
         let r = server.post_json("/similarity", &body);
         assert_eq!(r.status, 400, "{body}: {}", r.text());
-        assert_eq!(r.json()["error_type"], "Validation", "{}", r.text());
+        assert_eq!(r.json()["error_type"], kind, "{}", r.text());
         assert!(r.text().contains(words), "{words}: {}", r.text());
     }
 }
@@ -220,7 +235,7 @@ fn tei_routes_answer_as_tei_does() {
     assert_eq!(explicit.status, 200, "{}", explicit.text());
     assert_eq!(embeddings(&cut), embeddings(&explicit));
     let refused = server.post_json("/embed", &json!({"inputs": long, "truncate": false}));
-    assert_eq!(refused.status, 400, "{}", refused.text());
+    assert_eq!(refused.status, 413, "{}", refused.text());
     assert!(
         refused.text().contains("at most 48 fit"),
         "{}",
@@ -254,7 +269,7 @@ fn tei_routes_answer_as_tei_does() {
         (json!({"inputs": 3}), "must be a string"),
     ] {
         let r = server.post_json("/", &body);
-        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert_eq!(r.status, 422, "{body}: {}", r.text());
         assert_eq!(r.json()["error_type"], "Validation", "{}", r.text());
         assert!(r.text().contains(words), "{words}: {}", r.text());
     }
@@ -268,7 +283,7 @@ fn tei_routes_answer_as_tei_does() {
 
 /// TEI's `/tokenize` gives each text's tokens with their bytes of it, and those ids embed as
 /// the text does; `/decode` gives the text back. Ids for `/tokenize`, texts for `/decode`,
-/// ids past the vocabulary and texts past the counting limit are 400s.
+/// ids past the vocabulary and texts past the counting limit are refused with TEI's codes.
 #[test]
 fn tei_tokenize_and_decode() {
     let (server, _repo) = start_synthetic();
@@ -325,31 +340,35 @@ fn tei_tokenize_and_decode() {
         r.text()
     );
     let huge = "a cat ".repeat(20_000);
-    for (path, body, words) in [
+    for (path, body, words, status) in [
         (
             "/embed",
             json!({"inputs": "a", "dimensions": 8}),
             "one size",
+            422,
         ),
         (
             "/tokenize",
             json!({"inputs": [[2, 3]]}),
             "token ids are what /tokenize gives",
+            422,
         ),
         (
             "/tokenize",
             json!({"inputs": huge}),
             "more than 16384 tokens",
+            413,
         ),
-        ("/decode", json!({"ids": "a cat"}), "ids must be"),
+        ("/decode", json!({"ids": "a cat"}), "ids must be", 422),
         (
             "/decode",
             json!({"ids": [2, 999_999]}),
             "token id 999999 is past",
+            422,
         ),
     ] {
         let r = server.post_json(path, &body);
-        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        assert_eq!(r.status, status, "{path}: {}", r.text());
         assert_eq!(r.json()["error_type"], "Validation", "{}", r.text());
         let message = r.json()["error"].as_str().unwrap_or_default().to_string();
         assert!(message.contains(words), "{words}: {message}");
@@ -377,7 +396,7 @@ fn tei_routes_without_a_text_model_are_404s() {
 
 /// A folder's sentence-transformers prompts: the one a request names (TEI's and tandem's
 /// `prompt_name`, v2's `parameters.prompt_name`), or the folder's default, goes before each
-/// text; unknown names and prompts for token ids are 400s.
+/// text; unknown names and prompts for token ids are refused.
 #[test]
 fn prompts_go_before_texts_by_name_or_by_default() {
     let repo = TempDir::new("text-prompts");
@@ -447,7 +466,7 @@ fn prompts_go_before_texts_by_name_or_by_default() {
         ),
     ] {
         let r = server.post_json("/embed", &body);
-        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert_eq!(r.status, 422, "{body}: {}", r.text());
         let message = r.json()["error"].as_str().unwrap_or_default().to_string();
         assert!(message.contains(words), "{words}: {message}");
     }

@@ -175,8 +175,8 @@ fn a_lone_reranker_answers_tei_root_as_rerank() {
     assert!(info["model_type"]["reranker"].is_object(), "{info}");
 }
 
-/// What a classifier cannot do, and what is not one, are clear 400s in TEI's shape; the
-/// server keeps serving.
+/// What a classifier cannot do, and what is not one, are clear refusals (in TEI's shape and
+/// with TEI's codes on its routes); the server keeps serving.
 #[test]
 fn classification_refusals_are_clear_and_serving_goes_on() {
     let (server, _repo) = start_classifiers();
@@ -188,66 +188,78 @@ fn classification_refusals_are_clear_and_serving_goes_on() {
             "/predict",
             json!({"inputs": "a", "model": "enc"}),
             "gives embeddings",
+            422,
         ),
         (
             "/rerank",
             json!({"query": "a", "texts": ["b"], "model": "nli"}),
             "3 labels",
+            422,
         ),
         (
             "/embed",
             json!({"inputs": "a", "model": "nli"}),
             "is a classifier",
+            422,
         ),
         (
             "/v1/embeddings",
             json!({"input": "a", "model": "rerank"}),
             "is a classifier",
+            400,
         ),
         (
             "/rerank",
             json!({"query": "a", "texts": [], "model": "rerank"}),
             "1 to 2048",
+            400,
         ),
         (
             "/rerank",
             json!({"query": "", "texts": [""], "model": "rerank"}),
             "empty text",
+            400,
         ),
         (
             "/predict",
             json!({"inputs": [], "model": "nli"}),
             "1 to 2048",
+            400,
         ),
         (
             "/predict",
             json!({"inputs": 3, "model": "nli"}),
             "inputs must be a text",
+            422,
         ),
         (
             "/predict",
             json!({"inputs": long, "model": "nli", "truncate": false}),
             "at most 64 fit",
+            413,
         ),
         (
             "/rerank",
             json!({"query": "a", "texts": [long], "model": "rerank", "truncate": false}),
             "at most 64 fit",
+            413,
         ),
         (
             "/predict",
             json!({"inputs": "a", "model": "nli", "parameters": {"function_to_apply": "x"}}),
             "function_to_apply",
+            422,
         ),
         (
             "/predict",
             json!({"inputs": "a", "model": "nli", "truncation_direction": "Up"}),
             "truncation_direction",
+            422,
         ),
     ];
-    for (path, body, words) in cases {
+    for (path, body, words, status) in cases {
         let r = server.post_json(path, &body);
-        assert_eq!(r.status, 400, "{path} {body}: {}", r.text());
+        assert_eq!(r.status, status, "{path} {body}: {}", r.text());
         assert!(
             r.text().contains(words),
             "{path} {body}: {words:?} in {}",
@@ -258,9 +270,13 @@ fn classification_refusals_are_clear_and_serving_goes_on() {
                                 "data": ["a"]}], "parameters": {"normalize": true}});
     let r = server.post_json("/v2/models/nli/infer", &v2);
     assert_eq!(r.status, 400, "{}", r.text());
-    // Every refusal of a request naming nli is counted under it, once: seven above and v2's.
-    let counted = server.series("tandem_requests_total", &["model=\"nli\"", "code=\"400\""]);
-    assert_eq!(counted, 8.0, "refusals on nli counted");
+    // Every refusal of a request naming nli is counted under it, once, by its status: seven
+    // above and v2's.
+    for (code, want) in [("400", 2.0), ("413", 1.0), ("422", 5.0)] {
+        let code = format!("code=\"{code}\"");
+        let counted = server.series("tandem_requests_total", &["model=\"nli\"", &code]);
+        assert_eq!(counted, want, "refusals on nli counted under {code}");
+    }
     ok(&server, "/embed", &json!({"inputs": "a", "model": "enc"}));
 }
 
@@ -350,19 +366,21 @@ fn long_inputs_are_cut_and_too_many_are_refused() {
     );
     assert_eq!(ranked["results"].as_array().unwrap().len(), 100, "{ranked}");
     let many: Vec<&str> = vec!["a"; 2049];
-    for (path, body) in [
-        ("/predict", json!({"inputs": many, "model": "nli"})),
+    for (path, body, status) in [
+        ("/predict", json!({"inputs": many, "model": "nli"}), 413),
         (
             "/rerank",
             json!({"query": "q", "texts": many, "model": "rerank"}),
+            413,
         ),
         (
             "/v2/rerank",
             json!({"query": "q", "documents": many, "model": "rerank"}),
+            400,
         ),
     ] {
         let r = server.post_json(path, &body);
-        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        assert_eq!(r.status, status, "{path}: {}", r.text());
         assert!(r.text().contains("this one 2049"), "{path}: {}", r.text());
     }
 }

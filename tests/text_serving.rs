@@ -174,7 +174,7 @@ fn bad_text_input_gets_a_clear_4xx_and_serving_goes_on() {
     let r = server.post_json("/embed", &json!({"inputs": long}));
     assert_eq!(r.status, 200, "{}", r.text());
     let r = server.post_json("/embed", &json!({"inputs": long, "truncate": false}));
-    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.status, 413, "{}", r.text());
     assert_eq!(r.json()["error_type"], "Validation");
     // 4 MiB in one text: its first words answer it, and a refusal counts only so far.
     let huge = "a cat and the dog ".repeat(1 << 18);
@@ -184,7 +184,7 @@ fn bad_text_input_gets_a_clear_4xx_and_serving_goes_on() {
     let r = server.post_json("/embed", &json!({"inputs": &huge}));
     assert_eq!(r.status, 200, "{}", r.text());
     let r = server.post_json("/embed", &json!({"inputs": huge, "truncate": false}));
-    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.status, 413, "{}", r.text());
     assert!(r.text().contains("more than 16"), "{}", r.text());
     // More texts than any request may hold, each tiny: refused without keeping them.
     let many = vec![""; 5000];
@@ -412,6 +412,9 @@ fn a_text_that_gives_no_tokens_is_a_400_for_its_own_request() {
         assert_eq!(r.status, 400, "{body}: {}", r.text());
         assert!(r.text().contains("gives no tokens"), "{}", r.text());
     }
+    // TEI's route: nothing to embed, TEI's `Empty`.
+    let r = server.post_json("/embed", &json!({"inputs": ["a cat", "  "]}));
+    assert_eq!((r.status, &r.json()["error_type"]), (400, &json!("Empty")));
     let r = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": "a cat"}));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["usage"]["prompt_tokens"], 2);
@@ -458,7 +461,7 @@ fn requests_past_one_batch_run_as_several_in_order() {
         "/embed",
         &json!({"inputs": ["a cat", long], "truncate": true}),
     );
-    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.status, 413, "{}", r.text());
     assert!(r.text().contains("input 1's 48 tokens"), "{}", r.text());
     let r = server.post_json("/v2/models/enc/infer", &v2(&["a", "b", "c", "d", "e"]));
     assert_eq!(r.status, 400, "{}", r.text());
@@ -532,7 +535,7 @@ fn tei_truncation_from_the_left_keeps_the_end() {
         "/embed",
         &json!({"inputs": [many], "truncation_direction": "Left"}),
     );
-    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.status, 413, "{}", r.text());
     assert!(
         r.text().contains("only the first 16384 are kept"),
         "{}",
@@ -543,7 +546,7 @@ fn tei_truncation_from_the_left_keeps_the_end() {
     // Without truncation the direction changes nothing: a refusal.
     let refused = json!({"inputs": long, "truncate": false, "truncation_direction": "Left"});
     let r = server.post_json("/embed", &refused);
-    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.status, 413, "{}", r.text());
     // /similarity takes it in its parameters: the cosine of the embeddings /embed gives.
     let body = json!({"inputs": {"source_sentence": "a cat", "sentences": [long]},
                       "parameters": {"truncation_direction": "Left"}});

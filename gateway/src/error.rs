@@ -2,8 +2,9 @@
 //! [`RequestError`] (decoding, validation), [`LookupError`] (the registry), [`InferError`]
 //! (admission and inference) — joined here into [`ApiError`] with `#[from]`, alongside what
 //! only HTTP can get wrong. [`ApiError::status`], [`ApiError::body`] and
-//! [`ApiError::retry_after`] are the only places that map an error to what the client sees;
-//! the metrics `reason` of a refusal is [`crate::infer::Refusal::reason`].
+//! [`ApiError::retry_after`] map an error to what the client sees (the foreign APIs' shapes
+//! wrap them; TEI's routes use TEI's codes, `http::tei`); the metrics `reason` of a refusal
+//! is [`crate::infer::Refusal::reason`].
 
 use std::time::Duration;
 
@@ -61,6 +62,10 @@ pub enum ApiError {
     #[error("admin API: {0}")]
     Unauthorized(String),
 
+    /// A model's tokenizer failed on a text: a fault of the model's folder.
+    #[error("{0}")]
+    Tokenizer(String),
+
     /// What the server got wrong itself (a handler panicked).
     #[error("{0}")]
     Internal(String),
@@ -79,6 +84,14 @@ impl ApiError {
 
     pub fn invalid(message: impl Into<String>) -> ApiError {
         RequestError::Invalid(message.into()).into()
+    }
+
+    pub fn empty(message: impl Into<String>) -> ApiError {
+        RequestError::Empty(message.into()).into()
+    }
+
+    pub fn too_large(message: impl Into<String>) -> ApiError {
+        RequestError::TooLarge(message.into()).into()
     }
 
     pub fn status(&self) -> StatusCode {
@@ -102,7 +115,7 @@ impl ApiError {
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Tokenizer(_) | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 

@@ -46,7 +46,7 @@ pub(crate) fn inputs(field: &str, inputs: Inputs) -> Result<Vec<Input>, ApiError
     let inputs = match inputs {
         Inputs::List(inputs) => inputs,
         Inputs::TooMany(n) => {
-            return Err(ApiError::invalid(format!(
+            return Err(ApiError::too_large(format!(
                 "{field} holds {n} texts; a request takes at most {MAX_TEXTS}"
             )));
         }
@@ -58,11 +58,11 @@ pub(crate) fn inputs(field: &str, inputs: Inputs) -> Result<Vec<Input>, ApiError
         }
     };
     if inputs.is_empty() {
-        return Err(ApiError::invalid(format!("{field} holds no text")));
+        return Err(ApiError::empty(format!("{field} holds no text")));
     }
     let empty = |input: &Input| matches!(input, Input::Text(t) if t.is_empty());
     if let Some(i) = inputs.iter().position(empty) {
-        return Err(ApiError::invalid(format!("{field}: text {i} is empty")));
+        return Err(ApiError::empty(format!("{field}: text {i} is empty")));
     }
     Ok(inputs)
 }

@@ -109,10 +109,10 @@ async fn similarities(
         sentences,
     } = request.inputs;
     if sentences.count == 0 {
-        return Err(ApiError::invalid("inputs.sentences holds no text"));
+        return Err(ApiError::empty("inputs.sentences holds no text"));
     }
     if sentences.count + 1 > MAX_TEXTS {
-        return Err(ApiError::invalid(format!(
+        return Err(ApiError::too_large(format!(
             "inputs holds {} texts with the source sentence; a request takes at most {MAX_TEXTS}",
             sentences.count + 1
         )));

@@ -26,7 +26,8 @@ use super::embeddings::inputs;
 use super::inputs::{Inputs, MAX_TEXTS};
 use super::text_request::{Answered, Ask, Received, Task, receive, run};
 use super::{AppState, content_coding, error_response, json_response};
-use crate::error::ApiError;
+use crate::error::{ApiError, RequestError};
+use crate::infer::InferError;
 use crate::protocol::json_de;
 use crate::registry::{LookupError, ModelVersion};
 
@@ -226,6 +227,31 @@ fn model_type(input: &models::TextInput) -> serde_json::Value {
     json!({kind: {"id2label": id2label, "label2id": label2id}})
 }
 
+/// TEI's status and `error_type` for `e`. Clients act on them: a 413 (TEI's code for an
+/// input or a batch past its limits) makes some split their batch and retry, a 400 (nothing
+/// to embed) or a 422 must not be retried. A body TEI cannot read as its request is a 400
+/// when it is not JSON and a 422 when it is JSON of another shape, as TEI's web framework
+/// answers; tandem's `Malformed` covers both, so it is a 400.
+fn tei_kind(e: &ApiError) -> (StatusCode, &'static str) {
+    match e {
+        ApiError::Request(RequestError::Empty(_)) => (StatusCode::BAD_REQUEST, "Empty"),
+        ApiError::Request(RequestError::TooLarge(_))
+        | ApiError::BodyTooLarge { .. }
+        | ApiError::DecodedBodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "Validation"),
+        ApiError::Request(RequestError::Invalid(_)) => {
+            (StatusCode::UNPROCESSABLE_ENTITY, "Validation")
+        }
+        ApiError::Tokenizer(_) => (StatusCode::UNPROCESSABLE_ENTITY, "Tokenizer"),
+        ApiError::Infer(InferError::Model(_)) => (StatusCode::FAILED_DEPENDENCY, "Backend"),
+        e => match e.status() {
+            s @ StatusCode::TOO_MANY_REQUESTS => (s, "Overloaded"),
+            s @ StatusCode::SERVICE_UNAVAILABLE => (s, "Unhealthy"),
+            s if s.is_server_error() => (s, "Backend"),
+            s => (s, "Validation"),
+        },
+    }
+}
+
 /// TEI's answers other than embeddings: its error shape for whatever went wrong.
 pub fn answer_or_error(result: Result<Response<Full<Bytes>>, ApiError>) -> Response<Full<Bytes>> {
     result.unwrap_or_else(|e| tei_error(&e))
@@ -261,15 +287,11 @@ pub(super) fn served_text_version(
     }
 }
 
-/// An error as TEI gives it: `{"error": ..., "error_type": ...}`.
+/// An error as TEI gives it: `{"error": ..., "error_type": ...}` with TEI's status.
 pub(super) fn tei_error(e: &ApiError) -> Response<Full<Bytes>> {
-    let kind = match e.status() {
-        StatusCode::TOO_MANY_REQUESTS => "Overloaded",
-        StatusCode::SERVICE_UNAVAILABLE => "Unhealthy",
-        s if s.is_server_error() => "Backend",
-        _ => "Validation",
-    };
+    let (status, kind) = tei_kind(e);
     let mut response = error_response(e);
+    *response.status_mut() = status;
     let body = json!({"error": e.to_string(), "error_type": kind});
     *response.body_mut() = Full::new(Bytes::from(body.to_string()));
     response.headers_mut().insert(
@@ -277,4 +299,55 @@ pub(super) fn tei_error(e: &ApiError) -> Response<Full<Bytes>> {
         HeaderValue::from_static("application/json"),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use http_body_util::BodyExt;
+
+    use super::*;
+    use crate::infer::Refusal;
+
+    fn shed() -> ApiError {
+        let refusal = Refusal::Shed {
+            message: "busy".into(),
+            retry_after: Duration::from_secs(2),
+        };
+        InferError::from(refusal).into()
+    }
+
+    /// Each kind of error answers with TEI's status and `error_type`, and the body says what
+    /// went wrong; a 429 keeps its `Retry-After`.
+    #[tokio::test]
+    async fn every_error_answers_with_teis_status_and_type() {
+        let cases: [(ApiError, u16, &str); 11] = [
+            (ApiError::empty("inputs holds no text"), 400, "Empty"),
+            (ApiError::malformed("not JSON"), 400, "Validation"),
+            (
+                ApiError::too_large("text 0 has 300 tokens"),
+                413,
+                "Validation",
+            ),
+            (ApiError::BodyTooLarge { limit: 8 }, 413, "Validation"),
+            (ApiError::invalid("truncation_direction"), 422, "Validation"),
+            (ApiError::Tokenizer("failed".into()), 422, "Tokenizer"),
+            (InferError::Model("nan".into()).into(), 424, "Backend"),
+            (shed(), 429, "Overloaded"),
+            (ApiError::Unavailable("draining".into()), 503, "Unhealthy"),
+            (InferError::Timeout(Duration::ZERO).into(), 504, "Backend"),
+            (LookupError::NoTextModel.into(), 404, "Validation"),
+        ];
+        for (e, status, kind) in cases {
+            let response = tei_error(&e);
+            assert_eq!(response.status().as_u16(), status, "{e}");
+            let bytes = response.into_body().collect().await.map(|b| b.to_bytes());
+            let body: serde_json::Value =
+                serde_json::from_slice(&bytes.unwrap_or_default()).unwrap_or_default();
+            assert_eq!(body["error_type"], kind, "{e}");
+            assert_eq!(body["error"], e.to_string());
+        }
+        assert_eq!(tei_error(&shed()).headers()[header::RETRY_AFTER], "2");
+    }
 }

@@ -68,7 +68,7 @@ pub async fn tokenize(
     let units = units as usize;
     let limit = version.settings().max_batch_tokens;
     if units > limit {
-        return Err(ApiError::invalid(format!(
+        return Err(ApiError::too_large(format!(
             "the request's {} tokens come to {units} token-units (attention included), more \
              than the model's max_batch_tokens of {limit}; send fewer or shorter texts",
             tokens.tokens()
@@ -99,7 +99,7 @@ pub async fn tokenize_in_batches(
     for (i, n) in tokens.lengths().enumerate() {
         let these = model.units(n).ceil() as usize;
         if these > max_units {
-            return Err(ApiError::invalid(format!(
+            return Err(ApiError::too_large(format!(
                 "input {i}'s {n} tokens come to {these} token-units (attention included), \
                  more than the model's max_batch_tokens of {max_units}"
             )));
@@ -236,7 +236,7 @@ fn encoded(
     match result {
         // A tokenizer with no special tokens of its own gives none for blank text.
         Ok(encoded) if encoded.is_empty() => {
-            Err(ApiError::invalid(format!("text {i} gives no tokens")))
+            Err(ApiError::empty(format!("text {i} gives no tokens")))
         }
         Ok(encoded) => Ok(encoded),
         Err(EncodeError::TooLong {
@@ -245,7 +245,7 @@ fn encoded(
             counted_all,
         }) => {
             let more = if counted_all { "" } else { "more than " };
-            Err(ApiError::invalid(format!(
+            Err(ApiError::too_large(format!(
                 "text {i} has {more}{tokens} tokens, at most {max} fit; send it shorter \
                  or with truncate on"
             )))
@@ -260,7 +260,7 @@ fn tokenizer_failed(i: usize, e: EncodeError) -> ApiError {
         EncodeError::Tokenizer(why) => why,
         other => other.to_string(),
     };
-    ApiError::Internal(format!("the model's tokenizer failed on text {i}: {why}"))
+    ApiError::Tokenizer(format!("the model's tokenizer failed on text {i}: {why}"))
 }
 
 /// Token ids as the model runs them. They must be what the model's tokenizer gives, special
@@ -278,7 +278,7 @@ fn checked_ids(
     // Past MAX_IDS the ids were only counted, so no longer model takes more.
     let max = model.max_seq_len.min(MAX_IDS);
     if ids.count == 0 {
-        return Err(ApiError::invalid(format!("input {i} holds no token ids")));
+        return Err(ApiError::empty(format!("input {i} holds no token ids")));
     }
     let (prefix, suffix) = tokenizer.special_ends();
     if !ids.ids.starts_with(prefix)
@@ -318,7 +318,7 @@ fn cut_ids(
     // The tokenizer leaves room for more than its special tokens (`TextTokenizer::from_dir`).
     let kept = match truncation {
         Truncation::Refuse => {
-            return Err(ApiError::invalid(format!(
+            return Err(ApiError::too_large(format!(
                 "input {i} has {} token ids, at most {max} fit; send it shorter or with \
                  truncate on",
                 ids.count
@@ -331,7 +331,7 @@ fn cut_ids(
         ]
         .concat(),
         Truncation::Left => {
-            return Err(ApiError::invalid(format!(
+            return Err(ApiError::too_large(format!(
                 "input {i} has {} token ids, and only the first {MAX_IDS} are kept: cutting \
                  the start off needs them all, so send at most {MAX_IDS}",
                 ids.count

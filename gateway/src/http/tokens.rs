@@ -106,11 +106,12 @@ async fn answer_tokenize(
 fn texts_only(inputs: Inputs) -> Result<Vec<Input>, ApiError> {
     match inputs {
         Inputs::List(list)
-            if !list.is_empty() && list.iter().all(|i| matches!(i, Input::Text(_))) =>
+            if list.iter().all(|i| matches!(i, Input::Text(_))) && !list.is_empty() =>
         {
             Ok(list)
         }
-        Inputs::TooMany(n) => Err(ApiError::invalid(format!(
+        Inputs::List(list) if list.is_empty() => Err(ApiError::empty("inputs holds no text")),
+        Inputs::TooMany(n) => Err(ApiError::too_large(format!(
             "inputs holds {n} texts; a request takes at most {MAX_TEXTS}"
         ))),
         _ => Err(ApiError::invalid(
@@ -135,7 +136,7 @@ fn every_token(
             .map_err(|e| refused("text", i, e))?;
         count += tokens.len();
         if count > TOKEN_COUNT_LIMIT {
-            return Err(ApiError::invalid(format!(
+            return Err(ApiError::too_large(format!(
                 "the texts have more than {TOKEN_COUNT_LIMIT} tokens in all; /tokenize \
                  answers at most that many"
             )));
@@ -152,11 +153,11 @@ fn token_json(t: &Token) -> Value {
 /// A refusal of input `i` (`what`: a text or ids): too long, or a fault of the tokenizer.
 fn refused(what: &str, i: usize, e: EncodeError) -> ApiError {
     match e {
-        EncodeError::TooLong { max, .. } => ApiError::invalid(format!(
+        EncodeError::TooLong { max, .. } => ApiError::too_large(format!(
             "{what} {i} has more than {max} tokens; /tokenize answers at most that many"
         )),
         EncodeError::Tokenizer(why) => {
-            ApiError::Internal(format!("the model's tokenizer failed on {what} {i}: {why}"))
+            ApiError::Tokenizer(format!("the model's tokenizer failed on {what} {i}: {why}"))
         }
     }
 }
@@ -204,7 +205,7 @@ fn ids_only(ids: Inputs, vocab_size: usize) -> Result<Vec<TokenIds>, ApiError> {
     let list = match ids {
         Inputs::List(list) if !list.is_empty() => list,
         Inputs::TooMany(n) => {
-            return Err(ApiError::invalid(format!(
+            return Err(ApiError::too_large(format!(
                 "ids holds {n} arrays; a request takes at most {MAX_TEXTS}"
             )));
         }
@@ -218,7 +219,7 @@ fn ids_only(ids: Inputs, vocab_size: usize) -> Result<Vec<TokenIds>, ApiError> {
         };
         count += ids.count;
         if count > TOKEN_COUNT_LIMIT {
-            return Err(ApiError::invalid(format!(
+            return Err(ApiError::too_large(format!(
                 "ids holds more than {TOKEN_COUNT_LIMIT} in all; /decode takes at most that many"
             )));
         }

@@ -1,5 +1,6 @@
-//! How a request body fails decoding or validation: always a 400, with a message that names
-//! the field, the expected value and the given one.
+//! How a request body fails decoding or validation: a 400 on tandem's own APIs (TEI's
+//! routes give some kinds TEI's codes, `http::tei`), with a message that names the field,
+//! the expected value and the given one.
 
 use thiserror::Error;
 
@@ -11,4 +12,10 @@ pub enum RequestError {
     /// Well-formed, but not what the model takes: wrong name, shape, datatype or value.
     #[error("{0}")]
     Invalid(String),
+    /// Nothing to run: no inputs, an empty text, a text that gives no tokens.
+    #[error("{0}")]
+    Empty(String),
+    /// Past a limit: more inputs than a request takes, more tokens than fit.
+    #[error("{0}")]
+    TooLarge(String),
 }

@@ -242,7 +242,11 @@ pub(super) fn pairs(
 }
 
 fn too_many(n: usize) -> ApiError {
-    ApiError::invalid(format!(
+    let refusal = match n {
+        0 => ApiError::empty,
+        _ => ApiError::too_large,
+    };
+    refusal(format!(
         "a request scores 1 to {MAX_TEXTS} texts or pairs, this one {n}"
     ))
 }
@@ -277,7 +281,7 @@ fn checked(inputs: Vec<Input>) -> Result<Vec<Input>, ApiError> {
         Input::Ids(_) => false,
     };
     match inputs.iter().position(empty) {
-        Some(i) => Err(ApiError::invalid(format!("input {i} holds an empty text"))),
+        Some(i) => Err(ApiError::empty(format!("input {i} holds an empty text"))),
         None => Ok(inputs),
     }
 }
