@@ -377,6 +377,49 @@ fn tei_tokenize_and_decode() {
     assert_eq!(r.json(), tokens);
 }
 
+/// Answers that ran the model say what it took in TEI's `x-*` headers: the characters and
+/// tokens (those the body's usage counts), and the time of each step in whole
+/// milliseconds, none past the total; refusals carry none.
+#[test]
+fn text_answers_carry_teis_timing_headers() {
+    let (server, _repo) = start_synthetic();
+    let texts = ["a cat runs fast", "the big red dog, é"];
+    let chars: usize = texts.iter().map(|t| t.chars().count()).sum();
+    let openai = server.post_json("/v1/embeddings", &json!({"model": "enc", "input": texts}));
+    let tokens = openai.json()["usage"]["prompt_tokens"].as_u64().unwrap();
+    let cohere = server.post_json("/v2/embed", &json!({"texts": texts}));
+    let routes = [
+        openai,
+        server.post_json("/embed", &json!({"inputs": texts})),
+        server.post_json("/", &json!({"inputs": texts})),
+        cohere,
+    ];
+    for r in &routes {
+        assert_eq!(r.status, 200, "{}", r.text());
+        let number = |name: &str| -> u64 {
+            let value = r.header(name).unwrap_or_else(|| panic!("no {name}: {r:?}"));
+            value.parse().unwrap_or_else(|_| panic!("{name}: {value}"))
+        };
+        assert_eq!(number("x-compute-characters"), chars as u64);
+        assert_eq!(number("x-compute-tokens"), tokens);
+        assert_eq!(r.header("x-compute-type"), Some("cpu"));
+        let total = number("x-total-time");
+        assert_eq!(number("x-compute-time"), total);
+        for step in ["x-tokenization-time", "x-queue-time", "x-inference-time"] {
+            assert!(number(step) <= total, "{step} past {total} ms: {r:?}");
+        }
+    }
+    let similarity = json!({"inputs": {"source_sentence": texts[0], "sentences": [texts[1]]}});
+    let r = server.post_json("/similarity", &similarity);
+    assert_eq!(
+        r.header("x-compute-tokens"),
+        Some(tokens.to_string().as_str())
+    );
+    let refused = server.post_json("/embed", &json!({"inputs": []}));
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    assert_eq!(refused.header("x-compute-time"), None);
+}
+
 /// With no text model loaded, TEI's routes say so with a 404 in TEI's shape.
 #[test]
 fn tei_routes_without_a_text_model_are_404s() {

@@ -278,6 +278,19 @@ fn classification_refusals_are_clear_and_serving_goes_on() {
         assert_eq!(counted, want, "refusals on nli counted under {code}");
     }
     ok(&server, "/embed", &json!({"inputs": "a", "model": "enc"}));
+    // Scores that ran say what they took, as embeddings do.
+    for (path, body) in [
+        ("/predict", json!({"inputs": ["a", "b"], "model": "nli"})),
+        (
+            "/rerank",
+            json!({"query": "a", "texts": ["b"], "model": "rerank"}),
+        ),
+    ] {
+        let r = server.post_json(path, &body);
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        assert_eq!(r.header("x-compute-characters"), Some("2"), "{path}");
+        assert!(r.header("x-inference-time").is_some(), "{path}: {r:?}");
+    }
 }
 
 /// Over-long inputs are cut when asked, as the model's tokenizer cuts them (a pair longest

@@ -23,7 +23,7 @@ use super::classify::{
     Activation, Bounded, Document, classify, pairs, require_one_label, rerank_scores,
 };
 use super::tei::served_text_version;
-use super::text_request::{Answered, Received, receive};
+use super::text_request::{Answered, Received, Reply, receive};
 use super::{AppState, content_coding, error_response};
 use crate::error::ApiError;
 use crate::protocol::json_de;
@@ -80,7 +80,7 @@ pub(super) async fn serve<T: DeserializeOwned + Named>(
     req: Request<Limited<Incoming>>,
     clock: &ArrivalClock,
     what: &str,
-    on: impl AsyncFnOnce(Arc<ModelVersion>, Received, T) -> Result<Vec<u8>, ApiError>,
+    on: impl AsyncFnOnce(Arc<ModelVersion>, Received, T) -> Result<Reply, ApiError>,
 ) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let coding = content_coding::accepted(req.headers());
@@ -122,7 +122,7 @@ async fn rerank_on(
     received: Received,
     request: CohereRequest,
     api: ApiVersion,
-) -> Result<Vec<u8>, ApiError> {
+) -> Result<Reply, ApiError> {
     require_one_label(version)?;
     let documents = &request.documents;
     let texts = documents.items.iter().map(|d| d.0.clone());
@@ -145,9 +145,9 @@ async fn rerank_on(
         "results": results,
         "meta": {"api_version": {"version": api.as_str()},
                  "billed_units": {"search_units": 1}},
-        "usage": {"total_tokens": out.tokens},
+        "usage": {"total_tokens": out.meta.tokens},
     });
-    Ok(body.to_string().into_bytes())
+    Ok(Reply::served(body.to_string().into_bytes(), out.meta))
 }
 
 /// An error as Cohere's API gives it: `{"message": ...}`.

@@ -31,7 +31,7 @@ use super::cohere::{ApiVersion, Named, serve};
 use super::embeddings::{encode_base64, inputs};
 use super::inputs::{Input, Inputs, MAX_TEXTS};
 use super::text::text_model;
-use super::text_request::{Ask, Outputs, Received, Task, run};
+use super::text_request::{Ask, Outputs, Received, Reply, Task, run};
 use crate::error::ApiError;
 use crate::registry::ModelVersion;
 
@@ -153,7 +153,7 @@ async fn embed_on(
     received: Received,
     request: EmbedRequest,
     api: ApiVersion,
-) -> Result<Vec<u8>, ApiError> {
+) -> Result<Reply, ApiError> {
     let kinds = kinds(request.embedding_types.as_deref(), api)?;
     check_limits(version, &request)?;
     let texts = request
@@ -171,7 +171,11 @@ async fn embed_on(
         task: Task::Embed,
     };
     let e = run(state, version, &received.arrival, ask).await?;
-    Ok(body(e, &texts.items, kinds, api).to_string().into_bytes())
+    let meta = e.meta;
+    Ok(Reply::served(
+        body(e, &texts.items, kinds, api).to_string().into_bytes(),
+        meta,
+    ))
 }
 
 /// What a request asks for: `None` for version 1's plain floats.
@@ -281,7 +285,7 @@ fn body(e: Outputs, texts: &[String], kinds: Option<Vec<Kind>>, api: ApiVersion)
         "embeddings": embeddings,
         "texts": texts,
         "meta": {"api_version": {"version": api.as_str()},
-                 "billed_units": {"input_tokens": e.tokens}},
+                 "billed_units": {"input_tokens": e.meta.tokens}},
     })
 }
 

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
 use super::inputs::{Input, Inputs, MAX_TEXTS};
-use super::text_request::{Answered, Ask, Outputs, Received, Task, receive, run};
+use super::text_request::{Answered, Ask, Outputs, Received, Reply, Task, receive, run};
 use super::{AppState, content_coding, error_response};
 use crate::error::ApiError;
 use crate::protocol::json_de;
@@ -109,7 +109,7 @@ async fn answer_openai(
     version: &ModelVersion,
     received: Received,
     request: OpenAiRequest,
-) -> Result<Vec<u8>, ApiError> {
+) -> Result<Reply, ApiError> {
     let base64 = request.encoding_format.as_deref() == Some("base64");
     let ask = Ask {
         inputs: inputs("input", request.input)?,
@@ -119,7 +119,8 @@ async fn answer_openai(
         task: Task::Embed,
     };
     let e = run(state, version, &received.arrival, ask).await?;
-    Ok(openai_body(&version.name, e, base64))
+    let meta = e.meta;
+    Ok(Reply::served(openai_body(&version.name, e, base64), meta))
 }
 
 fn parse_openai(body: &[u8]) -> Result<OpenAiRequest, ApiError> {
@@ -156,7 +157,7 @@ fn openai_body(model: &str, e: Outputs, base64: bool) -> Vec<u8> {
         "object": "list",
         "data": data,
         "model": model,
-        "usage": {"prompt_tokens": e.tokens, "total_tokens": e.tokens},
+        "usage": {"prompt_tokens": e.meta.tokens, "total_tokens": e.meta.tokens},
     });
     body.to_string().into_bytes()
 }

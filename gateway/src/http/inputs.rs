@@ -85,6 +85,17 @@ pub enum Input {
     Pair(std::sync::Arc<str>, String),
 }
 
+impl Input {
+    /// The characters of its text (both texts of a pair); none for token ids.
+    pub fn chars(&self) -> usize {
+        match self {
+            Input::Text(t) => t.chars().count(),
+            Input::Ids(_) => 0,
+            Input::Pair(a, b) => a.chars().count() + b.chars().count(),
+        }
+    }
+}
+
 /// What `input(s)` held.
 #[derive(Debug, PartialEq)]
 pub enum Inputs {

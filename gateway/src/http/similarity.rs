@@ -18,7 +18,7 @@ use super::classify::Bounded;
 use super::embeddings::inputs;
 use super::inputs::{Input, Inputs, MAX_TEXTS};
 use super::tei::{served_text_version, tei_error, truncation};
-use super::text_request::{Answered, Ask, Received, Task, receive, run};
+use super::text_request::{Answered, Ask, Received, Reply, Task, receive, run};
 use super::{AppState, content_coding};
 use crate::error::ApiError;
 use crate::protocol::json_de;
@@ -103,7 +103,7 @@ async fn similarities(
     version: &ModelVersion,
     received: Received,
     request: SimilarityRequest,
-) -> Result<Vec<u8>, ApiError> {
+) -> Result<Reply, ApiError> {
     let Sentences {
         source_sentence,
         sentences,
@@ -130,7 +130,8 @@ async fn similarities(
     let e = run(state, version, &received.arrival, ask).await?;
     let mut rows = e.values.chunks_exact(e.width.max(1));
     let source = rows.next().unwrap_or_default();
-    Ok(json!(cosines(source, rows)).to_string().into_bytes())
+    let body = json!(cosines(source, rows)).to_string().into_bytes();
+    Ok(Reply::served(body, e.meta))
 }
 
 /// The cosine of `source` with each row, all unit vectors: their dot products, summed in

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use super::arrival::ArrivalClock;
 use super::embeddings::inputs;
 use super::inputs::{Inputs, MAX_TEXTS};
-use super::text_request::{Answered, Ask, Received, Task, receive, run};
+use super::text_request::{Answered, Ask, Received, Reply, Task, receive, run};
 use super::{AppState, content_coding, error_response, json_response};
 use crate::error::{ApiError, RequestError};
 use crate::infer::InferError;
@@ -160,7 +160,7 @@ async fn answer(
     version: &ModelVersion,
     received: Received,
     request: TeiRequest,
-) -> Result<Vec<u8>, ApiError> {
+) -> Result<Reply, ApiError> {
     let ask = Ask {
         inputs: inputs("inputs", request.inputs)?,
         truncation: truncation(request.truncate, request.truncation_direction.as_deref())?,
@@ -170,7 +170,7 @@ async fn answer(
     };
     let e = run(state, version, &received.arrival, ask).await?;
     let rows: Vec<&[f32]> = e.values.chunks_exact(e.width.max(1)).collect();
-    Ok(json!(rows).to_string().into_bytes())
+    Ok(Reply::served(json!(rows).to_string().into_bytes(), e.meta))
 }
 
 /// `GET /info`: TEI's description of the model and its limits.

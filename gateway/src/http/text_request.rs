@@ -3,9 +3,10 @@
 //! inference core, and answer and count it, whatever the API's shapes.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::{HeaderMap, HeaderValue, Request, Response};
 use http_body_util::{Full, Limited};
 use hyper::body::Incoming;
 use models::Truncation;
@@ -44,7 +45,65 @@ pub(super) struct Outputs {
     /// Row-major `[texts, width]`.
     pub(super) values: Vec<f32>,
     pub(super) width: usize,
+    pub(super) meta: Metadata,
+}
+
+/// What serving a text request took, as TEI's `x-*` response headers tell it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Metadata {
+    /// The characters of the texts sent (a prompt's not included).
+    pub(super) characters: usize,
+    /// The tokens the model ran, special tokens included, after truncation.
     pub(super) tokens: usize,
+    pub(super) tokenization: Duration,
+    /// The longest wait in a queue of the request's batches.
+    pub(super) queue: Duration,
+    /// The compute of its batches, summed.
+    pub(super) inference: Duration,
+    /// TEI's `x-compute-type`: `cpu` or `gpu`.
+    pub(super) device: &'static str,
+}
+
+impl Metadata {
+    /// TEI's headers, in whole milliseconds as TEI gives them; the total is from `started`
+    /// (the request's first byte read) to now.
+    fn write(&self, headers: &mut HeaderMap, started: Instant) {
+        let total = started.elapsed().as_millis();
+        let values = [
+            ("x-compute-time", total),
+            ("x-total-time", total),
+            ("x-compute-characters", self.characters as u128),
+            ("x-compute-tokens", self.tokens as u128),
+            ("x-tokenization-time", self.tokenization.as_millis()),
+            ("x-queue-time", self.queue.as_millis()),
+            ("x-inference-time", self.inference.as_millis()),
+        ];
+        for (name, value) in values {
+            headers.insert(name, HeaderValue::from(value as u64));
+        }
+        headers.insert("x-compute-type", HeaderValue::from_static(self.device));
+    }
+}
+
+/// A text request's answer: its body, and what serving it took where it ran the model.
+pub(super) struct Reply {
+    pub(super) body: Vec<u8>,
+    pub(super) meta: Option<Metadata>,
+}
+
+impl Reply {
+    pub(super) fn served(body: Vec<u8>, meta: Metadata) -> Reply {
+        Reply {
+            body,
+            meta: Some(meta),
+        }
+    }
+}
+
+impl From<Vec<u8>> for Reply {
+    fn from(body: Vec<u8>) -> Reply {
+        Reply { body, meta: None }
+    }
 }
 
 /// A request read whole, decoded from its content coding, with when it arrived.
@@ -85,8 +144,11 @@ pub(super) async fn run(
         .normalize
         .unwrap_or(text::text_model(version)?.input.normalize_by_default);
     let prompt_name = ask.prompt_name.as_deref();
+    let characters = ask.inputs.iter().map(Input::chars).sum();
+    let tokenizing = Instant::now();
     let batches = text::tokenize_in_batches(version, ask.inputs, ask.truncation, prompt_name);
     let batches = batches.await?;
+    let tokenization = tokenizing.elapsed();
     let tokens = batches.iter().map(|b| b.count).sum();
     let settings = version.settings();
     let timeout = (settings.default_timeout_us > 0)
@@ -108,10 +170,21 @@ pub(super) async fn run(
     let completed = joined(all(answers.collect()).await?);
     record(version, arrival, queued, rows, &completed);
     let width = version.info.output_width;
+    let meta = Metadata {
+        characters,
+        tokens,
+        tokenization,
+        queue: completed.queue_time,
+        inference: completed.compute_time,
+        device: match version.info.device.starts_with("cuda") {
+            true => "gpu",
+            false => "cpu",
+        },
+    };
     Ok(Outputs {
         values: text::normalized(completed.output, width, normalize),
         width,
-        tokens,
+        meta,
     })
 }
 
@@ -197,7 +270,7 @@ fn count(version: Option<&ModelVersion>, response: &Response<Full<Bytes>>, start
 /// What a text handler came to, to be answered and counted.
 pub(super) struct Answered {
     pub(super) version: Option<Arc<ModelVersion>>,
-    pub(super) result: Result<Vec<u8>, ApiError>,
+    pub(super) result: Result<Reply, ApiError>,
     pub(super) started: Instant,
 }
 
@@ -210,7 +283,13 @@ impl Answered {
         error: fn(&ApiError) -> Response<Full<Bytes>>,
     ) -> Response<Full<Bytes>> {
         let response = match self.result {
-            Ok(body) => content_coding::respond(body, "application/json", coding).await,
+            Ok(Reply { body, meta }) => {
+                let mut response = content_coding::respond(body, "application/json", coding).await;
+                if let Some(meta) = meta {
+                    meta.write(response.headers_mut(), self.started);
+                }
+                response
+            }
             Err(e) => error(&e),
         };
         count(self.version.as_deref(), &response, self.started);
