@@ -267,6 +267,15 @@ def embeddings_json():
         {"query": "", "texts": []},
         {"inputs": ["a"] * 2100},
         {"query": "q", "texts": ["a"] * 2100, "model": "enc"},
+        # Cohere's embed and rerank.
+        {"texts": ["a man is eating", long], "input_type": "search_query",
+         "embedding_types": ["float", "binary", "ubinary", "base64"], "truncate": "START"},
+        {"texts": [long], "truncate": "NONE", "embedding_types": ["int8"]},
+        {"texts": [""], "embedding_types": [], "truncate": "MIDDLE"},
+        {"texts": ["a"] * 2100, "max_tokens": 8, "output_dimension": 3},
+        {"query": "a man", "documents": ["food", {"text": "the cat runs"}, long], "top_n": 2,
+         "return_documents": True},
+        {"query": long, "documents": [{"title": "no text"}, ""]},
     ]]
     return write("embeddings_json", bodies)
 

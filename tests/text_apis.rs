@@ -373,6 +373,8 @@ fn tei_tokenize_and_decode() {
         let message = r.json()["error"].as_str().unwrap_or_default().to_string();
         assert!(message.contains(words), "{words}: {message}");
     }
+    let r = server.post_json("/decode", &json!({"ids": []}));
+    assert_eq!((r.status, &r.json()["error_type"]), (400, &json!("Empty")));
     let r = server.post_json("/tokenize", &json!({"inputs": "a cat", "colour": 1}));
     assert_eq!(r.json(), tokens);
 }
@@ -411,6 +413,7 @@ fn text_answers_carry_teis_timing_headers() {
     }
     let similarity = json!({"inputs": {"source_sentence": texts[0], "sentences": [texts[1]]}});
     let r = server.post_json("/similarity", &similarity);
+    assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(
         r.header("x-compute-tokens"),
         Some(tokens.to_string().as_str())

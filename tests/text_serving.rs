@@ -450,6 +450,13 @@ fn requests_past_one_batch_run_as_several_in_order() {
     ] {
         let r = server.post_json(path, &body);
         assert_eq!(r.status, 200, "{path}: {}", r.text());
+        // TEI's headers count the tokens of every batch, and time them within the total.
+        let number = |name: &str| r.header(name).and_then(|v| v.parse::<u64>().ok());
+        let tokens: usize = texts.iter().map(|t| t.split(' ').count() + 2).sum();
+        assert_eq!(number("x-compute-tokens"), Some(tokens as u64), "{path}");
+        let total = number("x-total-time").unwrap_or_default();
+        let queue = number("x-queue-time").unwrap_or(u64::MAX);
+        assert!(queue <= total, "{path}: queued {queue} ms of {total}");
         let together = embeddings(&r);
         assert_eq!(together.len(), texts.len(), "{path}");
         for (i, (a, b)) in alone.iter().zip(&together).enumerate() {

@@ -5,6 +5,8 @@ use models::{EncodeError, PackedTokens, TextTokenizer, Truncation};
 
 use super::{ApiError, assert_client_error, fixtures};
 use crate::http::classify::{self, PredictRequest, RerankRequest};
+use crate::http::cohere::{self, ApiVersion};
+use crate::http::cohere_embed;
 use crate::http::embeddings::{self, OpenAiRequest};
 use crate::http::tei::{TeiRequest, truncation};
 use crate::http::text;
@@ -59,10 +61,11 @@ fn tokenize_with(
     packed
 }
 
-/// `POST /v1/embeddings`, `/embed`, `/predict` and `/rerank` bodies (the same bytes as
-/// each), read with the handlers' own types and checks (`http::embeddings`,
-/// `http::classify`), then tokenized and checked as the handlers do (`http::text`):
-/// OpenAI's truncating, TEI's as the request says. A refused body must be a client error.
+/// `POST /v1/embeddings`, `/embed`, `/predict`, `/rerank` and Cohere's `/v2/embed` and
+/// `/v2/rerank` bodies (the same bytes as each), read with the handlers' own types and
+/// checks (`http::embeddings`, `http::classify`, `http::cohere*`), then tokenized and
+/// checked as the handlers do (`http::text`): OpenAI's and Cohere's rerank truncating, TEI's
+/// and Cohere's embed as the request says. A refused body must be a client error.
 pub fn embeddings_json(data: &[u8]) {
     if let Ok(r) = json_de::from_slice::<OpenAiRequest>(data)
         && r.dimensions.is_none()
@@ -84,6 +87,21 @@ pub fn embeddings_json(data: &[u8]) {
     if let Ok(r) = json_de::from_slice::<RerankRequest>(data) {
         let truncation = truncation(r.truncate, r.truncation_direction.as_deref());
         encode_inputs(classify::rerank_inputs(&r), truncation);
+    }
+    cohere_json(data);
+}
+
+fn cohere_json(data: &[u8]) {
+    if let Ok(r) = json_de::from_slice::<cohere_embed::EmbedRequest>(data) {
+        let kinds = cohere_embed::kinds(r.embedding_types.as_deref(), ApiVersion::V2);
+        if let Err(e) = kinds {
+            assert_client_error(e);
+        }
+        let truncation = cohere_embed::truncation(r.truncate.as_deref());
+        encode_inputs(cohere_embed::texts(&r), truncation);
+    }
+    if let Ok(r) = json_de::from_slice::<cohere::CohereRequest>(data) {
+        encode_inputs(cohere::rerank_inputs(&r), Ok(Truncation::Right));
     }
 }
 

@@ -22,15 +22,16 @@ use super::arrival::ArrivalClock;
 use super::classify::{
     Activation, Bounded, Document, classify, pairs, require_one_label, rerank_scores,
 };
+use super::inputs::Input;
 use super::tei::served_text_version;
-use super::text_request::{Answered, Received, Reply, receive};
+use super::text_request::{Answered, Received, Served, receive};
 use super::{AppState, content_coding, error_response};
 use crate::error::ApiError;
 use crate::protocol::json_de;
 use crate::registry::ModelVersion;
 
 #[derive(Deserialize)]
-struct CohereRequest {
+pub(crate) struct CohereRequest {
     /// The model; without it, the one text model loaded.
     #[serde(default)]
     model: Option<String>,
@@ -80,7 +81,7 @@ pub(super) async fn serve<T: DeserializeOwned + Named>(
     req: Request<Limited<Incoming>>,
     clock: &ArrivalClock,
     what: &str,
-    on: impl AsyncFnOnce(Arc<ModelVersion>, Received, T) -> Result<Reply, ApiError>,
+    on: impl AsyncFnOnce(Arc<ModelVersion>, Received, T) -> Result<Served, ApiError>,
 ) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let coding = content_coding::accepted(req.headers());
@@ -122,11 +123,10 @@ async fn rerank_on(
     received: Received,
     request: CohereRequest,
     api: ApiVersion,
-) -> Result<Reply, ApiError> {
+) -> Result<Served, ApiError> {
     require_one_label(version)?;
     let documents = &request.documents;
-    let texts = documents.items.iter().map(|d| d.0.clone());
-    let inputs = pairs(&request.query, texts, documents.count)?;
+    let inputs = rerank_inputs(&request)?;
     let out = classify(state, version, &received, inputs, Truncation::Right).await?;
     let mut ranked = rerank_scores(&out.values, Activation::Sigmoid);
     ranked.truncate(request.top_n.unwrap_or(ranked.len()));
@@ -147,7 +147,17 @@ async fn rerank_on(
                  "billed_units": {"search_units": 1}},
         "usage": {"total_tokens": out.meta.tokens},
     });
-    Ok(Reply::served(body.to_string().into_bytes(), out.meta))
+    Ok(Served {
+        body: body.to_string().into_bytes(),
+        meta: out.meta,
+    })
+}
+
+/// The pairs `(query, document)` a rerank request scores, in the order of its documents.
+pub(crate) fn rerank_inputs(request: &CohereRequest) -> Result<Vec<Input>, ApiError> {
+    let documents = &request.documents;
+    let texts = documents.items.iter().map(|d| d.0.clone());
+    pairs(&request.query, texts, documents.count)
 }
 
 /// An error as Cohere's API gives it: `{"message": ...}`.

@@ -31,12 +31,12 @@ use super::cohere::{ApiVersion, Named, serve};
 use super::embeddings::{encode_base64, inputs};
 use super::inputs::{Input, Inputs, MAX_TEXTS};
 use super::text::text_model;
-use super::text_request::{Ask, Outputs, Received, Reply, Task, run};
+use super::text_request::{Ask, Outputs, Received, Served, Task, run};
 use crate::error::ApiError;
 use crate::registry::ModelVersion;
 
 #[derive(Deserialize)]
-struct EmbedRequest {
+pub(crate) struct EmbedRequest {
     /// The model; without it, the one text model loaded.
     #[serde(default)]
     model: Option<String>,
@@ -45,9 +45,9 @@ struct EmbedRequest {
     #[serde(default)]
     input_type: Option<String>,
     #[serde(default)]
-    embedding_types: Option<Vec<String>>,
+    pub(crate) embedding_types: Option<Vec<String>>,
     #[serde(default)]
-    truncate: Option<String>,
+    pub(crate) truncate: Option<String>,
     /// Version 2's per-text limit: served only where it is no tighter than the model's.
     #[serde(default)]
     max_tokens: Option<usize>,
@@ -62,7 +62,7 @@ struct EmbedRequest {
 
 /// One of the kinds of embedding a request may ask for.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     Float,
     Base64,
     Binary,
@@ -153,18 +153,11 @@ async fn embed_on(
     received: Received,
     request: EmbedRequest,
     api: ApiVersion,
-) -> Result<Reply, ApiError> {
+) -> Result<Served, ApiError> {
     let kinds = kinds(request.embedding_types.as_deref(), api)?;
     check_limits(version, &request)?;
-    let texts = request
-        .texts
-        .ok_or_else(|| ApiError::invalid("texts is required"))?;
-    let listed = match texts.count {
-        n if n > MAX_TEXTS => Inputs::TooMany(n),
-        _ => Inputs::List(texts.items.iter().cloned().map(Input::Text).collect()),
-    };
     let ask = Ask {
-        inputs: inputs("texts", listed)?,
+        inputs: texts(&request)?,
         truncation: truncation(request.truncate.as_deref())?,
         normalize: None,
         prompt_name: prompt_for(version, request.input_type.as_deref())?,
@@ -172,14 +165,26 @@ async fn embed_on(
     };
     let e = run(state, version, &received.arrival, ask).await?;
     let meta = e.meta;
-    Ok(Reply::served(
-        body(e, &texts.items, kinds, api).to_string().into_bytes(),
-        meta,
-    ))
+    let texts = request.texts.map(|t| t.items).unwrap_or_default();
+    let body = body(e, &texts, kinds, api).to_string().into_bytes();
+    Ok(Served { body, meta })
+}
+
+/// The texts a request embeds: `texts`, 1 to [`MAX_TEXTS`] of them, none empty.
+pub(crate) fn texts(request: &EmbedRequest) -> Result<Vec<Input>, ApiError> {
+    let texts = (request.texts.as_ref()).ok_or_else(|| ApiError::invalid("texts is required"))?;
+    let listed = match texts.count {
+        n if n > MAX_TEXTS => Inputs::TooMany(n),
+        _ => Inputs::List(texts.items.iter().cloned().map(Input::Text).collect()),
+    };
+    inputs("texts", listed)
 }
 
 /// What a request asks for: `None` for version 1's plain floats.
-fn kinds(names: Option<&[String]>, api: ApiVersion) -> Result<Option<Vec<Kind>>, ApiError> {
+pub(crate) fn kinds(
+    names: Option<&[String]>,
+    api: ApiVersion,
+) -> Result<Option<Vec<Kind>>, ApiError> {
     match (names, api) {
         (None, ApiVersion::V1) => Ok(None),
         (None, ApiVersion::V2) => Ok(Some(vec![Kind::Float])),
@@ -224,7 +229,7 @@ fn check_limits(version: &ModelVersion, request: &EmbedRequest) -> Result<(), Ap
 }
 
 /// Cohere's `truncate`: `END` (the default) cuts the end off, `START` the start.
-fn truncation(truncate: Option<&str>) -> Result<Truncation, ApiError> {
+pub(crate) fn truncation(truncate: Option<&str>) -> Result<Truncation, ApiError> {
     match truncate {
         None | Some("END" | "end") => Ok(Truncation::Right),
         Some("START" | "start") => Ok(Truncation::Left),

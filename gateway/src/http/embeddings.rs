@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
 use super::inputs::{Input, Inputs, MAX_TEXTS};
-use super::text_request::{Answered, Ask, Outputs, Received, Reply, Task, receive, run};
+use super::text_request::{Answered, Ask, Outputs, Received, Served, Task, receive, run};
 use super::{AppState, content_coding, error_response};
 use crate::error::ApiError;
 use crate::protocol::json_de;
@@ -109,7 +109,7 @@ async fn answer_openai(
     version: &ModelVersion,
     received: Received,
     request: OpenAiRequest,
-) -> Result<Reply, ApiError> {
+) -> Result<Served, ApiError> {
     let base64 = request.encoding_format.as_deref() == Some("base64");
     let ask = Ask {
         inputs: inputs("input", request.input)?,
@@ -120,7 +120,8 @@ async fn answer_openai(
     };
     let e = run(state, version, &received.arrival, ask).await?;
     let meta = e.meta;
-    Ok(Reply::served(openai_body(&version.name, e, base64), meta))
+    let body = openai_body(&version.name, e, base64);
+    Ok(Served { body, meta })
 }
 
 fn parse_openai(body: &[u8]) -> Result<OpenAiRequest, ApiError> {

@@ -18,7 +18,7 @@ use super::classify::Bounded;
 use super::embeddings::inputs;
 use super::inputs::{Input, Inputs, MAX_TEXTS};
 use super::tei::{served_text_version, tei_error, truncation};
-use super::text_request::{Answered, Ask, Received, Reply, Task, receive, run};
+use super::text_request::{Answered, Ask, Received, Served, Task, receive, run};
 use super::{AppState, content_coding};
 use crate::error::ApiError;
 use crate::protocol::json_de;
@@ -103,7 +103,7 @@ async fn similarities(
     version: &ModelVersion,
     received: Received,
     request: SimilarityRequest,
-) -> Result<Reply, ApiError> {
+) -> Result<Served, ApiError> {
     let Sentences {
         source_sentence,
         sentences,
@@ -131,7 +131,7 @@ async fn similarities(
     let mut rows = e.values.chunks_exact(e.width.max(1));
     let source = rows.next().unwrap_or_default();
     let body = json!(cosines(source, rows)).to_string().into_bytes();
-    Ok(Reply::served(body, e.meta))
+    Ok(Served { body, meta: e.meta })
 }
 
 /// The cosine of `source` with each row, all unit vectors: their dot products, summed in

@@ -8,7 +8,8 @@
 //! - `GET /info`: the model and the limits it is served with, in TEI's fields;
 //! - `GET /health`: 200 once serving, 503 before and while draining.
 //!
-//! Errors are `{"error": ..., "error_type": ...}` with TEI's types.
+//! Errors are `{"error": ..., "error_type": ...}` with TEI's types and status codes
+//! ([`tei_kind`]).
 
 use std::sync::Arc;
 
@@ -24,7 +25,7 @@ use tokio::time::Instant;
 use super::arrival::ArrivalClock;
 use super::embeddings::inputs;
 use super::inputs::{Inputs, MAX_TEXTS};
-use super::text_request::{Answered, Ask, Received, Reply, Task, receive, run};
+use super::text_request::{Answered, Ask, Received, Served, Task, receive, run};
 use super::{AppState, content_coding, error_response, json_response};
 use crate::error::{ApiError, RequestError};
 use crate::infer::InferError;
@@ -160,7 +161,7 @@ async fn answer(
     version: &ModelVersion,
     received: Received,
     request: TeiRequest,
-) -> Result<Reply, ApiError> {
+) -> Result<Served, ApiError> {
     let ask = Ask {
         inputs: inputs("inputs", request.inputs)?,
         truncation: truncation(request.truncate, request.truncation_direction.as_deref())?,
@@ -170,7 +171,10 @@ async fn answer(
     };
     let e = run(state, version, &received.arrival, ask).await?;
     let rows: Vec<&[f32]> = e.values.chunks_exact(e.width.max(1)).collect();
-    Ok(Reply::served(json!(rows).to_string().into_bytes(), e.meta))
+    Ok(Served {
+        body: json!(rows).to_string().into_bytes(),
+        meta: e.meta,
+    })
 }
 
 /// `GET /info`: TEI's description of the model and its limits.

@@ -42,7 +42,7 @@ impl Tokenized {
     }
 }
 
-/// The version's text model, or a 400 for a model that takes numbers.
+/// The version's text model, or an invalid request for a model that takes numbers.
 pub fn text_model(version: &ModelVersion) -> Result<&TextModel, ApiError> {
     version.text.as_ref().ok_or_else(|| {
         ApiError::invalid(format!(
@@ -155,7 +155,7 @@ pub(crate) async fn inline_or_blocking<T: Send + 'static>(
     }
     tokio::task::spawn_blocking(work)
         .await
-        .map_err(|_| ApiError::Internal("tokenization failed".into()))?
+        .map_err(|_| ApiError::Tokenizer("the model's tokenizer failed (it panicked)".into()))?
 }
 
 /// Puts the prompt a request names (or the model's default) before each of its texts. Token

@@ -51,24 +51,25 @@ pub(super) struct Outputs {
 /// What serving a text request took, as TEI's `x-*` response headers tell it.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Metadata {
+    /// When its first bytes arrived: the total runs from here.
+    arrived: std::time::Instant,
     /// The characters of the texts sent (a prompt's not included).
     pub(super) characters: usize,
     /// The tokens the model ran, special tokens included, after truncation.
     pub(super) tokens: usize,
-    pub(super) tokenization: Duration,
-    /// The longest wait in a queue of the request's batches.
-    pub(super) queue: Duration,
+    tokenization: Duration,
+    /// The longest wait in a queue of the request's batches, from its submission.
+    queue: Duration,
     /// The compute of its batches, summed.
-    pub(super) inference: Duration,
+    inference: Duration,
     /// TEI's `x-compute-type`: `cpu` or `gpu`.
-    pub(super) device: &'static str,
+    device: &'static str,
 }
 
 impl Metadata {
-    /// TEI's headers, in whole milliseconds as TEI gives them; the total is from `started`
-    /// (the request's first byte read) to now.
-    fn write(&self, headers: &mut HeaderMap, started: Instant) {
-        let total = started.elapsed().as_millis();
+    /// TEI's headers, in whole milliseconds as TEI gives them.
+    fn write(&self, headers: &mut HeaderMap) {
+        let total = self.arrived.elapsed().as_millis();
         let values = [
             ("x-compute-time", total),
             ("x-total-time", total),
@@ -85,25 +86,10 @@ impl Metadata {
     }
 }
 
-/// A text request's answer: its body, and what serving it took where it ran the model.
-pub(super) struct Reply {
+/// A text request's answer, and what serving it took.
+pub(super) struct Served {
     pub(super) body: Vec<u8>,
-    pub(super) meta: Option<Metadata>,
-}
-
-impl Reply {
-    pub(super) fn served(body: Vec<u8>, meta: Metadata) -> Reply {
-        Reply {
-            body,
-            meta: Some(meta),
-        }
-    }
-}
-
-impl From<Vec<u8>> for Reply {
-    fn from(body: Vec<u8>) -> Reply {
-        Reply { body, meta: None }
-    }
+    pub(super) meta: Metadata,
 }
 
 /// A request read whole, decoded from its content coding, with when it arrived.
@@ -170,11 +156,15 @@ pub(super) async fn run(
     let completed = joined(all(answers.collect()).await?);
     record(version, arrival, queued, rows, &completed);
     let width = version.info.output_width;
+    // The batcher's queue time counts from arrival; the time before submission is not
+    // queueing.
+    let before = queued.saturating_duration_since(arrival.arrived);
     let meta = Metadata {
+        arrived: arrival.arrived,
         characters,
         tokens,
         tokenization,
-        queue: completed.queue_time,
+        queue: completed.queue_time.saturating_sub(before),
         inference: completed.compute_time,
         device: match version.info.device.starts_with("cuda") {
             true => "gpu",
@@ -270,7 +260,7 @@ fn count(version: Option<&ModelVersion>, response: &Response<Full<Bytes>>, start
 /// What a text handler came to, to be answered and counted.
 pub(super) struct Answered {
     pub(super) version: Option<Arc<ModelVersion>>,
-    pub(super) result: Result<Reply, ApiError>,
+    pub(super) result: Result<Served, ApiError>,
     pub(super) started: Instant,
 }
 
@@ -283,11 +273,9 @@ impl Answered {
         error: fn(&ApiError) -> Response<Full<Bytes>>,
     ) -> Response<Full<Bytes>> {
         let response = match self.result {
-            Ok(Reply { body, meta }) => {
+            Ok(Served { body, meta }) => {
                 let mut response = content_coding::respond(body, "application/json", coding).await;
-                if let Some(meta) = meta {
-                    meta.write(response.headers_mut(), self.started);
-                }
+                meta.write(response.headers_mut());
                 response
             }
             Err(e) => error(&e),

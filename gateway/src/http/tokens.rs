@@ -203,7 +203,10 @@ fn ids_only(ids: Inputs, vocab_size: usize) -> Result<Vec<TokenIds>, ApiError> {
         )
     };
     let list = match ids {
-        Inputs::List(list) if !list.is_empty() => list,
+        Inputs::List(list) if list.is_empty() => {
+            return Err(ApiError::empty("ids holds no token ids"));
+        }
+        Inputs::List(list) => list,
         Inputs::TooMany(n) => {
             return Err(ApiError::too_large(format!(
                 "ids holds {n} arrays; a request takes at most {MAX_TEXTS}"

@@ -1,5 +1,5 @@
-//! How a request body fails decoding or validation: a 400 on tandem's own APIs (TEI's
-//! routes give some kinds TEI's codes, `http::tei`), with a message that names the field,
+//! How a request body fails decoding or validation: a 400 everywhere but on TEI's routes,
+//! which give some kinds TEI's codes (`http::tei`), with a message that names the field,
 //! the expected value and the given one.
 
 use thiserror::Error;

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use super::arrival::ArrivalClock;
 use super::inputs::{Input, MAX_TEXTS};
 use super::tei::{served_text_version, tei_error, truncation};
-use super::text_request::{Answered, Ask, Outputs, Received, Reply, Task, receive, run};
+use super::text_request::{Answered, Ask, Outputs, Received, Served, Task, receive, run};
 use super::{AppState, content_coding};
 use crate::error::ApiError;
 use crate::protocol::json_de;
@@ -82,7 +82,7 @@ async fn handle(
     answer.respond(coding, tei_error).await
 }
 
-type Answer = (Option<Arc<ModelVersion>>, Result<Reply, ApiError>);
+type Answer = (Option<Arc<ModelVersion>>, Result<Served, ApiError>);
 
 async fn answer_predict(state: &AppState, received: Received) -> Answer {
     let request: PredictRequest = match parse(&received.body, "predict") {
@@ -102,7 +102,7 @@ async fn predict_on(
     version: &ModelVersion,
     received: Received,
     request: PredictRequest,
-) -> Result<Reply, ApiError> {
+) -> Result<Served, ApiError> {
     let truncation = truncation(request.truncate, request.truncation_direction.as_deref())?;
     let activation = activation(version, request.raw_scores, &request.parameters)?;
     let one = matches!(request.inputs, PredictInputs::One(_));
@@ -131,7 +131,10 @@ async fn predict_on(
     } else {
         json!(answers)
     };
-    Ok(Reply::served(body.to_string().into_bytes(), out.meta))
+    Ok(Served {
+        body: body.to_string().into_bytes(),
+        meta: out.meta,
+    })
 }
 
 async fn answer_rerank(state: &AppState, received: Received) -> Answer {
@@ -152,7 +155,7 @@ async fn rerank_on(
     version: &ModelVersion,
     received: Received,
     request: RerankRequest,
-) -> Result<Reply, ApiError> {
+) -> Result<Served, ApiError> {
     let truncation = truncation(request.truncate, request.truncation_direction.as_deref())?;
     require_one_label(version)?;
     let inputs = rerank_inputs(&request)?;
@@ -168,10 +171,10 @@ async fn rerank_on(
             false => json!({"index": index, "score": score}),
         })
         .collect();
-    Ok(Reply::served(
-        json!(answer).to_string().into_bytes(),
-        out.meta,
-    ))
+    Ok(Served {
+        body: json!(answer).to_string().into_bytes(),
+        meta: out.meta,
+    })
 }
 
 /// Refuses a classifier of several labels: reranking takes one score per pair. (A model
