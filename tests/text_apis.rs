@@ -184,25 +184,28 @@ fn similarity_is_the_cosine_of_embed_s_embeddings() {
     }
     let root = server.post_json("/", &body);
     assert_eq!((root.status, root.json()), (200, r.json()));
-    for (body, words, kind) in [
+    for (body, words, kind, status) in [
         (
             json!({"inputs": {"source_sentence": "a", "sentences": []}}),
             "no text",
             "Empty",
+            400,
         ),
         (
             json!({"inputs": {"source_sentence": "", "sentences": ["b"]}}),
             "empty",
             "Empty",
+            400,
         ),
         (
             json!({"inputs": ["a", "b"]}),
             "invalid similarity request",
             "Validation",
+            422,
         ),
     ] {
         let r = server.post_json("/similarity", &body);
-        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert_eq!(r.status, status, "{body}: {}", r.text());
         assert_eq!(r.json()["error_type"], kind, "{}", r.text());
         assert!(r.text().contains(words), "{words}: {}", r.text());
     }

@@ -239,11 +239,13 @@ fn embedding_requests_are_all_counted_and_answers_compressed_on_request() {
     };
     let unknown_400 = requests_total(&server, "_unknown", 400);
     let unknown_404 = requests_total(&server, "_unknown", 404);
+    let unknown_422 = requests_total(&server, "_unknown", 422);
     let enc_400 = requests_total(&server, "enc", 400);
     let refused = [
         ("/v1/embeddings", &b"{not json"[..], 400),
         ("/embed", &b"[1, 2"[..], 400),
-        ("/embed", &br#"{"inputs": "a", "truncate": "yes"}"#[..], 400),
+        // JSON of another shape: TEI's 422.
+        ("/embed", &br#"{"inputs": "a", "truncate": "yes"}"#[..], 422),
         (
             "/v1/embeddings",
             &br#"{"model": "nope", "input": "a"}"#[..],
@@ -255,7 +257,8 @@ fn embedding_requests_are_all_counted_and_answers_compressed_on_request() {
         let r = post(path, body, &[]);
         assert_eq!(r.status, status, "{path}: {}", r.text());
     }
-    assert_eq!(requests_total(&server, "_unknown", 400), unknown_400 + 3);
+    assert_eq!(requests_total(&server, "_unknown", 400), unknown_400 + 2);
+    assert_eq!(requests_total(&server, "_unknown", 422), unknown_422 + 1);
     assert_eq!(requests_total(&server, "_unknown", 404), unknown_404 + 2);
     for (path, body) in [
         ("/v1/embeddings", json!({"model": "enc", "input": ""})),

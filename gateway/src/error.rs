@@ -86,6 +86,16 @@ impl ApiError {
         RequestError::Invalid(message.into()).into()
     }
 
+    /// A body that is not the `what` request: bytes that are not JSON are malformed, JSON of
+    /// another shape (a wrong type, a missing field) invalid.
+    pub fn unreadable(what: &str, e: crate::protocol::json_de::Error) -> ApiError {
+        let message = format!("invalid {what} request JSON: {e}");
+        match e.is_data() {
+            true => ApiError::invalid(message),
+            false => ApiError::malformed(message),
+        }
+    }
+
     pub fn empty(message: impl Into<String>) -> ApiError {
         RequestError::Empty(message.into()).into()
     }

@@ -87,8 +87,8 @@ pub(super) async fn serve<T: DeserializeOwned + Named>(
     let coding = content_coding::accepted(req.headers());
     let read = async || {
         let received = receive(state, req, clock, started).await?;
-        let request: T = json_de::from_slice(&received.body)
-            .map_err(|e| ApiError::malformed(format!("invalid {what} request JSON: {e}")))?;
+        let request: T =
+            json_de::from_slice(&received.body).map_err(|e| ApiError::unreadable(what, e))?;
         let version = served_text_version(state, request.model())?;
         Ok::<_, ApiError>((received, request, version))
     };

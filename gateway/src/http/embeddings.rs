@@ -125,8 +125,8 @@ async fn answer_openai(
 }
 
 fn parse_openai(body: &[u8]) -> Result<OpenAiRequest, ApiError> {
-    let request: OpenAiRequest = json_de::from_slice(body)
-        .map_err(|e| ApiError::malformed(format!("invalid embeddings request JSON: {e}")))?;
+    let request: OpenAiRequest =
+        json_de::from_slice(body).map_err(|e| ApiError::unreadable("embeddings", e))?;
     if request.dimensions.is_some() {
         return Err(ApiError::invalid(
             "dimensions: this model's embeddings have one size; leave it out",

@@ -52,8 +52,7 @@ struct Parameters {
 
 /// Reads `body` as a similarity request, if it is one.
 pub(super) fn parse(body: &[u8]) -> Result<SimilarityRequest, ApiError> {
-    json_de::from_slice(body)
-        .map_err(|e| ApiError::malformed(format!("invalid similarity request JSON: {e}")))
+    json_de::from_slice(body).map_err(|e| ApiError::unreadable("similarity", e))
 }
 
 /// `POST /similarity`.

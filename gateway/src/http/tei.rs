@@ -123,8 +123,8 @@ fn read(
     state: &AppState,
     received: Received,
 ) -> Result<(Received, TeiRequest, Arc<ModelVersion>), ApiError> {
-    let request: TeiRequest = json_de::from_slice(&received.body)
-        .map_err(|e| ApiError::malformed(format!("invalid embed request JSON: {e}")))?;
+    let request: TeiRequest =
+        json_de::from_slice(&received.body).map_err(|e| ApiError::unreadable("embed", e))?;
     if request.dimensions.is_some() {
         return Err(ApiError::invalid(
             "dimensions: this model's embeddings have one size; leave it out",
@@ -233,9 +233,8 @@ fn model_type(input: &models::TextInput) -> serde_json::Value {
 
 /// TEI's status and `error_type` for `e`. Clients act on them: a 413 (TEI's code for an
 /// input or a batch past its limits) makes some split their batch and retry, a 400 (nothing
-/// to embed) or a 422 must not be retried. A body TEI cannot read as its request is a 400
-/// when it is not JSON and a 422 when it is JSON of another shape, as TEI's web framework
-/// answers; tandem's `Malformed` covers both, so it is a 400.
+/// to embed, or a body that is not JSON) or a 422 (JSON of another shape, or input the
+/// model cannot take) must not be retried.
 fn tei_kind(e: &ApiError) -> (StatusCode, &'static str) {
     match e {
         ApiError::Request(RequestError::Empty(_)) => (StatusCode::BAD_REQUEST, "Empty"),

@@ -88,8 +88,8 @@ async fn answer_tokenize(
     clock: &ArrivalClock,
 ) -> Result<Vec<u8>, ApiError> {
     let body = receive(state, req, clock, Instant::now()).await?.body;
-    let request: TokenizeRequest = json_de::from_slice(&body)
-        .map_err(|e| ApiError::malformed(format!("invalid tokenize request JSON: {e}")))?;
+    let request: TokenizeRequest =
+        json_de::from_slice(&body).map_err(|e| ApiError::unreadable("tokenize", e))?;
     let version = served_text_version(state, request.model.as_deref())?;
     let model = text::text_model(&version)?;
     let mut inputs = texts_only(request.inputs)?;
@@ -168,8 +168,8 @@ async fn answer_decode(
     clock: &ArrivalClock,
 ) -> Result<Vec<u8>, ApiError> {
     let body = receive(state, req, clock, Instant::now()).await?.body;
-    let request: DecodeRequest = json_de::from_slice(&body)
-        .map_err(|e| ApiError::malformed(format!("invalid decode request JSON: {e}")))?;
+    let request: DecodeRequest =
+        json_de::from_slice(&body).map_err(|e| ApiError::unreadable("decode", e))?;
     let version = served_text_version(state, request.model.as_deref())?;
     let model = text::text_model(&version)?;
     let sequences = ids_only(request.ids, model.input.vocab_size)?;

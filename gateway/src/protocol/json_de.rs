@@ -29,9 +29,20 @@ const MAX_DEPTH: usize = 128;
 #[derive(Debug)]
 pub struct Error {
     message: String,
-    /// 1-based; 0 until `from_slice` places it.
-    line: usize,
-    column: usize,
+    /// 1-based; 0 until `from_slice` places it. (`u32`: a body is at most a few MiB, and the
+    /// error stays as small as `Result`s on the parse path had it.)
+    line: u32,
+    column: u32,
+    /// Whether the bytes were JSON of another shape (a wrong type, a missing field), as
+    /// serde_json's `Category::Data`, rather than not JSON at all.
+    data: bool,
+}
+
+impl Error {
+    /// JSON, but not of the shape asked for: a value of the wrong type, a field missing.
+    pub fn is_data(&self) -> bool {
+        self.data
+    }
 }
 
 impl fmt::Display for Error {
@@ -52,6 +63,7 @@ impl de::Error for Error {
             message: message.to_string(),
             line: 0,
             column: 0,
+            data: true,
         }
     }
 }
@@ -75,8 +87,10 @@ pub fn from_slice<'de, T: Deserialize<'de>>(input: &'de [u8]) -> Result<T, Error
     result.map_err(|mut e| {
         if e.line == 0 {
             let before = &input[..reader.pos.min(input.len())];
-            e.line = 1 + before.iter().filter(|&&b| b == b'\n').count();
-            e.column = 1 + before.iter().rev().take_while(|&&b| b != b'\n').count();
+            let line = 1 + before.iter().filter(|&&b| b == b'\n').count();
+            let column = 1 + before.iter().rev().take_while(|&&b| b != b'\n').count();
+            e.line = u32::try_from(line).unwrap_or(u32::MAX);
+            e.column = u32::try_from(column).unwrap_or(u32::MAX);
         }
         e
     })
@@ -100,8 +114,13 @@ enum Text<'de> {
 }
 
 impl<'de> Reader<'de> {
+    /// Bytes that are not JSON (or JSON past what is accepted: too deep, a number out of
+    /// range).
     fn error(&self, message: &str) -> Error {
-        de::Error::custom(message)
+        Error {
+            data: false,
+            ..de::Error::custom(message)
+        }
     }
 
     fn peek(&self) -> Option<u8> {
@@ -355,10 +374,14 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
     ) -> Result<V::Value, Error> {
         self.skip_whitespace();
         match self.peek() {
-            Some(b'[') => Err(self.error(&format!(
-                "expected a JSON object for {}, got an array",
-                describe(name)
-            ))),
+            Some(b'[') => {
+                // Read through, so that an array that is not JSON is refused as such.
+                de::IgnoredAny::deserialize(&mut *self)?;
+                Err(de::Error::custom(format!(
+                    "expected a JSON object for {}, got an array",
+                    describe(name)
+                )))
+            }
             // Objects, and whatever else the visitor refuses with its own message.
             _ => self.deserialize_any(visitor),
         }
@@ -374,7 +397,7 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
         use serde::de::IntoDeserializer;
         self.skip_whitespace();
         if self.peek() != Some(b'"') {
-            return Err(self.error("expected a string"));
+            return Err(de::Error::custom("expected a string"));
         }
         match self.parse_string()? {
             Text::Borrowed(s) => visitor.visit_enum(s.into_deserializer()),

@@ -203,8 +203,7 @@ pub(super) fn rerank_scores(logits: &[f32], activation: Activation) -> Vec<(usiz
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8], what: &str) -> Result<T, ApiError> {
-    json_de::from_slice(body)
-        .map_err(|e| ApiError::malformed(format!("invalid {what} request JSON: {e}")))
+    json_de::from_slice(body).map_err(|e| ApiError::unreadable(what, e))
 }
 
 /// The texts and pairs of a predict request, in order, checked by [`checked`].

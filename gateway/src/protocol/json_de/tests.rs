@@ -413,3 +413,37 @@ fn an_inference_request_decodes_as_with_serde_json() {
         assert!(e.contains(mentions), "{bad}: {e}");
     }
 }
+
+/// An error is a data error (JSON of another shape) exactly where serde_json's is.
+#[test]
+fn errors_are_data_errors_where_serde_json_says_so() {
+    let deep = format!(
+        r#"{{"inputs": [{{"name": "a", "datatype": "FP32", "shape": [1], "data": {}{}}}]}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let bodies = [
+        r#"{"inputs": [], "extra": 1}"#,
+        r#"{"outputs": []}"#,
+        r#"{"inputs": [{"name": 1}]}"#,
+        r#"{"inputs": [], "parameters": {"priority": -1}}"#,
+        r#"[1, 2]"#,
+        r#"{"inputs": [], "parameters": {"priority": "high"}}"#,
+        "{\"inputs\":\n [}",
+        r#"{"inputs": ["#,
+        r#"{"inputs": [1e400]}"#,
+        r#"{"inputs": []} x"#,
+        "{\"inputs\": [\"\\ud800\"]}",
+        &deep,
+    ];
+    for body in bodies {
+        let ours = from_slice::<InferRequest>(body.as_bytes()).unwrap_err();
+        let theirs = serde_json::from_slice::<InferRequest>(body.as_bytes()).unwrap_err();
+        let data = theirs.classify() == serde_json::error::Category::Data;
+        assert_eq!(ours.is_data(), data, "{body}: {ours} / {theirs}");
+    }
+    // An array for a request is read through first (serde_json would read it as the
+    // fields in order, and stop at the first of the wrong type): not JSON is not JSON.
+    let e = from_slice::<InferRequest>(b"[1, 2").unwrap_err();
+    assert!(!e.is_data(), "{e}");
+}
