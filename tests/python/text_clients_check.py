@@ -4,9 +4,9 @@ the token ids Python's `tokenizers` gives for them, and huggingface_hub's
 InferenceClient.feature_extraction (TEI's `POST /`) — all unchanged, all giving the same
 embeddings as tandem's own /v1/embeddings; huggingface_hub's sentence_similarity giving
 their cosines, and its feature_extraction cutting a long text's start off as Python's
-`tokenizers` does; the openai client's models.list() and
-models.retrieve() finding the model; and TEI's /tokenize and /decode agreeing with Python's
-`tokenizers`.
+`tokenizers` does, and seeing TEI's status codes on refusals; the openai client's
+models.list() and models.retrieve() finding the model; and TEI's /tokenize and /decode
+agreeing with Python's `tokenizers`.
 
     python tests/python/text_clients_check.py --url 127.0.0.1:8000 --model enc \
         --tokenizer DIR/tokenizer.json [--pair-score S]
@@ -26,6 +26,7 @@ import openai
 import tokenizers
 import tritonclient.http as httpclient
 from huggingface_hub import InferenceClient
+from huggingface_hub.errors import HfHubHTTPError
 
 PAIR = ["A man is eating food.", "A man is eating a piece of bread."]
 TEXTS = PAIR + ["a cat runs fast", "the big red dog is eating bread with a woman"]
@@ -117,6 +118,24 @@ def truncated_from_the_left(url, model, path):
     assert not np.allclose(start, want, atol=1e-3), "the start kept"
 
 
+def refused_as_tei_refuses(url):
+    """huggingface_hub sees TEI's codes and error types: a text past the limit with
+    truncate=False is a 413 (a client may split and retry), an empty one a 400."""
+    client = InferenceClient(model=f"http://{url}")
+    cases = [
+        ({"text": " ".join(TEXTS * 100), "truncate": False}, 413, "Validation"),
+        ({"text": ""}, 400, "Empty"),
+    ]
+    for kwargs, status, kind in cases:
+        try:
+            client.feature_extraction(**kwargs)
+        except HfHubHTTPError as e:
+            got = (e.response.status_code, e.response.json()["error_type"])
+            assert got == (status, kind), (kwargs.get("text", "")[:20], got)
+        else:
+            raise AssertionError(f"not refused: {kwargs.get('text', '')[:20]!r}")
+
+
 def tokenize_parity(url, path):
     """TEI's /tokenize gives Python's tokens for these texts, each with the text its offsets
     cover and those offsets in bytes (Python's are in characters), and /decode gives
@@ -182,6 +201,7 @@ def main():
     unit = want / np.linalg.norm(want, axis=1, keepdims=True)
     similarity_with_huggingface_hub(args.url, TEXTS, unit)
     truncated_from_the_left(args.url, args.model, args.tokenizer)
+    refused_as_tei_refuses(args.url)
     for name, emb in got.items():
         expected = unit if name == "huggingface_hub" else want
         assert emb.shape == expected.shape, (name, emb.shape, expected.shape)
