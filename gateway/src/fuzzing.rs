@@ -161,7 +161,7 @@ pub fn init() {
     fixtures();
 }
 
-/// A refusal must be the client's fault: a 4xx.
+/// A refusal must be the client's fault: a 4xx, on TEI's routes too.
 fn assert_client_error(e: impl Into<ApiError>) {
     let e = e.into();
     let status = e.status();
@@ -169,6 +169,8 @@ fn assert_client_error(e: impl Into<ApiError>) {
         status.is_client_error(),
         "input refused with {status} (not a 4xx): {e}"
     );
+    let (tei, _) = crate::http::tei::tei_kind(&e);
+    assert!(tei.is_client_error(), "TEI's routes refuse with {tei}: {e}");
 }
 
 /// Bytes the infer route decodes: `Inference-Header-Content-Length` first (`None`: a plain

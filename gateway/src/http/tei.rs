@@ -235,7 +235,7 @@ fn model_type(input: &models::TextInput) -> serde_json::Value {
 /// input or a batch past its limits) makes some split their batch and retry, a 400 (nothing
 /// to embed, or a body that is not JSON) or a 422 (JSON of another shape, or input the
 /// model cannot take) must not be retried.
-fn tei_kind(e: &ApiError) -> (StatusCode, &'static str) {
+pub(crate) fn tei_kind(e: &ApiError) -> (StatusCode, &'static str) {
     match e {
         ApiError::Request(RequestError::Empty(_)) => (StatusCode::BAD_REQUEST, "Empty"),
         ApiError::Request(RequestError::TooLarge(_))
