@@ -321,3 +321,96 @@ fn clients_check(test: &str, server: &Server, model: &str, dir: &Path, pair_scor
         server.log()
     );
 }
+
+/// A model served with `min_dimensions` (one trained to be cut) answers OpenAI's and TEI's
+/// `dimensions` and Cohere's `output_dimension` with each embedding's first values,
+/// normalised after the cut as the request's normalisation says; sizes outside
+/// `min_dimensions` to its width are refused, as every size but its own is for a model
+/// served without it.
+#[test]
+fn matryoshka_sizes_cut_embeddings_where_the_model_is_served_to_be_cut() {
+    let repo = TempDir::new("text-matryoshka");
+    synthetic(&repo.path().join("enc/1"), 7);
+    let config = "p99_ms = 2000\nmin_dimensions = 8\n";
+    std::fs::write(repo.path().join("enc/config.toml"), config).unwrap();
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let texts = ["a cat runs fast", "the big red dog"];
+    let post = |path: &str, body: Value| {
+        let r = server.post_json(path, &body);
+        assert_eq!(r.status, 200, "{path} {body}: {}", r.text());
+        r
+    };
+    let raw = embeddings(&post(
+        "/embed",
+        json!({"inputs": texts, "normalize": false}),
+    ));
+    let width = raw[0].len();
+    assert!(width > 16, "{width}");
+    let unit = |v: &[f64]| -> Vec<f64> {
+        let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        v.iter().map(|x| x / norm).collect()
+    };
+    let cut_unit: Vec<Vec<f64>> = raw.iter().map(|r| unit(&r[..16])).collect();
+    let cut_raw: Vec<Vec<f64>> = raw.iter().map(|r| r[..16].to_vec()).collect();
+    let openai = json!({"model": "enc", "input": texts, "dimensions": 16});
+    let full = json!({"model": "enc", "input": texts, "dimensions": width});
+    let cases = [
+        ("/v1/embeddings", openai, &cut_unit),
+        (
+            "/embed",
+            json!({"inputs": texts, "dimensions": 16}),
+            &cut_unit,
+        ),
+        (
+            "/embed",
+            json!({"inputs": texts, "dimensions": 16, "normalize": false}),
+            &cut_raw,
+        ),
+        (
+            "/v2/embed",
+            json!({"texts": texts, "output_dimension": 16}),
+            &cut_unit,
+        ),
+    ];
+    for (path, body, want) in cases {
+        let got = embeddings(&post(path, body.clone()));
+        assert_eq!(got.len(), want.len(), "{path} {body}");
+        for (g, w) in got.iter().zip(want.iter()) {
+            assert_eq!(g.len(), 16, "{path} {body}");
+            let off = g
+                .iter()
+                .zip(w)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f64::max);
+            assert!(off < 1e-5, "{path} {body}: off by {off}");
+        }
+    }
+    let whole = embeddings(&post("/v1/embeddings", full));
+    assert_eq!(whole[0].len(), width);
+    for (path, body, status) in [
+        (
+            "/v1/embeddings",
+            json!({"model": "enc", "input": "a", "dimensions": 4}),
+            400,
+        ),
+        (
+            "/v1/embeddings",
+            json!({"model": "enc", "input": "a", "dimensions": width + 1}),
+            400,
+        ),
+        ("/embed", json!({"inputs": "a", "dimensions": 4}), 422),
+        (
+            "/v2/embed",
+            json!({"texts": ["a"], "output_dimension": 4}),
+            400,
+        ),
+    ] {
+        let r = server.post_json(path, &body);
+        assert_eq!(r.status, status, "{path} {body}: {}", r.text());
+        assert!(
+            r.text().contains("may be cut to 8 to"),
+            "{path}: {}",
+            r.text()
+        );
+    }
+}

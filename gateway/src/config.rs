@@ -178,6 +178,10 @@ pub struct ModelSettings {
     pub priority_levels: u32,
     /// The timeout of requests that do not set one, in microseconds (0: none).
     pub default_timeout_us: u64,
+    /// A text encoder trained to be cut (Matryoshka representation learning): the fewest
+    /// values a request may cut its embeddings to (`dimensions`). 0: they have one size, and
+    /// asking for another is refused.
+    pub min_dimensions: usize,
 }
 
 impl Default for ModelSettings {
@@ -193,6 +197,7 @@ impl Default for ModelSettings {
             default_priority: 1,
             priority_levels: 4,
             default_timeout_us: 0,
+            min_dimensions: 0,
         }
     }
 }
@@ -213,6 +218,7 @@ pub struct ModelOverrides {
     pub default_priority: Option<u32>,
     pub priority_levels: Option<u32>,
     pub default_timeout_us: Option<u64>,
+    pub min_dimensions: Option<usize>,
 }
 
 impl ModelOverrides {
@@ -230,6 +236,7 @@ impl ModelOverrides {
             default_priority: self.default_priority.or(under.default_priority),
             priority_levels: self.priority_levels.or(under.priority_levels),
             default_timeout_us: self.default_timeout_us.or(under.default_timeout_us),
+            min_dimensions: self.min_dimensions.or(under.min_dimensions),
         }
     }
 
@@ -245,6 +252,7 @@ impl ModelOverrides {
             default_priority: self.default_priority.unwrap_or(base.default_priority),
             priority_levels: self.priority_levels.unwrap_or(base.priority_levels),
             default_timeout_us: self.default_timeout_us.unwrap_or(base.default_timeout_us),
+            min_dimensions: self.min_dimensions.unwrap_or(base.min_dimensions),
         }
     }
 }
@@ -309,7 +317,13 @@ impl ModelSettings {
             1,
             self.priority_levels as u64,
         )?;
-        r.int("default_timeout_us", self.default_timeout_us, 0, HOUR_US)
+        r.int("default_timeout_us", self.default_timeout_us, 0, HOUR_US)?;
+        r.int(
+            "min_dimensions",
+            self.min_dimensions as u64,
+            0,
+            MAX_MIN_DIMENSIONS,
+        )
     }
 }
 
@@ -324,6 +338,8 @@ pub const MAX_QUEUE_DELAY_US: u64 = 10_000_000;
 pub const MAX_QUEUE_CAPACITY: u64 = 1_000_000;
 pub const MAX_REPLICAS: u64 = 64;
 pub const MAX_PRIORITY_LEVELS: u64 = 1_000;
+/// Wider than any text encoder's embeddings.
+pub const MAX_MIN_DIMENSIONS: u64 = 65_536;
 const HOUR_US: u64 = 3_600_000_000;
 const HOUR_MS: u64 = 3_600_000;
 

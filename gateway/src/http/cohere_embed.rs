@@ -52,7 +52,7 @@ pub(crate) struct EmbedRequest {
     #[serde(default)]
     max_tokens: Option<usize>,
     #[serde(default)]
-    output_dimension: Option<usize>,
+    output_dimension: Option<u64>,
     /// Cohere's multimodal fields: refused, as only texts are embedded here.
     #[serde(default)]
     images: Option<Value>,
@@ -162,6 +162,11 @@ async fn embed_on(
         normalize: None,
         prompt_name: prompt_for(version, request.input_type.as_deref())?,
         task: Task::Embed,
+        dimensions: super::matryoshka::requested(
+            version,
+            "output_dimension",
+            request.output_dimension,
+        )?,
     };
     let e = run(state, version, &received.arrival, ask).await?;
     let meta = e.meta;
@@ -204,7 +209,7 @@ pub(crate) fn kinds(
 }
 
 /// Refuses what only Cohere's own service does: images, a tighter token limit than the
-/// model's, another embedding size.
+/// model's. (Another embedding size is [`super::matryoshka`]'s to judge.)
 fn check_limits(version: &ModelVersion, request: &EmbedRequest) -> Result<(), ApiError> {
     if request.images.is_some() || request.inputs.is_some() {
         return Err(ApiError::invalid(
@@ -219,13 +224,7 @@ fn check_limits(version: &ModelVersion, request: &EmbedRequest) -> Result<(), Ap
             model.max_seq_len
         )));
     }
-    let width = version.info.output_width;
-    match request.output_dimension {
-        Some(d) if d != width => Err(ApiError::invalid(format!(
-            "output_dimension {d}: this model's embeddings have {width} values"
-        ))),
-        _ => Ok(()),
-    }
+    Ok(())
 }
 
 /// Cohere's `truncate`: `END` (the default) cuts the end off, `START` the start.

@@ -1,6 +1,7 @@
 //! OpenAI's `POST /v1/embeddings`, on the same inference core as v2 (through
 //! [`super::text_request`]): `model`, `input` as a string, token ids, or an array of
-//! either, `encoding_format` `float` or `base64`; `dimensions` refused; answered in OpenAI's
+//! either, `encoding_format` `float` or `base64`, `dimensions` for a model served to be cut
+//! ([`super::matryoshka`]); answered in OpenAI's
 //! shape with `usage.prompt_tokens`, its errors in OpenAI's error object, and 429s that carry
 //! `retry-after-ms` beside `Retry-After` (the `openai` client honours both). TEI's API is in
 //! [`super::tei`].
@@ -21,7 +22,7 @@ use tokio::time::Instant;
 use super::arrival::ArrivalClock;
 use super::inputs::{Input, Inputs, MAX_TEXTS};
 use super::text_request::{Answered, Ask, Outputs, Received, Served, Task, receive, run};
-use super::{AppState, content_coding, error_response};
+use super::{AppState, content_coding, error_response, matryoshka};
 use crate::error::ApiError;
 use crate::protocol::json_de;
 use crate::registry::ModelVersion;
@@ -34,7 +35,7 @@ pub(crate) struct OpenAiRequest {
     #[serde(default)]
     pub(crate) encoding_format: Option<String>,
     #[serde(default)]
-    pub(crate) dimensions: Option<serde_json::Value>,
+    pub(crate) dimensions: Option<u64>,
     /// tandem's addition, as TEI's: the prompt put before each text, by name.
     #[serde(default)]
     pub(crate) prompt_name: Option<String>,
@@ -117,6 +118,7 @@ async fn answer_openai(
         normalize: None,
         prompt_name: request.prompt_name,
         task: Task::Embed,
+        dimensions: matryoshka::requested(version, "dimensions", request.dimensions)?,
     };
     let e = run(state, version, &received.arrival, ask).await?;
     let meta = e.meta;
@@ -127,11 +129,6 @@ async fn answer_openai(
 fn parse_openai(body: &[u8]) -> Result<OpenAiRequest, ApiError> {
     let request: OpenAiRequest =
         json_de::from_slice(body).map_err(|e| ApiError::unreadable("embeddings", e))?;
-    if request.dimensions.is_some() {
-        return Err(ApiError::invalid(
-            "dimensions: this model's embeddings have one size; leave it out",
-        ));
-    }
     match request.encoding_format.as_deref() {
         None | Some("float") | Some("base64") => Ok(request),
         Some(other) => Err(ApiError::invalid(format!(

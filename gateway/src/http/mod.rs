@@ -16,6 +16,7 @@ pub(crate) mod embeddings;
 mod infer;
 mod inputs;
 mod limit;
+mod matryoshka;
 mod models;
 mod openai_models;
 mod repository;

@@ -52,9 +52,9 @@ pub(crate) struct TeiRequest {
     /// The prompt put before each text, by its name in the model's folder.
     #[serde(default)]
     pub(crate) prompt_name: Option<String>,
-    /// TEI's Matryoshka truncation, refused: these embeddings have one size.
+    /// TEI's Matryoshka cut, for a model served to be cut ([`super::matryoshka`]).
     #[serde(default)]
-    pub(crate) dimensions: Option<serde_json::Value>,
+    pub(crate) dimensions: Option<u64>,
     #[serde(default)]
     pub(crate) model: Option<String>,
 }
@@ -125,11 +125,6 @@ fn read(
 ) -> Result<(Received, TeiRequest, Arc<ModelVersion>), ApiError> {
     let request: TeiRequest =
         json_de::from_slice(&received.body).map_err(|e| ApiError::unreadable("embed", e))?;
-    if request.dimensions.is_some() {
-        return Err(ApiError::invalid(
-            "dimensions: this model's embeddings have one size; leave it out",
-        ));
-    }
     let version = served_text_version(state, request.model.as_deref())?;
     Ok((received, request, version))
 }
@@ -168,6 +163,7 @@ async fn answer(
         normalize: Some(request.normalize.unwrap_or(true)),
         prompt_name: request.prompt_name,
         task: Task::Embed,
+        dimensions: super::matryoshka::requested(version, "dimensions", request.dimensions)?,
     };
     let e = run(state, version, &received.arrival, ask).await?;
     let rows: Vec<&[f32]> = e.values.chunks_exact(e.width.max(1)).collect();

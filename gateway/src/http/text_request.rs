@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::arrival::ArrivalClock;
 use super::infer::{arrival_of, read_head, record};
 use super::inputs::Input;
-use super::{AppState, body, content_coding, text};
+use super::{AppState, body, content_coding, matryoshka, text};
 use crate::batching::Completed;
 use crate::error::ApiError;
 use crate::infer::Submission;
@@ -31,6 +31,8 @@ pub(super) struct Ask {
     pub(super) normalize: Option<bool>,
     pub(super) prompt_name: Option<String>,
     pub(super) task: Task,
+    /// Cut each embedding to this many values ([`super::matryoshka`]).
+    pub(super) dimensions: Option<usize>,
 }
 
 /// What an endpoint serves, which the model must do.
@@ -130,6 +132,7 @@ pub(super) async fn run(
         .normalize
         .unwrap_or(text::text_model(version)?.input.normalize_by_default);
     let prompt_name = ask.prompt_name.as_deref();
+    let dimensions = ask.dimensions;
     let characters = ask.inputs.iter().map(Input::chars).sum();
     let tokenizing = Instant::now();
     let batches = text::tokenize_in_batches(version, ask.inputs, ask.truncation, prompt_name);
@@ -155,7 +158,7 @@ pub(super) async fn run(
         .map(|s| version.core.submit(s, arrival, wait));
     let completed = joined(all(answers.collect()).await?);
     record(version, arrival, queued, rows, &completed);
-    let width = version.info.output_width;
+    let (values, width) = matryoshka::cut(completed.output, version.info.output_width, dimensions);
     // The batcher's queue time counts from arrival; the time before submission is not
     // queueing.
     let before = queued.saturating_duration_since(arrival.arrived);
@@ -172,7 +175,7 @@ pub(super) async fn run(
         },
     };
     Ok(Outputs {
-        values: text::normalized(completed.output, width, normalize),
+        values: text::normalized(values, width, normalize),
         width,
         meta,
     })

@@ -270,6 +270,7 @@ pub(super) async fn classify(
         normalize: Some(false),
         prompt_name: None,
         task: Task::Classify,
+        dimensions: None,
     };
     run(state, version, &received.arrival, ask).await
 }
