@@ -11,6 +11,8 @@ use std::process::Command;
 
 use common::text::*;
 use common::*;
+use models::encoder::projection::DenseActivation;
+use models::encoder::synthetic::{SyntheticDense, SyntheticSpec, write_synthetic};
 use serde_json::{Value, json};
 
 /// Token ids made with the model's own tokenizer give what their text gives, alone or beside
@@ -324,73 +326,112 @@ fn clients_check(test: &str, server: &Server, model: &str, dir: &Path, pair_scor
 
 /// A model served with `min_dimensions` (one trained to be cut) answers OpenAI's and TEI's
 /// `dimensions` and Cohere's `output_dimension` with each embedding's first values,
-/// normalised after the cut as the request's normalisation says; sizes outside
-/// `min_dimensions` to its width are refused, as every size but its own is for a model
-/// served without it.
+/// normalised after the cut as the request's normalisation says, over several batches and
+/// after Dense modules too; sizes outside `min_dimensions` to its width are refused, as
+/// every size but its own is for a model served without it.
 #[test]
 fn matryoshka_sizes_cut_embeddings_where_the_model_is_served_to_be_cut() {
     let repo = TempDir::new("text-matryoshka");
     synthetic(&repo.path().join("enc/1"), 7);
-    let config = "p99_ms = 2000\nmin_dimensions = 8\n";
-    std::fs::write(repo.path().join("enc/config.toml"), config).unwrap();
+    let dense = SyntheticSpec {
+        seed: 9,
+        dense: vec![SyntheticDense {
+            out_features: 12,
+            bias: true,
+            activation: DenseActivation::Tanh,
+        }],
+        ..SyntheticSpec::default()
+    };
+    write_synthetic(&repo.path().join("dense/1"), &dense).unwrap();
+    // One text a batch: a request of two runs as two batches, cut after they are joined.
+    let config = "p99_ms = 2000\nmin_dimensions = 8\nmax_batch_size = 1\n";
+    for model in ["enc", "dense"] {
+        std::fs::write(repo.path().join(model).join("config.toml"), config).unwrap();
+    }
     let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
     let texts = ["a cat runs fast", "the big red dog"];
-    let post = |path: &str, body: Value| {
-        let r = server.post_json(path, &body);
+    let post = |path: &str, body: &Value| {
+        let r = server.post_json(path, body);
         assert_eq!(r.status, 200, "{path} {body}: {}", r.text());
         r
     };
-    let raw = embeddings(&post(
-        "/embed",
-        json!({"inputs": texts, "normalize": false}),
-    ));
-    let width = raw[0].len();
-    assert!(width > 16, "{width}");
     let unit = |v: &[f64]| -> Vec<f64> {
         let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
         v.iter().map(|x| x / norm).collect()
     };
-    let cut_unit: Vec<Vec<f64>> = raw.iter().map(|r| unit(&r[..16])).collect();
-    let cut_raw: Vec<Vec<f64>> = raw.iter().map(|r| r[..16].to_vec()).collect();
-    let openai = json!({"model": "enc", "input": texts, "dimensions": 16});
-    let full = json!({"model": "enc", "input": texts, "dimensions": width});
-    let cases = [
-        ("/v1/embeddings", openai, &cut_unit),
-        (
-            "/embed",
-            json!({"inputs": texts, "dimensions": 16}),
-            &cut_unit,
-        ),
-        (
-            "/embed",
-            json!({"inputs": texts, "dimensions": 16, "normalize": false}),
-            &cut_raw,
-        ),
-        (
-            "/v2/embed",
-            json!({"texts": texts, "output_dimension": 16}),
-            &cut_unit,
-        ),
-    ];
-    for (path, body, want) in cases {
-        let got = embeddings(&post(path, body.clone()));
-        assert_eq!(got.len(), want.len(), "{path} {body}");
-        for (g, w) in got.iter().zip(want.iter()) {
-            assert_eq!(g.len(), 16, "{path} {body}");
+    let near = |got: &[Vec<f64>], want: &[Vec<f64>], what: &str| {
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (g, w) in got.iter().zip(want) {
+            assert_eq!(g.len(), w.len(), "{what}");
             let off = g
                 .iter()
                 .zip(w)
                 .map(|(a, b)| (a - b).abs())
                 .fold(0.0, f64::max);
-            assert!(off < 1e-5, "{path} {body}: off by {off}");
+            assert!(off < 1e-5, "{what}: off by {off}");
         }
+    };
+    for (model, d) in [("enc", 16), ("enc", 8), ("dense", 8)] {
+        let raw_body = json!({"inputs": texts, "normalize": false, "model": model});
+        let raw = embeddings(&post("/embed", &raw_body));
+        assert!(raw[0].len() > d, "{model}: {}", raw[0].len());
+        let cut_unit: Vec<Vec<f64>> = raw.iter().map(|r| unit(&r[..d])).collect();
+        let cut_raw: Vec<Vec<f64>> = raw.iter().map(|r| r[..d].to_vec()).collect();
+        let m = json!(model);
+        let cases = [
+            (
+                "/v1/embeddings",
+                json!({"model": m, "input": texts, "dimensions": d}),
+                &cut_unit,
+            ),
+            (
+                "/embed",
+                json!({"model": m, "inputs": texts, "dimensions": d}),
+                &cut_unit,
+            ),
+            (
+                "/embed",
+                json!({"model": m, "inputs": texts, "dimensions": d, "normalize": false}),
+                &cut_raw,
+            ),
+            (
+                "/v2/embed",
+                json!({"model": m, "texts": texts, "output_dimension": d}),
+                &cut_unit,
+            ),
+        ];
+        for (path, body, want) in cases {
+            near(
+                &embeddings(&post(path, &body)),
+                want,
+                &format!("{path} {body}"),
+            );
+        }
+        // Every encoding of the cut: base64's f32s, Cohere's signs packed eight a byte.
+        let body =
+            json!({"model": m, "input": texts, "dimensions": d, "encoding_format": "base64"});
+        let b64 = post("/v1/embeddings", &body).json()["data"][0]["embedding"].clone();
+        assert_eq!(
+            b64.as_str().map(str::len),
+            Some((4 * d).div_ceil(3) * 4),
+            "{b64}"
+        );
+        let body = json!({"model": m, "texts": texts, "output_dimension": d,
+                          "embedding_types": ["ubinary"]});
+        let packed = post("/v2/embed", &body).json()["embeddings"]["ubinary"][0].clone();
+        assert_eq!(
+            packed.as_array().map(Vec::len),
+            Some(d.div_ceil(8)),
+            "{packed}"
+        );
     }
-    let whole = embeddings(&post("/v1/embeddings", full));
-    assert_eq!(whole[0].len(), width);
+    let width = embeddings(&post("/embed", &json!({"inputs": "a", "model": "enc"})))[0].len();
+    let own = json!({"model": "enc", "input": "a", "dimensions": width});
+    assert_eq!(embeddings(&post("/v1/embeddings", &own))[0].len(), width);
     for (path, body, status) in [
         (
             "/v1/embeddings",
-            json!({"model": "enc", "input": "a", "dimensions": 4}),
+            json!({"model": "enc", "input": "a", "dimensions": 7}),
             400,
         ),
         (
@@ -398,10 +439,14 @@ fn matryoshka_sizes_cut_embeddings_where_the_model_is_served_to_be_cut() {
             json!({"model": "enc", "input": "a", "dimensions": width + 1}),
             400,
         ),
-        ("/embed", json!({"inputs": "a", "dimensions": 4}), 422),
+        (
+            "/embed",
+            json!({"model": "enc", "inputs": "a", "dimensions": 7}),
+            422,
+        ),
         (
             "/v2/embed",
-            json!({"texts": ["a"], "output_dimension": 4}),
+            json!({"model": "enc", "texts": ["a"], "output_dimension": 7}),
             400,
         ),
     ] {

@@ -68,7 +68,6 @@ fn tokenize_with(
 /// and Cohere's embed as the request says. A refused body must be a client error.
 pub fn embeddings_json(data: &[u8]) {
     if let Ok(r) = json_de::from_slice::<OpenAiRequest>(data)
-        && r.dimensions.is_none()
         && matches!(
             r.encoding_format.as_deref(),
             None | Some("float") | Some("base64")

@@ -162,11 +162,10 @@ async fn embed_on(
         normalize: None,
         prompt_name: prompt_for(version, request.input_type.as_deref())?,
         task: Task::Embed,
-        dimensions: super::matryoshka::requested(
-            version,
-            "output_dimension",
-            request.output_dimension,
-        )?,
+        dimensions: super::matryoshka::Asked {
+            field: "output_dimension",
+            size: request.output_dimension,
+        },
     };
     let e = run(state, version, &received.arrival, ask).await?;
     let meta = e.meta;

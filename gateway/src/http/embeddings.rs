@@ -21,8 +21,9 @@ use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
 use super::inputs::{Input, Inputs, MAX_TEXTS};
+use super::matryoshka::Asked;
 use super::text_request::{Answered, Ask, Outputs, Received, Served, Task, receive, run};
-use super::{AppState, content_coding, error_response, matryoshka};
+use super::{AppState, content_coding, error_response};
 use crate::error::ApiError;
 use crate::protocol::json_de;
 use crate::registry::ModelVersion;
@@ -118,7 +119,10 @@ async fn answer_openai(
         normalize: None,
         prompt_name: request.prompt_name,
         task: Task::Embed,
-        dimensions: matryoshka::requested(version, "dimensions", request.dimensions)?,
+        dimensions: Asked {
+            field: "dimensions",
+            size: request.dimensions,
+        },
     };
     let e = run(state, version, &received.arrival, ask).await?;
     let meta = e.meta;

@@ -125,7 +125,7 @@ async fn similarities(
         normalize: Some(true),
         prompt_name: parameters.prompt_name,
         task: Task::Embed,
-        dimensions: None,
+        dimensions: super::matryoshka::Asked::NONE,
     };
     let e = run(state, version, &received.arrival, ask).await?;
     let mut rows = e.values.chunks_exact(e.width.max(1));

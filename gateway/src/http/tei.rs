@@ -163,7 +163,10 @@ async fn answer(
         normalize: Some(request.normalize.unwrap_or(true)),
         prompt_name: request.prompt_name,
         task: Task::Embed,
-        dimensions: super::matryoshka::requested(version, "dimensions", request.dimensions)?,
+        dimensions: super::matryoshka::Asked {
+            field: "dimensions",
+            size: request.dimensions,
+        },
     };
     let e = run(state, version, &received.arrival, ask).await?;
     let rows: Vec<&[f32]> = e.values.chunks_exact(e.width.max(1)).collect();

@@ -31,8 +31,8 @@ pub(super) struct Ask {
     pub(super) normalize: Option<bool>,
     pub(super) prompt_name: Option<String>,
     pub(super) task: Task,
-    /// Cut each embedding to this many values ([`super::matryoshka`]).
-    pub(super) dimensions: Option<usize>,
+    /// The size to cut each embedding to ([`super::matryoshka`]).
+    pub(super) dimensions: matryoshka::Asked,
 }
 
 /// What an endpoint serves, which the model must do.
@@ -127,12 +127,13 @@ pub(super) async fn run(
     ask: Ask,
 ) -> Result<Outputs, ApiError> {
     check_task(version, ask.task)?;
+    let width = version.info.output_width;
+    let dimensions = (ask.dimensions).checked(version.settings().min_dimensions, width)?;
     version.core.admit_unparsed(arrival)?;
     let normalize = ask
         .normalize
         .unwrap_or(text::text_model(version)?.input.normalize_by_default);
     let prompt_name = ask.prompt_name.as_deref();
-    let dimensions = ask.dimensions;
     let characters = ask.inputs.iter().map(Input::chars).sum();
     let tokenizing = Instant::now();
     let batches = text::tokenize_in_batches(version, ask.inputs, ask.truncation, prompt_name);
@@ -158,7 +159,7 @@ pub(super) async fn run(
         .map(|s| version.core.submit(s, arrival, wait));
     let completed = joined(all(answers.collect()).await?);
     record(version, arrival, queued, rows, &completed);
-    let (values, width) = matryoshka::cut(completed.output, version.info.output_width, dimensions);
+    let (values, width) = matryoshka::cut(completed.output, width, dimensions);
     // The batcher's queue time counts from arrival; the time before submission is not
     // queueing.
     let before = queued.saturating_duration_since(arrival.arrived);

@@ -270,7 +270,7 @@ pub(super) async fn classify(
         normalize: Some(false),
         prompt_name: None,
         task: Task::Classify,
-        dimensions: None,
+        dimensions: super::matryoshka::Asked::NONE,
     };
     run(state, version, &received.arrival, ask).await
 }
