@@ -248,12 +248,7 @@ fn prompts_go_before_texts_by_name_or_by_default() {
         "/tokenize",
         &json!({"inputs": "runs fast", "prompt_name": "none"}),
     );
-    let ids: Vec<u64> = r.json()[0]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["id"].as_u64().unwrap())
-        .collect();
+    let ids = token_ids(&r);
     let by_ids = embed(json!({"inputs": [ids]}));
     assert_eq!(by_ids, plain("runs fast"));
     assert_ne!(by_ids, embed(json!({"inputs": ["runs fast"]})));

@@ -516,12 +516,7 @@ fn tei_truncation_from_the_left_keeps_the_end() {
         .as_u64()
         .unwrap() as usize;
     let tokens = server.post_json("/tokenize", &json!({"inputs": long}));
-    let ids: Vec<u64> = tokens.json()[0]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["id"].as_u64().unwrap())
-        .collect();
+    let ids = token_ids(&tokens);
     let (cls, sep) = (ids[0], ids[ids.len() - 1]);
     let tail = &ids[ids.len() - 1 - (limit - 2)..ids.len() - 1];
     let want: Vec<u64> = [&[cls][..], tail, &[sep]].concat();

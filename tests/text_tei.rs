@@ -146,12 +146,7 @@ fn tei_tokenize_and_decode() {
         (&cat[2]["text"], &cat[2]["start"], &cat[2]["stop"]),
         (&json!("cat"), &json!(2), &json!(5))
     );
-    let ids: Vec<u64> = cat
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["id"].as_u64().unwrap())
-        .collect();
+    let ids = token_ids(&r);
     let by_ids = server.post_json("/embed", &json!({"inputs": [ids]}));
     let by_text = server.post_json("/embed", &json!({"inputs": ["a cat"]}));
     assert_eq!(embeddings(&by_ids), embeddings(&by_text));

@@ -51,6 +51,12 @@ pub fn start_synthetic() -> (Server, TempDir) {
     (server, repo)
 }
 
+/// The ids of the first text's tokens in a `/tokenize` answer.
+pub fn token_ids(r: &HttpResponse) -> Vec<u64> {
+    let tokens = r.json()[0].as_array().cloned().unwrap_or_default();
+    tokens.iter().map(|t| t["id"].as_u64().unwrap()).collect()
+}
+
 pub fn embeddings(r: &HttpResponse) -> Vec<Vec<f64>> {
     let j = r.json();
     let rows = if let Some(data) = j["data"].as_array() {
