@@ -56,7 +56,7 @@ pub(super) struct Metadata {
     /// When its first bytes arrived: the total runs from here.
     arrived: std::time::Instant,
     /// The characters of the texts sent (a prompt's not included).
-    pub(super) characters: usize,
+    characters: usize,
     /// The tokens the model ran, special tokens included, after truncation.
     pub(super) tokens: usize,
     tokenization: Duration,
