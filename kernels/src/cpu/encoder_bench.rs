@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::test_support::values;
-use super::{AlignedVec, MatRef, PackedLinear, matmul};
+use super::{AlignedVec, MatRef, MatmulPrecision, PackedLinear, matmul};
 use crate::{Activation, HostWeights};
 
 /// The dense layers of a MiniLM / BERT-base-like encoder layer: (inputs, outputs).
@@ -60,6 +60,10 @@ fn dense_one_core() {
         let w = values(k * n, 1);
         let b = values(n, 2);
         let packed = PackedLinear::new(HostWeights::F32(&w), &b, k, n).unwrap();
+        let bf16 = MatmulPrecision::Bf16.available().then(|| {
+            PackedLinear::with_precision(HostWeights::F32(&w), &b, k, n, MatmulPrecision::Bf16)
+                .unwrap()
+        });
         for rows in [8usize, 16, 32, 64, 128, 256, 512, 1024, 2048] {
             let x = AlignedVec::from_slice(&values(rows * k, 3));
             let mut y = AlignedVec::default();
@@ -71,10 +75,15 @@ fn dense_one_core() {
             let a = MatRef::new(&x, rows, k);
             let bt = MatRef::new(&w, n, k).t();
             let tg = cpu_seconds(|| matmul(&mut y, a, bt, false, 1), reps);
+            let tb = bf16.as_ref().map_or(f64::NAN, |l| {
+                cpu_seconds(|| l.forward(&x, rows, &mut y, id, 1).unwrap(), reps)
+            });
             println!(
-                "{k:>5}x{n:<5} rows {rows:>5}: packed {:6.1} GFLOP/s, gemm {:6.1} GFLOP/s (one core)",
+                "{k:>5}x{n:<5} rows {rows:>5}: packed {:6.1} GFLOP/s, gemm {:6.1} GFLOP/s, \
+                 bf16 products {:6.1} GFLOP/s (one core)",
                 flop / tp / 1e9,
-                flop / tg / 1e9
+                flop / tg / 1e9,
+                flop / tb / 1e9
             );
         }
     }
@@ -88,6 +97,10 @@ fn dense_kernel_choice() {
         let w = values(k * n, 1);
         let b = values(n, 2);
         let packed = PackedLinear::new(HostWeights::F32(&w), &b, k, n).unwrap();
+        let bf16 = MatmulPrecision::Bf16.available().then(|| {
+            PackedLinear::with_precision(HostWeights::F32(&w), &b, k, n, MatmulPrecision::Bf16)
+                .unwrap()
+        });
         for rows in [8usize, 16, 32, 64, 128, 256, 512, 1024, 2048, 8192] {
             let x = AlignedVec::from_slice(&values(rows * k, 3));
             let mut y = AlignedVec::default();
@@ -114,10 +127,16 @@ fn dense_kernel_choice() {
                 },
                 reps,
             );
+            let tb = bf16.as_ref().map_or(f64::NAN, |l| {
+                let id = Activation::Identity;
+                seconds(|| l.forward(&x, rows, &mut y, id, threads).unwrap(), reps)
+            });
             println!(
-                "{k:>5}x{n:<5} rows {rows:>5}: packed {:6.1} GFLOP/s, gemm {:6.1} GFLOP/s",
+                "{k:>5}x{n:<5} rows {rows:>5}: packed {:6.1} GFLOP/s, gemm {:6.1} GFLOP/s, \
+                 bf16 products {:6.1} GFLOP/s",
                 flop / tp / 1e9,
-                flop / tg / 1e9
+                flop / tg / 1e9,
+                flop / tb / 1e9
             );
         }
     }

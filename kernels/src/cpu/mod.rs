@@ -34,7 +34,7 @@ pub use attention::{
 pub use gelu::gelu_in_place;
 use gemm::Parallelism;
 pub use layer_norm::{NormParams, add_layer_norm};
-pub use packed::{PANEL, PackedLinear};
+pub use packed::{MatmulPrecision, PANEL, PackedLinear};
 
 use crate::{Activation, KernelError};
 use small_batch::Shape;

@@ -45,6 +45,31 @@ const ROW_BLOCK: usize = 48;
 /// load --rate 20000 --bodies 64` on each in turn (its figure is in commit 0a9f8f8).
 const PIECES_PER_THREAD: usize = 4;
 
+/// The precision a layer's products take their operands in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MatmulPrecision {
+    /// Inputs in f32 times the weights as stored, widened exactly: the checkpoint's
+    /// arithmetic.
+    #[default]
+    F32,
+    /// Inputs and weights rounded to bfloat16, their products summed in f32: twice the
+    /// multiply-add rate of f32, on CPUs with AVX-512 BF16 only ([`Self::available`]).
+    Bf16,
+}
+
+impl MatmulPrecision {
+    /// Whether this CPU has a kernel for `self`.
+    pub fn available(self) -> bool {
+        match self {
+            MatmulPrecision::F32 => true,
+            #[cfg(target_arch = "x86_64")]
+            MatmulPrecision::Bf16 => bf16_products::available(),
+            #[cfg(not(target_arch = "x86_64"))]
+            MatmulPrecision::Bf16 => false,
+        }
+    }
+}
+
 /// A dense layer `y = act(x · Wᵀ + b)` with its weights in panels, for inference.
 #[derive(Clone, Debug)]
 pub struct PackedLinear {
@@ -65,6 +90,24 @@ impl PackedLinear {
         inputs: usize,
         outputs: usize,
     ) -> Result<Self, KernelError> {
+        Self::with_precision(weight, bias, inputs, outputs, MatmulPrecision::F32)
+    }
+
+    /// As [`Self::new`], its products in `precision`; an error where this CPU has no
+    /// kernel for it.
+    pub fn with_precision(
+        weight: HostWeights<'_>,
+        bias: &[f32],
+        inputs: usize,
+        outputs: usize,
+        precision: MatmulPrecision,
+    ) -> Result<Self, KernelError> {
+        if !precision.available() {
+            return Err(KernelError::Unsupported {
+                op: "cpu::PackedLinear::with_precision",
+                detail: format!("{precision:?} products need a CPU with AVX-512 BF16"),
+            });
+        }
         if weight.len() != inputs * outputs || bias.len() != outputs {
             return Err(KernelError::Shape {
                 op: "cpu::PackedLinear::new",
@@ -75,10 +118,11 @@ impl PackedLinear {
                 ),
             });
         }
-        let panels = match weight {
-            HostWeights::F32(w) => Panels::F32(pack(w, inputs, outputs, |v| v)),
-            HostWeights::F16(w) => Panels::F16(pack(w, inputs, outputs, f16::to_bits)),
-            HostWeights::BF16(w) => Panels::BF16(pack(w, inputs, outputs, bf16::to_bits)),
+        let panels = match (precision, weight) {
+            (MatmulPrecision::Bf16, w) => pack_bf16_pairs(w, inputs, outputs),
+            (_, HostWeights::F32(w)) => Panels::F32(pack(w, inputs, outputs, |v| v)),
+            (_, HostWeights::F16(w)) => Panels::F16(pack(w, inputs, outputs, f16::to_bits)),
+            (_, HostWeights::BF16(w)) => Panels::BF16(pack(w, inputs, outputs, bf16::to_bits)),
         };
         let mut padded_bias = bias.to_vec();
         padded_bias.resize(outputs.div_ceil(PANEL) * PANEL, 0.0);
@@ -96,6 +140,14 @@ impl PackedLinear {
 
     pub fn outputs(&self) -> usize {
         self.outputs
+    }
+
+    /// The precision its products take their operands in.
+    pub fn precision(&self) -> MatmulPrecision {
+        match self.panels {
+            Panels::Bf16Pairs(_) => MatmulPrecision::Bf16,
+            _ => MatmulPrecision::F32,
+        }
     }
 
     /// `y[rows, outputs] = act(x[rows, inputs] · Wᵀ + b)`, the panels split over up to
@@ -125,6 +177,9 @@ impl PackedLinear {
             k: self.inputs,
             n: self.outputs,
         };
+        if let Panels::Bf16Pairs(p) = &self.panels {
+            return self.forward_bf16(p, x, y, shape, act, threads);
+        }
         let out = OutPtr(y.as_mut_ptr());
         let pieces = threads * PIECES_PER_THREAD;
         in_parallel(self.outputs.div_ceil(PANEL), 1, pieces, |panels| {
@@ -138,11 +193,79 @@ impl PackedLinear {
                     Panels::F32(p) => dense::<F32>(x, p, bias, out.0, shape, panels, act),
                     Panels::F16(p) => dense::<F16>(x, p, bias, out.0, shape, panels, act),
                     Panels::BF16(p) => dense::<BF16>(x, p, bias, out.0, shape, panels, act),
+                    Panels::Bf16Pairs(_) => unreachable!("bf16 products run in forward_bf16"),
                 }
             }
         });
         Ok(())
     }
+
+    /// `forward` with bf16 products: the inputs are rounded once, split by rows over the
+    /// threads, into a buffer each thread keeps for its next layer; then the panels are
+    /// split as in `forward`.
+    #[cfg(target_arch = "x86_64")]
+    fn forward_bf16(
+        &self,
+        p: &Aligned<u16>,
+        x: &[f32],
+        y: &mut [f32],
+        shape: Shape,
+        act: Activation,
+        threads: usize,
+    ) -> Result<(), KernelError> {
+        thread_local! {
+            static ROUNDED: std::cell::Cell<Aligned<u16>> = Default::default();
+        }
+        // Taken rather than borrowed: a thread that waits in `in_parallel` may run another
+        // layer's piece meanwhile, which then rounds into a buffer of its own.
+        let mut rounded = ROUNDED.take();
+        rounded.resize(shape.rows * bf16_products::paired(shape.k));
+        let into = OutPtr(rounded.as_mut_ptr().cast());
+        in_parallel(shape.rows, 1, threads, |rows| {
+            let into = &into;
+            // SAFETY: `rounded` holds rows * paired(k) values and x rows * k (checked in
+            // `forward`); the row ranges are disjoint; the panels exist only where the CPU
+            // has AVX-512 BF16 (`with_precision`).
+            unsafe { bf16_products::round_rows(x, shape.k, rows, into.0.cast()) }
+        });
+        let out = OutPtr(y.as_mut_ptr());
+        let pieces = threads * PIECES_PER_THREAD;
+        in_parallel(self.outputs.div_ceil(PANEL), 1, pieces, |panels| {
+            let out = &out;
+            // SAFETY: as in `forward`, with the rounded rows for x.
+            unsafe { bf16_products::dense(&rounded, p, &self.bias, out.0, shape, panels, act) }
+        });
+        ROUNDED.set(rounded);
+        Ok(())
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn forward_bf16(
+        &self,
+        _: &Aligned<u16>,
+        _: &[f32],
+        _: &mut [f32],
+        _: Shape,
+        _: Activation,
+        _: usize,
+    ) -> Result<(), KernelError> {
+        unreachable!("bf16 panels are built only where the CPU has AVX-512 BF16")
+    }
+}
+
+/// `weight` rounded to bf16 in [`bf16_products`]'s pair layout; only reached where `available`.
+fn pack_bf16_pairs(weight: HostWeights<'_>, inputs: usize, outputs: usize) -> Panels {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let value = |i: usize| match weight {
+            HostWeights::F32(w) => w[i],
+            HostWeights::F16(w) => w[i].to_f32(),
+            HostWeights::BF16(w) => w[i].to_f32(),
+        };
+        Panels::Bf16Pairs(bf16_products::pack_pairs(value, inputs, outputs))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("bf16 products are refused where the CPU has no AVX-512 BF16")
 }
 
 /// The panels in the checkpoint's precision.
@@ -153,6 +276,8 @@ enum Panels {
     F16(Aligned<u16>),
     /// bfloat16 (the top half of an f32), as bits.
     BF16(Aligned<u16>),
+    /// Rounded to bfloat16 for bf16 products, `[panels][inputs/2][PANEL][2]` ([`bf16_products`]).
+    Bf16Pairs(Aligned<u16>),
 }
 
 /// `weight` (`[outputs, inputs]`) rearranged into `[panels][inputs][PANEL]`, zero-padded,
@@ -370,6 +495,8 @@ fn tile_rows(left: usize) -> usize {
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod bf16_products;
 
 mod portable {
     use std::ops::Range;

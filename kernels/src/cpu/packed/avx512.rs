@@ -176,7 +176,7 @@ unsafe fn tile<F: Format, const NR: usize, const NP: usize, const SPLIT: usize>(
 /// activation and stores rows `b..b+NR` of panels `panel..panel+NP`, masked to the real
 /// columns of a last, partial panel.
 #[inline(always)]
-unsafe fn store<const NR: usize, const NP: usize, const SPLIT: usize>(
+pub(super) unsafe fn store<const NR: usize, const NP: usize, const SPLIT: usize>(
     acc: &[[[__m512; NP]; NR]; SPLIT],
     bias: &[f32],
     y: *mut f32,

@@ -97,6 +97,7 @@ fn run_on(
             Panels::F32(p) => dense_on::<F32>(isa, x, p, bias, out, shape, range, act),
             Panels::F16(p) => dense_on::<F16>(isa, x, p, bias, out, shape, range, act),
             Panels::BF16(p) => dense_on::<BF16>(isa, x, p, bias, out, shape, range, act),
+            Panels::Bf16Pairs(_) => unreachable!("bf16 products have one path"),
         }
     }
 }
@@ -260,6 +261,7 @@ fn the_portable_kernel_matches_in_every_format() {
                 Panels::BF16(p) => {
                     portable::dense::<BF16>(&x, p, bias, out, shape, 0..2, Activation::Relu)
                 }
+                Panels::Bf16Pairs(_) => unreachable!("built only by with_precision"),
             }
         };
         let want = reference(weights, &bias, &x, rows, k, Activation::Relu);
@@ -276,4 +278,117 @@ fn mismatched_buffers_are_an_error() {
         .forward(&[0.0; 5], 2, &mut y, Activation::Relu, 1)
         .unwrap_err();
     assert!(err.to_string().contains("2 rows need 6 inputs"), "{err}");
+}
+
+/// `v` rounded to bfloat16, to nearest even, as the CPU rounds it.
+fn bf16_rounded(v: &[f32]) -> Vec<f32> {
+    v.iter().map(|&v| bf16::from_f32(v).to_f32()).collect()
+}
+
+/// Whether this CPU runs bf16 products; says SKIPPED where it does not.
+fn bf16_products_here(test: &str) -> bool {
+    let here = MatmulPrecision::Bf16.available();
+    if !here {
+        crate::cuda::report_skip(test, "no AVX-512 BF16 on this CPU");
+    }
+    here
+}
+
+/// bf16 products of weights in every format, on shapes that take every tile, an odd
+/// number of features (a pair half padding) and several threads: the float64 products of
+/// the operands rounded to bf16, to f32's accuracy, since two bf16 values multiply exactly
+/// in f32.
+#[test]
+fn bf16_products_are_those_of_the_rounded_operands() {
+    if !bf16_products_here("bf16_products_are_those_of_the_rounded_operands") {
+        return;
+    }
+    for (k, n) in [(13, 7), (64, 130), (257, 33), (5, 16), (1, 48), (384, 48)] {
+        let raw = values(k * n, 21);
+        let bias = values(n, 22);
+        let halves: Vec<f16> = raw.iter().map(|&v| f16::from_f32(v)).collect();
+        let brains: Vec<bf16> = raw.iter().map(|&v| bf16::from_f32(v)).collect();
+        let formats = [
+            HostWeights::F32(&raw),
+            HostWeights::F16(&halves),
+            HostWeights::BF16(&brains),
+        ];
+        let wide: Vec<f32> = halves.iter().map(|v| v.to_f32()).collect();
+        for (weights, stored) in formats.into_iter().zip([&raw, &wide, &raw]) {
+            let layer =
+                PackedLinear::with_precision(weights, &bias, k, n, MatmulPrecision::Bf16).unwrap();
+            assert_eq!(layer.precision(), MatmulPrecision::Bf16);
+            let w = bf16_rounded(stored);
+            for rows in (1..=20).chain([47, 48, 49, 101]) {
+                let x = values(rows * k, rows as u64 + 30);
+                for act in [Activation::Identity, Activation::Relu] {
+                    let want = reference(&w, &bias, &bf16_rounded(&x), rows, k, act);
+                    for threads in [1, 2, 3] {
+                        let mut y = vec![f32::NAN; rows * n];
+                        layer.forward(&x, rows, &mut y, act, threads).unwrap();
+                        let context = format!("bf16 k={k} n={n} rows={rows} threads={threads}");
+                        assert_close(&y, &want, &context);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The rounding is the operands' only error: against the exact f32 layer, a layer of
+/// 384 features is within what bf16's 8 significant bits explain, and not exact.
+#[test]
+fn bf16_products_stay_near_f32_products() {
+    if !bf16_products_here("bf16_products_stay_near_f32_products") {
+        return;
+    }
+    let (k, n, rows) = (384, 64, 16);
+    let (raw, bias, x) = (values(k * n, 5), values(n, 6), values(rows * k, 7));
+    let exact = PackedLinear::new(HostWeights::F32(&raw), &bias, k, n).unwrap();
+    let rounded =
+        PackedLinear::with_precision(HostWeights::F32(&raw), &bias, k, n, MatmulPrecision::Bf16)
+            .unwrap();
+    let (mut a, mut b) = (vec![0f32; rows * n], vec![0f32; rows * n]);
+    exact
+        .forward(&x, rows, &mut a, Activation::Identity, 1)
+        .unwrap();
+    rounded
+        .forward(&x, rows, &mut b, Activation::Identity, 1)
+        .unwrap();
+    let norm = |v: &[f32]| v.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt();
+    let diff: Vec<f32> = a.iter().zip(&b).map(|(a, b)| a - b).collect();
+    let relative = norm(&diff) / norm(&a);
+    // Each operand is off by up to 2^-9 of itself; summed over 384 products of random
+    // sign, the error is a few thousandths of the result.
+    assert!(
+        relative > 0.0 && relative < 1e-2,
+        "relative error {relative}"
+    );
+}
+
+/// GELU in the epilogue of bf16 products: the affine part with the scalar GELU after.
+#[test]
+fn bf16_products_take_gelu_in_the_epilogue() {
+    if !bf16_products_here("bf16_products_take_gelu_in_the_epilogue") {
+        return;
+    }
+    let (k, n, rows) = (37, 40, 11);
+    let (raw, bias, x) = (values(k * n, 8), values(n, 9), values(rows * k, 10));
+    let layer =
+        PackedLinear::with_precision(HostWeights::F32(&raw), &bias, k, n, MatmulPrecision::Bf16)
+            .unwrap();
+    let (mut fused, mut after) = (vec![0f32; rows * n], vec![0f32; rows * n]);
+    layer
+        .forward(&x, rows, &mut fused, Activation::Gelu, 1)
+        .unwrap();
+    layer
+        .forward(&x, rows, &mut after, Activation::Identity, 1)
+        .unwrap();
+    crate::cpu::gelu_in_place(&mut after, 1);
+    for (i, (a, b)) in fused.iter().zip(&after).enumerate() {
+        assert!(
+            (a - b).abs() <= 4.0 * f32::EPSILON * (1.0 + b.abs()),
+            "{i}: {a} vs {b}"
+        );
+    }
 }
