@@ -13,6 +13,10 @@ divide fairly).
 `--long 1024 2048` adds cases of texts that long, one per batch (the model's limit must
 allow them: benches/make_modernbert.py --max-seq-length).
 
+`--bf16` runs both in bfloat16 instead: tandem with bf16 products (`cpu_precision = "bf16"`,
+a CPU with AVX-512 BF16), PyTorch under `torch.autocast("cpu", dtype=torch.bfloat16)`; each
+is also given against the other's f32 run, which alternates with them.
+
 Needs a Python with torch and sentence-transformers (a benchmark environment, not the
 tests' .venv), the model (scripts/fetch-models.sh) and cargo:
 
@@ -156,9 +160,9 @@ def build_rust_bench():
     sys.exit("cargo built no encoder_bench binary")
 
 
-def run_ours(binary, model, texts, batch, seconds, threads):
+def run_ours(binary, model, texts, batch, seconds, threads, bf16=False):
     spec = {"model": str(model), "texts": texts, "batch": batch, "seconds": seconds,
-            "threads": threads}
+            "threads": threads, "bf16": bf16}
     return run_bench(binary, "throughput", spec)
 
 
@@ -182,7 +186,17 @@ def run_bench(binary, test, spec):
     return json.loads(line[len("RESULT "):])
 
 
-def run_torch(model, tokenizer, texts, batch, seconds, limit):
+def run_torch(model, tokenizer, texts, batch, seconds, limit, bf16=False):
+    import contextlib
+
+    import torch
+
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    with autocast:
+        return run_torch_batches(model, tokenizer, texts, batch, seconds, limit)
+
+
+def run_torch_batches(model, tokenizer, texts, batch, seconds, limit):
     batches = [texts[i : i + batch] for i in range(0, len(texts), batch)]
     tokens = [sum(len(tokenizer(t, truncation=True, max_length=limit)["input_ids"]) for t in b)
               for b in batches]
@@ -220,6 +234,8 @@ def main():
     parser.add_argument("--only", default="", help="run only the cases whose name has this")
     parser.add_argument("--long", type=int, nargs="*", default=[], metavar="TOKENS",
                         help="add a case of texts this long, batch 1 (within the model's limit)")
+    parser.add_argument("--bf16", action="store_true",
+                        help="both in bfloat16, beside both in f32 (see above)")
     args = parser.parse_args()
 
     import torch
@@ -265,6 +281,8 @@ def main():
                   f"(forward {ours['forward_gflops']:5.1f} GFLOP/s, "
                   f"{ours['forward_gflops_per_cpu_second']:4.1f} per CPU-second), torch "
                   f"{theirs['tokens_per_s']:7.0f} tokens/s", flush=True)
+            if args.bf16:
+                run_bf16(res, binary, model, tokenizer, (texts, batch, limit), args)
 
     print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
     print(f"{'case':>20} | {'tandem tokens/s':>22} | {'PyTorch tokens/s':>22} | ratio  "
@@ -276,6 +294,42 @@ def main():
         print(f"{name:>20} | {spread(res['ours']):>22} | {spread(res['torch']):>22} | "
               f"{statistics.median(res['ratio']):4.2f}x | {g:5.1f} {percent(res['share'])}"
               f"      | {c:5.1f} {percent(res['core_share'])}")
+    if args.bf16:
+        print_bf16(cases, results)
+
+
+def run_bf16(res, binary, model, tokenizer, case, args):
+    """Both contenders in bfloat16, right after their f32 runs of the same case."""
+    texts, batch, limit = case
+    ours = run_ours(binary, args.model, texts, batch, args.seconds, args.threads, bf16=True)
+    theirs = run_torch(model, tokenizer, texts, batch, args.seconds, limit, bf16=True)
+    f32_ours, f32_torch = res["ours"][-1], res["torch"][-1]
+    for key, value in [
+        ("ours_bf16", ours["tokens_per_s"]),
+        ("torch_bf16", theirs["tokens_per_s"]),
+        ("bf16_ratio", ours["tokens_per_s"] / theirs["tokens_per_s"]),
+        ("ours_bf16_vs_f32", ours["tokens_per_s"] / f32_ours),
+        ("ours_bf16_vs_torch_f32", ours["tokens_per_s"] / f32_torch),
+        ("torch_bf16_vs_f32", theirs["tokens_per_s"] / f32_torch),
+    ]:
+        res.setdefault(key, []).append(value)
+    print(f"{'':>29}bf16: ours {ours['tokens_per_s']:7.0f} tokens/s "
+          f"(forward {ours['forward_gflops']:5.1f} GFLOP/s), torch "
+          f"{theirs['tokens_per_s']:7.0f} tokens/s", flush=True)
+
+
+def print_bf16(cases, results):
+    def ratio(values):
+        return f"{statistics.median(values):4.2f}x [{min(values):.2f}-{max(values):.2f}]"
+
+    print(f"\n{'case':>20} | {'tandem bf16 tokens/s':>22} | {'PyTorch bf16 tokens/s':>22} | "
+          f"{'tandem / PyTorch, bf16':>22} | {'tandem bf16 / PyTorch f32':>25} | "
+          f"{'tandem bf16 / f32':>19} | {'PyTorch bf16 / f32':>19}")
+    for name, _, _ in cases:
+        res = results[name]
+        print(f"{name:>20} | {spread(res['ours_bf16']):>22} | {spread(res['torch_bf16']):>22} | "
+              f"{ratio(res['bf16_ratio']):>22} | {ratio(res['ours_bf16_vs_torch_f32']):>25} | "
+              f"{ratio(res['ours_bf16_vs_f32']):>19} | {ratio(res['torch_bf16_vs_f32']):>19}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ pub use encoder::{
     EncodeError, Encoder, PackedTokens, TextTokenizer, Truncation, l2_normalize_rows,
 };
 pub use error::{LoadError, ModelError};
+pub use kernels::cpu::MatmulPrecision;
 pub use kernels::{Device, DeviceSpec};
 pub use mlp::Mlp;
 
@@ -155,10 +156,28 @@ pub trait Model: Send {
     fn forward(&mut self, batch: Batch<'_>, output: &mut [f32]) -> Result<(), ModelError>;
 }
 
+/// How a model is placed, beyond its device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// The precision of a text encoder's layers' products on the CPU; bf16 needs a CPU
+    /// with AVX-512 BF16 ([`MatmulPrecision::available`]), and is a load error elsewhere. A
+    /// classifier's head and Dense modules, attention and the MLP stay f32.
+    pub cpu_precision: MatmulPrecision,
+}
+
 /// Loads whatever a version folder or file holds: a sentence-transformers folder (or its
 /// `model.safetensors`) as an [`Encoder`], any other safetensors file (or a folder holding
 /// `model.safetensors`) as an [`Mlp`].
 pub fn load(path: &std::path::Path, device: &Device) -> Result<Box<dyn Model>, LoadError> {
+    load_with(path, device, LoadOptions::default())
+}
+
+/// [`load`], placed as `options` say.
+pub fn load_with(
+    path: &std::path::Path,
+    device: &Device,
+    options: LoadOptions,
+) -> Result<Box<dyn Model>, LoadError> {
     let file = if path.is_dir() {
         path.join("model.safetensors")
     } else {
@@ -168,7 +187,9 @@ pub fn load(path: &std::path::Path, device: &Device) -> Result<Box<dyn Model>, L
         .parent()
         .filter(|_| file.ends_with("model.safetensors"));
     match folder {
-        Some(dir) if encoder::is_encoder_dir(dir) => Ok(Box::new(Encoder::load(dir, device)?)),
+        Some(dir) if encoder::is_encoder_dir(dir) => {
+            Ok(Box::new(Encoder::load_with(dir, device, options)?))
+        }
         _ => Ok(Box::new(Mlp::load(&file, device)?)),
     }
 }

@@ -5,7 +5,8 @@
 //!     TANDEM_BENCH_SPEC=spec.json cargo test --release -p models --test encoder_bench \
 //!         -- --ignored --nocapture
 //!
-//! The spec (JSON): `{"model": DIR, "texts": [...], "batch": B, "seconds": S, "threads": N}`.
+//! The spec (JSON): `{"model": DIR, "texts": [...], "batch": B, "seconds": S, "threads": N}`,
+//! and optionally `"bf16": true` for bf16 products (`LoadOptions::cpu_precision`).
 //! Batches of `batch` texts are taken from `texts` in turn, each tokenized (truncating at the
 //! model's limit), packed, run and L2-normalised — what a client of the gateway gets — for
 //! `seconds` after one warm-up pass over the texts. Prints one JSON line `RESULT {...}`:
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use kernels::Device;
 use models::encoder::{Encoder, PackedTokens, TextTokenizer, l2_normalize_rows};
+use models::{LoadOptions, MatmulPrecision};
 
 #[derive(serde::Deserialize)]
 struct Spec {
@@ -31,6 +33,8 @@ struct Spec {
     batch: usize,
     seconds: f64,
     threads: usize,
+    #[serde(default)]
+    bf16: bool,
 }
 
 #[derive(Default)]
@@ -87,7 +91,12 @@ fn throughput() {
 }
 
 fn measure(spec: &Spec) {
-    let mut encoder = Encoder::load(&spec.model, &Device::Cpu).unwrap();
+    let cpu_precision = match spec.bf16 {
+        true => MatmulPrecision::Bf16,
+        false => MatmulPrecision::F32,
+    };
+    let options = LoadOptions { cpu_precision };
+    let mut encoder = Encoder::load_with(&spec.model, &Device::Cpu, options).unwrap();
     encoder.set_threads(spec.threads);
     let tokenizer = TextTokenizer::from_dir(&spec.model, encoder.max_seq_len()).unwrap();
     let batches: Vec<&[String]> = spec.texts.chunks(spec.batch).collect();

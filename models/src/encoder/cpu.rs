@@ -8,8 +8,8 @@
 
 use kernels::Activation;
 use kernels::cpu::{
-    AlignedVec, AttentionInput, AttentionScratch, AttentionShape, NormParams, PackedLinear,
-    RelativeBias, add_layer_norm, biased_attention,
+    AlignedVec, AttentionInput, AttentionScratch, AttentionShape, MatmulPrecision, NormParams,
+    PackedLinear, RelativeBias, add_layer_norm, biased_attention,
 };
 
 use super::config::{EncoderConfig, Pooling};
@@ -66,18 +66,30 @@ struct Scratch {
     positions: Vec<u32>,
 }
 
-/// A dense layer's weights laid out in panels for the CPU's kernels.
+/// A dense layer's weights laid out in panels for the CPU's kernels, for f32 products.
 pub(super) fn packed(d: &Dense) -> Result<PackedLinear, LoadError> {
-    Ok(PackedLinear::new(
+    packed_for(d, MatmulPrecision::F32)
+}
+
+/// A dense layer's weights laid out in panels for products in `precision`.
+pub(super) fn packed_for(d: &Dense, precision: MatmulPrecision) -> Result<PackedLinear, LoadError> {
+    Ok(PackedLinear::with_precision(
         d.weight.host(),
         &d.bias,
         d.inputs,
         d.outputs,
+        precision,
     )?)
 }
 
 impl CpuEncoder {
-    pub(super) fn new(config: &EncoderConfig, weights: EncoderWeights) -> Result<Self, LoadError> {
+    /// The layers' products in `precision`.
+    pub(super) fn new(
+        config: &EncoderConfig,
+        weights: EncoderWeights,
+        precision: MatmulPrecision,
+    ) -> Result<Self, LoadError> {
+        let packed = |d: &Dense| packed_for(d, precision);
         let layers = weights
             .layers
             .iter()

@@ -51,14 +51,15 @@ pub use tokenizer::{
 };
 pub use weights::EncoderWeights;
 
-use crate::{LoadError, ModelError};
+use crate::{LoadError, LoadOptions, MatmulPrecision, ModelError};
 
 /// A sentence encoder placed on one device, ready to run packed batches.
 pub struct Encoder {
     config: EncoderConfig,
     device: Device,
     backend: Backend,
-    /// What its matrices run in: f32 on the CPU, their stored precision on a GPU.
+    /// What its matrices run in: on the CPU f32, or bf16 where its options ask for bf16
+    /// products; their stored precision on a GPU.
     precision: kernels::DType,
     /// Its signature, for the model seam (`serving`).
     metadata: crate::ModelMetadata,
@@ -95,15 +96,23 @@ impl Backend {
         }
     }
 
-    /// ModernBERT's layers or BERT's, on the CPU or a GPU.
+    /// ModernBERT's layers or BERT's, on the CPU (with products in `cpu_precision`) or a
+    /// GPU.
     fn new(
         config: &EncoderConfig,
         mut weights: EncoderWeights,
         device: &Device,
+        cpu_precision: MatmulPrecision,
     ) -> Result<Backend, LoadError> {
         match (device, weights.modern.take(), &config.modern) {
             (Device::Cpu, Some(modern), Some(params)) => Ok(Backend::ModernCpu(Box::new(
-                modern_cpu::ModernCpuEncoder::new(config, params, weights.embeddings, modern)?,
+                modern_cpu::ModernCpuEncoder::new(
+                    config,
+                    params,
+                    weights.embeddings,
+                    modern,
+                    cpu_precision,
+                )?,
             ))),
             (Device::Cuda(d), Some(modern), Some(params)) => Ok(Backend::ModernCuda(Box::new(
                 modern_cuda::ModernCudaEncoder::new(
@@ -115,7 +124,9 @@ impl Backend {
                 )?,
             ))),
             (Device::Cpu, _, _) => Ok(Backend::Cpu(Box::new(cpu::CpuEncoder::new(
-                config, weights,
+                config,
+                weights,
+                cpu_precision,
             )?))),
             (Device::Cuda(d), _, _) => Ok(Backend::Cuda(Box::new(cuda::CudaEncoder::new(
                 config,
@@ -136,10 +147,19 @@ impl Encoder {
     /// Reads, validates and places the encoder of a sentence-transformers folder. The
     /// folder must also hold `tokenizer.json` (read by [`TextTokenizer::from_dir`]).
     pub fn load(dir: &Path, device: &Device) -> Result<Encoder, LoadError> {
+        Encoder::load_with(dir, device, LoadOptions::default())
+    }
+
+    /// [`Encoder::load`], placed as `options` say.
+    pub fn load_with(
+        dir: &Path,
+        device: &Device,
+        options: LoadOptions,
+    ) -> Result<Encoder, LoadError> {
         let config = EncoderConfig::read(dir)?;
         config::required(dir, "tokenizer.json")?;
         let weights = EncoderWeights::read(&config::required(dir, "model.safetensors")?, &config)?;
-        Encoder::new(config, weights, device)
+        Encoder::with_options(config, weights, device, options)
     }
 
     /// Places weights already read and validated against `config`.
@@ -148,9 +168,20 @@ impl Encoder {
         weights: EncoderWeights,
         device: &Device,
     ) -> Result<Encoder, LoadError> {
-        let precision = match device {
-            Device::Cpu => kernels::DType::F32,
-            Device::Cuda(_) => weights
+        Encoder::with_options(config, weights, device, LoadOptions::default())
+    }
+
+    /// [`Encoder::new`], placed as `options` say.
+    pub fn with_options(
+        config: EncoderConfig,
+        weights: EncoderWeights,
+        device: &Device,
+        options: LoadOptions,
+    ) -> Result<Encoder, LoadError> {
+        let precision = match (device, options.cpu_precision) {
+            (Device::Cpu, MatmulPrecision::F32) => kernels::DType::F32,
+            (Device::Cpu, MatmulPrecision::Bf16) => kernels::DType::BF16,
+            (Device::Cuda(_), _) => weights
                 .layers
                 .first()
                 .map_or(kernels::DType::F32, |l| l.qkv.weight.dtype()),
@@ -170,7 +201,7 @@ impl Encoder {
             )),
         };
         check_matches(&config, &weights)?;
-        let backend = Backend::new(&config, weights, device)?;
+        let backend = Backend::new(&config, weights, device, options.cpu_precision)?;
         let mut encoder = Encoder {
             config,
             device: device.clone(),

@@ -8,17 +8,17 @@
 
 use kernels::Activation;
 use kernels::cpu::{
-    AlignedVec, AttentionInput, AttentionScratch, NormParams, PackedLinear, add_layer_norm,
-    biased_attention, gelu_in_place,
+    AlignedVec, AttentionInput, AttentionScratch, MatmulPrecision, NormParams, PackedLinear,
+    add_layer_norm, biased_attention, gelu_in_place,
 };
 
 use super::config::EncoderConfig;
-use super::cpu::{attention_input, packed, pool};
+use super::cpu::{attention_input, packed_for, pool};
 use super::groups::{Group, Grouped};
 use super::modern::{ModernBertParams, ModernLayer, ModernWeights};
 use super::packed::PackedTokens;
 use super::rotary::Rotary;
-use super::weights::{Embeddings, Norm};
+use super::weights::{Dense, Embeddings, Norm};
 use crate::{LoadError, ModelError};
 
 pub(super) struct ModernCpuEncoder {
@@ -77,7 +77,9 @@ impl ModernCpuEncoder {
         params: &ModernBertParams,
         embeddings: Embeddings,
         weights: ModernWeights,
+        precision: MatmulPrecision,
     ) -> Result<Self, LoadError> {
+        let packed = |d: &Dense| packed_for(d, precision);
         let layers = (weights.layers.iter())
             .map(|l: &ModernLayer| {
                 Ok(CpuLayer {

@@ -45,6 +45,12 @@ impl Encoder {
         let c = self.config();
         let h = c.hidden as f64;
         let per_token = c.dense_flops_per_token() as f64;
+        // bf16 products run the CPU's dense layers at twice f32's rate while attention stays
+        // f32, so there a pair of tokens weighs twice as much against a token.
+        let dense_speedup = match (self.device(), self.precision()) {
+            (kernels::Device::Cpu, kernels::DType::BF16) => 2.0,
+            _ => 1.0,
+        };
         TextInput {
             max_seq_len: c.max_seq_len,
             vocab_size: c.vocab_size,
@@ -52,7 +58,7 @@ impl Encoder {
             normalize_by_default: c.normalize,
             pooling: c.pooling,
             precision: self.precision(),
-            attention_per_token_pair: 4.0 * h / per_token,
+            attention_per_token_pair: 4.0 * h / per_token * dense_speedup,
             sliding_window: c.sliding_window(),
             labels: c.labels.clone(),
             multi_label: c.multi_label,

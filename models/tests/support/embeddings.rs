@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use kernels::{DType, Device};
+use models::LoadOptions;
 use models::encoder::projection::DenseActivation;
 use models::encoder::synthetic::{SyntheticDense, SyntheticSpec};
 use models::encoder::{Encoded, Encoder, PackedTokens, Pooling, TextTokenizer};
@@ -142,13 +143,30 @@ pub fn synthetic_sequences(dir: &Path, max_seq_length: usize) -> Vec<Encoded> {
 }
 
 pub fn check_synthetic(device: &Device, test: &str, spec: SyntheticSpec) {
+    let min = if spec.dtype == DType::F32 {
+        0.99999
+    } else {
+        0.999
+    };
+    check_synthetic_with(device, test, spec, LoadOptions::default(), min);
+}
+
+/// The synthetic model of `spec`, loaded with `options`, within `min` cosine of the
+/// reference on its f32 weights.
+pub fn check_synthetic_with(
+    device: &Device,
+    test: &str,
+    spec: SyntheticSpec,
+    options: LoadOptions,
+    min: f64,
+) {
     let Some(python) = python(test) else { return };
     let dir = synthetic(
         &format!("{}-{:?}", test.replace("::", "-"), spec.dtype),
         &spec,
     );
     let seqs = synthetic_sequences(&dir.0, spec.max_seq_length);
-    let mut encoder = Encoder::load(&dir.0, device).unwrap();
+    let mut encoder = Encoder::load_with(&dir.0, device, options).unwrap();
     let got = embed(&mut encoder, &seqs);
     // The reference runs on the f32 weights the 16-bit ones were rounded from.
     let f32_dir = synthetic(
@@ -159,11 +177,6 @@ pub fn check_synthetic(device: &Device, test: &str, spec: SyntheticSpec) {
         },
     );
     let want = reference(&python, &f32_dir.0, &seqs, spec.pooling);
-    let min = if spec.dtype == DType::F32 {
-        0.99999
-    } else {
-        0.999
-    };
     assert_cosines(
         &got,
         &want,
