@@ -212,6 +212,8 @@ def start(contender, args, log_dir):
         cmd = [args.tandem, "serve", "--listen", f"127.0.0.1:{contender.port}", "--device",
                "cpu", "--model", f"{MODEL}={args.model}", "--p99-ms", str(args.budget_ms),
                "--coloc-socket", str(log_dir / "coloc.sock")]
+        if args.bf16:
+            cmd += ["--cpu-precision", "bf16"]
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
     else:
         cmd = [str(ROOT / "benches" / "peers" / "mlserver-hf.sh"), str(args.model),
@@ -562,7 +564,8 @@ def in_process(binary, args, corpus, seed):
     texts = [corpus["texts"][rng.randrange(len(corpus["texts"]))] for _ in range(1024)]
     rows = {}
     for batch in (8, 32, 64):
-        res = run_ours(binary, args.model, texts, batch, args.inproc_seconds, args.threads)
+        res = run_ours(binary, args.model, texts, batch, args.inproc_seconds, args.threads,
+                       bf16=args.bf16)
         rows[batch] = res
         print(f"  in-process, batch {batch:>2}: {res['texts_per_s']:6.1f} texts/s, "
               f"{res['tokens_per_s']:6.0f} tokens/s, forward {res['forward_gflops']:.1f} GFLOP/s",
@@ -750,6 +753,8 @@ def main():
     p.add_argument("--self-only", action="store_true",
                    help="tandem against its own encoder alone, in turn, without the peer: "
                         "goodput, the in-process limit and their ratio per round")
+    p.add_argument("--bf16", action="store_true",
+                   help="tandem and its encoder alone with bf16 products (--cpu-precision bf16)")
     p.add_argument("--at80-only", action="store_true",
                    help="run the 80%% run again on OUT/result.json's median and rewrite the report")
     args = p.parse_args()

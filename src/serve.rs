@@ -5,10 +5,10 @@ use std::path::Path;
 
 use anyhow::Context;
 use gateway::Config;
-use gateway::config::{DEFAULT_CONFIG, ModelOverrides, PolicyKind};
+use gateway::config::{CpuPrecision, DEFAULT_CONFIG, ModelOverrides, PolicyKind};
 use tokio::sync::{mpsc, watch};
 
-use crate::cli::{PolicyArg, ServeArgs};
+use crate::cli::{CpuPrecisionArg, PolicyArg, ServeArgs};
 
 /// On SIGHUP, builds the configuration again — file, flags, environment — and hands it to
 /// the gateway.
@@ -147,6 +147,12 @@ fn build_config(args: &ServeArgs) -> anyhow::Result<Config> {
     }
     if let Some(n) = args.cpu_threads {
         config.cpu_threads = n;
+    }
+    if let Some(p) = args.cpu_precision {
+        config.defaults.cpu_precision = match p {
+            CpuPrecisionArg::F32 => CpuPrecision::F32,
+            CpuPrecisionArg::Bf16 => CpuPrecision::Bf16,
+        };
     }
     if let Some(n) = args.max_batch_size {
         config.defaults.max_batch_size = n;

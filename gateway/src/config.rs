@@ -154,6 +154,27 @@ pub enum PolicyKind {
     Static,
 }
 
+/// The precision of a text encoder's matrix products on the CPU.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CpuPrecision {
+    /// The checkpoint's arithmetic: f32, 16-bit weights widened exactly.
+    #[default]
+    F32,
+    /// Operands rounded to bfloat16, products summed in f32: twice the multiply-add rate,
+    /// on CPUs with AVX-512 BF16; elsewhere f32, with a warning at load.
+    Bf16,
+}
+
+impl From<CpuPrecision> for models::MatmulPrecision {
+    fn from(p: CpuPrecision) -> Self {
+        match p {
+            CpuPrecision::F32 => models::MatmulPrecision::F32,
+            CpuPrecision::Bf16 => models::MatmulPrecision::Bf16,
+        }
+    }
+}
+
 /// How a model's requests are queued and batched.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -182,6 +203,8 @@ pub struct ModelSettings {
     /// values a request may cut its embeddings to (`dimensions`). 0: they have one size, and
     /// asking for another is refused.
     pub min_dimensions: usize,
+    /// A text encoder's products on the CPU; applies when a version loads.
+    pub cpu_precision: CpuPrecision,
 }
 
 impl Default for ModelSettings {
@@ -198,6 +221,7 @@ impl Default for ModelSettings {
             priority_levels: 4,
             default_timeout_us: 0,
             min_dimensions: 0,
+            cpu_precision: CpuPrecision::F32,
         }
     }
 }
@@ -219,6 +243,7 @@ pub struct ModelOverrides {
     pub priority_levels: Option<u32>,
     pub default_timeout_us: Option<u64>,
     pub min_dimensions: Option<usize>,
+    pub cpu_precision: Option<CpuPrecision>,
 }
 
 impl ModelOverrides {
@@ -237,6 +262,7 @@ impl ModelOverrides {
             priority_levels: self.priority_levels.or(under.priority_levels),
             default_timeout_us: self.default_timeout_us.or(under.default_timeout_us),
             min_dimensions: self.min_dimensions.or(under.min_dimensions),
+            cpu_precision: self.cpu_precision.or(under.cpu_precision),
         }
     }
 
@@ -253,6 +279,7 @@ impl ModelOverrides {
             priority_levels: self.priority_levels.unwrap_or(base.priority_levels),
             default_timeout_us: self.default_timeout_us.unwrap_or(base.default_timeout_us),
             min_dimensions: self.min_dimensions.unwrap_or(base.min_dimensions),
+            cpu_precision: self.cpu_precision.unwrap_or(base.cpu_precision),
         }
     }
 }

@@ -96,6 +96,7 @@ async fn start_replicas(
     stats: &Arc<crate::stats::VersionStats>,
 ) -> Result<Replicas, String> {
     let count = spec.settings.replicas.max(1);
+    let options = load_options(spec);
     let (batch_tx, batch_rx) = std::sync::mpsc::sync_channel(count);
     let batch_rx = Arc::new(Mutex::new(batch_rx));
     let (done_tx, done_rx) = mpsc::channel(count * 2);
@@ -114,7 +115,7 @@ async fn start_replicas(
         };
         // Runs in the replica's compute pool: the model splits its work over that pool's
         // `cpu_threads` threads.
-        let load = move || models::load(&path, &device).map_err(|e| e.to_string());
+        let load = move || models::load_with(&path, &device, options).map_err(|e| e.to_string());
         worker::spawn(worker_spec, load, ready_tx.clone())
             .map_err(|e| format!("cannot start a worker thread: {e}"))?;
     }
@@ -136,6 +137,24 @@ async fn start_replicas(
         done: done_rx,
         info: reports.into_iter().next().ok_or("no replica reported")?,
     })
+}
+
+/// What the replicas load with: the settings' CPU precision, or f32 with a warning where
+/// this CPU has no kernel for it (a fleet's older machines keep serving the same config).
+fn load_options(spec: &LoadSpec) -> models::LoadOptions {
+    let wanted = models::MatmulPrecision::from(spec.settings.cpu_precision);
+    let cpu_precision = match wanted.available() {
+        true => wanted,
+        false => {
+            tracing::warn!(
+                model = %spec.name,
+                version = spec.version,
+                "cpu_precision = \"bf16\" needs a CPU with AVX-512 BF16; this version runs f32"
+            );
+            models::MatmulPrecision::F32
+        }
+    };
+    models::LoadOptions { cpu_precision }
 }
 
 /// A text model's tokenizer, read from its folder off the runtime.

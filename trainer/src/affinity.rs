@@ -2,11 +2,11 @@
 //! keeps to the last few cores instead of floating over all of them: serving then has
 //! cores the trainer never takes, where its wake-ups find an idle core rather than one to
 //! preempt, and the trainer is not migrated back and forth by each of serving's wake-ups.
-//! Measured on the 2-core build machine with a `SCHED_IDLE` loop busy 80% of the time
-//! beside `tandem serve` at 6,500 req/s: serving's p99 was lower with the loop pinned to
-//! the last core than floating in 9 of 10 rounds (`benches/neighbour-placement.sh`;
-//! benches/README.md, "Co-located training"). The last cores, not the first: Linux keeps more of its own work on CPU 0,
-//! and the loop pinned there cost serving more than floating did.
+//! The benchmark: a `SCHED_IDLE` loop beside `tandem serve`, pinned or floating, and
+//! serving's p99 in each (`benches/ab.sh` with `NEIGHBOUR=duty80@CORE`; docs/performance.md,
+//! "What a busy neighbour costs serving on this machine"). The last cores, not the first:
+//! Linux keeps more of its own work on CPU 0, where a pinned loop cost serving more than one
+//! that floats.
 
 /// The cores this process may run on (its affinity mask when it started).
 pub fn allowed_cores() -> Option<Vec<usize>> {

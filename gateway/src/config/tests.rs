@@ -94,3 +94,31 @@ fn the_duty_cycle_cap_is_a_share_of_time() {
         assert!(err.contains("max_duty_cycle"), "{bad}: {err}");
     }
 }
+
+#[test]
+fn cpu_precision_is_f32_unless_a_model_asks_for_bf16() {
+    let text = r#"
+        model_repository = "r"
+        [models.fast]
+        cpu_precision = "bf16"
+    "#;
+    let c = Config::from_toml(text, "t", Path::new(".")).unwrap();
+    assert_eq!(
+        c.settings_for("fast", None, None).cpu_precision,
+        CpuPrecision::Bf16
+    );
+    assert_eq!(
+        c.settings_for("other", None, None).cpu_precision,
+        CpuPrecision::F32
+    );
+    let repo = ModelOverrides {
+        cpu_precision: Some(CpuPrecision::F32),
+        ..Default::default()
+    };
+    let s = c.settings_for("fast", Some(&repo), None);
+    assert_eq!(s.cpu_precision, CpuPrecision::F32);
+    let err = Config::from_toml("[defaults]\ncpu_precision = \"fp8\"", "t", Path::new("."))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("fp8") && err.contains("bf16"), "{err}");
+}

@@ -3,22 +3,19 @@
 //! A `Vec<f32>` large enough for the allocator to map it (a 784×1024 weight matrix, a
 //! batch of activations) starts 16 bytes past a page boundary when the allocator maps it,
 //! and anywhere on a 16-byte boundary when it does not; at 16 bytes off, every other
-//! 32-byte AVX load in the small-batch kernel straddles two cache lines. What that costs
-//! moved between experiments: 3–6% with both buffers off a line, in place
-//! (`cargo test --release -p kernels --lib alignment_cost -- --ignored --nocapture`), up
-//! to 28% in a first experiment that allocated fresh buffers for each case (not kept),
-//! and 1–13% for the input alone through the public API (`cargo bench -p kernels --bench
-//! gemm -- input_alignment`). Weights and the activations between layers live here, so
-//! where they start no longer depends on the allocator.
+//! 32-byte AVX load in the small-batch kernel straddles two cache lines, which costs
+//! throughput (`cargo test --release -p kernels --lib alignment_cost -- --ignored
+//! --nocapture`; for the input alone, `cargo bench -p kernels --bench gemm --
+//! input_alignment`). Weights and the activations between layers live here, so where they
+//! start does not depend on the allocator.
 //!
 //! A buffer of at least 2 MiB (a large layer's weights) starts on a 2 MiB boundary instead,
 //! and asks the kernel for transparent huge pages before it is first written. In a serving
 //! process the HTTP threads evict the weights from the caches between batches, so each
 //! batch streams them again; on 4 KiB pages a 7 MB layer spans ~1,800 pages, more than the
-//! TLB holds, and the page walks of that stream come on top of its misses. With 2 MiB pages
-//! the 784→1024→1024→10 MLP ran 4–14% faster at 16 rows with its weights evicted between
-//! calls, about the same at 64 rows and when hot (benches/README.md, "Where the cores go at
-//! saturation"). The price is at most one partly used huge page per buffer; where the
+//! TLB holds, and the page walks of that stream come on top of its misses, which 2 MiB pages
+//! remove. It matters for small batches whose weights were evicted between calls, and not
+//! when they stay hot (`tandem bench forward --evict-mib`). The price is at most one partly used huge page per buffer; where the
 //! kernel gives no huge pages the advice changes nothing.
 
 use std::alloc::{self, Layout};

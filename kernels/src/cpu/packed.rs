@@ -7,11 +7,9 @@
 //! k-major (`[panel][k][16]`). Then a register tile of up to six rows × 16 outputs takes,
 //! per input feature, two weight vectors and one broadcast input value per row — twelve
 //! multiply-adds for eight loads at six rows, with no horizontal sums — and each panel is one
-//! sequential stream. `tandem bench forward` alternating with the build before (two
-//! threads, medians): on the 784→1024→1024→10 MLP +10% at 1 row, +20% at 4, +16% at 8, +15%
-//! at 16, +8% at 512 (where `Linear` uses `gemm`), level at 2; on the bundled digits model,
-//! whose weights stay in cache, 1.5–2× at 4–16 rows. Serving the large MLP did not get
-//! cheaper: in a serving process the kernel waits on its weight loads (benches/README.md).
+//! sequential stream. The benchmark that compares it with `Linear`'s kernels is `tandem bench
+//! forward`, alternating builds (`benches/ab.sh`); the gain is largest where the weights stay
+//! in cache, since in a serving process the kernel waits on its weight loads.
 //!
 //! Because it waits on them, 16-bit weights (f16, bf16) stay 16-bit here — half the bytes
 //! to stream — and are widened in registers as they are loaded. Widening is exact, so the

@@ -15,8 +15,8 @@ pub(super) struct CpuMlp {
     /// Ping-pong buffers for the hidden activations, grown to the largest batch seen.
     scratch: [AlignedVec; 2],
     /// The input, copied here when the caller's buffer does not start on a cache line: an
-    /// input 16 bytes off one costs the first layer up to 13% (`cargo bench -p kernels --bench
-    /// gemm -- input_alignment`), the copy well under 1% of it.
+    /// input off one slows the first layer by far more than the copy costs (`cargo bench -p
+    /// kernels --bench gemm -- input_alignment`).
     input: AlignedVec,
     pub(super) threads: usize,
 }
