@@ -13,9 +13,10 @@ divide fairly).
 `--long 1024 2048` adds cases of texts that long, one per batch (the model's limit must
 allow them: benches/make_modernbert.py --max-seq-length).
 
-`--bf16` runs both in bfloat16 instead: tandem with bf16 products (`cpu_precision = "bf16"`,
-a CPU with AVX-512 BF16), PyTorch under `torch.autocast("cpu", dtype=torch.bfloat16)`; each
-is also given against the other's f32 run, which alternates with them.
+`--bf16` also runs both in bfloat16, each right after its f32 run of a case: tandem with
+bf16 products (`cpu_precision = "bf16"`, a CPU with AVX-512 BF16), PyTorch under
+`torch.autocast("cpu", dtype=torch.bfloat16)`. A second table gives each against the
+other and against the f32 runs.
 
 Needs a Python with torch and sentence-transformers (a benchmark environment, not the
 tests' .venv), the model (scripts/fetch-models.sh) and cargo:

@@ -139,11 +139,13 @@ async fn start_replicas(
     })
 }
 
-/// What the replicas load with: the settings' CPU precision, or f32 with a warning where
-/// this CPU has no kernel for it (a fleet's older machines keep serving the same config).
+/// What the replicas load with: the settings' CPU precision, or f32 with a warning where a
+/// model on this CPU has no kernel for it (a fleet's older machines keep serving the same
+/// config).
 fn load_options(spec: &LoadSpec) -> models::LoadOptions {
     let wanted = models::MatmulPrecision::from(spec.settings.cpu_precision);
-    let cpu_precision = match wanted.available() {
+    // On a GPU the setting does nothing, and there is nothing to warn about.
+    let cpu_precision = match wanted.available() || spec.device.is_cuda() {
         true => wanted,
         false => {
             tracing::warn!(

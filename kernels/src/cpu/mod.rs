@@ -383,11 +383,12 @@ fn activate(v: f32, act: Activation) -> f32 {
     }
 }
 
-/// The output pointer shared by the threads of one layer, each writing its own columns.
-struct OutPtr(*mut f32);
-// SAFETY: the threads sharing an OutPtr write disjoint columns (see `forward_small`), and
-// the scope ends before the borrowed buffer does.
-unsafe impl Sync for OutPtr {}
+/// The output pointer shared by the threads of one layer, each writing its own columns (or,
+/// rounding a layer's inputs for bf16 products, its own rows).
+struct OutPtr<T = f32>(*mut T);
+// SAFETY: the threads sharing an OutPtr write disjoint columns or rows (see `forward_small`
+// and `PackedLinear::forward_bf16`), and the scope ends before the borrowed buffer does.
+unsafe impl<T> Sync for OutPtr<T> {}
 
 #[cfg(test)]
 mod tests {

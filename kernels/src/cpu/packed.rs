@@ -12,8 +12,8 @@
 //! in cache, since in a serving process the kernel waits on its weight loads.
 //!
 //! Because it waits on them, 16-bit weights (f16, bf16) stay 16-bit here — half the bytes
-//! to stream — and are widened in registers as they are loaded. Widening is exact, so the
-//! outputs are bit for bit those of weights widened to f32 at load.
+//! to stream — and are widened in registers as they are loaded. Widening is exact, so with
+//! f32 products the outputs are bit for bit those of weights widened to f32 at load.
 //!
 //! Where the CPU has AVX-512 (`avx512`), a panel's row is one register, and a tile of eight
 //! rows × two panels does sixteen 16-lane multiply-adds for ten loads: twice the work per
@@ -40,7 +40,7 @@ const ROW_BLOCK: usize = 48;
 /// and then; with one piece each, the others then wait at the end of the layer for the
 /// one that was preempted, while with four they take over what it has not started. The
 /// benchmark that supports it: two servers side by side past saturation, `tandem bench
-/// load --rate 20000 --bodies 64` on each in turn (its figure is in commit 0a9f8f8).
+/// load --rate 20000 --bodies 64` on each in turn.
 const PIECES_PER_THREAD: usize = 4;
 
 /// The precision a layer's products take their operands in.
@@ -108,7 +108,7 @@ impl PackedLinear {
         }
         if weight.len() != inputs * outputs || bias.len() != outputs {
             return Err(KernelError::Shape {
-                op: "cpu::PackedLinear::new",
+                op: "cpu::PackedLinear::with_precision",
                 detail: format!(
                     "weight has {} values and bias {}, expected {outputs}x{inputs} and {outputs}",
                     weight.len(),
@@ -199,8 +199,9 @@ impl PackedLinear {
     }
 
     /// `forward` with bf16 products: the inputs are rounded once, split by rows over the
-    /// threads, into a buffer each thread keeps for its next layer; then the panels are
-    /// split as in `forward`.
+    /// threads, into a buffer the calling thread keeps for its next layer (as large as the
+    /// largest layer input it has rounded, half that input's bytes; a replica's threads end
+    /// with it); then the panels are split as in `forward`.
     #[cfg(target_arch = "x86_64")]
     fn forward_bf16(
         &self,
@@ -218,13 +219,13 @@ impl PackedLinear {
         // layer's piece meanwhile, which then rounds into a buffer of its own.
         let mut rounded = ROUNDED.take();
         rounded.resize(shape.rows * bf16_products::paired(shape.k));
-        let into = OutPtr(rounded.as_mut_ptr().cast());
+        let into = OutPtr(rounded.as_mut_ptr());
         in_parallel(shape.rows, 1, threads, |rows| {
             let into = &into;
             // SAFETY: `rounded` holds rows * paired(k) values and x rows * k (checked in
             // `forward`); the row ranges are disjoint; the panels exist only where the CPU
             // has AVX-512 BF16 (`with_precision`).
-            unsafe { bf16_products::round_rows(x, shape.k, rows, into.0.cast()) }
+            unsafe { bf16_products::round_rows(x, shape.k, rows, into.0) }
         });
         let out = OutPtr(y.as_mut_ptr());
         let pieces = threads * PIECES_PER_THREAD;
@@ -252,6 +253,7 @@ impl PackedLinear {
 }
 
 /// `weight` rounded to bf16 in [`bf16_products`]'s pair layout; only reached where `available`.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 fn pack_bf16_pairs(weight: HostWeights<'_>, inputs: usize, outputs: usize) -> Panels {
     #[cfg(target_arch = "x86_64")]
     {
@@ -275,6 +277,7 @@ enum Panels {
     /// bfloat16 (the top half of an f32), as bits.
     BF16(Aligned<u16>),
     /// Rounded to bfloat16 for bf16 products, `[panels][inputs/2][PANEL][2]` ([`bf16_products`]).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Bf16Pairs(Aligned<u16>),
 }
 

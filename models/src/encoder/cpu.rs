@@ -1,5 +1,6 @@
 //! The encoder on the CPU: every dense layer runs once over all the batch's tokens packed
-//! end to end (`kernels::cpu::PackedLinear`, weights in panels in their stored precision),
+//! end to end (`kernels::cpu::PackedLinear`, weights in panels in their stored precision, or
+//! rounded to bf16 for bf16 products),
 //! attention per sequence and head on its own length (`kernels::cpu::biased_attention`,
 //! with MPNet's bias by relative position), layer norms in place, GELU in the dense kernel.
 //! A batch of several sequences runs a group of them per thread where it can (`groups`),
@@ -31,6 +32,8 @@ pub(super) struct CpuEncoder {
     /// One per thread, for batches run a group of sequences per thread.
     groups: Vec<Group<Scratch>>,
     pub(super) threads: usize,
+    /// What its layers' products run in.
+    pub(super) precision: MatmulPrecision,
 }
 
 /// What a forward pass reads: the weights, and MPNet's bias table for the batch.
@@ -104,6 +107,8 @@ impl CpuEncoder {
                 })
             })
             .collect::<Result<Vec<_>, LoadError>>()?;
+        // What the layers were built with, so that what it reports is what runs.
+        let precision = layers.first().map_or(precision, |l| l.qkv.precision());
         Ok(CpuEncoder {
             config: config.clone(),
             embeddings: weights.embeddings,
@@ -113,6 +118,7 @@ impl CpuEncoder {
             scratch: Scratch::default(),
             groups: Vec::new(),
             threads: rayon::current_num_threads(),
+            precision,
         })
     }
 
@@ -134,13 +140,14 @@ impl CpuEncoder {
             bias: (self.relative_bias.as_ref()).map(|_| (self.bias_table.as_slice(), span)),
         };
         // A token's dense layers cost 2h + intermediate times what one pair of tokens costs
-        // in attention (per layer: 8h² + 4h·intermediate FLOPs against 4h).
-        let pair_cost = 1.0 / (2 * c.hidden + c.intermediate) as f64;
+        // in attention (per layer: 8h² + 4h·intermediate FLOPs against 4h), at f32's rate.
+        let speedup = super::dense_speedup(self.precision);
+        let pair_cost = speedup / (2 * c.hidden + c.intermediate) as f64;
         let grouped = Grouped {
             tokens,
             threads: self.threads,
             pair_cost,
-            token_flops: (8 * c.hidden * c.hidden + 4 * c.hidden * c.intermediate) as f64,
+            token_flops: (8 * c.hidden * c.hidden + 4 * c.hidden * c.intermediate) as f64 / speedup,
             width: c.hidden,
         };
         let forward = |part: &PackedTokens, s: &mut Scratch, out: &mut [f32], threads| {

@@ -23,7 +23,7 @@ pub(super) struct Grouped<'a> {
     pub(super) threads: usize,
     /// What one pair of tokens costs in attention, against a token's dense layers (1).
     pub(super) pair_cost: f64,
-    /// A token's dense layers, FLOPs a layer.
+    /// A token's dense layers, FLOPs a layer at f32's rate (fewer where they run faster).
     pub(super) token_flops: f64,
     /// Output values per sequence.
     pub(super) width: usize,

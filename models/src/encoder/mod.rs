@@ -87,6 +87,15 @@ impl Backend {
         }
     }
 
+    /// What the CPU's layers' products run in; `None` on a GPU.
+    fn cpu_precision(&self) -> Option<MatmulPrecision> {
+        match self {
+            Backend::Cpu(m) => Some(m.precision),
+            Backend::ModernCpu(m) => Some(m.precision),
+            Backend::Cuda(_) | Backend::ModernCuda(_) => None,
+        }
+    }
+
     /// How many threads of the current rayon pool the host's work may use.
     fn threads(&self) -> usize {
         match self {
@@ -137,6 +146,18 @@ impl Backend {
     }
 }
 
+/// How much faster the CPU's dense layers run with `precision`'s products than with f32's,
+/// for the cost models that weigh a token's dense layers against attention, which stays f32:
+/// `vdpbf16ps` does twice the multiply-adds of an f32 FMA per instruction, and the kernel
+/// comes close to that (`cargo test --release -p kernels --lib
+/// encoder_bench::dense_kernel_choice_one_core -- --ignored --nocapture`).
+pub(crate) fn dense_speedup(precision: MatmulPrecision) -> f64 {
+    match precision {
+        MatmulPrecision::F32 => 1.0,
+        MatmulPrecision::Bf16 => 2.0,
+    }
+}
+
 /// Whether `dir` looks like a text encoder's folder (rather than, say, an MLP version):
 /// it holds `config.json` and `model.safetensors`.
 pub fn is_encoder_dir(dir: &Path) -> bool {
@@ -178,14 +199,7 @@ impl Encoder {
         device: &Device,
         options: LoadOptions,
     ) -> Result<Encoder, LoadError> {
-        let precision = match (device, options.cpu_precision) {
-            (Device::Cpu, MatmulPrecision::F32) => kernels::DType::F32,
-            (Device::Cpu, MatmulPrecision::Bf16) => kernels::DType::BF16,
-            (Device::Cuda(_), _) => weights
-                .layers
-                .first()
-                .map_or(kernels::DType::F32, |l| l.qkv.weight.dtype()),
-        };
+        let stored = (weights.layers.first()).map_or(kernels::DType::F32, |l| l.qkv.weight.dtype());
         let head = match &weights.classifier {
             Some(w) => Some((
                 head::ClassifierHead::new(w, config.layer_norm_eps)?,
@@ -202,6 +216,11 @@ impl Encoder {
         };
         check_matches(&config, &weights)?;
         let backend = Backend::new(&config, weights, device, options.cpu_precision)?;
+        let precision = match backend.cpu_precision() {
+            Some(MatmulPrecision::F32) => kernels::DType::F32,
+            Some(MatmulPrecision::Bf16) => kernels::DType::BF16,
+            None => stored,
+        };
         let mut encoder = Encoder {
             config,
             device: device.clone(),
@@ -221,6 +240,12 @@ impl Encoder {
     /// The precision its matrices run in.
     pub fn precision(&self) -> kernels::DType {
         self.precision
+    }
+
+    /// What its layers' products run in on the CPU (f32 on a GPU, where the weights' stored
+    /// precision decides).
+    pub fn cpu_precision(&self) -> MatmulPrecision {
+        self.backend.cpu_precision().unwrap_or_default()
     }
 
     pub fn config(&self) -> &EncoderConfig {

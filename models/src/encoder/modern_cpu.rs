@@ -31,6 +31,8 @@ pub(super) struct ModernCpuEncoder {
     /// One per thread, for batches run a group of sequences per thread.
     groups: Vec<Group<Scratch>>,
     pub(super) threads: usize,
+    /// What its layers' products run in.
+    pub(super) precision: MatmulPrecision,
 }
 
 /// What a forward pass reads.
@@ -92,6 +94,8 @@ impl ModernCpuEncoder {
                 })
             })
             .collect::<Result<Vec<_>, LoadError>>()?;
+        // What the layers were built with, so that what it reports is what runs.
+        let precision = layers.first().map_or(precision, |l| l.qkv.precision());
         Ok(ModernCpuEncoder {
             config: config.clone(),
             params: params.clone(),
@@ -101,6 +105,7 @@ impl ModernCpuEncoder {
             scratch: Scratch::default(),
             groups: Vec::new(),
             threads: rayon::current_num_threads(),
+            precision,
         })
     }
 
@@ -119,13 +124,14 @@ impl ModernCpuEncoder {
             final_norm: &self.final_norm,
         };
         // A token's dense layers (8h² + 6h·intermediate FLOPs a layer, the gate included)
-        // against a pair of tokens in a global layer (4h).
-        let pair_cost = 1.0 / (2.0 * c.hidden as f64 + 1.5 * c.intermediate as f64);
+        // against a pair of tokens in a global layer (4h), at f32's rate.
+        let speedup = super::dense_speedup(self.precision);
+        let pair_cost = speedup / (2.0 * c.hidden as f64 + 1.5 * c.intermediate as f64);
         let grouped = Grouped {
             tokens,
             threads: self.threads,
             pair_cost,
-            token_flops: (8 * c.hidden * c.hidden + 6 * c.hidden * c.intermediate) as f64,
+            token_flops: (8 * c.hidden * c.hidden + 6 * c.hidden * c.intermediate) as f64 / speedup,
             width: c.hidden,
         };
         let forward = |part: &PackedTokens, s: &mut Scratch, out: &mut [f32], threads| {

@@ -45,12 +45,8 @@ impl Encoder {
         let c = self.config();
         let h = c.hidden as f64;
         let per_token = c.dense_flops_per_token() as f64;
-        // bf16 products run the CPU's dense layers at twice f32's rate while attention stays
-        // f32, so there a pair of tokens weighs twice as much against a token.
-        let dense_speedup = match (self.device(), self.precision()) {
-            (kernels::Device::Cpu, kernels::DType::BF16) => 2.0,
-            _ => 1.0,
-        };
+        // Faster dense layers make a pair of tokens in attention weigh more against a token.
+        let dense_speedup = super::dense_speedup(self.cpu_precision());
         TextInput {
             max_seq_len: c.max_seq_len,
             vocab_size: c.vocab_size,

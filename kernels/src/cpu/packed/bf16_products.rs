@@ -1,8 +1,9 @@
 //! The panel kernel with bfloat16 products (AVX-512 BF16): `vdpbf16ps` multiplies sixteen
 //! pairs of bf16 values and adds each pair's two products to an f32 lane, so one
 //! instruction does the work of two f32 multiply-adds. Weights and inputs are rounded to
-//! bf16 (8 significant bits); the products of two bf16 values are exact in f32 and are
-//! summed in f32, so the error is the rounding of the operands alone.
+//! bf16 (8 significant bits, to nearest even; the instructions flush subnormals to zero);
+//! the products of two bf16 values are exact in f32 and are summed in f32, so the error is
+//! the rounding of the operands alone.
 //!
 //! A panel here holds its weights by pairs of input features, `[panels][k/2][PANEL][2]`:
 //! the sixteen outputs' weights for features `2i` and `2i + 1`, interleaved, are one

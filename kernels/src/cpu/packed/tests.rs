@@ -280,7 +280,8 @@ fn mismatched_buffers_are_an_error() {
     assert!(err.to_string().contains("2 rows need 6 inputs"), "{err}");
 }
 
-/// `v` rounded to bfloat16, to nearest even, as the CPU rounds it.
+/// `v` rounded to bfloat16, to nearest even, as the CPU rounds it (which also flushes
+/// subnormals to zero: the test values have none).
 fn bf16_rounded(v: &[f32]) -> Vec<f32> {
     v.iter().map(|&v| bf16::from_f32(v).to_f32()).collect()
 }
