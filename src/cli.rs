@@ -414,7 +414,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub max_queue_delay_us: Option<u64>,
 
-    /// Default precision of text encoders' products on the CPU: `bf16` doubles their
+    /// Default precision of models' dense layers on the CPU: `bf16` doubles their
     /// multiply-add rate on CPUs with AVX-512 BF16 (default: f32).
     #[arg(long, value_enum, env = "TANDEM_CPU_PRECISION")]
     pub cpu_precision: Option<CpuPrecisionArg>,

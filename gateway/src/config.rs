@@ -154,7 +154,7 @@ pub enum PolicyKind {
     Static,
 }
 
-/// The precision of a text encoder's matrix products on the CPU.
+/// The precision of a model's dense layers' products on the CPU.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum CpuPrecision {
@@ -203,7 +203,7 @@ pub struct ModelSettings {
     /// values a request may cut its embeddings to (`dimensions`). 0: they have one size, and
     /// asking for another is refused.
     pub min_dimensions: usize,
-    /// A text encoder's products on the CPU; applies when a version loads.
+    /// A model's dense layers' products on the CPU; applies when a version loads.
     pub cpu_precision: CpuPrecision,
 }
 

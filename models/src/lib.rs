@@ -159,9 +159,10 @@ pub trait Model: Send {
 /// How a model is placed, beyond its device.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LoadOptions {
-    /// The precision of a text encoder's layers' products on the CPU; bf16 needs a CPU
-    /// with AVX-512 BF16 ([`MatmulPrecision::available`]), and is a load error elsewhere. A
-    /// classifier's head and Dense modules, attention and the MLP stay f32.
+    /// The precision of a model's dense layers' products on the CPU (a text encoder's
+    /// transformer layers, the MLP's layers); bf16 needs a CPU with AVX-512 BF16
+    /// ([`MatmulPrecision::available`]), and is a load error elsewhere. A text encoder's
+    /// attention, classifier head and Dense modules stay f32.
     pub cpu_precision: MatmulPrecision,
 }
 
@@ -190,7 +191,7 @@ pub fn load_with(
         Some(dir) if encoder::is_encoder_dir(dir) => {
             Ok(Box::new(Encoder::load_with(dir, device, options)?))
         }
-        _ => Ok(Box::new(Mlp::load(&file, device)?)),
+        _ => Ok(Box::new(Mlp::load_with(&file, device, options)?)),
     }
 }
 

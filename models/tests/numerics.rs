@@ -118,3 +118,34 @@ fn metadata_follows_the_design() {
     assert_eq!(meta.outputs[0].shape, vec![-1, 10]);
     assert_eq!(mlp.macs_per_row(), 64 * 32 + 32 * 10);
 }
+
+/// bf16 products (`LoadOptions::cpu_precision`): within what rounding the operands to 8
+/// significant bits explains, in every weight format, and not f32's answer.
+#[test]
+fn bf16_products_stay_near_the_reference_on_the_cpu() {
+    let test = "bf16_products_stay_near_the_reference_on_the_cpu";
+    if !models::MatmulPrecision::Bf16.available() {
+        return kernels::cuda::report_skip(test, "no AVX-512 BF16 on this CPU");
+    }
+    let options = models::LoadOptions {
+        cpu_precision: models::MatmulPrecision::Bf16,
+    };
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        let ckpt = Checkpoint::random(&DIMS, dtype, 12);
+        let mut bf16 = Mlp::with_options(&ckpt, &Device::Cpu, options).unwrap();
+        let mut f32 = Mlp::new(&ckpt, &Device::Cpu).unwrap();
+        let mut rng = SplitMix64::new(13);
+        for rows in BATCHES {
+            let input: Vec<f32> = (0..rows * DIMS[0]).map(|_| rng.normal()).collect();
+            let (mut got, mut exact) = (vec![f32::NAN; rows * DIMS[3]], vec![0.0; rows * DIMS[3]]);
+            bf16.forward_rows(&input, rows, &mut got).unwrap();
+            f32.forward_rows(&input, rows, &mut exact).unwrap();
+            let err = relative_error(&got, &reference(&ckpt, &input, rows));
+            assert!(err <= 2e-2, "{dtype} rows={rows}: relative error {err:e}");
+            assert_ne!(
+                got, exact,
+                "{dtype} rows={rows}: bf16 products gave f32's answer"
+            );
+        }
+    }
+}

@@ -1,7 +1,8 @@
 //! The MLP on the CPU: layers whose weights keep their stored precision (16-bit ones are
-//! widened in registers), scratch buffers reused across calls, every one on a cache line.
+//! widened in registers), or are rounded to bf16 for bf16 products; scratch buffers reused
+//! across calls, every one on a cache line.
 
-use kernels::cpu::{AlignedVec, PackedLinear};
+use kernels::cpu::{AlignedVec, MatmulPrecision, PackedLinear};
 
 use super::activation;
 use crate::{Checkpoint, LoadError, ModelError};
@@ -22,11 +23,16 @@ pub(super) struct CpuMlp {
 }
 
 impl CpuMlp {
-    pub(super) fn new(checkpoint: &Checkpoint) -> Result<CpuMlp, LoadError> {
-        let layers = checkpoint
-            .layers
-            .iter()
-            .map(|l| PackedLinear::new(l.weight.host(), &l.bias, l.inputs, l.outputs))
+    /// Its layers' products in `precision`.
+    pub(super) fn new(
+        checkpoint: &Checkpoint,
+        precision: MatmulPrecision,
+    ) -> Result<CpuMlp, LoadError> {
+        let layers = (checkpoint.layers.iter())
+            .map(|l| {
+                let weight = l.weight.host();
+                PackedLinear::with_precision(weight, &l.bias, l.inputs, l.outputs, precision)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(CpuMlp {
             layers,

@@ -8,8 +8,8 @@ use std::path::Path;
 use kernels::Device;
 
 use crate::{
-    Batch, Checkpoint, INPUT_NAME, InputKind, LoadError, Model, ModelError, ModelMetadata,
-    OUTPUT_NAME, TensorSpec,
+    Batch, Checkpoint, INPUT_NAME, InputKind, LoadError, LoadOptions, Model, ModelError,
+    ModelMetadata, OUTPUT_NAME, TensorSpec,
 };
 
 /// An MLP placed on one device, ready to run.
@@ -28,13 +28,27 @@ enum Backend {
 impl Mlp {
     /// Reads, validates and places a safetensors checkpoint.
     pub fn load(path: &Path, device: &Device) -> Result<Mlp, LoadError> {
-        Mlp::new(&Checkpoint::read(path)?, device)
+        Mlp::load_with(path, device, LoadOptions::default())
+    }
+
+    /// [`Mlp::load`], placed as `options` say.
+    pub fn load_with(path: &Path, device: &Device, options: LoadOptions) -> Result<Mlp, LoadError> {
+        Mlp::with_options(&Checkpoint::read(path)?, device, options)
     }
 
     pub fn new(checkpoint: &Checkpoint, device: &Device) -> Result<Mlp, LoadError> {
+        Mlp::with_options(checkpoint, device, LoadOptions::default())
+    }
+
+    /// [`Mlp::new`], placed as `options` say.
+    pub fn with_options(
+        checkpoint: &Checkpoint,
+        device: &Device,
+        options: LoadOptions,
+    ) -> Result<Mlp, LoadError> {
         let dims = checkpoint.dims();
         let backend = match device {
-            Device::Cpu => Backend::Cpu(cpu::CpuMlp::new(checkpoint)?),
+            Device::Cpu => Backend::Cpu(cpu::CpuMlp::new(checkpoint, options.cpu_precision)?),
             Device::Cuda(d) => Backend::Cuda(Box::new(cuda::CudaMlp::new(checkpoint, d.clone())?)),
         };
         let spec = |name: &str, width: usize| TensorSpec {
