@@ -112,6 +112,7 @@ struct Call<'a> {
     scale: f32,
     /// Keys, padded to [`KEY_TILE`], in the longest sequence.
     padded: usize,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     kernels: Kernels,
     bias: Option<RelativeBias<'a>>,
     window: Option<usize>,

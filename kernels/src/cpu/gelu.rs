@@ -2,7 +2,9 @@
 //! fits in [`super::vmath`], accurate to f32 in both tails.
 
 use super::in_parallel;
-use super::vmath::{self, has_avx2_fma, has_avx512};
+use super::vmath;
+#[cfg(target_arch = "x86_64")]
+use super::vmath::{has_avx2_fma, has_avx512};
 
 /// Values below which one thread does the whole pass.
 const PARALLEL_MIN_VALUES: usize = 16 * 1024;
@@ -39,9 +41,9 @@ fn gelu_slice(x: &mut [f32]) {
         x[whole..].iter_mut().for_each(|v| *v = vmath::gelu(*v));
         return;
     }
-    let whole = x.len() / 8 * 8;
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
+        let whole = x.len() / 8 * 8;
         // SAFETY: AVX2 and FMA are present (checked above); only the first `whole` values,
         // a multiple of 8, are touched.
         unsafe { avx2::gelu(&mut x[..whole]) };

@@ -4,6 +4,7 @@
 //! then the variance around it, which does not cancel the way E[x²] − E[x]² does).
 
 use super::in_parallel;
+#[cfg(target_arch = "x86_64")]
 use super::vmath::has_avx2_fma;
 use crate::KernelError;
 

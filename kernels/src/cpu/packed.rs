@@ -33,6 +33,7 @@ pub const PANEL: usize = 16;
 
 /// Rows per block when a batch is large: a block's inputs (48 rows of 1024 features, 192 KB)
 /// stay in L2 while every panel of weights passes over them once.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const ROW_BLOCK: usize = 48;
 
 /// Pieces a layer's panels are cut into per thread. In a server the compute threads share
@@ -483,6 +484,7 @@ unsafe fn dense_on<F: Format>(
 /// latency (five cycles, two units: ten chains to fill them), so a block is cut to avoid
 /// tiles of one, two or four rows (8 = 5 + 3, not 6 + 2 or 4 + 4), which a batch of that
 /// size alone still needs.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn tile_rows(left: usize) -> usize {
     match left {
         0..=6 => left,
