@@ -31,6 +31,44 @@ pub(super) unsafe fn dense<F: Format>(
     panels: Range<usize>,
     act: Activation,
 ) {
+    let tiles = Panels::<F> { x, p };
+    // SAFETY: forwarded contract.
+    unsafe { drive(tiles, bias, y, s, panels, act) }
+}
+
+/// A register-tile kernel on one layout of panels and inputs: what [`drive`] runs for
+/// each tile. The f32 panels here, and bf16 products' pairs (`super::bf16_products`).
+pub(super) trait Tiles: Copy {
+    /// The sums of rows `b..b+NR` of panels `panel..panel+NP`, the features taken `SPLIT`
+    /// at a time into separate accumulators.
+    ///
+    /// # Safety
+    /// `b + NR <= s.rows`, `panel + NP` panels exist, and the caller runs with the
+    /// instructions the kernel needs (it is inlined into an entry point that enables them).
+    unsafe fn sums<const NR: usize, const NP: usize, const SPLIT: usize>(
+        self,
+        s: Shape,
+        panel: usize,
+        b: usize,
+    ) -> [[[__m512; NP]; NR]; SPLIT];
+}
+
+/// Covers rows × `panels` with tiles of `tiles`, row block by row block and two panels at a
+/// time, then adds the biases, applies `act` and stores each tile.
+///
+/// # Safety
+/// As [`super::dense`], with the buffers `tiles` reads; the caller enables AVX-512 F and
+/// what `tiles` needs, and this is inlined into it.
+#[inline(always)]
+pub(super) unsafe fn drive<T: Tiles>(
+    tiles: T,
+    bias: &[f32],
+    y: *mut f32,
+    s: Shape,
+    panels: Range<usize>,
+    act: Activation,
+) {
+    let out = Out { bias, y, s, act };
     let mut block = 0;
     while block < s.rows {
         let block_rows = ROW_BLOCK.min(s.rows - block);
@@ -45,8 +83,8 @@ pub(super) unsafe fn dense<F: Format>(
                 // the contract.
                 unsafe {
                     match pair {
-                        true => tile_pair::<F>(rows, x, p, bias, y, s, panel, b, act),
-                        false => tile_one::<F>(rows, x, p, bias, y, s, panel, b, act),
+                        true => tile_pair(tiles, rows, &out, panel, b),
+                        false => tile_one(tiles, rows, &out, panel, b),
                     }
                 }
                 b += rows;
@@ -58,117 +96,127 @@ pub(super) unsafe fn dense<F: Format>(
     }
 }
 
+/// Where a tile's results go, and what the epilogue applies.
+struct Out<'a> {
+    bias: &'a [f32],
+    y: *mut f32,
+    s: Shape,
+    act: Activation,
+}
+
 /// Two panels of `rows` rows. Fewer than four rows split the features over more
 /// accumulator sets, so that every tile has at least eight independent chains (two units,
 /// four cycles each).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile_pair<F: Format>(
-    rows: usize,
-    x: &[f32],
-    p: &[F::Bits],
-    bias: &[f32],
-    y: *mut f32,
-    s: Shape,
-    panel: usize,
-    b: usize,
-    act: Activation,
-) {
+unsafe fn tile_pair<T: Tiles>(tiles: T, rows: usize, out: &Out<'_>, panel: usize, b: usize) {
     // SAFETY: forwarded contract.
     unsafe {
         match rows {
-            8 => tile::<F, 8, 2, 1>(x, p, bias, y, s, panel, b, act),
-            7 => tile::<F, 7, 2, 1>(x, p, bias, y, s, panel, b, act),
-            6 => tile::<F, 6, 2, 1>(x, p, bias, y, s, panel, b, act),
-            5 => tile::<F, 5, 2, 1>(x, p, bias, y, s, panel, b, act),
-            4 => tile::<F, 4, 2, 1>(x, p, bias, y, s, panel, b, act),
-            3 => tile::<F, 3, 2, 2>(x, p, bias, y, s, panel, b, act),
-            2 => tile::<F, 2, 2, 3>(x, p, bias, y, s, panel, b, act),
-            _ => tile::<F, 1, 2, 6>(x, p, bias, y, s, panel, b, act),
+            8 => tile::<T, 8, 2, 1>(tiles, out, panel, b),
+            7 => tile::<T, 7, 2, 1>(tiles, out, panel, b),
+            6 => tile::<T, 6, 2, 1>(tiles, out, panel, b),
+            5 => tile::<T, 5, 2, 1>(tiles, out, panel, b),
+            4 => tile::<T, 4, 2, 1>(tiles, out, panel, b),
+            3 => tile::<T, 3, 2, 2>(tiles, out, panel, b),
+            2 => tile::<T, 2, 2, 3>(tiles, out, panel, b),
+            _ => tile::<T, 1, 2, 6>(tiles, out, panel, b),
         }
     }
 }
 
 /// The last panel of an odd range, alone.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile_one<F: Format>(
-    rows: usize,
-    x: &[f32],
-    p: &[F::Bits],
-    bias: &[f32],
-    y: *mut f32,
-    s: Shape,
-    panel: usize,
-    b: usize,
-    act: Activation,
-) {
+unsafe fn tile_one<T: Tiles>(tiles: T, rows: usize, out: &Out<'_>, panel: usize, b: usize) {
     // SAFETY: forwarded contract.
     unsafe {
         match rows {
-            8 => tile::<F, 8, 1, 1>(x, p, bias, y, s, panel, b, act),
-            7 => tile::<F, 7, 1, 2>(x, p, bias, y, s, panel, b, act),
-            6 => tile::<F, 6, 1, 2>(x, p, bias, y, s, panel, b, act),
-            5 => tile::<F, 5, 1, 2>(x, p, bias, y, s, panel, b, act),
-            4 => tile::<F, 4, 1, 2>(x, p, bias, y, s, panel, b, act),
-            3 => tile::<F, 3, 1, 3>(x, p, bias, y, s, panel, b, act),
-            2 => tile::<F, 2, 1, 4>(x, p, bias, y, s, panel, b, act),
-            _ => tile::<F, 1, 1, 8>(x, p, bias, y, s, panel, b, act),
+            8 => tile::<T, 8, 1, 1>(tiles, out, panel, b),
+            7 => tile::<T, 7, 1, 2>(tiles, out, panel, b),
+            6 => tile::<T, 6, 1, 2>(tiles, out, panel, b),
+            5 => tile::<T, 5, 1, 2>(tiles, out, panel, b),
+            4 => tile::<T, 4, 1, 2>(tiles, out, panel, b),
+            3 => tile::<T, 3, 1, 3>(tiles, out, panel, b),
+            2 => tile::<T, 2, 1, 4>(tiles, out, panel, b),
+            _ => tile::<T, 1, 1, 8>(tiles, out, panel, b),
         }
     }
 }
 
-/// One register tile: rows `b..b+NR` of panels `panel..panel+NP`, the features taken
-/// `SPLIT` at a time into separate accumulators.
+/// One register tile: its sums, then the epilogue.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile<F: Format, const NR: usize, const NP: usize, const SPLIT: usize>(
-    x: &[f32],
-    p: &[F::Bits],
-    bias: &[f32],
-    y: *mut f32,
-    s: Shape,
+unsafe fn tile<T: Tiles, const NR: usize, const NP: usize, const SPLIT: usize>(
+    tiles: T,
+    out: &Out<'_>,
     panel: usize,
     b: usize,
-    act: Activation,
 ) {
-    let k = s.k;
-    // SAFETY (whole block): x is read below (b + NR) * k and the panels' values below
-    // (panel + NP) * k * PANEL, within the caller's contract; the panels start on a cache
-    // line and their rows are PANEL values wide, so every row of a panel starts on 32 bytes
-    // (64 for f32), as `Format::load16` needs.
+    // SAFETY: forwarded contract.
     unsafe {
-        let xp = x.as_ptr();
-        let weights =
-            |kk: usize, q: usize| F::load16(p.as_ptr().add((panel + q) * k * PANEL + kk * PANEL));
-        let mut acc = [[[_mm512_setzero_ps(); NP]; NR]; SPLIT];
-        let whole = k / SPLIT * SPLIT;
-        let mut kk = 0;
-        while kk < whole {
-            for (u, acc) in acc.iter_mut().enumerate() {
-                let mut w = [_mm512_setzero_ps(); NP];
-                for (q, w) in w.iter_mut().enumerate() {
-                    *w = weights(kk + u, q);
-                }
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    let v = _mm512_set1_ps(*xp.add((b + r) * k + kk + u));
-                    for (acc, w) in acc.iter_mut().zip(&w) {
-                        *acc = _mm512_fmadd_ps(v, *w, *acc);
+        let acc = tiles.sums::<NR, NP, SPLIT>(out.s, panel, b);
+        store::<NR, NP, SPLIT>(&acc, out.bias, out.y, out.s, panel, b, out.act);
+    }
+}
+
+/// f32 inputs against panels of weights in `F`'s format.
+struct Panels<'a, F: Format> {
+    x: &'a [f32],
+    p: &'a [F::Bits],
+}
+
+impl<F: Format> Clone for Panels<'_, F> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<F: Format> Copy for Panels<'_, F> {}
+
+impl<F: Format> Tiles for Panels<'_, F> {
+    #[inline(always)]
+    unsafe fn sums<const NR: usize, const NP: usize, const SPLIT: usize>(
+        self,
+        s: Shape,
+        panel: usize,
+        b: usize,
+    ) -> [[[__m512; NP]; NR]; SPLIT] {
+        let (x, p, k) = (self.x, self.p, s.k);
+        // SAFETY (whole block): x is read below (b + NR) * k and the panels' values below
+        // (panel + NP) * k * PANEL, within the caller's contract; the panels start on a cache
+        // line and their rows are PANEL values wide, so every row of a panel starts on 32
+        // bytes (64 for f32), as `Format::load16` needs.
+        unsafe {
+            let xp = x.as_ptr();
+            let weights = |kk: usize, q: usize| {
+                F::load16(p.as_ptr().add((panel + q) * k * PANEL + kk * PANEL))
+            };
+            let mut acc = [[[_mm512_setzero_ps(); NP]; NR]; SPLIT];
+            let whole = k / SPLIT * SPLIT;
+            let mut kk = 0;
+            while kk < whole {
+                for (u, acc) in acc.iter_mut().enumerate() {
+                    let mut w = [_mm512_setzero_ps(); NP];
+                    for (q, w) in w.iter_mut().enumerate() {
+                        *w = weights(kk + u, q);
+                    }
+                    for (r, acc) in acc.iter_mut().enumerate() {
+                        let v = _mm512_set1_ps(*xp.add((b + r) * k + kk + u));
+                        for (acc, w) in acc.iter_mut().zip(&w) {
+                            *acc = _mm512_fmadd_ps(v, *w, *acc);
+                        }
                     }
                 }
+                kk += SPLIT;
             }
-            kk += SPLIT;
-        }
-        while kk < k {
-            for (r, acc) in acc[0].iter_mut().enumerate() {
-                let v = _mm512_set1_ps(*xp.add((b + r) * k + kk));
-                for (q, acc) in acc.iter_mut().enumerate() {
-                    *acc = _mm512_fmadd_ps(v, weights(kk, q), *acc);
+            while kk < k {
+                for (r, acc) in acc[0].iter_mut().enumerate() {
+                    let v = _mm512_set1_ps(*xp.add((b + r) * k + kk));
+                    for (q, acc) in acc.iter_mut().enumerate() {
+                        *acc = _mm512_fmadd_ps(v, weights(kk, q), *acc);
+                    }
                 }
+                kk += 1;
             }
-            kk += 1;
+            acc
         }
-        store::<NR, NP, SPLIT>(&acc, bias, y, s, panel, b, act);
     }
 }
 
@@ -176,7 +224,7 @@ unsafe fn tile<F: Format, const NR: usize, const NP: usize, const SPLIT: usize>(
 /// activation and stores rows `b..b+NR` of panels `panel..panel+NP`, masked to the real
 /// columns of a last, partial panel.
 #[inline(always)]
-pub(super) unsafe fn store<const NR: usize, const NP: usize, const SPLIT: usize>(
+unsafe fn store<const NR: usize, const NP: usize, const SPLIT: usize>(
     acc: &[[[__m512; NP]; NR]; SPLIT],
     bias: &[f32],
     y: *mut f32,

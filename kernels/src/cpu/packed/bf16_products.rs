@@ -9,15 +9,15 @@
 //! the sixteen outputs' weights for features `2i` and `2i + 1`, interleaved, are one
 //! register. An input row is rounded once per layer into pairs the same way, so the value
 //! broadcast to every lane is one 32-bit load. The tiles, the row blocks and the epilogue
-//! are those of the f32 kernel (`super::avx512`).
+//! are those of the f32 kernel (`super::avx512::drive`).
 
 use std::arch::x86_64::*;
 use std::ops::Range;
 
 use half::bf16;
 
-use super::avx512::{store, tile_rows};
-use super::{PANEL, ROW_BLOCK, Shape};
+use super::avx512::{Tiles, drive};
+use super::{PANEL, Shape};
 use crate::Activation;
 use crate::cpu::Aligned;
 
@@ -98,149 +98,70 @@ pub(super) unsafe fn dense(
     panels: Range<usize>,
     act: Activation,
 ) {
-    let mut block = 0;
-    while block < s.rows {
-        let block_rows = ROW_BLOCK.min(s.rows - block);
-        let mut panel = panels.start;
-        while panel < panels.end {
-            let pair = panel + 2 <= panels.end;
-            let mut b = block;
-            let mut left = block_rows;
-            while left > 0 {
-                let rows = tile_rows(left);
-                // SAFETY: b + rows <= s.rows and panel (+ 1 for a pair) < panels.end, per
-                // the contract.
-                unsafe {
-                    match pair {
-                        true => tile_pair(rows, x, p, bias, y, s, panel, b, act),
-                        false => tile_one(rows, x, p, bias, y, s, panel, b, act),
+    // SAFETY: forwarded contract; `Pairs` needs AVX-512 BF16, enabled here.
+    unsafe { drive(Pairs { x, p }, bias, y, s, panels, act) }
+}
+
+/// Rounded input rows against panels of weight pairs.
+#[derive(Clone, Copy)]
+struct Pairs<'a> {
+    x: &'a [u16],
+    p: &'a [u16],
+}
+
+impl Tiles for Pairs<'_> {
+    #[inline(always)]
+    unsafe fn sums<const NR: usize, const NP: usize, const SPLIT: usize>(
+        self,
+        s: Shape,
+        panel: usize,
+        b: usize,
+    ) -> [[[__m512; NP]; NR]; SPLIT] {
+        let kp = paired(s.k);
+        let pairs = kp / 2;
+        // SAFETY (whole block): x is read below (b + NR) * kp and the panels below
+        // (panel + NP) * kp * PANEL, within the caller's contract. A panel starts on a cache
+        // line and a pair of its rows is 64 bytes, so every register load is aligned; an
+        // input row is kp values (an even number) from an aligned start, so each pair is
+        // 4-aligned.
+        unsafe {
+            let (xp, p) = (self.x.as_ptr(), self.p);
+            let weights = |i: usize, q: usize| -> __m512bh {
+                let at = p.as_ptr().add((panel + q) * kp * PANEL + i * 2 * PANEL);
+                std::mem::transmute(_mm512_load_si512(at.cast()))
+            };
+            let input = |r: usize, i: usize| -> __m512bh {
+                let pair = *xp.add((b + r) * kp + 2 * i).cast::<i32>();
+                std::mem::transmute(_mm512_set1_epi32(pair))
+            };
+            let mut acc = [[[_mm512_setzero_ps(); NP]; NR]; SPLIT];
+            let whole = pairs / SPLIT * SPLIT;
+            let mut i = 0;
+            while i < whole {
+                for (u, acc) in acc.iter_mut().enumerate() {
+                    let mut w = [weights(i + u, 0); NP];
+                    for (q, w) in w.iter_mut().enumerate().skip(1) {
+                        *w = weights(i + u, q);
+                    }
+                    for (r, acc) in acc.iter_mut().enumerate() {
+                        let v = input(r, i + u);
+                        for (acc, w) in acc.iter_mut().zip(&w) {
+                            *acc = _mm512_dpbf16_ps(*acc, v, *w);
+                        }
                     }
                 }
-                b += rows;
-                left -= rows;
+                i += SPLIT;
             }
-            panel += if pair { 2 } else { 1 };
-        }
-        block += block_rows;
-    }
-}
-
-/// Two panels of `rows` rows; as in the f32 kernel, fewer than four rows split the pairs
-/// over more accumulator sets to keep eight chains in flight.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile_pair(
-    rows: usize,
-    x: &[u16],
-    p: &[u16],
-    bias: &[f32],
-    y: *mut f32,
-    s: Shape,
-    panel: usize,
-    b: usize,
-    act: Activation,
-) {
-    // SAFETY: forwarded contract.
-    unsafe {
-        match rows {
-            8 => tile::<8, 2, 1>(x, p, bias, y, s, panel, b, act),
-            7 => tile::<7, 2, 1>(x, p, bias, y, s, panel, b, act),
-            6 => tile::<6, 2, 1>(x, p, bias, y, s, panel, b, act),
-            5 => tile::<5, 2, 1>(x, p, bias, y, s, panel, b, act),
-            4 => tile::<4, 2, 1>(x, p, bias, y, s, panel, b, act),
-            3 => tile::<3, 2, 2>(x, p, bias, y, s, panel, b, act),
-            2 => tile::<2, 2, 3>(x, p, bias, y, s, panel, b, act),
-            _ => tile::<1, 2, 6>(x, p, bias, y, s, panel, b, act),
-        }
-    }
-}
-
-/// The last panel of an odd range, alone.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile_one(
-    rows: usize,
-    x: &[u16],
-    p: &[u16],
-    bias: &[f32],
-    y: *mut f32,
-    s: Shape,
-    panel: usize,
-    b: usize,
-    act: Activation,
-) {
-    // SAFETY: forwarded contract.
-    unsafe {
-        match rows {
-            8 => tile::<8, 1, 1>(x, p, bias, y, s, panel, b, act),
-            7 => tile::<7, 1, 2>(x, p, bias, y, s, panel, b, act),
-            6 => tile::<6, 1, 2>(x, p, bias, y, s, panel, b, act),
-            5 => tile::<5, 1, 2>(x, p, bias, y, s, panel, b, act),
-            4 => tile::<4, 1, 2>(x, p, bias, y, s, panel, b, act),
-            3 => tile::<3, 1, 3>(x, p, bias, y, s, panel, b, act),
-            2 => tile::<2, 1, 4>(x, p, bias, y, s, panel, b, act),
-            _ => tile::<1, 1, 8>(x, p, bias, y, s, panel, b, act),
-        }
-    }
-}
-
-/// One register tile: rows `b..b+NR` of panels `panel..panel+NP`, the pairs of features
-/// taken `SPLIT` at a time into separate accumulators.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile<const NR: usize, const NP: usize, const SPLIT: usize>(
-    x: &[u16],
-    p: &[u16],
-    bias: &[f32],
-    y: *mut f32,
-    s: Shape,
-    panel: usize,
-    b: usize,
-    act: Activation,
-) {
-    let kp = paired(s.k);
-    let pairs = kp / 2;
-    // SAFETY (whole block): x is read below (b + NR) * kp and the panels below
-    // (panel + NP) * kp * PANEL, within the caller's contract. A panel starts on a cache
-    // line and a pair of its rows is 64 bytes, so every register load is aligned; an input
-    // row is kp values (an even number) from an aligned start, so each pair is 4-aligned.
-    unsafe {
-        let xp = x.as_ptr();
-        let weights = |i: usize, q: usize| -> __m512bh {
-            let at = p.as_ptr().add((panel + q) * kp * PANEL + i * 2 * PANEL);
-            std::mem::transmute(_mm512_load_si512(at.cast()))
-        };
-        let input = |r: usize, i: usize| -> __m512bh {
-            let pair = *xp.add((b + r) * kp + 2 * i).cast::<i32>();
-            std::mem::transmute(_mm512_set1_epi32(pair))
-        };
-        let mut acc = [[[_mm512_setzero_ps(); NP]; NR]; SPLIT];
-        let whole = pairs / SPLIT * SPLIT;
-        let mut i = 0;
-        while i < whole {
-            for (u, acc) in acc.iter_mut().enumerate() {
-                let mut w = [weights(i + u, 0); NP];
-                for (q, w) in w.iter_mut().enumerate().skip(1) {
-                    *w = weights(i + u, q);
-                }
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    let v = input(r, i + u);
-                    for (acc, w) in acc.iter_mut().zip(&w) {
-                        *acc = _mm512_dpbf16_ps(*acc, v, *w);
+            while i < pairs {
+                for (r, acc) in acc[0].iter_mut().enumerate() {
+                    let v = input(r, i);
+                    for (q, acc) in acc.iter_mut().enumerate() {
+                        *acc = _mm512_dpbf16_ps(*acc, v, weights(i, q));
                     }
                 }
+                i += 1;
             }
-            i += SPLIT;
+            acc
         }
-        while i < pairs {
-            for (r, acc) in acc[0].iter_mut().enumerate() {
-                let v = input(r, i);
-                for (q, acc) in acc.iter_mut().enumerate() {
-                    *acc = _mm512_dpbf16_ps(*acc, v, weights(i, q));
-                }
-            }
-            i += 1;
-        }
-        store::<NR, NP, SPLIT>(&acc, bias, y, s, panel, b, act);
     }
 }
