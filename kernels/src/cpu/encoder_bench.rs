@@ -143,7 +143,8 @@ fn dense_kernel_choice() {
 }
 
 /// Where one MiniLM-sized encoder layer spends its time, op by op, on packed batches of
-/// equal-length sequences: one thread, in CPU time.
+/// equal-length sequences, with f32 products and (where the CPU has them) bf16 products in
+/// the dense layers: one thread, in CPU time.
 #[test]
 #[ignore = "a measurement, run by hand"]
 fn layer_breakdown() {
@@ -169,13 +170,15 @@ struct LayerWeights {
 }
 
 impl LayerWeights {
-    fn new() -> LayerWeights {
+    fn new(precision: MatmulPrecision) -> LayerWeights {
         let dense = |k: usize, n: usize, seed| {
-            PackedLinear::new(
-                HostWeights::F32(&values(k * n, seed)),
+            let w = values(k * n, seed);
+            PackedLinear::with_precision(
+                HostWeights::F32(&w),
                 &values(n, seed + 1),
                 k,
                 n,
+                precision,
             )
             .unwrap()
         };
@@ -308,11 +311,17 @@ fn print_breakdown(batch: usize, len: usize, ops: &[(&str, f64, f64)]) {
 }
 
 fn layer_breakdown_one_core() {
-    let weights = LayerWeights::new();
-    for (batch, len) in [(1usize, 13usize), (8, 13), (32, 13), (1, 256), (8, 256)] {
-        let mut b = LayerBatch::new(batch, len);
-        let ops = time_ops(&weights, &mut b);
-        print_breakdown(batch, len, &ops);
+    for precision in [MatmulPrecision::F32, MatmulPrecision::Bf16] {
+        if !precision.available() {
+            continue;
+        }
+        println!("{precision:?} products");
+        let weights = LayerWeights::new(precision);
+        for (batch, len) in [(1usize, 13usize), (8, 13), (32, 13), (1, 256), (8, 256)] {
+            let mut b = LayerBatch::new(batch, len);
+            let ops = time_ops(&weights, &mut b);
+            print_breakdown(batch, len, &ops);
+        }
     }
 }
 
