@@ -502,8 +502,20 @@ def probe_rates(corpus, args, rates):
                                                  "tandem_observed_p99_seconds"))
             print("    policy: " + ", ".join(f"{k.split('{')[0]} {v:.3g}"
                                              for k, v in sorted(gauges.items())), flush=True)
+            print("    stages: " + stage_means(contender), flush=True)
     finally:
         stop(contender)
+
+
+def stage_means(contender):
+    """tandem's mean time per answered request in each stage so far (Triton's statistics):
+    decoding and tokenizing, waiting, the model, and writing the response."""
+    url = f"http://127.0.0.1:{contender.port}/v2/models/{MODEL}/stats"
+    stats = json.loads(urllib.request.urlopen(url, timeout=5).read())["model_stats"][0]
+    stages = stats["inference_stats"]
+    return ", ".join(f"{name} {stages[key]['ns'] / max(stages[key]['count'], 1) / 1e6:.2f} ms"
+                     for name, key in [("input", "compute_input"), ("queue", "queue"),
+                                       ("model", "compute_infer"), ("output", "compute_output")])
 
 
 def server_counters(contender, wanted=("tandem_requests_total", "tandem_requests_rejected_total",
