@@ -21,9 +21,9 @@ use tokio::time::Instant;
 /// spread, set by the many short ones, would make a long text's high quantile far larger
 /// than long batches ever run, and refuse it where it fits (`benches/compare_text_peers.py`
 /// against its own encoder). A band's own spread counts once it has seen
-/// [`BAND_MIN_OBSERVATIONS`] batches; a duration whose band has not, takes the nearest
-/// shorter band's that has (a shorter batch's relative noise is no smaller), else the
-/// overall spread.
+/// [`BAND_MIN_OBSERVATIONS`] batches, and for as long as it keeps seeing some; a duration
+/// whose band does not count takes the nearest shorter band's that does (a shorter batch's
+/// relative noise is no smaller), else the overall spread.
 #[derive(Clone, Debug)]
 pub struct LatencyModel {
     /// (rows, seconds) at warm-up, sorted by rows, strictly increasing.
@@ -53,23 +53,32 @@ const BANDS: usize = 12;
 const FIRST_BAND_END: f64 = 125e-6;
 /// Batches a band must have seen before its own spread counts.
 const BAND_MIN_OBSERVATIONS: u64 = 10;
+/// A band that has seen none of the last this many batches no longer counts: its spread
+/// may be from before the host got busier (a trainer started), which the overall spread,
+/// following every batch, has seen.
+const BAND_STALE_AFTER: u64 = 1000;
 
 /// The spread of the batches predicted to take a band's durations.
 #[derive(Clone, Copy, Debug, Default)]
 struct Band {
     spread: f64,
     observations: u64,
+    /// The model's count of batches when this band last saw one.
+    last_seen: u64,
 }
 
 impl Band {
-    fn observe(&mut self, deviation: f64) {
+    fn observe(&mut self, deviation: f64, count: u64) {
         let alpha = ALPHA.max(1.0 / (self.observations as f64 + 1.0));
         self.spread += alpha * (deviation - self.spread);
         self.observations += 1;
+        self.last_seen = count;
     }
 
-    fn known(&self) -> bool {
+    /// Whether its spread counts, when the model has seen `count` batches.
+    fn known(&self, count: u64) -> bool {
         self.observations >= BAND_MIN_OBSERVATIONS
+            && count.saturating_sub(self.last_seen) <= BAND_STALE_AFTER
     }
 }
 
@@ -152,7 +161,7 @@ impl LatencyModel {
     fn spread_at(&self, seconds: f64) -> f64 {
         let band = band(seconds);
         (self.bands[..=band].iter().rev())
-            .find(|b| b.known())
+            .find(|b| b.known(self.observations))
             .map_or(self.spread, |b| b.spread)
     }
 
@@ -167,8 +176,8 @@ impl LatencyModel {
         let deviation = ((ratio - self.scale) / self.scale).abs().min(2.0);
         self.scale += alpha * (ratio - self.scale);
         self.spread += alpha * (deviation - self.spread);
-        self.bands[band(predicted)].observe(deviation);
         self.observations += 1;
+        self.bands[band(predicted)].observe(deviation, self.observations);
     }
 
     /// The smallest batch whose cost per row is within 10% of that of a full batch
@@ -614,6 +623,27 @@ mod tests {
             m.predict_high(128) < before,
             "{:?} vs {before:?}",
             m.predict_high(128)
+        );
+    }
+
+    #[test]
+    fn a_band_unseen_for_long_no_longer_counts() {
+        let mut m = model();
+        let ratio = |m: &LatencyModel, rows| {
+            m.predict_high(rows).as_secs_f64() / m.predict_mean(rows).as_secs_f64()
+        };
+        let high_over_mean = |m: &LatencyModel| ratio(m, 128);
+        // Quiet long batches, then a long stretch of noisy short ones only.
+        observe_jittered(&mut m, 128, 1, 20);
+        let quiet = high_over_mean(&m);
+        observe_jittered(&mut m, 8, 100, BAND_STALE_AFTER as usize);
+        assert!((high_over_mean(&m) - quiet).abs() < 1e-4, "still recent");
+        observe_jittered(&mut m, 8, 100, 2);
+        // The short batches' band, the nearest shorter one that counts, takes over.
+        let (stale, short) = (high_over_mean(&m), ratio(&m, 8));
+        assert!(
+            short > quiet + 0.5 && (stale - short).abs() < 1e-4,
+            "{stale} vs {short}"
         );
     }
 
