@@ -30,10 +30,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::ReleaseReason;
-use super::latency::{LatencyModel, LatencyWindow, RateEstimator};
+use super::latency::LatencyModel;
 use super::policy::{BatchPolicy, Decision, PolicyGauges, Shed};
 use super::state::QueueView;
 pub use super::tuning::AdaptiveTuning;
+use super::window::{LatencyWindow, RateEstimator};
 
 pub struct AdaptivePolicy {
     tuning: AdaptiveTuning,

@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::latency::{EventCount, LatencyModel};
+use super::latency::LatencyModel;
+use super::window::EventCount;
 
 /// Demand and answers are counted over this span.
 pub const WINDOW: Duration = Duration::from_secs(5);

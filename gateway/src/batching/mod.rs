@@ -22,6 +22,7 @@ pub mod policy;
 pub mod state;
 pub mod task;
 pub mod tuning;
+pub mod window;
 
 use std::time::Duration;
 

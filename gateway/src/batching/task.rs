@@ -10,10 +10,11 @@ use tokio::time::Instant;
 
 use super::cpu_load::CpuLoad;
 use super::feedback::ResponseLatencies;
-use super::latency::{LatencyModel, LatencyWindow};
+use super::latency::LatencyModel;
 use super::load::{self, CoresLoad, LoadMeter};
 use super::policy::{BatchPolicy, Decision};
 use super::state::QueueState;
+use super::window::LatencyWindow;
 use super::{Batch, Pending, ReleaseReason};
 use crate::infer::{Door, InferError, Refusal};
 use crate::metrics as names;
