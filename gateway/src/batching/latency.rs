@@ -166,8 +166,9 @@ impl LatencyModel {
         if rows == 0 {
             return;
         }
-        let predicted = self.base(rows) * self.scale;
-        let ratio = took.as_secs_f64() / self.base(rows);
+        let base = self.base(rows);
+        let predicted = base * self.scale;
+        let ratio = took.as_secs_f64() / base;
         // The first observations replace the warm-up guess quickly.
         let alpha = ALPHA.max(1.0 / (self.observations as f64 + 2.0));
         let deviation = ((ratio - self.scale) / self.scale).abs().min(2.0);
