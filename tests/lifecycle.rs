@@ -324,3 +324,62 @@ fn out_of_file_descriptors_the_server_waits_instead_of_spinning_and_recovers() {
     assert!(log.matches("accept failed").count() <= 3, "{log}");
     assert!(log.contains("accepting connections again"), "{log}");
 }
+
+/// The cores each thread of a running process may run on, by thread name (Linux's 15
+/// characters), from `/proc/PID/task/*/status`.
+fn thread_cores(pid: i32) -> Vec<(String, Vec<usize>)> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    tasks
+        .filter_map(|task| {
+            let status = std::fs::read_to_string(task.ok()?.path().join("status")).ok()?;
+            let field = |key: &str| {
+                let line = status.lines().find(|l| l.starts_with(key))?;
+                Some(line[key.len()..].trim().to_string())
+            };
+            Some((field("Name:")?, core_list(&field("Cpus_allowed_list:")?)))
+        })
+        .collect()
+}
+
+/// "0-2,5" → [0, 1, 2, 5].
+fn core_list(list: &str) -> Vec<usize> {
+    let range = |part: &str| -> Vec<usize> {
+        match part.split_once('-') {
+            Some((a, b)) => (a.parse().unwrap()..=b.parse().unwrap()).collect(),
+            None => vec![part.parse().unwrap()],
+        }
+    };
+    list.split(',').flat_map(range).collect()
+}
+
+#[test]
+fn a_text_encoders_compute_threads_are_pinned_one_per_core() {
+    let (server, _repo) = common::text::start_synthetic();
+    let threads = thread_cores(server.pid());
+    let all = &threads
+        .iter()
+        .find(|(name, _)| name == "tandem-http")
+        .unwrap()
+        .1;
+    // The pool's threads are named worker-MODEL-REPLICA/INDEX; the thread that started it,
+    // without the index, floats.
+    let mut pinned: Vec<usize> = Vec::new();
+    for (name, cores) in &threads {
+        if name.starts_with("worker-enc-0/") {
+            if all.len() > 1 {
+                assert_eq!(cores.len(), 1, "{name} may run on {cores:?}");
+            }
+            pinned.extend(cores);
+        } else {
+            assert_eq!(cores, all, "{name} should float");
+        }
+    }
+    pinned.sort_unstable();
+    assert_eq!(&pinned, all, "one compute thread per core: {threads:?}");
+    // It serves as before.
+    let r = server.post_json(
+        "/v1/embeddings",
+        &serde_json::json!({"model": "enc", "input": "a"}),
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+}

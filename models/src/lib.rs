@@ -154,6 +154,13 @@ pub trait Model: Send {
 
     /// Runs `batch` and writes `[batch.rows(), output_width]` into `output`.
     fn forward(&mut self, batch: Batch<'_>, output: &mut [f32]) -> Result<(), ModelError>;
+
+    /// Whether its forward passes split layers over the threads of the rayon pool they run
+    /// in: that pool's threads are then best kept one to a core
+    /// ([`kernels::cpu::affinity::pin_pool_one_thread_per_core`]).
+    fn splits_layers_over_threads(&self) -> bool {
+        false
+    }
 }
 
 /// How a model is placed, beyond its device.

@@ -26,6 +26,19 @@ fn a_synthetic_folder_loads_with_what_its_configs_say() {
 }
 
 #[test]
+fn on_the_cpu_it_splits_layers_over_a_pool_of_several_threads_only() {
+    let f = Folder::new("threads", &spec());
+    for (threads, splits) in [(1, false), (2, true)] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let e = pool.install(|| Encoder::load(&f.0, &Device::Cpu)).unwrap();
+        assert_eq!(e.splits_layers_over_threads(), splits, "{threads} threads");
+    }
+}
+
+#[test]
 fn prefixes_16_bit_weights_and_old_norm_names_load() {
     for (tag, dtype, prefix) in [("bf16", DType::BF16, true), ("f16", DType::F16, false)] {
         let spec = SyntheticSpec {

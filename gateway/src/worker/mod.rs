@@ -117,6 +117,12 @@ fn load_and_serve<L>(
             return;
         }
     };
+    if model.splits_layers_over_threads() {
+        // Before warm-up, so that the latency model learns the pinned pool's times.
+        if let Err(e) = kernels::cpu::affinity::pin_pool_one_thread_per_core() {
+            tracing::warn!(model = %spec.model_label, error = %e, "compute threads left floating: cannot pin them one per core");
+        }
+    }
     let (max_rows, max_outputs) = spec.settings.batch_limits(&model.input());
     let warmup = match warmup::warm_up(model.as_mut(), max_rows, max_outputs) {
         Ok(w) => w,

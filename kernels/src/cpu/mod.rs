@@ -12,8 +12,10 @@
 //! panels on every call and wins once that is amortised over many rows. Both were measured
 //! with `cargo bench --bench gemm` (see benches/README.md).
 
+pub mod affinity;
 mod aligned;
 mod attention;
+mod awake;
 pub mod clock;
 #[cfg(test)]
 mod encoder_bench;
@@ -30,6 +32,7 @@ pub use aligned::{Aligned, AlignedVec, Element};
 pub use attention::{
     AttentionInput, AttentionScratch, AttentionShape, RelativeBias, attention, biased_attention,
 };
+pub use awake::with_pool_awake;
 pub use gelu::gelu_in_place;
 use gemm::Parallelism;
 pub use layer_norm::{NormParams, add_layer_norm};

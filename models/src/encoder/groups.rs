@@ -4,6 +4,7 @@
 //! thread wrote; a group does neither. Both CPU encoders run their batches this way when
 //! they can, and split each layer otherwise (one sequence, or a long one among short ones).
 
+use kernels::cpu::with_pool_awake;
 use rayon::prelude::*;
 
 use super::packed::PackedTokens;
@@ -47,7 +48,8 @@ impl Grouped<'_> {
     ) -> Result<(), ModelError> {
         match self.in_groups(groups, output, forward) {
             Some(result) => result,
-            None => forward(self.tokens, whole, output, self.threads),
+            // Every layer is split over the threads: keep them awake between layers.
+            None => with_pool_awake(|| forward(self.tokens, whole, output, self.threads)),
         }
     }
 

@@ -256,6 +256,13 @@ impl Encoder {
         &self.device
     }
 
+    /// Whether a forward pass on the CPU splits a long sequence's layers over more than one
+    /// thread (on a GPU the host's threads only prepare and copy).
+    pub fn splits_layers_over_threads(&self) -> bool {
+        let on_cpu = matches!(self.backend, Backend::Cpu(_) | Backend::ModernCpu(_));
+        on_cpu && self.backend.threads() > 1
+    }
+
     /// Values per token state: the transformer's width (an embedding's too, unless Dense
     /// modules project it: see [`Encoder::output_width`]).
     pub fn hidden(&self) -> usize {

@@ -87,4 +87,8 @@ impl Model for Encoder {
             )),
         }
     }
+
+    fn splits_layers_over_threads(&self) -> bool {
+        self.splits_layers_over_threads()
+    }
 }
