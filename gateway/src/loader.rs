@@ -239,7 +239,7 @@ fn start_batcher(
         done: replicas.done,
         batches: Box::new(replicas.batches),
         workers: replicas.count,
-        policy: for_settings(s, max_rows, warmup),
+        policy: for_settings(s, max_rows, warmup, &replicas.info.input),
         updates: upd_rx,
         state: QueueState::new(s.queue_capacity, max_rows).with_max_outputs(max_outputs),
         full_retry_after: Duration::from_secs(1),

@@ -71,7 +71,12 @@ impl ModelVersion {
     /// it before its next batch.
     pub fn apply(&self, settings: ModelSettings) -> Result<(), Busy> {
         let (max_rows, max_outputs) = settings.batch_limits(&self.info.input);
-        let policy = crate::batching::policy::for_settings(&settings, max_rows, &self.info.warmup);
+        let policy = crate::batching::policy::for_settings(
+            &settings,
+            max_rows,
+            &self.info.warmup,
+            &self.info.input,
+        );
         let update = PolicyUpdate {
             policy,
             queue_capacity: settings.queue_capacity,

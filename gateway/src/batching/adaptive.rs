@@ -67,6 +67,8 @@ pub struct AdaptivePolicy {
     /// forward by it, since a request is answered only that long after its batch ends.
     response_margin: Duration,
     last_margin: Option<Instant>,
+    /// What its rows are, in refusals' messages.
+    unit: &'static str,
 }
 
 impl AdaptivePolicy {
@@ -100,7 +102,14 @@ impl AdaptivePolicy {
             response_delays: LatencyWindow::recent(Duration::from_millis(500), 2048),
             response_margin: Duration::ZERO,
             last_margin: None,
+            unit: "rows",
         }
+    }
+
+    /// Names its rows `unit` in refusals' messages (a text model's are token-units).
+    pub fn counting(mut self, unit: &'static str) -> AdaptivePolicy {
+        self.unit = unit;
+        self
     }
 
     /// The share of the budget the queue and the device may use.
@@ -303,8 +312,9 @@ impl BatchPolicy for AdaptivePolicy {
         Err(Shed {
             door_closed_for: fresh_finish.saturating_duration_since(now + self.effective_budget()),
             message: format!(
-                "over capacity: {} rows are queued ahead, predicted to finish in {:.1} ms, past the {:.1} ms budget; retry after the queue drains (~{:.0} ms)",
+                "over capacity: {} {} are queued ahead, predicted to finish in {:.1} ms, past the {:.1} ms budget; retry after the queue drains (~{:.0} ms)",
                 ahead,
+                self.unit,
                 finish.saturating_duration_since(now).as_secs_f64() * 1e3,
                 deadline.saturating_duration_since(now).as_secs_f64() * 1e3,
                 drain.as_secs_f64() * 1e3

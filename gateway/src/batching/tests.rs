@@ -362,7 +362,21 @@ async fn a_request_refused_for_its_own_size_closes_the_door_to_nobody() {
         .admit(&queue, 2, 90, now, None, now)
         .expect_err("a request too big for the budget behind a queue is refused");
     assert_eq!(shed.door_closed_for, Duration::ZERO);
+    assert!(
+        shed.message.contains("2 rows are queued ahead"),
+        "{}",
+        shed.message
+    );
     assert!(policy.admit(&queue, 2, 1, now, None, now).is_ok());
+    // A text model's rows are token-units, and its refusals say so.
+    let mut policy = AdaptivePolicy::new(BUDGET, MAX_ROWS, LatencyModel::from_warmup(&warmup()))
+        .counting("token-units");
+    let shed = policy.admit(&queue, 2, 90, now, None, now).unwrap_err();
+    assert!(
+        shed.message.contains("2 token-units are queued ahead"),
+        "{}",
+        shed.message
+    );
 }
 
 /// A device fast next to its budget: 2 ms + 1 ms per 16 rows, a full batch of 64 in 6 ms,
