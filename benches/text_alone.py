@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -54,11 +55,15 @@ def start(binary, port, model, log_dir):
 
 
 def latency_ms(port, body):
+    """The request's latency, or exits with the server's answer if it is not a 200."""
     request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/embeddings", data=body,
                                      headers={"content-type": "application/json"})
     start = time.perf_counter()
-    with urllib.request.urlopen(request, timeout=30) as response:
-        response.read()
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            response.read()
+    except urllib.error.HTTPError as e:
+        sys.exit(f"port {port} answered {e.code}: {e.read().decode(errors='replace')}")
     return (time.perf_counter() - start) * 1e3
 
 
