@@ -130,14 +130,7 @@ pub async fn simulate(
             tokio::time::sleep(took).await;
             let end = Instant::now();
             let latencies = live.iter().map(|p| end - p.enqueued).collect();
-            for p in live {
-                let _ = p.reply.send(Ok(Completed {
-                    tokens: 0,
-                    output: Vec::new(),
-                    queue_time: now - p.enqueued,
-                    compute_time: took,
-                }));
-            }
+            // As from the worker: the batcher hears that the batch ended first.
             if done_tx
                 .send(WorkerDone {
                     rows,
@@ -148,6 +141,14 @@ pub async fn simulate(
                 .is_err()
             {
                 return;
+            }
+            for p in live {
+                let _ = p.reply.send(Ok(Completed {
+                    tokens: 0,
+                    output: Vec::new(),
+                    queue_time: now - p.enqueued,
+                    compute_time: took,
+                }));
             }
         }
     });
