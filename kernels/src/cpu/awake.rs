@@ -25,6 +25,14 @@ pub fn with_pool_awake<R>(f: impl FnOnce() -> R) -> R {
         return f();
     }
     let done = AtomicBool::new(false);
+    // Set however `f` ends: a panic in it must reach the caller, not leave the scope
+    // waiting on spinners that never stop.
+    struct Done<'a>(&'a AtomicBool);
+    impl Drop for Done<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
     rayon::in_place_scope(|s| {
         for _ in 0..others {
             // A spinner this thread picks up itself (while it waits for a layer, or when the
@@ -37,9 +45,8 @@ pub fn with_pool_awake<R>(f: impl FnOnce() -> R) -> R {
                 spin_until(&done);
             });
         }
-        let result = f();
-        done.store(true, Ordering::Release);
-        result
+        let _done = Done(&done);
+        f()
     })
 }
 
@@ -99,6 +106,25 @@ mod tests {
         assert_eq!(sum, 5050);
         let seen = seen.into_inner().expect("not poisoned");
         assert!(seen.len() > 1, "only one thread ran the pieces: {seen:?}");
+    }
+
+    #[test]
+    fn a_panic_in_the_pass_reaches_the_caller_instead_of_hanging() {
+        let pool = pool(2);
+        let caught = pool.install(|| {
+            std::panic::catch_unwind(|| {
+                with_pool_awake(|| {
+                    rayon::join(|| (), || ());
+                    panic!("the pass failed");
+                })
+            })
+        });
+        assert!(caught.is_err());
+        // The pool still works.
+        assert_eq!(
+            pool.install(|| with_pool_awake(|| rayon::join(|| 1, || 2))),
+            (1, 2)
+        );
     }
 
     #[test]
