@@ -130,7 +130,14 @@ pub async fn simulate(
             tokio::time::sleep(took).await;
             let end = Instant::now();
             let latencies = live.iter().map(|p| end - p.enqueued).collect();
-            // As from the worker: the batcher hears that the batch ended first.
+            for p in live {
+                let _ = p.reply.send(Ok(Completed {
+                    tokens: 0,
+                    output: Vec::new(),
+                    queue_time: now - p.enqueued,
+                    compute_time: took,
+                }));
+            }
             if done_tx
                 .send(WorkerDone {
                     rows,
@@ -141,14 +148,6 @@ pub async fn simulate(
                 .is_err()
             {
                 return;
-            }
-            for p in live {
-                let _ = p.reply.send(Ok(Completed {
-                    tokens: 0,
-                    output: Vec::new(),
-                    queue_time: now - p.enqueued,
-                    compute_time: took,
-                }));
             }
         }
     });
