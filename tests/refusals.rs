@@ -14,6 +14,11 @@ use serde_json::json;
 
 /// Batches that stream ~75 MB of weights: tens of milliseconds each on two cores.
 const DIMS: [usize; 4] = [512, 4096, 4096, 10];
+/// The static model's scenes (a request queued behind two batches, its client gone before
+/// its turn) need batches much longer than the few milliseconds a client takes to be
+/// queued and leave: ~300 MB of weights, some tens of milliseconds a batch, however fast
+/// the memory is that hour.
+const STATIC_DIMS: [usize; 4] = [512, 8192, 8192, 10];
 
 fn rejected(server: &Server, model: &str, reason: &str) -> u64 {
     let labels = [format!("model=\"{model}\""), format!("reason=\"{reason}\"")];
@@ -24,7 +29,7 @@ fn rejected(server: &Server, model: &str, reason: &str) -> u64 {
 fn start() -> (Server, TempDir) {
     let repo = TempDir::new("refusals");
     write_version(repo.path(), "adaptive", 1, &DIMS, 1);
-    write_version(repo.path(), "static", 1, &DIMS, 2);
+    write_version(repo.path(), "static", 1, &STATIC_DIMS, 2);
     std::fs::write(
         repo.path().join("adaptive/config.toml"),
         "policy = \"adaptive\"\np99_ms = 20\nmax_batch_size = 4\n",
