@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::policy::BatchPolicy;
@@ -75,87 +76,111 @@ pub async fn simulate(
     arrivals: Vec<Arrival>,
     latency: impl Fn(usize, Duration) -> Duration + Send + 'static,
 ) -> SimResult {
-    let t0 = Instant::now();
-    let (req_tx, req_rx) = mpsc::channel(capacity.max(1));
-    let (done_tx, done_rx) = mpsc::channel(4);
-    let (batch_tx, mut batch_rx) = mpsc::channel::<Batch>(1);
-    let (_upd_tx, upd_rx) = mpsc::channel(1);
-    let max_rows = policy.max_batch_rows();
-    let batcher = Batcher {
-        model: "sim".into(),
-        requests: req_rx,
-        done: done_rx,
-        batches: Box::new(batch_tx),
-        workers: 1,
-        policy,
-        updates: upd_rx,
-        state: QueueState::new(capacity, max_rows),
-        full_retry_after: Duration::from_secs(1),
-        signals: Default::default(),
-        door: Default::default(),
-        budget: Duration::from_millis(100),
-        cpu_load: None,
-        responses: None,
-        device: super::latency::LatencyModel::from_warmup(&[(1, Duration::from_millis(1))]),
-        device_busy: None,
-        cores_per_batch: 0.0,
-    };
-    let batcher = tokio::spawn(batcher.run());
-    let result = Arc::new(Mutex::new(SimResult::default()));
+    let sim = Sim::start(policy, capacity, latency);
+    // Each request at its time, each awaiting its reply in its own task.
+    let mut waiters = Vec::new();
+    for a in arrivals {
+        tokio::time::sleep_until(sim.t0 + a.at).await;
+        match sim.send(&a) {
+            Some(answer) => waiters.push(tokio::spawn(answer)),
+            None => sim.record((a.at, a.priority, Outcome::Shed)),
+        }
+    }
+    for w in waiters {
+        sim.record(w.await.expect("waiter"));
+    }
+    sim.finish().await
+}
 
-    // The device: what a worker thread does, with scripted compute time.
-    let device_log = result.clone();
-    let device = tokio::spawn(async move {
-        while let Some(batch) = batch_rx.recv().await {
-            let now = Instant::now();
-            device_log
-                .lock()
-                .unwrap()
-                .batches
-                .push((now - t0, batch.reason, batch.rows));
-            let mut live = Vec::new();
-            for p in batch.requests {
-                if p.deadline.is_some_and(|d| d <= now) {
-                    let _ = p.reply.send(Err(Refusal::Expired { waited_ms: 0 }.into()));
-                } else if !p.reply.is_closed() {
-                    live.push(p);
-                }
-            }
-            let rows: usize = live.iter().map(|p| p.rows).sum();
-            let took = if rows == 0 {
-                Duration::ZERO
-            } else {
-                latency(rows, now - t0)
+/// Runs `n` requests of `rows` rows through a batcher with `policy`, as one client that
+/// sends each request the moment the one before is answered.
+pub async fn simulate_closed_loop(
+    policy: Box<dyn BatchPolicy>,
+    n: usize,
+    rows: usize,
+    latency: impl Fn(usize, Duration) -> Duration + Send + 'static,
+) -> SimResult {
+    let sim = Arc::new(Sim::start(policy, 1, latency));
+    // A task of its own, as a handler is: woken by its answer in the runtime's queue,
+    // beside the batcher.
+    let client = sim.clone();
+    let requests = tokio::spawn(async move {
+        for _ in 0..n {
+            let a = Arrival {
+                at: Instant::now() - client.t0,
+                rows,
+                priority: 1,
+                timeout: None,
             };
-            tokio::time::sleep(took).await;
-            let end = Instant::now();
-            let latencies = live.iter().map(|p| end - p.enqueued).collect();
-            for p in live {
-                let _ = p.reply.send(Ok(Completed {
-                    tokens: 0,
-                    output: Vec::new(),
-                    queue_time: now - p.enqueued,
-                    compute_time: took,
-                }));
-            }
-            if done_tx
-                .send(WorkerDone {
-                    rows,
-                    compute: took,
-                    latencies,
-                })
-                .await
-                .is_err()
-            {
-                return;
-            }
+            let outcome = match client.send(&a) {
+                Some(answer) => answer.await,
+                None => (a.at, a.priority, Outcome::Shed),
+            };
+            client.record(outcome);
         }
     });
+    requests.await.expect("client");
+    let Ok(sim) = Arc::try_unwrap(sim) else {
+        unreachable!("the client is done")
+    };
+    sim.finish().await
+}
 
-    // The clients: each request at its time, each awaiting its reply in its own task.
-    let mut waiters = Vec::new();
-    for (i, a) in arrivals.iter().enumerate() {
-        tokio::time::sleep_until(t0 + a.at).await;
+/// A batcher and its simulated device, running.
+struct Sim {
+    t0: Instant,
+    requests: mpsc::Sender<Pending>,
+    result: Arc<Mutex<SimResult>>,
+    batcher: JoinHandle<()>,
+    device: JoinHandle<()>,
+}
+
+impl Sim {
+    fn start(
+        policy: Box<dyn BatchPolicy>,
+        capacity: usize,
+        latency: impl Fn(usize, Duration) -> Duration + Send + 'static,
+    ) -> Sim {
+        let t0 = Instant::now();
+        let (req_tx, req_rx) = mpsc::channel(capacity.max(1));
+        let (done_tx, done_rx) = mpsc::channel(4);
+        let (batch_tx, batch_rx) = mpsc::channel::<Batch>(1);
+        let (_upd_tx, upd_rx) = mpsc::channel(1);
+        let max_rows = policy.max_batch_rows();
+        let batcher = Batcher {
+            model: "sim".into(),
+            requests: req_rx,
+            done: done_rx,
+            batches: Box::new(batch_tx),
+            workers: 1,
+            policy,
+            updates: upd_rx,
+            state: QueueState::new(capacity, max_rows),
+            full_retry_after: Duration::from_secs(1),
+            signals: Default::default(),
+            door: Default::default(),
+            budget: Duration::from_millis(100),
+            cpu_load: None,
+            responses: None,
+            device: super::latency::LatencyModel::from_warmup(&[(1, Duration::from_millis(1))]),
+            device_busy: None,
+            cores_per_batch: 0.0,
+        };
+        let result = Arc::new(Mutex::new(SimResult::default()));
+        Sim {
+            t0,
+            requests: req_tx,
+            batcher: tokio::spawn(batcher.run()),
+            device: tokio::spawn(device(batch_rx, done_tx, result.clone(), t0, latency)),
+            result,
+        }
+    }
+
+    /// Enqueues one request, or None when the channel is full; the answer's outcome.
+    fn send(
+        &self,
+        a: &Arrival,
+    ) -> Option<impl Future<Output = (Duration, u32, Outcome)> + Send + 'static> {
         let now = Instant::now();
         let (tx, rx) = oneshot::channel();
         let pending = Pending {
@@ -168,42 +193,86 @@ pub async fn simulate(
             continues: false,
             reply: tx,
         };
-        if req_tx.try_send(pending).is_err() {
-            result
-                .lock()
-                .unwrap()
-                .outcomes
-                .push((a.at, a.priority, Outcome::Shed));
-            continue;
-        }
+        self.requests.try_send(pending).ok()?;
         let (at, priority) = (a.at, a.priority);
-        waiters.push((
-            i,
-            tokio::spawn(async move {
-                let outcome = match rx.await {
-                    Ok(Ok(_)) => Outcome::Done(Instant::now() - now),
-                    Ok(Err(InferError::Refused(
-                        Refusal::Shed { .. } | Refusal::QueueFull { .. },
-                    ))) => Outcome::Shed,
-                    Ok(Err(InferError::Refused(Refusal::Expired { .. }))) => {
-                        Outcome::Expired(Instant::now() - now)
-                    }
-                    _ => Outcome::Failed,
-                };
-                (at, priority, outcome)
-            }),
-        ));
+        Some(async move {
+            let outcome = match rx.await {
+                Ok(Ok(_)) => Outcome::Done(Instant::now() - now),
+                Ok(Err(InferError::Refused(Refusal::Shed { .. } | Refusal::QueueFull { .. }))) => {
+                    Outcome::Shed
+                }
+                Ok(Err(InferError::Refused(Refusal::Expired { .. }))) => {
+                    Outcome::Expired(Instant::now() - now)
+                }
+                _ => Outcome::Failed,
+            };
+            (at, priority, outcome)
+        })
     }
-    for (_, w) in waiters {
-        let o = w.await.expect("waiter");
-        result.lock().unwrap().outcomes.push(o);
+
+    fn record(&self, outcome: (Duration, u32, Outcome)) {
+        self.result.lock().unwrap().outcomes.push(outcome);
     }
-    drop(req_tx);
-    let _ = batcher.await;
-    let _ = device.await;
-    let mut r = std::mem::take(&mut *result.lock().unwrap());
-    r.outcomes.sort_by_key(|(at, _, _)| *at);
-    r
+
+    async fn finish(self) -> SimResult {
+        drop(self.requests);
+        let _ = self.batcher.await;
+        let _ = self.device.await;
+        let mut r = std::mem::take(&mut *self.result.lock().unwrap());
+        r.outcomes.sort_by_key(|(at, _, _)| *at);
+        r
+    }
+}
+
+/// What a worker thread does, with scripted compute time.
+async fn device(
+    mut batches: mpsc::Receiver<Batch>,
+    done_tx: mpsc::Sender<WorkerDone>,
+    log: Arc<Mutex<SimResult>>,
+    t0: Instant,
+    latency: impl Fn(usize, Duration) -> Duration,
+) {
+    while let Some(batch) = batches.recv().await {
+        let now = Instant::now();
+        log.lock()
+            .unwrap()
+            .batches
+            .push((now - t0, batch.reason, batch.rows));
+        let mut live = Vec::new();
+        for p in batch.requests {
+            if p.deadline.is_some_and(|d| d <= now) {
+                let _ = p.reply.send(Err(Refusal::Expired { waited_ms: 0 }.into()));
+            } else if !p.reply.is_closed() {
+                live.push(p);
+            }
+        }
+        let rows: usize = live.iter().map(|p| p.rows).sum();
+        let took = if rows == 0 {
+            Duration::ZERO
+        } else {
+            latency(rows, now - t0)
+        };
+        tokio::time::sleep(took).await;
+        let end = Instant::now();
+        let latencies = live.iter().map(|p| end - p.enqueued).collect();
+        // As from the worker: the batcher hears that the batch ended first.
+        let done = WorkerDone {
+            rows,
+            compute: took,
+            latencies,
+        };
+        if done_tx.send(done).await.is_err() {
+            return;
+        }
+        for p in live {
+            let _ = p.reply.send(Ok(Completed {
+                tokens: 0,
+                output: Vec::new(),
+                queue_time: now - p.enqueued,
+                compute_time: took,
+            }));
+        }
+    }
 }
 
 /// Poisson arrivals of single rows at `rate` per second for `span`, on whole milliseconds.

@@ -253,6 +253,9 @@ impl Batcher {
         wake: Option<Instant>,
     ) -> bool {
         tokio::select! {
+            // A batch's end first: its worker reports it before answering, so a request sent
+            // on an answer is judged with that batch over.
+            biased;
             done = self.done.recv() => match done {
                 Some(d) => {
                     progress.idle += 1;

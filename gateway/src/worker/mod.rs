@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::batching::task::WorkerDone;
-use crate::batching::{Batch as Released, Completed, Payload, Pending};
+use crate::batching::{Batch as Released, Completed, Payload, Pending, Reply};
 use crate::infer::{InferError, Refusal};
 use crate::metrics as names;
 
@@ -181,19 +181,32 @@ fn serve(spec: WorkerSpec, model: &mut dyn Model) {
         };
         let now = Instant::now();
         let live = live_requests(batch.requests, now, &m);
-        let done = match live.is_empty() {
-            true => WorkerDone {
-                rows: 0,
-                compute: Duration::ZERO,
-                latencies: Vec::new(),
-            },
+        let (done, replies) = match live.is_empty() {
+            true => (
+                WorkerDone {
+                    rows: 0,
+                    compute: Duration::ZERO,
+                    latencies: Vec::new(),
+                },
+                Vec::new(),
+            ),
             false => run_batch(&spec, model, live, &mut buffers, width, now, &m),
         };
-        if spec.done.blocking_send(done).is_err() {
+        // The batcher hears that the batch ended before its clients do: a client that sends
+        // its next request on the answer then finds the device idle, where a request alone
+        // is always admitted, instead of queued behind a batch that has already ended.
+        let batcher_gone = spec.done.blocking_send(done).is_err();
+        for (to, reply) in replies {
+            let _ = to.send(reply);
+        }
+        if batcher_gone {
             return;
         }
     }
 }
+
+/// A batch's answers, each with the request it goes to.
+type Replies = Vec<(tokio::sync::oneshot::Sender<Reply>, Reply)>;
 
 /// The batch's requests whose client still waits and whose deadline has not passed (those
 /// are answered 504 now): they would cost compute for nobody.
@@ -260,7 +273,7 @@ fn run_batch(
     width: usize,
     started_at: Instant,
     m: &WorkerMetrics,
-) -> WorkerDone {
+) -> (WorkerDone, Replies) {
     let rows: usize = live.iter().map(|p| p.rows).sum();
     let outputs: usize = live.iter().map(|p| p.outputs).sum();
     let mut output = std::mem::take(&mut buffers.output);
@@ -308,14 +321,12 @@ fn run_batch(
     // answer finds its batch in them.
     spec.stats
         .executed(outputs, copied_in, forward, finished.elapsed());
-    for (to, reply) in replies {
-        let _ = to.send(reply);
-    }
-    WorkerDone {
+    let done = WorkerDone {
         rows,
         compute,
         latencies,
-    }
+    };
+    (done, replies)
 }
 
 /// `forward`, with a panic inside the model turned into an error for this batch only.

@@ -9,7 +9,7 @@ use super::ReleaseReason;
 use super::adaptive::AdaptivePolicy;
 use super::latency::LatencyModel;
 use super::policy::{BatchPolicy, Decision, StaticPolicy};
-use super::sim::{Arrival, Outcome, poisson, simulate};
+use super::sim::{Arrival, Outcome, poisson, simulate, simulate_closed_loop};
 use super::state::QueueView;
 
 const MS: Duration = Duration::from_millis(1);
@@ -58,6 +58,26 @@ async fn the_budget_holds_under_poisson_load() {
         "{} batches for {n} requests",
         r.batches.len()
     );
+}
+
+/// A client that sends its next request the moment it is answered finds the device idle,
+/// where a lone request is always admitted, even when its batch ended well before the
+/// policy expected.
+#[tokio::test(start_paused = true)]
+async fn a_request_sent_on_an_answer_finds_the_device_idle() {
+    // Batches alternate between 1 and 39 ms: the latency model predicts about 20 ms with a
+    // wide spread, so a policy that had not heard of a fast batch's end would see the device
+    // busy for 19 ms more, and this request's finish behind it past the budget.
+    let batches = std::sync::atomic::AtomicUsize::new(0);
+    let alternating =
+        move |_, _| match batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 2 {
+            0 => MS,
+            _ => 39 * MS,
+        };
+    let r = simulate_closed_loop(adaptive(), 200, 1, alternating).await;
+    let refused = r.count(|o| matches!(o, Outcome::Shed));
+    assert_eq!(refused, 0, "{refused} of 200 refused");
+    assert_eq!(r.count(|o| matches!(o, Outcome::Done(_))), 200);
 }
 
 #[tokio::test(start_paused = true)]
