@@ -11,8 +11,6 @@ use std::process::Command;
 
 use common::text::*;
 use common::*;
-use models::encoder::projection::DenseActivation;
-use models::encoder::synthetic::{SyntheticDense, SyntheticSpec, write_synthetic};
 use serde_json::{Value, json};
 
 /// Token ids made with the model's own tokenizer give what their text gives, alone or beside
@@ -356,16 +354,7 @@ fn clients_check(test: &str, server: &Server, model: &str, dir: &Path, pair_scor
 fn matryoshka_sizes_cut_embeddings_where_the_model_is_served_to_be_cut() {
     let repo = TempDir::new("text-matryoshka");
     synthetic(&repo.path().join("enc/1"), 7);
-    let dense = SyntheticSpec {
-        seed: 9,
-        dense: vec![SyntheticDense {
-            out_features: 12,
-            bias: true,
-            activation: DenseActivation::Tanh,
-        }],
-        ..SyntheticSpec::default()
-    };
-    write_synthetic(&repo.path().join("dense/1"), &dense).unwrap();
+    synthetic_with_dense(&repo.path().join("dense/1"), 9);
     // One text a batch: a request of two runs as two batches, cut after they are joined.
     let config = "p99_ms = 2000\nmin_dimensions = 8\nmax_batch_size = 1\n";
     for model in ["enc", "dense"] {

@@ -1,4 +1,5 @@
-//! TEI's API as its clients call it: `/embed` and `/` (as TEI routes it), `/similarity`,
+//! TEI's API as its clients call it: `/embed` and `/` (as TEI routes it), `/embed_all`,
+//! `/similarity`,
 //! `/info`, `/health`, `/tokenize` and `/decode`, TEI's status codes and error types, and
 //! the `x-*` headers that say what an answer took. A synthetic BERT needs no download.
 
@@ -279,4 +280,111 @@ fn tei_routes_without_a_text_model_are_404s() {
         assert_eq!(r.json()["error_type"], "Validation", "{}", r.text());
     }
     assert_eq!(server.get("/health").status, 200);
+}
+
+/// TEI's `/embed_all`: each text's every token's state, special tokens included, in order,
+/// over several batches of a request and beside pooled requests; their mean is what `/embed`
+/// pools. Refused where the model's embeddings are not its states pooled (Dense modules),
+/// past `max_batch_tokens` tokens in one request, and for an over-long input with `truncate`
+/// false; the server keeps serving.
+#[test]
+fn embed_all_gives_every_token_s_state() {
+    let repo = TempDir::new("tei-embed-all");
+    synthetic(&repo.path().join("enc/1"), 7);
+    synthetic_with_dense(&repo.path().join("dense/1"), 9);
+    // Two texts a batch: a request of three runs as two batches.
+    let config = "p99_ms = 2000\nmax_batch_size = 2\nmax_batch_tokens = 300\n";
+    for model in ["enc", "dense"] {
+        std::fs::write(repo.path().join(model).join("config.toml"), config).unwrap();
+    }
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let texts = ["a cat runs fast", "the big red dog, é", "x"];
+    let all = server.post_json("/embed_all", &json!({"inputs": texts, "model": "enc"}));
+    assert_eq!(all.status, 200, "{}", all.text());
+    let states: Vec<Vec<Vec<f64>>> = (all.json().as_array().unwrap().iter())
+        .map(float_rows)
+        .collect();
+    let pooled = embeddings(&server.post_json(
+        "/embed",
+        &json!({"inputs": texts, "normalize": false, "model": "enc"}),
+    ));
+    assert_eq!(states.len(), texts.len());
+    for (i, text) in texts.iter().enumerate() {
+        let tokenized = server.post_json("/tokenize", &json!({"inputs": text, "model": "enc"}));
+        assert_eq!(states[i].len(), token_ids(&tokenized).len(), "{text}");
+        assert!(states[i].iter().all(|s| s.len() == 32), "{text}");
+        let mean: Vec<f64> = (0..32)
+            .map(|d| states[i].iter().map(|s| s[d]).sum::<f64>() / states[i].len() as f64)
+            .collect();
+        let worst = (mean.iter().zip(&pooled[i])).fold(0f64, |m, (a, b)| m.max((a - b).abs()));
+        assert!(
+            worst < 1e-5,
+            "{text}: the states' mean is {worst} off /embed's"
+        );
+    }
+    // One text as a string: one text's states.
+    let one = server.post_json("/embed_all", &json!({"inputs": texts[0], "model": "enc"}));
+    assert_eq!(one.status, 200, "{}", one.text());
+    assert_eq!(float_rows(&one.json()[0]), states[0]);
+    embed_all_beside_pooled_requests(&server, &texts, &states, &pooled);
+    let long = "a cat runs fast ".repeat(40);
+    for (body, status, words) in [
+        (
+            json!({"inputs": texts, "model": "dense"}),
+            422,
+            "does not answer with every token's state",
+        ),
+        (
+            json!({"inputs": vec![long.as_str(); 10], "model": "enc"}),
+            413,
+            "max_batch_tokens of 300",
+        ),
+        (
+            json!({"inputs": long, "truncate": false, "model": "enc"}),
+            413,
+            "at most 48 fit",
+        ),
+        (json!({"inputs": [], "model": "enc"}), 400, "no text"),
+    ] {
+        let r = server.post_json("/embed_all", &body);
+        assert_eq!(r.status, status, "{body}: {}", r.text());
+        assert!(r.text().contains(words), "{words}: {}", r.text());
+    }
+    let again = server.post_json("/embed_all", &json!({"inputs": texts, "model": "enc"}));
+    assert_eq!((again.status, again.json()), (200, all.json()));
+}
+
+/// Clients of `/embed_all` and `/embed` at once, so that their texts share batches: each
+/// answer is the one each gets alone.
+fn embed_all_beside_pooled_requests(
+    server: &Server,
+    texts: &[&str],
+    states: &[Vec<Vec<f64>>],
+    pooled: &[Vec<f64>],
+) {
+    let close = |a: &[f64], b: &[f64]| {
+        let scale = b.iter().fold(0f64, |m, v| m.max(v.abs()));
+        (a.iter().zip(b)).all(|(x, y)| (x - y).abs() <= 1e-4 * scale)
+    };
+    std::thread::scope(|s| {
+        for client in 0..4 {
+            s.spawn(move || {
+                for round in 0..10 {
+                    let i = (client + round) % texts.len();
+                    let body = json!({"inputs": [texts[i]], "normalize": false, "model": "enc"});
+                    if (client + round) % 2 == 0 {
+                        let r = server.post_json("/embed_all", &body);
+                        assert_eq!(r.status, 200, "{}", r.text());
+                        let got = float_rows(&r.json()[0]);
+                        assert_eq!(got.len(), states[i].len());
+                        assert!(got.iter().zip(&states[i]).all(|(g, w)| close(g, w)));
+                    } else {
+                        let r = server.post_json("/embed", &body);
+                        assert_eq!(r.status, 200, "{}", r.text());
+                        assert!(close(&embeddings(&r)[0], &pooled[i]));
+                    }
+                }
+            });
+        }
+    });
 }

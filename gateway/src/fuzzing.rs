@@ -142,6 +142,7 @@ fn fixtures() -> &'static Fixtures {
                 sliding_window: None,
                 labels: Vec::new(),
                 multi_label: false,
+                token_states: false,
             },
             tokenizer,
             sentencepiece,

@@ -83,6 +83,8 @@ pub struct TextInput {
     pub labels: Vec<String>,
     /// A classifier's labels are scored each alone (a sigmoid each), not against each other.
     pub multi_label: bool,
+    /// Whether it answers a text with its every token's state (TEI's `/embed_all`).
+    pub token_states: bool,
 }
 
 impl TextInput {
@@ -126,7 +128,8 @@ impl SlidingWindow {
 pub enum Batch<'a> {
     /// Row-major `[rows, width]`.
     Dense { values: &'a [f32], rows: usize },
-    /// Sequences packed end to end: one output row each.
+    /// Sequences packed end to end: one output row each, or one a token for a sequence
+    /// that keeps its every state.
     Tokens(&'a PackedTokens),
 }
 
@@ -135,7 +138,7 @@ impl Batch<'_> {
     pub fn rows(&self) -> usize {
         match self {
             Batch::Dense { rows, .. } => *rows,
-            Batch::Tokens(t) => t.sequences(),
+            Batch::Tokens(t) => t.output_rows(),
         }
     }
 }

@@ -268,6 +268,7 @@ fn invalid_batches_are_errors_not_panics() {
         ids,
         type_ids,
         offsets,
+        states: Vec::new(),
     };
     let cases = [
         (

@@ -14,7 +14,8 @@ use models::encoder::{Encoded, Encoder, PackedTokens, TextTokenizer};
 
 mod support;
 
-use support::{on_every_device, python, run_python, run_script, synthetic};
+use support::embeddings::ask_reference;
+use support::{on_every_device, python, run_script, synthetic};
 
 const TEXTS: [&str; 3] = [
     "a man is eating food.",
@@ -32,19 +33,7 @@ fn logits(encoder: &mut Encoder, seqs: &[Encoded]) -> Vec<f32> {
 
 /// The reference's logits of `seqs` through a classifier's head.
 fn reference_logits(python: &Path, dir: &Path, seqs: &[Encoded]) -> Vec<Vec<f64>> {
-    let request = serde_json::json!({
-        "sequences": seqs
-            .iter()
-            .map(|e| serde_json::json!({"ids": e.ids, "type_ids": e.type_ids}))
-            .collect::<Vec<_>>(),
-    });
-    let stdout = run_python(
-        python,
-        &["classify", dir.to_str().unwrap()],
-        request.to_string().as_bytes(),
-    );
-    let reply: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
-    serde_json::from_value(reply["logits"].clone()).unwrap()
+    ask_reference(python, "classify", dir, seqs, None, "logits")
 }
 
 /// A classifier's logits against the reference's, on single texts and on pairs (whose

@@ -40,6 +40,22 @@ pub fn synthetic(dir: &Path, seed: u64) {
     write_synthetic(dir, &spec).unwrap();
 }
 
+/// The synthetic BERT with a Dense module after pooling (32 wide to 12, tanh).
+pub fn synthetic_with_dense(dir: &Path, seed: u64) {
+    use models::encoder::projection::DenseActivation;
+    use models::encoder::synthetic::SyntheticDense;
+    let spec = SyntheticSpec {
+        seed,
+        dense: vec![SyntheticDense {
+            out_features: 12,
+            bias: true,
+            activation: DenseActivation::Tanh,
+        }],
+        ..SyntheticSpec::default()
+    };
+    write_synthetic(dir, &spec).unwrap();
+}
+
 pub fn start_synthetic() -> (Server, TempDir) {
     let repo = TempDir::new("text");
     synthetic(&repo.path().join("enc/1"), 7);

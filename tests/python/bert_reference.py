@@ -12,6 +12,9 @@ Commands (JSON on stdin, JSON on stdout):
                 stdout {"embeddings": [[...], ...]}  (pooled, then through the folder's
                 sentence-transformers Dense modules if modules.json lists any; not
                 normalised; float64)
+  states DIR    stdin {"sequences": [...]} as for embed
+                stdout {"states": [[[...], ...], ...]}  (every token's final state of each
+                sequence: what pooling reads; float64)
   classify DIR  stdin {"sequences": [...]} as for embed, of a BertForSequenceClassification,
                 (XLM)RobertaForSequenceClassification, DistilBert..., MPNet... or
                 ModernBertForSequenceClassification
@@ -289,6 +292,21 @@ def dense_modules(folder):
     return modules
 
 
+def final_states(seq, w, cfg):
+    """Every token's state after the last layer (and ModernBERT's final norm)."""
+    if cfg.get("model_type") == "modernbert":
+        return modern_encode(np.array(seq["ids"]), w, cfg)
+    return encode(np.array(seq["ids"]), np.array(seq["type_ids"]), w, cfg)
+
+
+def states(folder):
+    request = json.load(sys.stdin)
+    cfg = read_config(folder)
+    w = load_weights(folder)
+    out = [final_states(seq, w, cfg).tolist() for seq in request["sequences"]]
+    json.dump({"states": out}, sys.stdout)
+
+
 def embed(folder):
     request = json.load(sys.stdin)
     cfg = read_config(folder)
@@ -296,10 +314,7 @@ def embed(folder):
     dense = dense_modules(folder)
     out = []
     for seq in request["sequences"]:
-        if cfg.get("model_type") == "modernbert":
-            states = modern_encode(np.array(seq["ids"]), w, cfg)
-        else:
-            states = encode(np.array(seq["ids"]), np.array(seq["type_ids"]), w, cfg)
+        states = final_states(seq, w, cfg)
         pooled = states[0] if request.get("pooling", "mean") == "cls" else states.mean(0)
         for weight, bias, activation in dense:
             pooled = activation(weight @ pooled + bias)
@@ -381,6 +396,8 @@ def convert(src, dst, dtype):
 def main(argv):
     if len(argv) == 3 and argv[1] == "embed":
         embed(argv[2])
+    elif len(argv) == 3 and argv[1] == "states":
+        states(argv[2])
     elif len(argv) == 3 and argv[1] == "classify":
         classify(argv[2])
     elif len(argv) == 5 and argv[1] == "convert":

@@ -24,7 +24,7 @@ use super::classify::{
 };
 use super::inputs::Input;
 use super::tei::served_text_version;
-use super::text_request::{Answered, Received, Served, receive};
+use super::text_request::{Received, Served, answer_read, receive};
 use super::{AppState, content_coding, error_response};
 use crate::error::ApiError;
 use crate::protocol::json_de;
@@ -92,18 +92,7 @@ pub(super) async fn serve<T: DeserializeOwned + Named>(
         let version = served_text_version(state, request.model())?;
         Ok::<_, ApiError>((received, request, version))
     };
-    let (version, result) = match read().await {
-        Err(e) => (None, Err(e)),
-        Ok((received, request, version)) => {
-            (Some(version.clone()), on(version, received, request).await)
-        }
-    };
-    let answer = Answered {
-        version,
-        result,
-        started,
-    };
-    answer.respond(coding, cohere_error).await
+    answer_read(read().await, on, started, coding, cohere_error).await
 }
 
 /// A Cohere request that may name its model.

@@ -10,6 +10,8 @@
 //! are the model's own (its tokenizer's, special tokens included), as OpenAI's, vLLM's and
 //! TEI's servers take them.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::{Full, Limited};
@@ -22,7 +24,7 @@ use tokio::time::Instant;
 use super::arrival::ArrivalClock;
 use super::inputs::{Input, Inputs, MAX_TEXTS};
 use super::matryoshka::Asked;
-use super::text_request::{Answered, Ask, Outputs, Received, Served, Task, receive, run};
+use super::text_request::{Ask, Outputs, Received, Served, Task, answer_read, receive, run};
 use super::{AppState, content_coding, error_response};
 use crate::error::ApiError;
 use crate::protocol::json_de;
@@ -77,22 +79,16 @@ pub async fn openai(
 ) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let coding = content_coding::accepted(req.headers());
-    let (version, result) = match read_openai(state, req, clock, started).await {
-        Err(e) => (None, Err(e)),
-        Ok((received, request)) => match state.registry.resolve(&request.model, None) {
-            Err(e) => (None, Err(e.into())),
-            Ok(version) => {
-                let answer = answer_openai(state, &version, received, request).await;
-                (Some(version), answer)
-            }
-        },
+    let read = read_openai(state, req, clock, started)
+        .await
+        .and_then(|(received, request)| {
+            let version = state.registry.resolve(&request.model, None)?;
+            Ok((received, request, version))
+        });
+    let on = async |version: Arc<ModelVersion>, received, request| {
+        answer_openai(state, &version, received, request).await
     };
-    let answer = Answered {
-        version,
-        result,
-        started,
-    };
-    answer.respond(coding, openai_error).await
+    answer_read(read, on, started, coding, openai_error).await
 }
 
 async fn read_openai(

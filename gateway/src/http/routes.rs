@@ -121,6 +121,7 @@ async fn write(
             Ok(super::embeddings::openai(state, req, arrival).await)
         }
         (true, ["embed"]) => Ok(super::tei::post_embed(state, req, arrival).await),
+        (true, ["embed_all"]) => Ok(super::tei::post_embed_all(state, req, arrival).await),
         (true, ["similarity"]) => Ok(super::similarity::post_similarity(state, req, arrival).await),
         (true, ["predict"]) => Ok(super::classify::predict(state, req, arrival).await),
         (true, ["rerank"]) => Ok(super::classify::rerank(state, req, arrival).await),
@@ -194,6 +195,7 @@ fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
         ["metrics"] | ["v2"] | ["v2", "health", "live" | "ready"] => Some(READ),
         ["v1", "models"] | ["v1", "models", _] => Some(READ),
         ["v2", "repository", "index"] | ["v1", "embeddings"] | ["embed"] => Some("POST"),
+        ["embed_all"] => Some("POST"),
         ["embeddings"] | ["invocations"] | ["similarity"] => Some("POST"),
         ["tokenize"] | ["decode"] | ["predict"] | ["rerank"] => Some("POST"),
         ["v1" | "v2", "rerank" | "embed"] => Some("POST"),

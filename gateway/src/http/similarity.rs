@@ -5,6 +5,8 @@
 //! which is where `huggingface_hub`'s `InferenceClient(model=URL).sentence_similarity`
 //! posts it.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{Full, Limited};
@@ -18,7 +20,7 @@ use super::classify::Bounded;
 use super::embeddings::inputs;
 use super::inputs::{Input, Inputs, MAX_TEXTS};
 use super::tei::{served_text_version, tei_error, truncation};
-use super::text_request::{Answered, Ask, Received, Served, Task, receive, run};
+use super::text_request::{Ask, Received, Served, Task, answer_read, receive, run};
 use super::{AppState, content_coding};
 use crate::error::ApiError;
 use crate::protocol::json_de;
@@ -82,19 +84,10 @@ pub(super) async fn answer(
         let version = served_text_version(state, request.model.as_deref())?;
         Ok((received, request, version))
     });
-    let (version, result) = match checked {
-        Err(e) => (None, Err(e)),
-        Ok((received, request, version)) => {
-            let answer = similarities(state, &version, received, request).await;
-            (Some(version), answer)
-        }
+    let on = async |version: Arc<ModelVersion>, received, request| {
+        similarities(state, &version, received, request).await
     };
-    let answered = Answered {
-        version,
-        result,
-        started,
-    };
-    answered.respond(coding, tei_error).await
+    answer_read(checked, on, started, coding, tei_error).await
 }
 
 async fn similarities(

@@ -3,6 +3,8 @@
 //! - `POST /embed`, and `POST /` as TEI routes it for an embedding model (what
 //!   `huggingface_hub`'s `InferenceClient.feature_extraction` posts to a server's URL):
 //!   `inputs`, `normalize`, `truncate`, `truncation_direction`; an array of embeddings back;
+//! - `POST /embed_all`: `inputs`, `truncate`, `truncation_direction`, `prompt_name`; each
+//!   text's every token's state (special tokens included), not normalised;
 //! - `POST /similarity`, in [`super::similarity`];
 //! - `POST /predict` and `POST /rerank` for a classifier, in [`super::classify`];
 //! - `GET /info`: the model and the limits it is served with, in TEI's fields;
@@ -25,7 +27,7 @@ use tokio::time::Instant;
 use super::arrival::ArrivalClock;
 use super::embeddings::inputs;
 use super::inputs::{Inputs, MAX_TEXTS};
-use super::text_request::{Answered, Ask, Received, Served, Task, receive, run};
+use super::text_request::{Ask, Received, Served, Task, answer_read, receive, run};
 use super::{AppState, content_coding, error_response, json_response};
 use crate::error::{ApiError, RequestError};
 use crate::infer::InferError;
@@ -57,6 +59,21 @@ pub(crate) struct TeiRequest {
     pub(crate) dimensions: Option<u64>,
     #[serde(default)]
     pub(crate) model: Option<String>,
+}
+
+/// TEI's `/embed_all` request: [`TeiRequest`] without what only pooled embeddings take
+/// (`normalize`, `dimensions`).
+#[derive(Debug, Deserialize)]
+struct EmbedAllRequest {
+    inputs: Inputs,
+    #[serde(default)]
+    truncate: Option<bool>,
+    #[serde(default)]
+    truncation_direction: Option<String>,
+    #[serde(default)]
+    prompt_name: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
 }
 
 /// `POST /` (and SageMaker's `/invocations`), as TEI routes it by what `/info` calls the
@@ -104,19 +121,57 @@ async fn embed_or_similarity(
         let read = received.map(|r| (r, request));
         return super::similarity::answer(state, coding, started, read).await;
     }
-    let (version, result) = match received.and_then(|r| read(state, r)) {
-        Err(e) => (None, Err(e)),
-        Ok((received, request, version)) => {
-            let answer = answer(state, &version, received, request).await;
-            (Some(version), answer)
-        }
+    let on = async |version: Arc<ModelVersion>, received, request| {
+        answer(state, &version, received, request).await
     };
-    let answer = Answered {
-        version,
-        result,
-        started,
+    let read = received.and_then(|r| read(state, r));
+    answer_read(read, on, started, coding, tei_error).await
+}
+
+/// `POST /embed_all`.
+pub async fn post_embed_all(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+    clock: &ArrivalClock,
+) -> Response<Full<Bytes>> {
+    let started = Instant::now();
+    let coding = content_coding::accepted(req.headers());
+    let read = |received: Received| {
+        let request: EmbedAllRequest = json_de::from_slice(&received.body)
+            .map_err(|e| ApiError::unreadable("embed_all", e))?;
+        let version = served_text_version(state, request.model.as_deref())?;
+        Ok::<_, ApiError>((received, request, version))
     };
-    answer.respond(coding, tei_error).await
+    let on = async |version: Arc<ModelVersion>, received, request| {
+        answer_all(state, &version, received, request).await
+    };
+    let read = receive(state, req, clock, started).await.and_then(read);
+    answer_read(read, on, started, coding, tei_error).await
+}
+
+async fn answer_all(
+    state: &AppState,
+    version: &ModelVersion,
+    received: Received,
+    request: EmbedAllRequest,
+) -> Result<Served, ApiError> {
+    let ask = Ask {
+        inputs: inputs("inputs", request.inputs)?,
+        truncation: truncation(request.truncate, request.truncation_direction.as_deref())?,
+        normalize: Some(false),
+        prompt_name: request.prompt_name,
+        task: Task::TokenStates,
+        dimensions: super::matryoshka::Asked::NONE,
+    };
+    let e = run(state, version, &received.arrival, ask).await?;
+    let mut states = e.values.chunks_exact(e.width.max(1));
+    let texts: Vec<Vec<&[f32]>> = (e.lengths.iter())
+        .map(|&n| states.by_ref().take(n).collect())
+        .collect();
+    Ok(Served {
+        body: json!(texts).to_string().into_bytes(),
+        meta: e.meta,
+    })
 }
 
 fn read(

@@ -40,13 +40,17 @@ pub(super) struct Ask {
 pub(super) enum Task {
     Embed,
     Classify,
+    /// Every token's state of each text, not normalised (TEI's `/embed_all`).
+    TokenStates,
 }
 
 /// What came back.
 pub(super) struct Outputs {
-    /// Row-major `[texts, width]`.
+    /// Row-major `[texts, width]`, or for [`Task::TokenStates`] `[tokens, width]`.
     pub(super) values: Vec<f32>,
     pub(super) width: usize,
+    /// For [`Task::TokenStates`], each text's tokens in order; empty otherwise.
+    pub(super) lengths: Vec<usize>,
     pub(super) meta: Metadata,
 }
 
@@ -130,17 +134,23 @@ pub(super) async fn run(
     let width = version.info.output_width;
     let dimensions = (ask.dimensions).checked(version.settings().min_dimensions, width)?;
     version.core.admit_unparsed(arrival)?;
-    let normalize = ask
-        .normalize
-        .unwrap_or(text::text_model(version)?.input.normalize_by_default);
+    let states = ask.task == Task::TokenStates;
+    let normalize = !states
+        && ask
+            .normalize
+            .unwrap_or(text::text_model(version)?.input.normalize_by_default);
     let prompt_name = ask.prompt_name.as_deref();
     let characters = ask.inputs.iter().map(Input::chars).sum();
     let tokenizing = Instant::now();
     let batches = text::tokenize_in_batches(version, ask.inputs, ask.truncation, prompt_name);
-    let batches = batches.await?;
+    let mut batches = batches.await?;
     let tokenization = tokenizing.elapsed();
     let tokens = batches.iter().map(|b| b.count).sum();
     let settings = version.settings();
+    let lengths = match states {
+        true => keep_states(&mut batches, tokens, settings.max_batch_tokens)?,
+        false => Vec::new(),
+    };
     let timeout = (settings.default_timeout_us > 0)
         .then(|| std::time::Duration::from_micros(settings.default_timeout_us));
     // The first batch is admitted or refused; the rest follow it, so that a request is
@@ -178,16 +188,47 @@ pub(super) async fn run(
     Ok(Outputs {
         values: text::normalized(values, width, normalize),
         width,
+        lengths,
         meta,
     })
 }
 
+/// Marks every text of `batches` to be answered with its every token's state; each text's
+/// tokens. Refused past `max_batch_tokens` tokens in all: the answer holds a vector a
+/// token, and one batch's worth bounds it.
+fn keep_states(
+    batches: &mut [text::Tokenized],
+    tokens: usize,
+    max_batch_tokens: usize,
+) -> Result<Vec<usize>, ApiError> {
+    if tokens > max_batch_tokens {
+        return Err(ApiError::too_large(format!(
+            "the request's texts come to {tokens} tokens, and every token's state is asked \
+             for: at most the model's max_batch_tokens of {max_batch_tokens} in one request; \
+             send fewer or shorter texts"
+        )));
+    }
+    let mut lengths = Vec::new();
+    for b in batches {
+        b.tokens.keep_all_states();
+        lengths.extend(b.tokens.lengths());
+    }
+    Ok(lengths)
+}
+
 /// Refuses a request for what the model does not do: embeddings of a classifier, scores of
-/// an encoder of embeddings.
+/// an encoder of embeddings, token states where they are not served.
 fn check_task(version: &ModelVersion, task: Task) -> Result<(), ApiError> {
-    let classifier = text::text_model(version)?.input.is_classifier();
+    let input = &text::text_model(version)?.input;
+    let classifier = input.is_classifier();
     match (task, classifier) {
-        (Task::Embed, true) => Err(ApiError::invalid(format!(
+        (Task::TokenStates, _) if !input.token_states => Err(ApiError::invalid(format!(
+            "model {:?} does not answer with every token's state: /embed_all takes a text \
+             encoder served on the CPU whose embeddings are its token states pooled (no \
+             classifier head, no Dense module)",
+            version.name
+        ))),
+        (Task::Embed | Task::TokenStates, true) => Err(ApiError::invalid(format!(
             "model {:?} is a classifier: it answers /predict, /rerank and v2 infer (logits), \
              not embeddings",
             version.name
@@ -259,6 +300,30 @@ fn count(version: Option<&ModelVersion>, response: &Response<Full<Bytes>>, start
     metrics::counter!(names::REQUESTS, "model" => label.clone(), "code" => code).increment(1);
     metrics::histogram!(names::REQUEST_DURATION, "model" => label)
         .record(started.elapsed().as_secs_f64());
+}
+
+/// A request a text handler read (its body, what it asks, the version that answers it)
+/// answered by `on`, and answered and counted as [`Answered::respond`] does: how every text
+/// handler ends.
+pub(super) async fn answer_read<T>(
+    read: Result<(Received, T, Arc<ModelVersion>), ApiError>,
+    on: impl AsyncFnOnce(Arc<ModelVersion>, Received, T) -> Result<Served, ApiError>,
+    started: Instant,
+    coding: content_coding::Coding,
+    error: fn(&ApiError) -> Response<Full<Bytes>>,
+) -> Response<Full<Bytes>> {
+    let (version, result) = match read {
+        Err(e) => (None, Err(e)),
+        Ok((received, request, version)) => {
+            (Some(version.clone()), on(version, received, request).await)
+        }
+    };
+    let answer = Answered {
+        version,
+        result,
+        started,
+    };
+    answer.respond(coding, error).await
 }
 
 /// What a text handler came to, to be answered and counted.

@@ -245,8 +245,7 @@ fn assemble<'a>(live: &'a [Pending], buffers: &'a mut Buffers) -> Batch<'a> {
         for p in live {
             if let Payload::Tokens(t) = &p.input {
                 for i in 0..t.sequences() {
-                    let r = t.range(i);
-                    buffers.tokens.push_ids(&t.ids[r.clone()], &t.type_ids[r]);
+                    buffers.tokens.push_sequence_of(t, i);
                 }
             }
         }
@@ -276,9 +275,10 @@ fn run_batch(
 ) -> (WorkerDone, Replies) {
     let rows: usize = live.iter().map(|p| p.rows).sum();
     let outputs: usize = live.iter().map(|p| p.outputs).sum();
+    let rows_out: usize = live.iter().map(output_rows).sum();
     let mut output = std::mem::take(&mut buffers.output);
     output.clear();
-    output.resize(outputs * width, 0.0);
+    output.resize(rows_out * width, 0.0);
     let copying = std::time::Instant::now();
     let batch = assemble(&live, buffers);
     if let Batch::Tokens(t) = batch {
@@ -299,7 +299,7 @@ fn run_batch(
     let mut replies = Vec::with_capacity(live.len());
     let mut offset = 0;
     for p in live {
-        let n = p.outputs * width;
+        let n = output_rows(&p) * width;
         latencies.push(finished.saturating_duration_since(p.enqueued));
         let reply = match &result {
             Ok(()) => Ok(Completed {
@@ -327,6 +327,15 @@ fn run_batch(
         latencies,
     };
     (done, replies)
+}
+
+/// The rows of output a request gets back: one an output (a row, a text), or one a token
+/// for a text that keeps its every state.
+fn output_rows(p: &Pending) -> usize {
+    match &p.input {
+        Payload::Tokens(t) => t.output_rows(),
+        Payload::Dense(_) => p.outputs,
+    }
 }
 
 /// `forward`, with a panic inside the model turned into an error for this batch only.

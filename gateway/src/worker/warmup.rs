@@ -202,6 +202,7 @@ mod tests {
             sliding_window: None,
             labels: Vec::new(),
             multi_label: false,
+            token_states: false,
         };
         let s = text_samples(&text, 1024, 16);
         let sizes: Vec<(usize, usize)> = s

@@ -122,7 +122,8 @@ impl CpuEncoder {
         })
     }
 
-    /// Runs validated `tokens` and writes `[sequences, hidden]` pooled states.
+    /// Runs validated `tokens` and writes `[output rows, hidden]`: pooled states, and every
+    /// state of the sequences that keep them.
     pub(super) fn forward(
         &mut self,
         tokens: &PackedTokens,
@@ -265,7 +266,8 @@ pub(super) fn attention_input<'a>(
     }
 }
 
-/// One vector per sequence from its token states: their mean, or the first (`[CLS]`).
+/// One vector per sequence from its token states (their mean, or the first, `[CLS]`), or
+/// every state of a sequence that keeps them, in order.
 pub(super) fn pool(
     x: &[f32],
     tokens: &PackedTokens,
@@ -273,14 +275,24 @@ pub(super) fn pool(
     pooling: Pooling,
     output: &mut [f32],
 ) {
-    for (seq, out) in output.chunks_exact_mut(h).enumerate() {
+    let mut rows = output.chunks_exact_mut(h);
+    for seq in 0..tokens.sequences() {
         let range = tokens.range(seq);
+        let states = &x[range.start * h..range.end * h];
+        if tokens.keeps_states(seq) {
+            // The states first: a zip that ran out on them would still take a row.
+            for (state, out) in states.chunks_exact(h).zip(rows.by_ref()) {
+                out.copy_from_slice(state);
+            }
+            continue;
+        }
+        let Some(out) = rows.next() else { return };
         match pooling {
-            Pooling::Cls => out.copy_from_slice(&x[range.start * h..][..h]),
+            Pooling::Cls => out.copy_from_slice(&states[..h]),
             Pooling::Mean => {
                 out.fill(0.0);
                 let n = range.len() as f32;
-                for row in x[range.start * h..range.end * h].chunks_exact(h) {
+                for row in states.chunks_exact(h) {
                     for (o, v) in out.iter_mut().zip(row) {
                         *o += v;
                     }

@@ -26,7 +26,7 @@ pub(super) struct Grouped<'a> {
     pub(super) pair_cost: f64,
     /// A token's dense layers, FLOPs a layer at f32's rate (fewer where they run faster).
     pub(super) token_flops: f64,
-    /// Output values per sequence.
+    /// Output values per row.
     pub(super) width: usize,
 }
 
@@ -67,16 +67,34 @@ impl Grouped<'_> {
             .map(|(group, picked)| {
                 self.tokens
                     .copy_picked(picked.iter().copied(), &mut group.tokens);
-                group.output.resize(picked.len() * width, 0.0);
+                group.output.resize(group.tokens.output_rows() * width, 0.0);
                 forward(&group.tokens, &mut group.state, &mut group.output, 1)
             })
             .collect();
+        // One row a sequence, unless some keep their every state.
+        let starts = self.tokens.keeps_any_states().then(|| self.output_starts());
         for (group, picked) in groups.iter().zip(&picks) {
-            for (row, &sequence) in group.output.chunks_exact(width).zip(picked) {
-                output[sequence * width..][..width].copy_from_slice(row);
+            let mut rows = group.output.as_slice();
+            for &sequence in picked {
+                let n = self.tokens.output_rows_of(sequence) * width;
+                let start = starts.as_ref().map_or(sequence, |s| s[sequence]);
+                output[start * width..][..n].copy_from_slice(&rows[..n]);
+                rows = &rows[n..];
             }
         }
         Some(result)
+    }
+
+    /// Where each sequence's rows start in the batch's output.
+    fn output_starts(&self) -> Vec<usize> {
+        let mut start = 0;
+        (0..self.tokens.sequences())
+            .map(|i| {
+                let this = start;
+                start += self.tokens.output_rows_of(i);
+                this
+            })
+            .collect()
     }
 }
 

@@ -77,7 +77,8 @@ enum Backend {
 }
 
 impl Backend {
-    /// `[sequences, hidden]` pooled states of validated `tokens`.
+    /// `[output rows, hidden]` pooled states of validated `tokens` (every state of a
+    /// sequence that keeps them).
     fn forward(&mut self, tokens: &PackedTokens, output: &mut [f32]) -> Result<(), ModelError> {
         match self {
             Backend::Cpu(m) => m.forward(tokens, output),
@@ -263,6 +264,14 @@ impl Encoder {
         on_cpu && self.backend.threads() > 1
     }
 
+    /// Whether it answers a sequence with its every token's state (TEI's `/embed_all`):
+    /// those are its outputs' width only where no classifier head or Dense module follows
+    /// pooling, and only the CPU's encoders write them.
+    pub fn serves_token_states(&self) -> bool {
+        let on_cpu = matches!(self.backend, Backend::Cpu(_) | Backend::ModernCpu(_));
+        on_cpu && self.head.is_none() && self.projection.is_none()
+    }
+
     /// Values per token state: the transformer's width (an embedding's too, unless Dense
     /// modules project it: see [`Encoder::output_width`]).
     pub fn hidden(&self) -> usize {
@@ -319,7 +328,9 @@ impl Encoder {
 
     /// Runs a packed batch and writes one row per sequence into `output` (`[sequences,
     /// output_width]`, row-major): its pooled embedding through any Dense modules, not
-    /// normalised (see [`l2_normalize_rows`]), or a classifier's logits.
+    /// normalised (see [`l2_normalize_rows`]), or a classifier's logits; or, for a sequence
+    /// that keeps them, its every token's state, one row each (where
+    /// [`Encoder::serves_token_states`]).
     pub fn forward_packed(
         &mut self,
         tokens: &PackedTokens,
@@ -350,7 +361,21 @@ impl Encoder {
     /// over-long sequences, ids outside the vocabularies, a wrongly sized output.
     fn check(&self, tokens: &PackedTokens, output: &mut [f32]) -> Result<(), ModelError> {
         let c = &self.config;
-        let expected = tokens.sequences() * self.output_width();
+        let marks = tokens.states.len();
+        if marks != 0 && marks != tokens.sequences() {
+            return Err(ModelError::InvalidTokens(format!(
+                "{marks} marks of kept states for {} sequences: none, or one each",
+                tokens.sequences()
+            )));
+        }
+        if tokens.keeps_any_states() && !self.serves_token_states() {
+            return Err(ModelError::WrongInput(
+                "this model does not answer with every token's state: that takes a text \
+                 encoder on the CPU with no classifier head or Dense module"
+                    .into(),
+            ));
+        }
+        let expected = tokens.output_rows() * self.output_width();
         if output.len() != expected {
             return Err(ModelError::OutputSize {
                 expected,

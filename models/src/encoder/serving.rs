@@ -58,6 +58,7 @@ impl Encoder {
             sliding_window: c.sliding_window(),
             labels: c.labels.clone(),
             multi_label: c.multi_label,
+            token_states: self.serves_token_states(),
         }
     }
 }

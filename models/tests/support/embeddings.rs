@@ -14,20 +14,44 @@ use super::{python, run_python, synthetic};
 
 /// The reference's pooled (not normalised) embeddings of `seqs`.
 pub fn reference(python: &Path, dir: &Path, seqs: &[Encoded], pooling: Pooling) -> Vec<Vec<f64>> {
-    let request = serde_json::json!({
+    ask_reference(python, "embed", dir, seqs, Some(pooling), "embeddings")
+}
+
+/// The reference's final state of every token of each of `seqs`.
+pub fn reference_states(python: &Path, dir: &Path, seqs: &[Encoded]) -> Vec<Vec<Vec<f64>>> {
+    ask_reference(python, "states", dir, seqs, None, "states")
+}
+
+/// Runs the reference's `command` on the model folder `dir` and `seqs` (pooled as `pooling`
+/// says, where it pools); `field` of its answer.
+pub fn ask_reference<T: serde::de::DeserializeOwned>(
+    python: &Path,
+    command: &str,
+    dir: &Path,
+    seqs: &[Encoded],
+    pooling: Option<Pooling>,
+    field: &str,
+) -> T {
+    let mut request = serde_json::json!({
         "sequences": seqs
             .iter()
             .map(|e| serde_json::json!({"ids": e.ids, "type_ids": e.type_ids}))
             .collect::<Vec<_>>(),
-        "pooling": if pooling == Pooling::Cls { "cls" } else { "mean" },
     });
+    if let Some(pooling) = pooling {
+        request["pooling"] = serde_json::json!(if pooling == Pooling::Cls {
+            "cls"
+        } else {
+            "mean"
+        });
+    }
     let stdout = run_python(
         python,
-        &["embed", dir.to_str().unwrap()],
+        &[command, dir.to_str().unwrap()],
         request.to_string().as_bytes(),
     );
     let reply: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
-    serde_json::from_value(reply["embeddings"].clone()).unwrap()
+    serde_json::from_value(reply[field].clone()).unwrap()
 }
 
 // ---------------------------------------------------------------------------------------
