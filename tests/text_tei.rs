@@ -388,3 +388,72 @@ fn embed_all_beside_pooled_requests(
         }
     });
 }
+
+/// TEI's `/embed_sparse` for a sparse encoder (SPLADE): each text's weights above zero by
+/// vocabulary index, the same as `/embed` gives (unnormalised) in full; `/info` calls its
+/// pooling `splade`. Refused for a dense encoder; the server keeps serving.
+#[test]
+fn embed_sparse_gives_each_text_s_weights_above_zero() {
+    let repo = TempDir::new("tei-embed-sparse");
+    synthetic_sparse(&repo.path().join("splade/1"), 11);
+    synthetic(&repo.path().join("enc/1"), 7);
+    for model in ["splade", "enc"] {
+        let config = repo.path().join(model).join("config.toml");
+        std::fs::write(config, "p99_ms = 2000\n").unwrap();
+    }
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let texts = ["a cat runs fast", "the big red dog, é", "x"];
+    let body = json!({"inputs": texts, "model": "splade"});
+    let r = server.post_json("/embed_sparse", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let dense = embeddings(&server.post_json(
+        "/embed",
+        &json!({"inputs": texts, "normalize": false, "model": "splade"}),
+    ));
+    let answers = r.json();
+    let answers = answers.as_array().unwrap();
+    assert_eq!(answers.len(), texts.len());
+    for (i, (sparse, full)) in answers.iter().zip(&dense).enumerate() {
+        let pairs: Vec<(usize, f64)> = (sparse.as_array().unwrap().iter())
+            .map(|p| {
+                (
+                    p["index"].as_u64().unwrap() as usize,
+                    p["value"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        let above_zero: Vec<(usize, f64)> = (full.iter().copied().enumerate())
+            .filter(|(_, w)| *w > 0.0)
+            .collect();
+        assert!(
+            !pairs.is_empty() && pairs.len() < full.len(),
+            "text {i}: {pairs:?}"
+        );
+        assert_eq!(pairs.len(), above_zero.len(), "text {i}");
+        for ((j, v), (k, w)) in pairs.iter().zip(&above_zero) {
+            assert_eq!(j, k, "text {i}");
+            assert!(
+                (v - w).abs() <= 1e-6 * w.abs().max(1.0),
+                "text {i}, {j}: {v} vs {w}"
+            );
+        }
+    }
+    let refused = server.post_json("/embed_sparse", &json!({"inputs": texts, "model": "enc"}));
+    assert_eq!(refused.status, 422, "{}", refused.text());
+    assert!(
+        refused.text().contains("not a sparse encoder"),
+        "{}",
+        refused.text()
+    );
+    let again = server.post_json("/embed_sparse", &body);
+    assert_eq!((again.status, again.json()), (200, r.json()));
+    drop(server);
+    std::fs::remove_dir_all(repo.path().join("enc")).unwrap();
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let info = server.get("/info").json();
+    assert_eq!(
+        info["model_type"],
+        json!({"embedding": {"pooling": "splade"}}),
+        "{info}"
+    );
+}

@@ -143,6 +143,7 @@ fn fixtures() -> &'static Fixtures {
                 labels: Vec::new(),
                 multi_label: false,
                 token_states: false,
+                sparse: false,
             },
             tokenizer,
             sentencepiece,

@@ -85,6 +85,9 @@ pub struct TextInput {
     pub multi_label: bool,
     /// Whether it answers a text with its every token's state (TEI's `/embed_all`).
     pub token_states: bool,
+    /// A sparse encoder (SPLADE): its embeddings have a weight a vocabulary entry, most of
+    /// them zero (TEI's `/embed_sparse`).
+    pub sparse: bool,
 }
 
 impl TextInput {

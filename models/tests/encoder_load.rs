@@ -186,8 +186,8 @@ fn other_architectures_activations_and_positions_are_refused_by_name() {
         ),
         (
             "architectures",
-            serde_json::json!(["BertForMaskedLM"]),
-            &["architecture \"BertForMaskedLM\""],
+            serde_json::json!(["BertForQuestionAnswering"]),
+            &["architecture \"BertForQuestionAnswering\""],
         ),
         ("hidden_act", "relu".into(), &["hidden_act \"relu\""]),
         (

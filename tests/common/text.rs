@@ -56,6 +56,16 @@ pub fn synthetic_with_dense(dir: &Path, seed: u64) {
     write_synthetic(dir, &spec).unwrap();
 }
 
+/// The synthetic BERT as a sparse encoder (SPLADE, max pooling).
+pub fn synthetic_sparse(dir: &Path, seed: u64) {
+    let spec = SyntheticSpec {
+        seed,
+        sparse: Some(models::encoder::SparsePooling::Max),
+        ..SyntheticSpec::default()
+    };
+    write_synthetic(dir, &spec).unwrap();
+}
+
 pub fn start_synthetic() -> (Server, TempDir) {
     let repo = TempDir::new("text");
     synthetic(&repo.path().join("enc/1"), 7);

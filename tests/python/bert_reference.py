@@ -15,6 +15,12 @@ Commands (JSON on stdin, JSON on stdout):
   states DIR    stdin {"sequences": [...]} as for embed
                 stdout {"states": [[[...], ...], ...]}  (every token's final state of each
                 sequence: what pooling reads; float64)
+  sparse DIR    stdin {"sequences": [...], "pooling": "max" | "sum"} of a BertForMaskedLM
+                stdout {"weights": [[...], ...]}  (SPLADE: every token's state through
+                cls.predictions (dense, GELU, layer norm, then the decoder tied to the word
+                embeddings unless it has its own weight, plus its bias), log(1 + relu) of
+                each logit, the max or the sum over the sequence; one weight a vocabulary
+                entry; float64)
   classify DIR  stdin {"sequences": [...]} as for embed, of a BertForSequenceClassification,
                 (XLM)RobertaForSequenceClassification, DistilBert..., MPNet... or
                 ModernBertForSequenceClassification
@@ -307,6 +313,23 @@ def states(folder):
     json.dump({"states": out}, sys.stdout)
 
 
+def sparse(folder):
+    request = json.load(sys.stdin)
+    cfg = read_config(folder)
+    w = load_weights(folder)
+    p = "cls.predictions"
+    decoder = w.get(p + ".decoder.weight", w["embeddings.word_embeddings.weight"])
+    out = []
+    for seq in request["sequences"]:
+        x = gelu(linear(final_states(seq, w, cfg), w, p + ".transform.dense"))
+        x = layer_norm(x, w[p + ".transform.LayerNorm.weight"], w[p + ".transform.LayerNorm.bias"],
+                       cfg["layer_norm_eps"])
+        activated = np.log1p(np.maximum(x @ decoder.T + w[p + ".bias"], 0.0))
+        pooled = activated.sum(0) if request.get("pooling", "max") == "sum" else activated.max(0)
+        out.append(pooled.tolist())
+    json.dump({"weights": out}, sys.stdout)
+
+
 def embed(folder):
     request = json.load(sys.stdin)
     cfg = read_config(folder)
@@ -396,6 +419,8 @@ def convert(src, dst, dtype):
 def main(argv):
     if len(argv) == 3 and argv[1] == "embed":
         embed(argv[2])
+    elif len(argv) == 3 and argv[1] == "sparse":
+        sparse(argv[2])
     elif len(argv) == 3 and argv[1] == "states":
         states(argv[2])
     elif len(argv) == 3 and argv[1] == "classify":

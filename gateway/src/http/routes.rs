@@ -122,6 +122,7 @@ async fn write(
         }
         (true, ["embed"]) => Ok(super::tei::post_embed(state, req, arrival).await),
         (true, ["embed_all"]) => Ok(super::tei::post_embed_all(state, req, arrival).await),
+        (true, ["embed_sparse"]) => Ok(super::tei::post_embed_sparse(state, req, arrival).await),
         (true, ["similarity"]) => Ok(super::similarity::post_similarity(state, req, arrival).await),
         (true, ["predict"]) => Ok(super::classify::predict(state, req, arrival).await),
         (true, ["rerank"]) => Ok(super::classify::rerank(state, req, arrival).await),
@@ -195,7 +196,7 @@ fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
         ["metrics"] | ["v2"] | ["v2", "health", "live" | "ready"] => Some(READ),
         ["v1", "models"] | ["v1", "models", _] => Some(READ),
         ["v2", "repository", "index"] | ["v1", "embeddings"] | ["embed"] => Some("POST"),
-        ["embed_all"] => Some("POST"),
+        ["embed_all"] | ["embed_sparse"] => Some("POST"),
         ["embeddings"] | ["invocations"] | ["similarity"] => Some("POST"),
         ["tokenize"] | ["decode"] | ["predict"] | ["rerank"] => Some("POST"),
         ["v1" | "v2", "rerank" | "embed"] => Some("POST"),

@@ -5,6 +5,8 @@
 //!   `inputs`, `normalize`, `truncate`, `truncation_direction`; an array of embeddings back;
 //! - `POST /embed_all`: `inputs`, `truncate`, `truncation_direction`, `prompt_name`; each
 //!   text's every token's state (special tokens included), not normalised;
+//! - `POST /embed_sparse`, the same fields, for a sparse encoder (SPLADE): each text's
+//!   weights above zero as `{"index", "value"}`, by vocabulary index;
 //! - `POST /similarity`, in [`super::similarity`];
 //! - `POST /predict` and `POST /rerank` for a classifier, in [`super::classify`];
 //! - `GET /info`: the model and the limits it is served with, in TEI's fields;
@@ -61,8 +63,8 @@ pub(crate) struct TeiRequest {
     pub(crate) model: Option<String>,
 }
 
-/// TEI's `/embed_all` request: [`TeiRequest`] without what only pooled embeddings take
-/// (`normalize`, `dimensions`).
+/// TEI's `/embed_all` and `/embed_sparse` request: [`TeiRequest`] without what only dense
+/// pooled embeddings take (`normalize`, `dimensions`).
 #[derive(Debug, Deserialize)]
 struct EmbedAllRequest {
     inputs: Inputs,
@@ -134,44 +136,81 @@ pub async fn post_embed_all(
     req: Request<Limited<Incoming>>,
     clock: &ArrivalClock,
 ) -> Response<Full<Bytes>> {
+    let on = async |version: Arc<ModelVersion>, received, request| {
+        let e = unpooled(state, &version, received, request, Task::TokenStates).await?;
+        let mut states = e.values.chunks_exact(e.width.max(1));
+        let texts: Vec<Vec<&[f32]>> = (e.lengths.iter())
+            .map(|&n| states.by_ref().take(n).collect())
+            .collect();
+        Ok(Served {
+            body: json!(texts).to_string().into_bytes(),
+            meta: e.meta,
+        })
+    };
+    serve_unpooled(state, req, clock, "embed_all", on).await
+}
+
+/// `POST /embed_sparse`.
+pub async fn post_embed_sparse(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+    clock: &ArrivalClock,
+) -> Response<Full<Bytes>> {
+    let on = async |version: Arc<ModelVersion>, received, request| {
+        let e = unpooled(state, &version, received, request, Task::Sparse).await?;
+        let texts: Vec<Vec<serde_json::Value>> = (e.values.chunks_exact(e.width.max(1)))
+            .map(|weights| {
+                let above_zero = weights.iter().enumerate().filter(|(_, w)| **w > 0.0);
+                above_zero
+                    .map(|(index, value)| json!({"index": index, "value": value}))
+                    .collect()
+            })
+            .collect();
+        Ok(Served {
+            body: json!(texts).to_string().into_bytes(),
+            meta: e.meta,
+        })
+    };
+    serve_unpooled(state, req, clock, "embed_sparse", on).await
+}
+
+/// Reads an [`EmbedAllRequest`] to `route`, answers it with `on`, and counts it.
+async fn serve_unpooled(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+    clock: &ArrivalClock,
+    route: &str,
+    on: impl AsyncFnOnce(Arc<ModelVersion>, Received, EmbedAllRequest) -> Result<Served, ApiError>,
+) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let coding = content_coding::accepted(req.headers());
     let read = |received: Received| {
-        let request: EmbedAllRequest = json_de::from_slice(&received.body)
-            .map_err(|e| ApiError::unreadable("embed_all", e))?;
+        let request: EmbedAllRequest =
+            json_de::from_slice(&received.body).map_err(|e| ApiError::unreadable(route, e))?;
         let version = served_text_version(state, request.model.as_deref())?;
         Ok::<_, ApiError>((received, request, version))
-    };
-    let on = async |version: Arc<ModelVersion>, received, request| {
-        answer_all(state, &version, received, request).await
     };
     let read = receive(state, req, clock, started).await.and_then(read);
     answer_read(read, on, started, coding, tei_error).await
 }
 
-async fn answer_all(
+/// Runs `request` for `task` (token states or sparse weights: neither normalised nor cut).
+async fn unpooled(
     state: &AppState,
     version: &ModelVersion,
     received: Received,
     request: EmbedAllRequest,
-) -> Result<Served, ApiError> {
+    task: Task,
+) -> Result<super::text_request::Outputs, ApiError> {
     let ask = Ask {
         inputs: inputs("inputs", request.inputs)?,
         truncation: truncation(request.truncate, request.truncation_direction.as_deref())?,
         normalize: Some(false),
         prompt_name: request.prompt_name,
-        task: Task::TokenStates,
+        task,
         dimensions: super::matryoshka::Asked::NONE,
     };
-    let e = run(state, version, &received.arrival, ask).await?;
-    let mut states = e.values.chunks_exact(e.width.max(1));
-    let texts: Vec<Vec<&[f32]>> = (e.lengths.iter())
-        .map(|&n| states.by_ref().take(n).collect())
-        .collect();
-    Ok(Served {
-        body: json!(texts).to_string().into_bytes(),
-        meta: e.meta,
-    })
+    run(state, version, &received.arrival, ask).await
 }
 
 fn read(
@@ -267,6 +306,7 @@ pub fn info(state: &AppState) -> Result<Response<Full<Bytes>>, ApiError> {
 fn model_type(input: &models::TextInput) -> serde_json::Value {
     if !input.is_classifier() {
         let pooling = match input.pooling {
+            _ if input.sparse => "splade",
             models::encoder::Pooling::Mean => "mean",
             models::encoder::Pooling::Cls => "cls",
         };

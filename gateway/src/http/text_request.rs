@@ -42,6 +42,8 @@ pub(super) enum Task {
     Classify,
     /// Every token's state of each text, not normalised (TEI's `/embed_all`).
     TokenStates,
+    /// A sparse encoder's weights, not normalised (TEI's `/embed_sparse`).
+    Sparse,
 }
 
 /// What came back.
@@ -135,7 +137,7 @@ pub(super) async fn run(
     let dimensions = (ask.dimensions).checked(version.settings().min_dimensions, width)?;
     version.core.admit_unparsed(arrival)?;
     let states = ask.task == Task::TokenStates;
-    let normalize = !states
+    let normalize = !matches!(ask.task, Task::TokenStates | Task::Sparse)
         && ask
             .normalize
             .unwrap_or(text::text_model(version)?.input.normalize_by_default);
@@ -222,13 +224,18 @@ fn check_task(version: &ModelVersion, task: Task) -> Result<(), ApiError> {
     let input = &text::text_model(version)?.input;
     let classifier = input.is_classifier();
     match (task, classifier) {
+        (Task::Sparse, _) if !input.sparse => Err(ApiError::invalid(format!(
+            "model {:?} is not a sparse encoder: /embed_sparse takes a SPLADE model \
+             (BertForMaskedLM); /embed gives this model's embeddings",
+            version.name
+        ))),
         (Task::TokenStates, _) if !input.token_states => Err(ApiError::invalid(format!(
             "model {:?} does not answer with every token's state: /embed_all takes a text \
              encoder served on the CPU whose embeddings are its token states pooled (no \
              classifier head, no Dense module)",
             version.name
         ))),
-        (Task::Embed | Task::TokenStates, true) => Err(ApiError::invalid(format!(
+        (Task::Embed | Task::TokenStates | Task::Sparse, true) => Err(ApiError::invalid(format!(
             "model {:?} is a classifier: it answers /predict, /rerank and v2 infer (logits), \
              not embeddings",
             version.name

@@ -203,6 +203,7 @@ mod tests {
             labels: Vec::new(),
             multi_label: false,
             token_states: false,
+            sparse: false,
         };
         let s = text_samples(&text, 1024, 16);
         let sizes: Vec<(usize, usize)> = s

@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 
 use super::family::{Family, RELATIVE_BUCKETS};
 use super::modern::{self, ModernBertParams};
-use super::modules::{HeadModules, read_head_modules};
+use super::modules::{HeadModules, read_head_modules, read_sparse_modules};
 use super::packed::PackedTokens;
 use super::projection::DenseModule;
 use crate::LoadError;
@@ -28,6 +28,15 @@ pub enum Pooling {
     Mean,
     /// The state of the first token (`[CLS]`).
     Cls,
+}
+
+/// How a sparse encoder (SPLADE) turns its masked-language head's logits into one weight a
+/// vocabulary entry: `log(1 + relu(logit))` of every token, then their maximum or their sum
+/// over the sequence (sentence-transformers' `SpladePooling`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SparsePooling {
+    Max,
+    Sum,
 }
 
 /// A validated encoder configuration.
@@ -62,6 +71,10 @@ pub struct EncoderConfig {
     pub multi_label: bool,
     /// ModernBERT's attention windows and rotary bases; None for BERT's families.
     pub modern: Option<ModernBertParams>,
+    /// A sparse encoder's pooling (`BertForMaskedLM` read as SPLADE): its embeddings have a
+    /// weight a vocabulary entry, from the masked-language head; `pooling`, `dense` and
+    /// `normalize` do not apply.
+    pub sparse: Option<SparsePooling>,
 }
 
 /// `config.json` as transformers writes it for BERT and RoBERTa, and for DistilBERT under
@@ -118,8 +131,10 @@ const MODEL_TYPES: [(&str, Family); 6] = [
 
 /// The `architectures` served: an encoder of embeddings, and a sequence classifier (a
 /// cross-encoder, for reranking, is one with a single label) of each model type.
-const ARCHITECTURES: [(&str, &str, Kind); 13] = [
+const ARCHITECTURES: [(&str, &str, Kind); 14] = [
     ("bert", "BertModel", Kind::Encoder),
+    // A masked-language model is served as SPLADE reads it: a sparse encoder.
+    ("bert", "BertForMaskedLM", Kind::Sparse),
     ("modernbert", "ModernBertModel", Kind::Encoder),
     // sentence-transformers reads a masked-language checkpoint's encoder, head left out.
     ("modernbert", "ModernBertForMaskedLM", Kind::Encoder),
@@ -155,6 +170,7 @@ const ARCHITECTURES: [(&str, &str, Kind); 13] = [
 enum Kind {
     Encoder,
     Classifier,
+    Sparse,
 }
 
 const SERVED_MODEL_TYPES: &str = "the model types served are \"bert\", \"distilbert\", \"modernbert\", \"mpnet\", \
@@ -197,7 +213,17 @@ impl EncoderConfig {
             }
             _ => (None, bert.layer_norm_eps),
         };
-        let modules = if labels.is_empty() {
+        let sparse = match kind {
+            Kind::Sparse => Some(read_sparse_modules(dir)?),
+            _ => None,
+        };
+        let modules = if sparse.is_some() {
+            HeadModules {
+                pooling: Pooling::Mean,
+                dense: Vec::new(),
+                normalize: false,
+            }
+        } else if labels.is_empty() {
             read_head_modules(dir, bert.hidden_size)?
         } else {
             // A classifier's head reads the first token's state; ModernBERT's may read the
@@ -238,6 +264,7 @@ impl EncoderConfig {
             labels,
             multi_label: bert.problem_type.as_deref() == Some("multi_label_classification"),
             modern,
+            sparse,
         })
     }
 
@@ -386,15 +413,15 @@ fn check_architecture(path: &Path, bert: &BertJson) -> Result<(Family, Kind), Lo
             .iter()
             .find(|(t, a, _)| *t == model_type && a == name);
         match served {
-            Some(&(_, _, Kind::Classifier)) => kind = Kind::Classifier,
+            Some(&(_, _, k @ (Kind::Classifier | Kind::Sparse))) => kind = k,
             Some(_) => {}
             None => {
                 return Err(unsupported(
                     format!("architecture {name:?} of model_type {model_type:?}"),
                     "the architectures served are BertModel, DistilBertModel, ModernBertModel, \
-                     MPNetModel, RobertaModel and XLMRobertaModel (embeddings), and their \
+                     MPNetModel, RobertaModel and XLMRobertaModel (embeddings), their \
                      ForSequenceClassification models (classifiers and rerankers), each with its \
-                     own model_type",
+                     own model_type, and BertForMaskedLM (a SPLADE sparse encoder)",
                 ));
             }
         }
@@ -469,7 +496,7 @@ fn check_dimensions(path: &Path, bert: &BertJson) -> Result<(), LoadError> {
 /// 0 to n - 1), else `num_labels` as `LABEL_i`, else transformers' default of two. None
 /// for an encoder of embeddings.
 fn read_labels(path: &Path, bert: &BertJson, kind: Kind) -> Result<Vec<String>, LoadError> {
-    if kind == Kind::Encoder {
+    if kind != Kind::Classifier {
         return Ok(Vec::new());
     }
     let invalid = |reason: String| LoadError::Config {

@@ -1,6 +1,6 @@
 //! BERT-family sentence encoders served from a sentence-transformers folder: text in,
 //! one embedding per text out; or, for a sequence classifier (a cross-encoder, say), one
-//! logit per label out.
+//! logit per label out; or, for a sparse encoder (SPLADE), one weight per vocabulary entry.
 //!
 //! - [`family`]: what sets BERT, DistilBERT, MPNet, RoBERTa and ModernBERT apart;
 //! - [`config`]: what the folder's JSON files say (architecture, limits, pooling,
@@ -10,6 +10,7 @@
 //! - [`tokenizer`]: `tokenizer.json` through the `tokenizers` crate, with tandem's padding
 //!   (none) and truncation (the model's limit, or a refusal);
 //! - `head`: a classifier's pooler and classifier, on the host;
+//! - `sparse`: a sparse encoder's masked-language head and SPLADE pooling, on the host;
 //! - [`projection`]: sentence-transformers Dense modules after pooling, on the host;
 //! - [`packed`]: a batch as sequences packed end to end, the only input the encoder runs;
 //! - [`modern`]: ModernBERT's windows, rotary bases and weights;
@@ -35,6 +36,7 @@ pub mod projection;
 pub mod prompts;
 mod rotary;
 mod serving;
+mod sparse;
 pub mod synthetic;
 pub mod tokenizer;
 pub mod weights;
@@ -43,7 +45,7 @@ use std::path::Path;
 
 use kernels::Device;
 
-pub use config::{EncoderConfig, Pooling};
+pub use config::{EncoderConfig, Pooling, SparsePooling};
 pub use packed::PackedTokens;
 pub use prompts::Prompts;
 pub use tokenizer::{
@@ -67,6 +69,8 @@ pub struct Encoder {
     head: Option<(head::ClassifierHead, Vec<f32>)>,
     /// An encoder's Dense modules, and the pooled states they read.
     projection: Option<(projection::Projection, Vec<f32>)>,
+    /// A sparse encoder's masked-language head and pooling.
+    sparse: Option<sparse::SparseHead>,
 }
 
 enum Backend {
@@ -216,6 +220,13 @@ impl Encoder {
             )),
         };
         check_matches(&config, &weights)?;
+        let sparse = match (&weights.masked_lm, config.sparse) {
+            (Some(w), Some(pooling)) => {
+                refuse_sparse_on_gpu(device)?;
+                Some(sparse::SparseHead::new(w, config.layer_norm_eps, pooling)?)
+            }
+            _ => None,
+        };
         let backend = Backend::new(&config, weights, device, options.cpu_precision)?;
         let precision = match backend.cpu_precision() {
             Some(MatmulPrecision::F32) => kernels::DType::F32,
@@ -229,6 +240,7 @@ impl Encoder {
             precision,
             head,
             projection,
+            sparse,
             metadata: crate::ModelMetadata {
                 inputs: Vec::new(),
                 outputs: Vec::new(),
@@ -269,7 +281,12 @@ impl Encoder {
     /// pooling, and only the CPU's encoders write them.
     pub fn serves_token_states(&self) -> bool {
         let on_cpu = matches!(self.backend, Backend::Cpu(_) | Backend::ModernCpu(_));
-        on_cpu && self.head.is_none() && self.projection.is_none()
+        on_cpu && self.head.is_none() && self.projection.is_none() && self.sparse.is_none()
+    }
+
+    /// Whether it is a sparse encoder: a weight a vocabulary entry, most of them zero.
+    pub fn is_sparse(&self) -> bool {
+        self.sparse.is_some()
     }
 
     /// Values per token state: the transformer's width (an embedding's too, unless Dense
@@ -278,8 +295,12 @@ impl Encoder {
         self.config.hidden
     }
 
-    /// Values per sequence out: an embedding's, or a classifier's logits (one per label).
+    /// Values per sequence out: an embedding's, a classifier's logits (one per label), or a
+    /// sparse encoder's weights (one per vocabulary entry).
     pub fn output_width(&self) -> usize {
+        if let Some(sparse) = &self.sparse {
+            return sparse.vocabulary();
+        }
         match (&self.head, &self.projection) {
             (Some((head, _)), _) => head.labels(),
             (None, Some((projection, _))) => projection.outputs(),
@@ -341,6 +362,10 @@ impl Encoder {
             return Ok(());
         }
         let threads = self.backend.threads();
+        if let Some(sparse) = &mut self.sparse {
+            let backend = &mut self.backend;
+            return sparse.run(tokens, output, threads, |t, s| backend.forward(t, s));
+        }
         let pooled_len = tokens.sequences() * self.config.hidden;
         match (&mut self.head, &mut self.projection) {
             (Some((head, cls)), _) => {
@@ -437,6 +462,9 @@ fn check_matches(config: &EncoderConfig, weights: &EncoderWeights) -> Result<(),
     if config.is_classifier() != weights.classifier.is_some() {
         return mismatch("a classifier has a head, and only a classifier");
     }
+    if config.sparse.is_some() != weights.masked_lm.is_some() {
+        return mismatch("a sparse encoder has a masked-language head, and only a sparse encoder");
+    }
     let widths = config.dense.iter().map(|m| (m.in_features, m.out_features));
     let given = weights.dense.iter().map(|d| (d.inputs, d.outputs));
     let first = config
@@ -447,6 +475,19 @@ fn check_matches(config: &EncoderConfig, weights: &EncoderWeights) -> Result<(),
         return mismatch("the Dense modules' widths are those of their configuration");
     }
     Ok(())
+}
+
+/// A sparse encoder runs its head on the host over every token's state, which only the
+/// CPU's encoders keep.
+fn refuse_sparse_on_gpu(device: &Device) -> Result<(), LoadError> {
+    match device {
+        Device::Cpu => Ok(()),
+        Device::Cuda(_) => Err(LoadError::Inconsistent(
+            "a sparse encoder (BertForMaskedLM, SPLADE) is served on the CPU only: serve this \
+             model with --device cpu"
+                .into(),
+        )),
+    }
 }
 
 /// Scales every row of `out` (rows of `width` values) to unit Euclidean length; a row of

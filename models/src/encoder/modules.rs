@@ -7,7 +7,7 @@ use std::path::{Component, Path};
 
 use serde::Deserialize;
 
-use super::config::{Pooling, read_json};
+use super::config::{Pooling, SparsePooling, read_json};
 use super::projection::DenseModule;
 use crate::LoadError;
 
@@ -97,6 +97,77 @@ pub(super) fn read_head_modules(dir: &Path, hidden: usize) -> Result<HeadModules
     })
 }
 
+/// sentence-transformers' names for a sparse encoder's modules.
+const SPARSE_MODULE_PREFIX: &str = "sentence_transformers.sparse_encoder.models.";
+
+/// `SpladePooling`'s configuration; absent keys take sentence-transformers' defaults.
+#[derive(Deserialize)]
+struct SpladePoolingJson {
+    #[serde(default = "max")]
+    pooling_strategy: String,
+    #[serde(default = "relu")]
+    activation_function: String,
+}
+
+fn max() -> String {
+    "max".into()
+}
+fn relu() -> String {
+    "relu".into()
+}
+
+/// How a sparse encoder (a masked-language model read as SPLADE) pools, from
+/// `modules.json`'s `MLMTransformer` and `SpladePooling` and the latter's configuration;
+/// SPLADE's own (max of `log(1 + relu)`) for a folder without them, as TEI reads one.
+pub(super) fn read_sparse_modules(dir: &Path) -> Result<SparsePooling, LoadError> {
+    let path = dir.join("modules.json");
+    let modules: Vec<ModuleJson> = match path.is_file() {
+        true => read_json(&path)?,
+        false => Vec::new(),
+    };
+    let mut pooling_dir = None;
+    for m in &modules {
+        match m.kind.strip_prefix(SPARSE_MODULE_PREFIX) {
+            Some("MLMTransformer") => {}
+            Some("SpladePooling") if inside(&m.path) => pooling_dir = Some(m.path.as_str()),
+            _ => {
+                return Err(LoadError::Unsupported {
+                    path,
+                    what: format!("module {:?} in a sparse encoder", m.kind),
+                    supported: "a sparse encoder's modules served are MLMTransformer and SpladePooling",
+                });
+            }
+        }
+    }
+    let Some(folder) = pooling_dir else {
+        return Ok(SparsePooling::Max);
+    };
+    let config = dir.join(folder).join("config.json");
+    let p: SpladePoolingJson = match config.is_file() {
+        true => read_json(&config)?,
+        false => return Ok(SparsePooling::Max),
+    };
+    let unsupported = |what: String, supported| LoadError::Unsupported {
+        path: config.clone(),
+        what,
+        supported,
+    };
+    if p.activation_function != "relu" {
+        return Err(unsupported(
+            format!("activation_function {:?}", p.activation_function),
+            "SpladePooling is served with relu (log(1 + relu) of each logit)",
+        ));
+    }
+    match p.pooling_strategy.as_str() {
+        "max" => Ok(SparsePooling::Max),
+        "sum" => Ok(SparsePooling::Sum),
+        other => Err(unsupported(
+            format!("pooling_strategy {other:?}"),
+            "SpladePooling's max and sum are served",
+        )),
+    }
+}
+
 /// The modules after the transformer, from `modules.json`; none when the file is absent
 /// (a plain transformers folder: mean pooling, no normalisation).
 fn read_modules(dir: &Path) -> Result<Vec<ModuleJson>, LoadError> {
@@ -115,10 +186,7 @@ fn read_modules(dir: &Path) -> Result<Vec<ModuleJson>, LoadError> {
                 supported: "the modules served are Transformer, Pooling, Dense and Normalize",
             });
         }
-        let inside = Path::new(&m.path)
-            .components()
-            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
-        if !inside {
+        if !inside(&m.path) {
             return Err(LoadError::Config {
                 path,
                 reason: format!(
@@ -133,6 +201,13 @@ fn read_modules(dir: &Path) -> Result<Vec<ModuleJson>, LoadError> {
         });
     }
     Ok(kinds)
+}
+
+/// Whether a module's `path` names a folder inside the model's.
+fn inside(path: &str) -> bool {
+    Path::new(path)
+        .components()
+        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
 
 /// The pooling mode; mean when the folder has no pooling configuration.

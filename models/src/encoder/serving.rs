@@ -59,6 +59,7 @@ impl Encoder {
             labels: c.labels.clone(),
             multi_label: c.multi_label,
             token_states: self.serves_token_states(),
+            sparse: self.is_sparse(),
         }
     }
 }

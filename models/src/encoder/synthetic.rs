@@ -12,7 +12,7 @@ use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 use serde_json::json;
 
-use super::config::Pooling;
+use super::config::{Pooling, SparsePooling};
 use super::family::{Family, RELATIVE_BUCKETS};
 use super::projection::DenseActivation;
 use crate::rng::SplitMix64;
@@ -51,6 +51,10 @@ pub struct SyntheticSpec {
     pub labels: usize,
     /// ModernBERT's `local_attention`: the window is half of it on either side.
     pub local_attention: usize,
+    /// A BERT sparse encoder (`BertForMaskedLM` with sentence-transformers'
+    /// `MLMTransformer` and `SpladePooling` modules) pooling as given; its masked-language
+    /// head's decoder tied to the word embeddings, as transformers saves it.
+    pub sparse: Option<SparsePooling>,
     pub seed: u64,
 }
 
@@ -71,6 +75,7 @@ impl Default for SyntheticSpec {
             normalize: true,
             labels: 0,
             local_attention: 8,
+            sparse: None,
             seed: 7,
         }
     }
@@ -106,13 +111,16 @@ pub fn write_synthetic(dir: &Path, spec: &SyntheticSpec) -> std::io::Result<()> 
     if spec.labels > 0 {
         return Ok(());
     }
-    std::fs::create_dir_all(dir.join("1_Pooling"))?;
-    write_json("modules.json", modules_json(spec))?;
-    write_dense_modules(dir, spec)?;
     write_json(
         "sentence_bert_config.json",
         json!({"max_seq_length": spec.max_seq_length, "do_lower_case": false}),
     )?;
+    if let Some(pooling) = spec.sparse {
+        return write_sparse_modules(dir, pooling, vocab);
+    }
+    std::fs::create_dir_all(dir.join("1_Pooling"))?;
+    write_json("modules.json", modules_json(spec))?;
+    write_dense_modules(dir, spec)?;
     write_json(
         "1_Pooling/config.json",
         json!({
@@ -122,6 +130,36 @@ pub fn write_synthetic(dir: &Path, spec: &SyntheticSpec) -> std::io::Result<()> 
             "pooling_mode_max_tokens": false,
             "pooling_mode_mean_sqrt_len_tokens": false,
         }),
+    )
+}
+
+/// A sparse encoder's modules, as sentence-transformers 5 saves a `SparseEncoder`.
+fn write_sparse_modules(dir: &Path, pooling: SparsePooling, vocab: usize) -> std::io::Result<()> {
+    let prefix = "sentence_transformers.sparse_encoder.models";
+    let modules = json!([
+        {"idx": 0, "name": "0", "path": "", "type": format!("{prefix}.MLMTransformer")},
+        {"idx": 1, "name": "1", "path": "1_SpladePooling", "type": format!("{prefix}.SpladePooling")},
+    ]);
+    std::fs::write(
+        dir.join("modules.json"),
+        serde_json::to_vec_pretty(&modules)?,
+    )?;
+    // Without it sentence-transformers reads the folder as a dense model to convert.
+    let kind = json!({"model_type": "SparseEncoder", "similarity_fn_name": "dot"});
+    std::fs::write(
+        dir.join("config_sentence_transformers.json"),
+        serde_json::to_vec_pretty(&kind)?,
+    )?;
+    std::fs::create_dir_all(dir.join("1_SpladePooling"))?;
+    let strategy = match pooling {
+        SparsePooling::Max => "max",
+        SparsePooling::Sum => "sum",
+    };
+    let config = json!({"pooling_strategy": strategy, "activation_function": "relu",
+                        "word_embedding_dimension": vocab});
+    std::fs::write(
+        dir.join("1_SpladePooling/config.json"),
+        serde_json::to_vec_pretty(&config)?,
     )
 }
 
@@ -198,6 +236,9 @@ fn config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
     }
     if spec.family == Family::ModernBert {
         config = modern_config_json(spec, vocab);
+    }
+    if spec.sparse.is_some() {
+        config["architectures"] = json!(["BertForMaskedLM"]);
     }
     if spec.labels > 0 {
         let names = label_names(spec.labels);
@@ -415,6 +456,17 @@ fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
         drawn.dense(pooler, h, h, 1.0 / (h as f32).sqrt());
         drawn.dense(classifier, h, spec.labels, 1.0);
     }
+    if spec.sparse.is_some() {
+        let p = "cls.predictions";
+        drawn.dense(
+            &format!("{p}.transform.dense"),
+            h,
+            h,
+            1.0 / (h as f32).sqrt(),
+        );
+        drawn.norm(&format!("{p}.transform.LayerNorm"), h);
+        drawn.add(format!("{p}.bias"), vec![vocab], 0.5, -1.0, false);
+    }
     serialize(spec, drawn.tensors)
 }
 
@@ -485,7 +537,7 @@ fn serialize(spec: &SyntheticSpec, tensors: Vec<(String, Vec<usize>, Vec<f32>, b
         })
         .map(|(name, shape, values, matrix)| {
             // A task model's head sits beside `bert.` (or `roberta.`), not in it.
-            let head = ["classifier", "pre_classifier", "head."]
+            let head = ["classifier", "pre_classifier", "head.", "cls."]
                 .iter()
                 .any(|p| name.starts_with(p));
             let name = if spec.prefixed && !head {

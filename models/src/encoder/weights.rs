@@ -78,6 +78,17 @@ pub struct ClassifierWeights {
     pub classifier: Dense,
 }
 
+/// BERT's masked-language head (`cls.predictions`), which a sparse encoder reads: `transform`
+/// (hidden to hidden, GELU), its layer norm, then `decoder` (hidden to a logit a vocabulary
+/// entry; its weight is the word embeddings' where the checkpoint ties them), widened to
+/// f32: it runs on the host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MaskedLmWeights {
+    pub transform: Dense,
+    pub norm: Norm,
+    pub decoder: Dense,
+}
+
 /// The activation between a classifier head's two layers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeadActivation {
@@ -154,6 +165,8 @@ pub struct EncoderWeights {
     pub layers: Vec<LayerWeights>,
     /// Set for a classifier.
     pub classifier: Option<ClassifierWeights>,
+    /// Set for a sparse encoder.
+    pub masked_lm: Option<MaskedLmWeights>,
     /// MPNet's attention bias by relative position: `[buckets, heads]`.
     pub relative_bias: Option<Vec<f32>>,
     /// ModernBERT's layers and final norm (its `layers` above are empty, and its embeddings
@@ -193,6 +206,10 @@ impl EncoderWeights {
                 (found.embeddings(config)?, layers, None, classifier)
             }
         };
+        let masked_lm = match config.sparse {
+            Some(_) => Some(found.masked_lm(config, &embeddings)?),
+            None => None,
+        };
         let relative_bias = match config.family {
             Family::Mpnet => Some(found.f32(
                 "encoder.relative_attention_bias.weight",
@@ -209,6 +226,7 @@ impl EncoderWeights {
             embeddings,
             layers,
             classifier,
+            masked_lm,
             relative_bias,
             modern,
             dense,
@@ -411,6 +429,49 @@ impl<'a> Found<'a> {
             activation,
             norm: None,
             classifier: widened(self.dense(classifier, h, c.labels.len())?),
+        })
+    }
+
+    /// BERT's masked-language head. Its decoder's weight is the word embeddings' unless the
+    /// checkpoint stores its own; its bias is `cls.predictions.bias`, which transformers
+    /// ties to `cls.predictions.decoder.bias` (a checkpoint may store both, equal).
+    fn masked_lm(
+        &mut self,
+        c: &EncoderConfig,
+        embeddings: &Embeddings,
+    ) -> Result<MaskedLmWeights, LoadError> {
+        let (h, vocab) = (c.hidden, c.vocab_size);
+        let widened = |mut d: Dense| {
+            d.weight = WeightData::F32(d.weight.to_f32());
+            d
+        };
+        let transform = widened(self.dense("cls.predictions.transform.dense", h, h)?);
+        let norm = self.norm("cls.predictions.transform.LayerNorm", h)?;
+        let bias = self.f32("cls.predictions.bias", &[vocab])?;
+        let weight = match self.tensors.contains_key("cls.predictions.decoder.weight") {
+            true => self.f32("cls.predictions.decoder.weight", &[vocab, h])?,
+            false => embeddings.word.clone(),
+        };
+        if self.tensors.contains_key("cls.predictions.decoder.bias") {
+            let tied = self.f32("cls.predictions.decoder.bias", &[vocab])?;
+            if tied != bias {
+                return Err(LoadError::Format {
+                    path: self.path.clone(),
+                    reason: "cls.predictions.decoder.bias differs from cls.predictions.bias, \
+                             which transformers ties it to"
+                        .into(),
+                });
+            }
+        }
+        Ok(MaskedLmWeights {
+            transform,
+            norm,
+            decoder: Dense {
+                inputs: h,
+                outputs: vocab,
+                weight: WeightData::F32(weight),
+                bias,
+            },
         })
     }
 

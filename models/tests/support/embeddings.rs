@@ -14,6 +14,11 @@ use super::{python, run_python, synthetic};
 
 /// The reference's pooled (not normalised) embeddings of `seqs`.
 pub fn reference(python: &Path, dir: &Path, seqs: &[Encoded], pooling: Pooling) -> Vec<Vec<f64>> {
+    let pooling = if pooling == Pooling::Cls {
+        "cls"
+    } else {
+        "mean"
+    };
     ask_reference(python, "embed", dir, seqs, Some(pooling), "embeddings")
 }
 
@@ -23,13 +28,13 @@ pub fn reference_states(python: &Path, dir: &Path, seqs: &[Encoded]) -> Vec<Vec<
 }
 
 /// Runs the reference's `command` on the model folder `dir` and `seqs` (pooled as `pooling`
-/// says, where it pools); `field` of its answer.
+/// names it, where it pools); `field` of its answer.
 pub fn ask_reference<T: serde::de::DeserializeOwned>(
     python: &Path,
     command: &str,
     dir: &Path,
     seqs: &[Encoded],
-    pooling: Option<Pooling>,
+    pooling: Option<&str>,
     field: &str,
 ) -> T {
     let mut request = serde_json::json!({
@@ -39,11 +44,7 @@ pub fn ask_reference<T: serde::de::DeserializeOwned>(
             .collect::<Vec<_>>(),
     });
     if let Some(pooling) = pooling {
-        request["pooling"] = serde_json::json!(if pooling == Pooling::Cls {
-            "cls"
-        } else {
-            "mean"
-        });
+        request["pooling"] = serde_json::json!(pooling);
     }
     let stdout = run_python(
         python,
