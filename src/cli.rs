@@ -179,6 +179,11 @@ pub struct ColocArgs {
     #[arg(long)]
     pub model: String,
 
+    /// For a text model: a file of texts, one a line, sent one a request in turn (see
+    /// `tandem bench load --texts`).
+    #[arg(long)]
+    pub texts: Option<PathBuf>,
+
     #[arg(long, value_enum, default_value_t = LoadShape::Constant)]
     pub shape: LoadShape,
 
@@ -290,6 +295,12 @@ pub struct LoadArgs {
     /// Rows per request.
     #[arg(long, default_value_t = 1)]
     pub rows: usize,
+
+    /// Send texts to a text model (v2 JSON, BYTES) instead of random FP32 rows: `--rows` of
+    /// this file's lines a request, each of the `--bodies` bodies the next lines. A `.json`
+    /// file gives its `texts` array instead (`benches/compare_text_peers.py`'s corpus).
+    #[arg(long)]
+    pub texts: Option<PathBuf>,
 
     /// Send tensors in Triton's binary extension instead of JSON.
     #[arg(long)]

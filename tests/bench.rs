@@ -144,3 +144,60 @@ fn bench_forward_reports_every_batch_size_and_what_it_evicted() {
     ];
     refused(&args, "--evict-mib");
 }
+
+/// `bench load --texts` drives a text model with a file's texts: every request answered,
+/// the server's own count of texts agreeing; a file with no text is refused.
+#[test]
+fn bench_load_sends_a_text_model_the_file_s_texts() {
+    let repo = TempDir::new("bench-texts");
+    common::text::synthetic(&repo.path().join("enc/1"), 7);
+    std::fs::write(repo.path().join("enc/config.toml"), "p99_ms = 2000\n").unwrap();
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let texts = repo.path().join("texts.txt");
+    std::fs::write(&texts, "a cat runs fast\nthe big red dog, é\n\nx\n").unwrap();
+    let json = repo.path().join("load.json");
+    let addr = format!("http://{}", server.addr);
+    let status = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["bench", "load", "--url", &addr, "--model", "enc"])
+        .args([
+            "--rate",
+            "40",
+            "--duration",
+            "1",
+            "--rows",
+            "2",
+            "--bodies",
+            "3",
+        ])
+        .args(["--budget-ms", "2000", "--connections", "2"])
+        .arg("--texts")
+        .arg(&texts)
+        .arg("--json")
+        .arg(&json)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let sent = report["sent"].as_u64().unwrap();
+    assert!(sent >= 30, "{report}");
+    assert_eq!(report["outcomes"]["200"], sent, "{report}");
+    let texts_served = server.series("tandem_requests_total", &["model=\"enc\"", "code=\"200\""]);
+    assert!(texts_served >= sent as f64, "{texts_served} of {sent}");
+    std::fs::write(&texts, "\n \n").unwrap();
+    refused(
+        &[
+            "bench",
+            "load",
+            "--url",
+            &addr,
+            "--model",
+            "enc",
+            "--texts",
+            texts.to_str().unwrap(),
+        ],
+        "no text",
+    );
+    let r = server.post_json("/embed", &serde_json::json!({"inputs": "a cat"}));
+    assert_eq!(r.status, 200, "{}", r.text());
+}

@@ -196,6 +196,9 @@ impl Bench {
             duration: args.duration,
             shape: args.shape,
             rows: 1,
+            // Texts in turn, as many as the load generator keeps; one body of rows otherwise.
+            bodies: if args.texts.is_some() { 1024 } else { 1 },
+            texts: args.texts.clone(),
             binary: false,
             budget_ms: args.budget_ms,
             connections: args.connections,
@@ -203,7 +206,6 @@ impl Bench {
             max_in_flight: 10_000,
             threads: 1,
             seed: 1,
-            bodies: 1,
             json: None,
         };
         Ok(Bench {

@@ -176,7 +176,11 @@ pub async fn measure_with(args: &LoadArgs, options: &LoadOptions) -> anyhow::Res
         "rate and duration must be positive"
     );
     let (addr, authority) = resolve(&args.url).await?;
-    let width = input_width(addr, &authority, &args.model).await?;
+    // Texts need no width; rows are drawn as wide as the model's input.
+    let width = match &args.texts {
+        Some(_) => 0,
+        None => input_width(addr, &authority, &args.model).await?,
+    };
     let targets = targets(args, width, &authority)?;
     let sends = schedule::schedule(args.shape, args.rate, args.duration, args.seed);
     let (jobs_tx, jobs_rx) = tokio::sync::mpsc::channel::<Job>(args.max_in_flight.max(1));
@@ -503,6 +507,7 @@ fn test_args(shape: LoadShape) -> LoadArgs {
         duration: 2.0,
         shape,
         rows: 1,
+        texts: None,
         binary: false,
         budget_ms: 50.0,
         connections: 1,

@@ -259,6 +259,7 @@ fn load_args(args: &SoakArgs, url: &str, rate: f64, duration: f64, seed: u64) ->
         duration,
         shape: LoadShape::Poisson,
         rows: 1,
+        texts: None,
         binary: false,
         budget_ms: args.budget_ms,
         connections: args.connections,

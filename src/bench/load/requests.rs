@@ -1,5 +1,6 @@
 //! What `tandem bench load` sends: the request bodies (`--bodies` of them, each with its
-//! own random rows, as JSON or Triton's binary extension) and each whole HTTP request.
+//! own random rows, as JSON or Triton's binary extension, or its own lines of a file of
+//! texts) and each whole HTTP request.
 
 use std::time::Duration;
 
@@ -83,13 +84,20 @@ pub(super) fn targets(
         .propagate_deadline
         .then(|| Duration::from_secs_f64(args.budget_ms / 1e3));
     let count = usize::from(args.bodies.max(1));
+    let texts = match &args.texts {
+        Some(path) => Some(read_texts(path)?),
+        None => None,
+    };
     let mut targets = Vec::with_capacity(count);
     for i in 0..count as u64 {
         // The first body is the one a single-body run sends.
         let seed = args
             .seed
             .wrapping_add(i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        let (body, header_len) = payload(width, args.rows, args.binary, seed);
+        let (body, header_len) = match &texts {
+            Some(texts) => (text_payload(texts, args.rows, i as usize), None),
+            None => payload(width, args.rows, args.binary, seed),
+        };
         // Bodies differ in length by a few digits at most: the first one's tells.
         anyhow::ensure!(
             body.len().saturating_mul(count) <= MAX_BODIES_BYTES,
@@ -106,6 +114,44 @@ pub(super) fn targets(
         ));
     }
     Ok(targets)
+}
+
+/// The texts of the file: its non-empty lines, or for a `.json` file the strings of its
+/// `texts` array (the corpus `benches/compare_text_peers.py` writes).
+fn read_texts(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    let named = |e: &dyn std::fmt::Display| anyhow::anyhow!("--texts {}: {e}", path.display());
+    let text = std::fs::read_to_string(path).map_err(|e| named(&e))?;
+    let texts: Vec<String> = match path.extension().is_some_and(|e| e == "json") {
+        true => {
+            #[derive(serde::Deserialize)]
+            struct Corpus {
+                texts: Vec<String>,
+            }
+            let corpus: Corpus = serde_json::from_str(&text).map_err(|e| named(&e))?;
+            corpus.texts.into_iter().filter(|t| !t.is_empty()).collect()
+        }
+        false => (text.lines())
+            .filter(|l| !l.trim().is_empty())
+            .map(String::from)
+            .collect(),
+    };
+    anyhow::ensure!(
+        !texts.is_empty(),
+        "--texts {}: no text in it",
+        path.display()
+    );
+    Ok(texts)
+}
+
+/// Body `i` of a text model's: the next `rows` texts, in v2's JSON with BYTES.
+fn text_payload(texts: &[String], rows: usize, i: usize) -> Bytes {
+    let picked: Vec<&str> = (0..rows)
+        .map(|r| texts[(i * rows + r) % texts.len()].as_str())
+        .collect();
+    let body = serde_json::json!({
+        "inputs": [{"name": "text", "datatype": "BYTES", "shape": [rows], "data": picked}]
+    });
+    Bytes::from(body.to_string())
 }
 
 /// One request body: random rows, as JSON or binary.
@@ -188,6 +234,41 @@ mod tests {
         a.bodies = 1024;
         let e = targets(&a, 784, "h:1").err().expect("refused").to_string();
         assert!(e.contains("send fewer"), "{e}");
+    }
+
+    #[test]
+    fn text_bodies_take_the_file_s_lines_in_turn() {
+        let path = std::env::temp_dir().join(format!("tandem-texts-{}", std::process::id()));
+        std::fs::write(&path, "a cat\n\nthe dog runs\né\n").unwrap();
+        let mut a = test_args(LoadShape::Constant);
+        a.texts = Some(path.clone());
+        a.rows = 2;
+        a.bodies = 3;
+        let bodies: Vec<serde_json::Value> = (targets(&a, 0, "h:1").unwrap().iter())
+            .map(|t| serde_json::from_slice(&t.body).unwrap())
+            .collect();
+        let data = |b: &serde_json::Value| b["inputs"][0]["data"].clone();
+        assert_eq!(
+            data(&bodies[0]),
+            serde_json::json!(["a cat", "the dog runs"])
+        );
+        assert_eq!(data(&bodies[1]), serde_json::json!(["é", "a cat"]));
+        assert_eq!(data(&bodies[2]), serde_json::json!(["the dog runs", "é"]));
+        assert_eq!(bodies[0]["inputs"][0]["shape"], serde_json::json!([2]));
+        assert_eq!(bodies[0]["inputs"][0]["datatype"], "BYTES");
+        std::fs::write(&path, "\n \n").unwrap();
+        let e = targets(&a, 0, "h:1").err().expect("refused").to_string();
+        assert!(e.contains("no text"), "{e}");
+        let _ = std::fs::remove_file(&path);
+        // A corpus as compare_text_peers.py writes it, a text with a line break included.
+        let json = path.with_extension("json");
+        std::fs::write(&json, r#"{"texts": ["a\nb", "c"], "tokens": [4, 3]}"#).unwrap();
+        a.texts = Some(json.clone());
+        a.bodies = 1;
+        let body: serde_json::Value =
+            serde_json::from_slice(&targets(&a, 0, "h:1").unwrap()[0].body).unwrap();
+        assert_eq!(data(&body), serde_json::json!(["a\nb", "c"]));
+        let _ = std::fs::remove_file(&json);
     }
 
     #[test]
