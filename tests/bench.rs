@@ -43,6 +43,13 @@ fn sweep(server: &Server, dir: &TempDir, budget_ms: &str, max_rate: &str) -> ser
     serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap()
 }
 
+/// Runs `cmd` with `--json json`, which must succeed; the report it wrote.
+fn report_of(mut cmd: Command, json: &std::path::Path) -> serde_json::Value {
+    let status = cmd.arg("--json").arg(json).stdout(Stdio::null()).status();
+    assert!(status.unwrap().success(), "{cmd:?}");
+    serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap()
+}
+
 /// Runs `tandem ARGS`, which must fail with an error that names `flag`.
 fn refused(args: &[&str], flag: &str) {
     let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
@@ -105,17 +112,11 @@ fn bench_forward_reports_every_batch_size_and_what_it_evicted() {
     write_version(dir.path(), "m", 1, &[16, 32, 4], 1);
     let model = dir.path().join("m/1/model.safetensors");
     let json = dir.path().join("forward.json");
-    let status = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["bench", "forward", "--device", "cpu", "--batch", "1,3"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tandem"));
+    cmd.args(["bench", "forward", "--device", "cpu", "--batch", "1,3"])
         .args(["--seconds", "0.05", "--evict-mib", "1", "--model"])
-        .arg(&model)
-        .arg("--json")
-        .arg(&json)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        .arg(&model);
+    let report = report_of(cmd, &json);
     assert_eq!(report["evict_mib"], 1);
     assert_eq!(report["dims"], serde_json::json!([16, 32, 4]));
     let rows = report["rows"].as_array().unwrap();
@@ -157,8 +158,8 @@ fn bench_load_sends_a_text_model_the_file_s_texts() {
     std::fs::write(&texts, "a cat runs fast\nthe big red dog, é\n\nx\n").unwrap();
     let json = repo.path().join("load.json");
     let addr = format!("http://{}", server.addr);
-    let status = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["bench", "load", "--url", &addr, "--model", "enc"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tandem"));
+    cmd.args(["bench", "load", "--url", &addr, "--model", "enc"])
         .args([
             "--rate",
             "40",
@@ -171,14 +172,8 @@ fn bench_load_sends_a_text_model_the_file_s_texts() {
         ])
         .args(["--budget-ms", "2000", "--connections", "2"])
         .arg("--texts")
-        .arg(&texts)
-        .arg("--json")
-        .arg(&json)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        .arg(&texts);
+    let report = report_of(cmd, &json);
     let sent = report["sent"].as_u64().unwrap();
     assert!(sent >= 30, "{report}");
     assert_eq!(report["outcomes"]["200"], sent, "{report}");
