@@ -541,16 +541,31 @@ fn read_labels(path: &Path, bert: &BertJson, kind: Kind) -> Result<Vec<String>, 
 
 fn read_max_seq_len(dir: &Path) -> Result<usize, LoadError> {
     let path = dir.join("sentence_bert_config.json");
-    if !path.is_file() {
-        return Ok(DEFAULT_MAX_SEQ_LEN);
-    }
-    let s: SentenceJson = read_json(&path)?;
-    match s.max_seq_length {
+    let given = match path.is_file() {
+        true => read_json::<SentenceJson>(&path)?.max_seq_length,
+        false => None,
+    };
+    match given {
         Some(0) => Err(LoadError::Config {
             path,
             reason: "max_seq_length is 0, expected at least 1".into(),
         }),
         Some(n) => Ok(n),
-        None => Ok(DEFAULT_MAX_SEQ_LEN),
+        None => Ok(tokenizer_max_length(dir)?.unwrap_or(DEFAULT_MAX_SEQ_LEN)),
     }
+}
+
+/// `tokenizer_config.json`'s `model_max_length`, where sentence-transformers 6 keeps the
+/// limit it saves (its `sentence_bert_config.json` no longer has `max_seq_length`); None
+/// where it is absent or transformers' "no limit" (1e30).
+fn tokenizer_max_length(dir: &Path) -> Result<Option<usize>, LoadError> {
+    let path = dir.join("tokenizer_config.json");
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let config: serde_json::Value = read_json(&path)?;
+    Ok(config["model_max_length"]
+        .as_f64()
+        .filter(|&n| n >= 1.0 && n <= (1u64 << 20) as f64)
+        .map(|n| n as usize))
 }

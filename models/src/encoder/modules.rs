@@ -34,7 +34,19 @@ struct PoolingJson {
 
 /// Where the pooling module's configuration is when `modules.json` does not say.
 const DEFAULT_POOLING_DIR: &str = "1_Pooling";
-const MODULE_PREFIX: &str = "sentence_transformers.models.";
+/// The package every sentence-transformers module's type is in.
+const PACKAGE: &str = "sentence_transformers.";
+
+/// A module's class: the last part of a sentence-transformers type, whichever module path
+/// holds it (5's `sentence_transformers.models.Pooling`, 6's
+/// `sentence_transformers.sentence_transformer.modules.pooling.Pooling`); another package's
+/// type whole, to be refused.
+fn class_name(kind: &str) -> &str {
+    match kind.strip_prefix(PACKAGE) {
+        Some(path) => path.rsplit('.').next().unwrap_or(path),
+        None => kind,
+    }
+}
 
 /// What follows the transformer of an encoder of embeddings.
 pub(super) struct HeadModules {
@@ -97,9 +109,6 @@ pub(super) fn read_head_modules(dir: &Path, hidden: usize) -> Result<HeadModules
     })
 }
 
-/// sentence-transformers' names for a sparse encoder's modules.
-const SPARSE_MODULE_PREFIX: &str = "sentence_transformers.sparse_encoder.models.";
-
 /// `SpladePooling`'s configuration; absent keys take sentence-transformers' defaults.
 #[derive(Deserialize)]
 struct SpladePoolingJson {
@@ -127,14 +136,16 @@ pub(super) fn read_sparse_modules(dir: &Path) -> Result<SparsePooling, LoadError
     };
     let mut pooling_dir = None;
     for m in &modules {
-        match m.kind.strip_prefix(SPARSE_MODULE_PREFIX) {
-            Some("MLMTransformer") => {}
+        let class = m.kind.strip_prefix(PACKAGE).map(|_| class_name(&m.kind));
+        match class {
+            Some("MLMTransformer" | "Transformer") => {}
             Some("SpladePooling") if inside(&m.path) => pooling_dir = Some(m.path.as_str()),
             _ => {
                 return Err(LoadError::Unsupported {
                     path,
                     what: format!("module {:?} in a sparse encoder", m.kind),
-                    supported: "a sparse encoder's modules served are MLMTransformer and SpladePooling",
+                    supported: "a sparse encoder's modules served are MLMTransformer (or \
+                                Transformer) and SpladePooling",
                 });
             }
         }
@@ -178,7 +189,7 @@ fn read_modules(dir: &Path) -> Result<Vec<ModuleJson>, LoadError> {
     let modules: Vec<ModuleJson> = read_json(&path)?;
     let mut kinds = Vec::with_capacity(modules.len());
     for m in modules {
-        let short = m.kind.strip_prefix(MODULE_PREFIX).unwrap_or(&m.kind);
+        let short = class_name(&m.kind);
         if !matches!(short, "Transformer" | "Pooling" | "Dense" | "Normalize") {
             return Err(LoadError::Unsupported {
                 path,
