@@ -9,7 +9,7 @@ use models::encoder::{Encoder, SparsePooling};
 
 mod support;
 
-use support::embeddings::{ask_reference, cosine, embed, synthetic_sequences};
+use support::embeddings::{ask_reference, ask_transformers, cosine, embed, synthetic_sequences};
 use support::folder::{Folder, assert_contains, copy_tensor};
 use support::{python, synthetic};
 
@@ -125,4 +125,38 @@ fn a_sparse_encoder_on_a_gpu_is_refused_with_the_way_to_serve_it() {
         .unwrap()
         .to_string();
     assert_contains(&err, &["sparse encoder", "--device cpu"]);
+}
+
+/// Against sentence-transformers' own `SpladePooling` on transformers' `BertForMaskedLM`
+/// (tests/python/transformers_check.py `sparse`), max and sum: the same weights above zero,
+/// within 1e-5 of each (or of 1, for those below it). Those libraries are not in the tests' environment, so this runs by hand:
+/// `TANDEM_TRANSFORMERS_PYTHON=PYTHON cargo test --release -p models --test encoder_sparse
+/// -- --ignored --nocapture`.
+#[test]
+#[ignore = "needs torch, transformers and sentence-transformers"]
+fn sparse_weights_match_sentence_transformers() {
+    for pooling in [SparsePooling::Max, SparsePooling::Sum] {
+        let dir = synthetic(&format!("sparse-st-{pooling:?}"), &sparse(pooling));
+        let seqs = synthetic_sequences(&dir.0, 48);
+        let mut encoder = Encoder::load(&dir.0, &Device::Cpu).unwrap();
+        let vocab = encoder.output_width();
+        let got = embed(&mut encoder, &seqs);
+        let want: Vec<Vec<f64>> = ask_transformers("sparse", &dir.0, &seqs, "weights");
+        let mut worst = 0f64;
+        for (i, (g, w)) in got.chunks_exact(vocab).zip(&want).enumerate() {
+            for (entry, (&x, &y)) in g.iter().zip(w).enumerate() {
+                assert_eq!(
+                    x > 0.0,
+                    y > 0.0,
+                    "{pooling:?}: text {i}, entry {entry}: {x} vs {y}"
+                );
+                worst = worst.max((x as f64 - y).abs() / y.abs().max(1.0));
+            }
+        }
+        println!(
+            "{pooling:?}: {} texts, the same entries above zero, worst relative difference {worst:.1e}",
+            want.len()
+        );
+        assert!(worst <= 1e-5, "{pooling:?}: {worst}");
+    }
 }

@@ -12,8 +12,8 @@ use models::{Batch, Model, ModelError};
 mod support;
 
 use support::embeddings::{
-    cosine, dense, random_sequences, reference, reference_states, synthetic_sequences,
-    worst_relative_difference,
+    ask_transformers, cosine, dense, random_sequences, reference, reference_states,
+    synthetic_sequences, worst_relative_difference,
 };
 use support::{python, synthetic};
 
@@ -169,5 +169,36 @@ fn token_states_are_refused_where_the_outputs_are_not_states() {
             err.to_string().contains("every token's state"),
             "{tag}: {err}"
         );
+    }
+}
+
+/// Against transformers' `AutoModel` (its `last_hidden_state`, tests/python/
+/// transformers_check.py `states`), BERT and ModernBERT: within 1e-4 of each state's
+/// largest value. Those libraries are not in the tests' environment, so this runs by hand:
+/// `TANDEM_TRANSFORMERS_PYTHON=PYTHON cargo test --release -p models --test
+/// encoder_token_states -- --ignored --nocapture`.
+#[test]
+#[ignore = "needs torch and transformers"]
+fn token_states_match_transformers() {
+    for family in [Family::Bert, Family::ModernBert] {
+        let spec = SyntheticSpec {
+            family,
+            ..SyntheticSpec::default()
+        };
+        let dir = synthetic(&format!("token-states-hf-{family:?}"), &spec);
+        let seqs = synthetic_sequences(&dir.0, spec.max_seq_length);
+        let mut encoder = Encoder::load(&dir.0, &Device::Cpu).unwrap();
+        let mut batch = PackedTokens::new();
+        seqs.iter().for_each(|e| batch.push(e));
+        batch.keep_all_states();
+        let got = run(&mut encoder, &batch);
+        let want: Vec<Vec<Vec<f64>>> = ask_transformers("states", &dir.0, &seqs, "states");
+        let flat: Vec<f32> = want.iter().flatten().flatten().map(|&v| v as f32).collect();
+        let worst = worst_relative_difference(&got, &flat, encoder.hidden());
+        println!(
+            "{family:?}: {} texts, worst relative difference {worst:.1e}",
+            want.len()
+        );
+        assert!(worst <= 1e-4, "{family:?}: {worst}");
     }
 }

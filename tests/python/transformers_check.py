@@ -14,6 +14,11 @@ Commands (JSON on stdin, JSON on stdout, as bert_reference.py's):
                 stdout {"embeddings": [[...], ...]}  (float64 of the float32 results)
   classify DIR  stdin as for embed, of a ...ForSequenceClassification folder
                 stdout {"logits": [[...], ...]}  (AutoModelForSequenceClassification's)
+  states DIR    stdin as for embed
+                stdout {"states": [[[...], ...], ...]}  (AutoModel's last_hidden_state)
+  sparse DIR    stdin as for embed, of a BertForMaskedLM folder with a SpladePooling module
+                stdout {"weights": [[...], ...]}  (AutoModelForMaskedLM's logits through
+                sentence-transformers' SpladePooling)
 """
 
 import json
@@ -22,7 +27,7 @@ from pathlib import Path
 
 import torch
 from sentence_transformers.models import Dense, Pooling
-from transformers import AutoModel, AutoModelForSequenceClassification
+from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
 # The model types whose forward takes token type ids.
 TOKEN_TYPES = ("bert", "roberta", "xlm-roberta")
@@ -80,9 +85,47 @@ def classify(folder):
     json.dump({"logits": out}, sys.stdout)
 
 
+def states(folder):
+    folder = Path(folder)
+    request = json.load(sys.stdin)
+    model = AutoModel.from_pretrained(str(folder), attn_implementation="eager").eval()
+    model_type = json.loads((folder / "config.json").read_text())["model_type"]
+    with torch.no_grad():
+        out = [
+            model(**inputs_of(seq, model_type)).last_hidden_state[0].double().tolist()
+            for seq in request["sequences"]
+        ]
+    json.dump({"states": out}, sys.stdout)
+
+
+def sparse(folder):
+    try:
+        from sentence_transformers.sparse_encoder.modules import SpladePooling
+    except ImportError:  # sentence-transformers 5
+        from sentence_transformers.sparse_encoder.models import SpladePooling
+    folder = Path(folder)
+    request = json.load(sys.stdin)
+    model = AutoModelForMaskedLM.from_pretrained(str(folder), attn_implementation="eager").eval()
+    listed = json.loads((folder / "modules.json").read_text())
+    path = next(m["path"] for m in listed if m["type"].endswith("SpladePooling"))
+    pooling = SpladePooling.load(str(folder / path))
+    out = []
+    with torch.no_grad():
+        for seq in request["sequences"]:
+            inputs = inputs_of(seq, "bert")
+            features = {"token_embeddings": model(**inputs).logits,
+                        "attention_mask": inputs["attention_mask"]}
+            out.append(pooling(features)["sentence_embedding"][0].double().tolist())
+    json.dump({"weights": out}, sys.stdout)
+
+
 def main(argv):
     if len(argv) == 3 and argv[1] == "embed":
         embed(argv[2])
+    elif len(argv) == 3 and argv[1] == "states":
+        states(argv[2])
+    elif len(argv) == 3 and argv[1] == "sparse":
+        sparse(argv[2])
     elif len(argv) == 3 and argv[1] == "classify":
         classify(argv[2])
     else:

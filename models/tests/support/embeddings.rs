@@ -55,6 +55,34 @@ pub fn ask_reference<T: serde::de::DeserializeOwned>(
     serde_json::from_value(reply[field].clone()).unwrap()
 }
 
+/// Hugging Face's own libraries' answer to `command` on `dir` and `seqs`
+/// (tests/python/transformers_check.py, run with $TANDEM_TRANSFORMERS_PYTHON); `field` of
+/// it. For the ignored tests run by hand: those libraries are not in the tests' environment.
+pub fn ask_transformers<T: serde::de::DeserializeOwned>(
+    command: &str,
+    dir: &Path,
+    seqs: &[Encoded],
+    field: &str,
+) -> T {
+    let python = std::env::var_os("TANDEM_TRANSFORMERS_PYTHON")
+        .expect("TANDEM_TRANSFORMERS_PYTHON names a Python with transformers");
+    let request = serde_json::json!({
+        "sequences": seqs
+            .iter()
+            .map(|e| serde_json::json!({"ids": e.ids, "type_ids": e.type_ids}))
+            .collect::<Vec<_>>(),
+    });
+    let args = [command, dir.to_str().unwrap()];
+    let stdout = super::run_script(
+        Path::new(&python),
+        "transformers_check.py",
+        &args,
+        request.to_string().as_bytes(),
+    );
+    let reply: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
+    serde_json::from_value(reply[field].clone()).unwrap()
+}
+
 // ---------------------------------------------------------------------------------------
 // Helpers on embeddings.
 
