@@ -345,6 +345,12 @@ fn embed_all_gives_every_token_s_state() {
             "at most 48 fit",
         ),
         (json!({"inputs": [], "model": "enc"}), 400, "no text"),
+        (
+            json!({"inputs": 3, "model": "enc"}),
+            422,
+            "must be a string",
+        ),
+        (json!(["not", "an", "object"]), 422, "embed_all"),
     ] {
         let r = server.post_json("/embed_all", &body);
         assert_eq!(r.status, status, "{body}: {}", r.text());
@@ -438,13 +444,25 @@ fn embed_sparse_gives_each_text_s_weights_above_zero() {
             );
         }
     }
-    let refused = server.post_json("/embed_sparse", &json!({"inputs": texts, "model": "enc"}));
-    assert_eq!(refused.status, 422, "{}", refused.text());
-    assert!(
-        refused.text().contains("not a sparse encoder"),
-        "{}",
-        refused.text()
-    );
+    for (body, words) in [
+        (
+            json!({"inputs": texts, "model": "enc"}),
+            "not a sparse encoder",
+        ),
+        (json!({"inputs": [1, "a"], "model": "splade"}), "token ids"),
+        (
+            json!({"inputs": "a", "truncate": "yes", "model": "splade"}),
+            "embed_sparse",
+        ),
+    ] {
+        let refused = server.post_json("/embed_sparse", &body);
+        assert_eq!(refused.status, 422, "{body}: {}", refused.text());
+        assert!(
+            refused.text().contains(words),
+            "{words}: {}",
+            refused.text()
+        );
+    }
     let again = server.post_json("/embed_sparse", &body);
     assert_eq!((again.status, again.json()), (200, r.json()));
     drop(server);

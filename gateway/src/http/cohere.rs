@@ -16,18 +16,17 @@ use models::Truncation;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
-use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
 use super::classify::{
     Activation, Bounded, Document, classify, pairs, require_one_label, rerank_scores,
 };
 use super::inputs::Input;
-use super::tei::served_text_version;
-use super::text_request::{Received, Served, answer_read, receive};
-use super::{AppState, content_coding, error_response};
+pub(super) use super::tei::Named;
+use super::tei::serve_named;
+use super::text_request::{Received, Served};
+use super::{AppState, error_response};
 use crate::error::ApiError;
-use crate::protocol::json_de;
 use crate::registry::ModelVersion;
 
 #[derive(Deserialize)]
@@ -73,9 +72,8 @@ pub async fn rerank(
     serve::<CohereRequest>(state, req, clock, "rerank", on).await
 }
 
-/// Reads a request to one of Cohere's routes as `T`, finds the model it names (without
-/// one, the one text model loaded), answers it with `on`, and counts it. Errors are in
-/// Cohere's shape.
+/// Reads a request to one of Cohere's routes as `T` and answers it with `on`, as
+/// [`serve_named`] does, with errors in Cohere's shape.
 pub(super) async fn serve<T: DeserializeOwned + Named>(
     state: &AppState,
     req: Request<Limited<Incoming>>,
@@ -83,21 +81,7 @@ pub(super) async fn serve<T: DeserializeOwned + Named>(
     what: &str,
     on: impl AsyncFnOnce(Arc<ModelVersion>, Received, T) -> Result<Served, ApiError>,
 ) -> Response<Full<Bytes>> {
-    let started = Instant::now();
-    let coding = content_coding::accepted(req.headers());
-    let read = async || {
-        let received = receive(state, req, clock, started).await?;
-        let request: T =
-            json_de::from_slice(&received.body).map_err(|e| ApiError::unreadable(what, e))?;
-        let version = served_text_version(state, request.model())?;
-        Ok::<_, ApiError>((received, request, version))
-    };
-    answer_read(read().await, on, started, coding, cohere_error).await
-}
-
-/// A Cohere request that may name its model.
-pub(super) trait Named {
-    fn model(&self) -> Option<&str>;
+    serve_named(state, req, clock, what, cohere_error, on).await
 }
 
 impl Named for CohereRequest {

@@ -147,7 +147,7 @@ pub async fn post_embed_all(
             meta: e.meta,
         })
     };
-    serve_unpooled(state, req, clock, "embed_all", on).await
+    serve_named(state, req, clock, "embed_all", tei_error, on).await
 }
 
 /// `POST /embed_sparse`.
@@ -171,27 +171,40 @@ pub async fn post_embed_sparse(
             meta: e.meta,
         })
     };
-    serve_unpooled(state, req, clock, "embed_sparse", on).await
+    serve_named(state, req, clock, "embed_sparse", tei_error, on).await
 }
 
-/// Reads an [`EmbedAllRequest`] to `route`, answers it with `on`, and counts it.
-async fn serve_unpooled(
+/// A request that may name its model (tandem's `model` on TEI's and Cohere's routes).
+pub(super) trait Named {
+    fn model(&self) -> Option<&str>;
+}
+
+impl Named for EmbedAllRequest {
+    fn model(&self) -> Option<&str> {
+        self.model.as_deref()
+    }
+}
+
+/// Reads a request to `route` as `T`, finds the model it names (without one, the one text
+/// model loaded), answers it with `on`, and counts it; errors in `error`'s shape.
+pub(super) async fn serve_named<T: serde::de::DeserializeOwned + Named>(
     state: &AppState,
     req: Request<Limited<Incoming>>,
     clock: &ArrivalClock,
     route: &str,
-    on: impl AsyncFnOnce(Arc<ModelVersion>, Received, EmbedAllRequest) -> Result<Served, ApiError>,
+    error: fn(&ApiError) -> Response<Full<Bytes>>,
+    on: impl AsyncFnOnce(Arc<ModelVersion>, Received, T) -> Result<Served, ApiError>,
 ) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let coding = content_coding::accepted(req.headers());
     let read = |received: Received| {
-        let request: EmbedAllRequest =
+        let request: T =
             json_de::from_slice(&received.body).map_err(|e| ApiError::unreadable(route, e))?;
-        let version = served_text_version(state, request.model.as_deref())?;
+        let version = served_text_version(state, request.model())?;
         Ok::<_, ApiError>((received, request, version))
     };
     let read = receive(state, req, clock, started).await.and_then(read);
-    answer_read(read, on, started, coding, tei_error).await
+    answer_read(read, on, started, coding, error).await
 }
 
 /// Runs `request` for `task` (token states or sparse weights: neither normalised nor cut).

@@ -237,6 +237,12 @@ fn config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
     if spec.family == Family::ModernBert {
         config = modern_config_json(spec, vocab);
     }
+    with_task_head(&mut config, spec);
+    config
+}
+
+/// A classifier's or a sparse encoder's architecture in `config`, and a classifier's labels.
+fn with_task_head(config: &mut serde_json::Value, spec: &SyntheticSpec) {
     if spec.sparse.is_some() {
         config["architectures"] = json!(["BertForMaskedLM"]);
     }
@@ -254,7 +260,6 @@ fn config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
         }]);
         config["id2label"] = json!(id2label);
     }
-    config
 }
 
 fn modules_json(spec: &SyntheticSpec) -> serde_json::Value {
