@@ -142,12 +142,19 @@ pub async fn post_embed_all(
         let texts: Vec<Vec<&[f32]>> = (e.lengths.iter())
             .map(|&n| states.by_ref().take(n).collect())
             .collect();
-        Ok(Served {
-            body: json!(texts).to_string().into_bytes(),
-            meta: e.meta,
-        })
+        // Written straight from the rows: a JSON value of every state first would be one
+        // allocation a number.
+        let body = serde_json::to_vec(&texts).map_err(|e| ApiError::Internal(e.to_string()))?;
+        Ok(Served { body, meta: e.meta })
     };
     serve_named(state, req, clock, "embed_all", tei_error, on).await
+}
+
+/// One weight of a sparse embedding, as TEI answers it.
+#[derive(serde::Serialize)]
+struct SparseValue {
+    index: usize,
+    value: f32,
 }
 
 /// `POST /embed_sparse`.
@@ -158,18 +165,16 @@ pub async fn post_embed_sparse(
 ) -> Response<Full<Bytes>> {
     let on = async |version: Arc<ModelVersion>, received, request| {
         let e = unpooled(state, &version, received, request, Task::Sparse).await?;
-        let texts: Vec<Vec<serde_json::Value>> = (e.values.chunks_exact(e.width.max(1)))
+        let texts: Vec<Vec<SparseValue>> = (e.values.chunks_exact(e.width.max(1)))
             .map(|weights| {
                 let above_zero = weights.iter().enumerate().filter(|(_, w)| **w > 0.0);
                 above_zero
-                    .map(|(index, value)| json!({"index": index, "value": value}))
+                    .map(|(index, &value)| SparseValue { index, value })
                     .collect()
             })
             .collect();
-        Ok(Served {
-            body: json!(texts).to_string().into_bytes(),
-            meta: e.meta,
-        })
+        let body = serde_json::to_vec(&texts).map_err(|e| ApiError::Internal(e.to_string()))?;
+        Ok(Served { body, meta: e.meta })
     };
     serve_named(state, req, clock, "embed_sparse", tei_error, on).await
 }
