@@ -481,7 +481,9 @@ fn requests_past_one_batch_run_as_several_in_order() {
 /// A request of several batches is admitted or refused as a whole: under a budget no
 /// batch behind another can meet, its first batch (alone in front of an idle device) is
 /// admitted and the rest follow it, where judged one by one they would be refused with a
-/// 429 for the request's own batches ahead of them.
+/// 429 for the request's own batches ahead of them. Under so tight a budget a request the
+/// front end left unread for a few milliseconds (other tests share the cores) is refused
+/// at the door, rightly; such refusals are sent again, any other fails the test.
 #[test]
 fn a_request_of_several_batches_is_admitted_as_a_whole() {
     let repo = TempDir::new("text-split-admit");
@@ -493,10 +495,21 @@ fn a_request_of_several_batches_is_admitted_as_a_whole() {
     .unwrap();
     let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
     let texts: Vec<String> = (0..12).map(|i| "a cat runs ".repeat(1 + i % 5)).collect();
-    for _ in 0..3 {
-        let r = server.post_json("/v1/embeddings", &json!({"input": texts, "model": "enc"}));
+    let body = json!({"input": texts, "model": "enc"});
+    let (mut answered, mut sent) = (0, 0);
+    while answered < 3 {
+        assert!(
+            sent < 30,
+            "{answered} of {sent} answered: the front end is always behind"
+        );
+        sent += 1;
+        let r = server.post_json("/v1/embeddings", &body);
+        if r.status == 429 && r.text().contains("ms unread") {
+            continue;
+        }
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(embeddings(&r).len(), texts.len());
+        answered += 1;
     }
 }
 

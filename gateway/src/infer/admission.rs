@@ -95,7 +95,7 @@ impl Door {
     /// batcher would take it (alone in front of an idle device): the front end is behind,
     /// and refusing such requests unparsed is what lets it catch up. (A slow upload is not
     /// "unread": its handler starts with its headers.)
-    pub fn too_late(&self, arrival: &Arrival, now: Instant) -> Option<Duration> {
+    pub fn too_late(&self, arrival: &Arrival, now: Instant) -> Option<Lateness> {
         let horizon = Duration::from_micros(self.horizon_us.load(Ordering::Relaxed));
         if horizon.is_zero() {
             return None;
@@ -106,8 +106,11 @@ impl Door {
         };
         let answer = earliest.saturating_duration_since(arrival.arrived);
         let unread = arrival.read_from.saturating_duration_since(arrival.arrived);
-        let behind = unread > horizon.max(FRONT_END_BEHIND);
-        (behind || answer > horizon && earliest > now).then_some(answer)
+        if unread > horizon.max(FRONT_END_BEHIND) {
+            Some(Lateness::Unread(unread))
+        } else {
+            (answer > horizon && earliest > now).then_some(Lateness::Queued(answer))
+        }
     }
 
     /// What can be decided before parsing, in order: the caller's deadline has passed; the
@@ -126,17 +129,39 @@ impl Door {
                 retry_after,
             });
         }
-        if let Some(after) = self.too_late(arrival, now) {
+        if let Some(late) = self.too_late(arrival, now) {
             return Err(Refusal::Late {
-                message: format!(
-                    "over capacity: model {model:?} could answer this request {:.1} ms after it \
-                     arrived at the earliest, past its budget; retry when the load eases",
-                    after.as_secs_f64() * 1e3
-                ),
+                message: late.message(model),
                 retry_after: LATE_RETRY_AFTER,
             });
         }
         Ok(())
+    }
+}
+
+/// Why a request cannot be answered within its budget, told before it is parsed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Lateness {
+    /// It sat this long in its socket before a handler read it: the front end is behind.
+    Unread(Duration),
+    /// The queue ahead of it ends this long after its arrival.
+    Queued(Duration),
+}
+
+impl Lateness {
+    fn message(self, model: &str) -> String {
+        match self {
+            Lateness::Unread(unread) => format!(
+                "over capacity: this request to model {model:?} sat {:.1} ms unread, past its \
+                 budget: the server is behind; retry when the load eases",
+                unread.as_secs_f64() * 1e3
+            ),
+            Lateness::Queued(answer) => format!(
+                "over capacity: model {model:?} could answer this request {:.1} ms after it \
+                 arrived at the earliest, past its budget; retry when the load eases",
+                answer.as_secs_f64() * 1e3
+            ),
+        }
     }
 }
 
@@ -168,15 +193,18 @@ mod tests {
         d.set_horizon(Some(ms(30)));
         // Nothing queued: only a request that sat unread past the horizon is late, not a
         // slow upload (read at once) nor one just read.
-        assert!(at(long_ago, now).is_some_and(|after| after >= ms(40)));
+        assert_eq!(at(long_ago, now), Some(Lateness::Unread(ms(40))));
         assert_eq!(at(long_ago, long_ago + ms(1)), None);
         assert_eq!(at(now, now), None);
         // Queued: the queue ahead ends past the horizon, however fresh the request.
         d.set_earliest_answer(Some(now + ms(35)));
-        assert!(at(now, now).is_some_and(|after| after > ms(30)));
+        assert_eq!(at(now, now), Some(Lateness::Queued(ms(35))));
         d.set_earliest_answer(Some(now + ms(20)));
         assert_eq!(at(now, now), None);
-        assert!(at(now - ms(15), now - ms(15)).is_some());
+        assert_eq!(
+            at(now - ms(15), now - ms(15)),
+            Some(Lateness::Queued(ms(35)))
+        );
         // A reading already past counts as "now".
         d.set_earliest_answer(Some(now - ms(5)));
         assert_eq!(at(long_ago, long_ago), None);
@@ -185,9 +213,9 @@ mod tests {
         // FRONT_END_BEHIND is not late, with nothing queued; a zero horizon is not "none".
         d.set_horizon(Some(Duration::ZERO));
         assert_eq!(at(now - ms(1), now), None);
-        assert!(at(now - ms(3), now).is_some());
+        assert_eq!(at(now - ms(3), now), Some(Lateness::Unread(ms(3))));
         d.set_earliest_answer(Some(now + ms(1)));
-        assert!(at(now, now).is_some());
+        assert_eq!(at(now, now), Some(Lateness::Queued(ms(1))));
         d.set_earliest_answer(None);
         d.set_horizon(None);
         assert_eq!(at(long_ago, now), None);
@@ -217,5 +245,12 @@ mod tests {
         let late = d.check("m", &unread, now).unwrap_err();
         assert_eq!(late.reason(), "late");
         assert_eq!(late.retry_after(), Some(LATE_RETRY_AFTER));
+        assert!(late.to_string().contains("sat 20.0 ms unread"), "{late}");
+        d.set_earliest_answer(Some(now + ms(12)));
+        let queued = d.check("m", &fresh, now).unwrap_err();
+        assert!(
+            queued.to_string().contains("12.0 ms after it arrived"),
+            "{queued}"
+        );
     }
 }
