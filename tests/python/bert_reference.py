@@ -1,5 +1,5 @@
 """A float64 reference of a BERT-family sentence encoder (BERT, DistilBERT, MPNet, RoBERTa,
-XLM-RoBERTa, ModernBERT), written from the architecture.
+XLM-RoBERTa, ModernBERT, NomicBERT), written from the architecture.
 
 Not from sentence-transformers or torch: the weights are read with `safetensors.numpy` and
 every step (embeddings, attention, feed-forward, layer norms, pooling) is spelled out in
@@ -256,6 +256,46 @@ def modern_encode(ids, w, cfg):
     return norm(x, "final_norm")
 
 
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def nomic_encode(ids, type_ids, w, cfg):
+    """NomicBERT (nomic_bert): the word and token type embeddings through emb_ln; then BERT's
+    post-norm layers with a fused Wqkv, rotary queries and keys (rotate_half, base
+    rotary_emb_base, positions from 0) and a gated feed-forward fc2(fc11(x) * act(fc12(x))),
+    act SiLU for swiglu and GELU for geglu; biases where the config gives them; no final
+    norm."""
+    hidden, heads = cfg["n_embd"], cfg["n_head"]
+    d = hidden // heads
+    eps = cfg.get("layer_norm_epsilon", 1e-5)
+    act = silu if cfg["activation_function"] == "swiglu" else gelu
+    theta = cfg.get("rotary_emb_base", 1000)
+
+    def lin(x, name):
+        return x @ w[name + ".weight"].T + w.get(name + ".bias", 0.0)
+
+    def norm(x, name):
+        return layer_norm(x, w[name + ".weight"], w[name + ".bias"], eps)
+
+    n = len(ids)
+    positions = np.arange(n)
+    x = w["embeddings.word_embeddings.weight"][ids] + w["embeddings.token_type_embeddings.weight"][type_ids]
+    x = norm(x, "emb_ln")
+    for i in range(cfg["n_layer"]):
+        p = f"encoder.layers.{i}"
+        qkv = lin(x, p + ".attn.Wqkv")
+        q, k, v = (qkv[:, j * hidden : (j + 1) * hidden].reshape(n, heads, d).transpose(1, 0, 2)
+                   for j in range(3))
+        q, k = rotary(q, positions, theta), rotary(k, positions, theta)
+        probs = softmax(q @ k.transpose(0, 2, 1) / math.sqrt(d))
+        context = (probs @ v).transpose(1, 0, 2).reshape(n, hidden)
+        x = norm(x + lin(context, p + ".attn.out_proj"), p + ".norm1")
+        h = lin(x, p + ".mlp.fc11") * act(lin(x, p + ".mlp.fc12"))
+        x = norm(x + lin(h, p + ".mlp.fc2"), p + ".norm2")
+    return x
+
+
 def modern_classify(ids, w, cfg):
     """ModernBertForSequenceClassification: the final states pooled by classifier_pooling
     (the first token's, or the mean), then head.dense, GELU and head.norm (no bias), then
@@ -302,6 +342,8 @@ def final_states(seq, w, cfg):
     """Every token's state after the last layer (and ModernBERT's final norm)."""
     if cfg.get("model_type") == "modernbert":
         return modern_encode(np.array(seq["ids"]), w, cfg)
+    if cfg.get("model_type") == "nomic_bert":
+        return nomic_encode(np.array(seq["ids"]), np.array(seq["type_ids"]), w, cfg)
     return encode(np.array(seq["ids"]), np.array(seq["type_ids"]), w, cfg)
 
 

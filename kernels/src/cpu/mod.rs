@@ -12,6 +12,7 @@
 //! panels on every call and wins once that is amortised over many rows. Both were measured
 //! with `cargo bench --bench gemm` (see benches/README.md).
 
+mod activations;
 pub mod affinity;
 mod aligned;
 mod attention;
@@ -19,7 +20,6 @@ mod awake;
 pub mod clock;
 #[cfg(test)]
 mod encoder_bench;
-mod gelu;
 mod layer_norm;
 mod packed;
 pub mod peak;
@@ -28,12 +28,12 @@ mod small_batch;
 mod test_support;
 mod vmath;
 
+pub use activations::{gelu_in_place, silu_in_place};
 pub use aligned::{Aligned, AlignedVec, Element};
 pub use attention::{
     AttentionInput, AttentionScratch, AttentionShape, RelativeBias, attention, biased_attention,
 };
 pub use awake::with_pool_awake;
-pub use gelu::gelu_in_place;
 use gemm::Parallelism;
 pub use layer_norm::{NormParams, add_layer_norm};
 pub use packed::{MatmulPrecision, PANEL, PackedLinear};

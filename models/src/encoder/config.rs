@@ -1,6 +1,6 @@
 //! What a sentence-transformers folder says about its encoder: `config.json` (a BERT,
-//! DistilBERT, MPNet, RoBERTa, XLM-RoBERTa or ModernBERT architecture; ModernBERT's own
-//! keys in `modern`), `sentence_bert_config.json` (the sequence limit), and the modules
+//! DistilBERT, MPNet, RoBERTa, XLM-RoBERTa, ModernBERT or NomicBERT architecture; ModernBERT's
+//! own keys in `modern`, NomicBERT's in `nomic`), `sentence_bert_config.json` (the sequence limit), and the modules
 //! after the transformer (`modules`).
 //!
 //! Anything tandem would run differently from the folder's own library is refused here with
@@ -16,10 +16,14 @@ use serde::de::DeserializeOwned;
 use super::family::{Family, RELATIVE_BUCKETS};
 use super::modern::{self, ModernBertParams};
 use super::modules::{HeadModules, read_head_modules, read_sparse_modules};
+use super::nomic;
 use super::packed::PackedTokens;
 use super::projection::DenseModule;
 use crate::LoadError;
 use crate::SlidingWindow;
+use max_seq_len::read_max_seq_len;
+
+mod max_seq_len;
 
 /// How token states become one vector per sequence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,7 +73,8 @@ pub struct EncoderConfig {
     /// A classifier whose labels are independent (`problem_type`
     /// `"multi_label_classification"`): each is scored by its own sigmoid, not a softmax.
     pub multi_label: bool,
-    /// ModernBERT's attention windows and rotary bases; None for BERT's families.
+    /// ModernBERT's (and NomicBERT's) attention windows, rotary bases and layer form; None
+    /// for BERT's families.
     pub modern: Option<ModernBertParams>,
     /// A sparse encoder's pooling (`BertForMaskedLM` read as SPLADE): its embeddings have a
     /// weight a vocabulary entry, from the masked-language head; `pooling`, `dense` and
@@ -77,23 +82,24 @@ pub struct EncoderConfig {
     pub sparse: Option<SparsePooling>,
 }
 
-/// `config.json` as transformers writes it for BERT and RoBERTa, and for DistilBERT under
-/// its own names (`dim`, `n_layers`, ...); fields tandem does not need are ignored, those
-/// it needs have no defaults. DistilBERT has no `layer_norm_eps`: its norms use BERT's
-/// default.
+/// `config.json` as transformers writes it for BERT and RoBERTa, for DistilBERT under its
+/// own names (`dim`, `n_layers`, ...) and for NomicBERT under GPT-2's (`n_embd`, `n_layer`,
+/// ...); fields tandem does not need are ignored, those it needs have no defaults.
+/// DistilBERT has no `layer_norm_eps`: its norms use BERT's default.
 #[derive(Deserialize)]
 struct BertJson {
     model_type: Option<String>,
     architectures: Option<Vec<String>>,
     vocab_size: usize,
-    #[serde(alias = "dim")]
+    #[serde(alias = "dim", alias = "n_embd")]
     hidden_size: usize,
-    #[serde(alias = "n_layers")]
+    #[serde(alias = "n_layers", alias = "n_layer")]
     num_hidden_layers: usize,
-    #[serde(alias = "n_heads")]
+    #[serde(alias = "n_heads", alias = "n_head")]
     num_attention_heads: usize,
-    #[serde(alias = "hidden_dim")]
+    #[serde(alias = "hidden_dim", alias = "n_inner")]
     intermediate_size: usize,
+    #[serde(alias = "n_positions")]
     max_position_embeddings: usize,
     #[serde(default = "two")]
     type_vocab_size: usize,
@@ -120,18 +126,19 @@ struct BertJson {
 }
 
 /// The `model_type`s served, with their family.
-const MODEL_TYPES: [(&str, Family); 6] = [
+const MODEL_TYPES: [(&str, Family); 7] = [
     ("bert", Family::Bert),
     ("distilbert", Family::DistilBert),
     ("modernbert", Family::ModernBert),
     ("mpnet", Family::Mpnet),
+    ("nomic_bert", Family::NomicBert),
     ("roberta", Family::Roberta),
     ("xlm-roberta", Family::Roberta),
 ];
 
 /// The `architectures` served: an encoder of embeddings, and a sequence classifier (a
 /// cross-encoder, for reranking, is one with a single label) of each model type.
-const ARCHITECTURES: [(&str, &str, Kind); 14] = [
+const ARCHITECTURES: [(&str, &str, Kind); 15] = [
     ("bert", "BertModel", Kind::Encoder),
     // A masked-language model is served as SPLADE reads it: a sparse encoder.
     ("bert", "BertForMaskedLM", Kind::Sparse),
@@ -151,6 +158,7 @@ const ARCHITECTURES: [(&str, &str, Kind); 14] = [
         Kind::Classifier,
     ),
     ("mpnet", "MPNetModel", Kind::Encoder),
+    ("nomic_bert", "NomicBertModel", Kind::Encoder),
     ("mpnet", "MPNetForSequenceClassification", Kind::Classifier),
     ("roberta", "RobertaModel", Kind::Encoder),
     (
@@ -174,7 +182,7 @@ enum Kind {
 }
 
 const SERVED_MODEL_TYPES: &str = "the model types served are \"bert\", \"distilbert\", \"modernbert\", \"mpnet\", \
-     \"roberta\" and \"xlm-roberta\"";
+     \"nomic_bert\", \"roberta\" and \"xlm-roberta\"";
 
 fn two() -> usize {
     2
@@ -189,14 +197,6 @@ fn absolute() -> String {
     "absolute".into()
 }
 
-#[derive(Deserialize)]
-struct SentenceJson {
-    max_seq_length: Option<usize>,
-}
-
-/// BERT's own limit when `sentence_bert_config.json` gives none.
-const DEFAULT_MAX_SEQ_LEN: usize = 512;
-
 impl EncoderConfig {
     /// Reads and validates the configuration files of the folder `dir`.
     pub fn read(dir: &Path) -> Result<EncoderConfig, LoadError> {
@@ -204,15 +204,8 @@ impl EncoderConfig {
         let bert: BertJson = read_json(&path)?;
         let (family, kind) = check_architecture(&path, &bert)?;
         let labels = read_labels(&path, &bert, kind)?;
-        // DistilBERT's LayerNorms fix their epsilon at 1e-12 whatever the config says.
-        let (modern, layer_norm_eps) = match family {
-            Family::DistilBert => (None, bert_eps()),
-            Family::ModernBert => {
-                let (params, eps) = modern::read(&path, kind == Kind::Classifier)?;
-                (Some(params), eps)
-            }
-            _ => (None, bert.layer_norm_eps),
-        };
+        let family_layers = FamilyLayers::read(&path, &bert, family, kind)?;
+        let modern = family_layers.modern;
         let sparse = match kind {
             Kind::Sparse => Some(read_sparse_modules(dir)?),
             _ => None,
@@ -237,7 +230,7 @@ impl EncoderConfig {
             }
         };
         let pad_token_id = match family {
-            Family::Bert | Family::DistilBert | Family::ModernBert => {
+            Family::Bert | Family::DistilBert | Family::ModernBert | Family::NomicBert => {
                 bert.pad_token_id.unwrap_or(0)
             }
             Family::Roberta => bert.pad_token_id.unwrap_or(1),
@@ -245,18 +238,19 @@ impl EncoderConfig {
             Family::Mpnet => 1,
         };
         let positions = usable_positions(&path, &bert, family, pad_token_id)?;
-        let max_seq_len = read_max_seq_len(dir)?.min(positions);
+        let max_seq_len = (read_max_seq_len(dir)?.min(positions))
+            .min(family_layers.max_positions.unwrap_or(usize::MAX));
         Ok(EncoderConfig {
             family,
             pad_token_id,
-            vocab_size: bert.vocab_size,
+            vocab_size: family_layers.vocab_size,
             hidden: bert.hidden_size,
             layers: bert.num_hidden_layers,
             heads: bert.num_attention_heads,
-            intermediate: bert.intermediate_size,
+            intermediate: family_layers.intermediate,
             max_position_embeddings: bert.max_position_embeddings,
             type_vocab_size: bert.type_vocab_size,
-            layer_norm_eps: layer_norm_eps as f32,
+            layer_norm_eps: family_layers.layer_norm_eps as f32,
             max_seq_len,
             pooling: modules.pooling,
             dense: modules.dense,
@@ -343,6 +337,50 @@ fn first_position(family: Family, pad_token_id: u32) -> usize {
     }
 }
 
+/// What a family's own keys say of its layers, beside BERT's sizes.
+struct FamilyLayers {
+    modern: Option<ModernBertParams>,
+    layer_norm_eps: f64,
+    vocab_size: usize,
+    intermediate: usize,
+    /// A limit on a sequence's tokens beyond `max_position_embeddings`.
+    max_positions: Option<usize>,
+}
+
+impl FamilyLayers {
+    fn read(path: &Path, bert: &BertJson, family: Family, kind: Kind) -> Result<Self, LoadError> {
+        let bert_layers = |layer_norm_eps| FamilyLayers {
+            modern: None,
+            layer_norm_eps,
+            vocab_size: bert.vocab_size,
+            intermediate: bert.intermediate_size,
+            max_positions: None,
+        };
+        Ok(match family {
+            // DistilBERT's LayerNorms fix their epsilon at 1e-12 whatever the config says.
+            Family::DistilBert => bert_layers(bert_eps()),
+            Family::ModernBert => {
+                let (params, eps) = modern::read(path, kind == Kind::Classifier)?;
+                FamilyLayers {
+                    modern: Some(params),
+                    ..bert_layers(eps)
+                }
+            }
+            Family::NomicBert => {
+                let n = nomic::read(path, bert.vocab_size, bert.intermediate_size)?;
+                FamilyLayers {
+                    modern: Some(n.params),
+                    layer_norm_eps: n.layer_norm_eps,
+                    vocab_size: n.vocab_size,
+                    intermediate: n.intermediate,
+                    max_positions: n.max_positions,
+                }
+            }
+            Family::Bert | Family::Roberta | Family::Mpnet => bert_layers(bert.layer_norm_eps),
+        })
+    }
+}
+
 /// How many tokens a sequence may have for every position to have a row: a RoBERTa table's
 /// first `pad_token_id + 1` rows are not positions of tokens.
 fn usable_positions(
@@ -419,9 +457,10 @@ fn check_architecture(path: &Path, bert: &BertJson) -> Result<(Family, Kind), Lo
                 return Err(unsupported(
                     format!("architecture {name:?} of model_type {model_type:?}"),
                     "the architectures served are BertModel, DistilBertModel, ModernBertModel, \
-                     MPNetModel, RobertaModel and XLMRobertaModel (embeddings), their \
-                     ForSequenceClassification models (classifiers and rerankers), each with its \
-                     own model_type, and BertForMaskedLM (a SPLADE sparse encoder)",
+                     MPNetModel, RobertaModel and XLMRobertaModel (embeddings) and their \
+                     ForSequenceClassification models (classifiers and rerankers), \
+                     NomicBertModel (embeddings), each with its own model_type, and \
+                     BertForMaskedLM (a SPLADE sparse encoder)",
                 ));
             }
         }
@@ -537,35 +576,4 @@ fn read_labels(path: &Path, bert: &BertJson, kind: Kind) -> Result<Vec<String>, 
         )));
     }
     Ok(labels)
-}
-
-fn read_max_seq_len(dir: &Path) -> Result<usize, LoadError> {
-    let path = dir.join("sentence_bert_config.json");
-    let given = match path.is_file() {
-        true => read_json::<SentenceJson>(&path)?.max_seq_length,
-        false => None,
-    };
-    match given {
-        Some(0) => Err(LoadError::Config {
-            path,
-            reason: "max_seq_length is 0, expected at least 1".into(),
-        }),
-        Some(n) => Ok(n),
-        None => Ok(tokenizer_max_length(dir)?.unwrap_or(DEFAULT_MAX_SEQ_LEN)),
-    }
-}
-
-/// `tokenizer_config.json`'s `model_max_length`, where sentence-transformers 6 keeps the
-/// limit it saves (its `sentence_bert_config.json` no longer has `max_seq_length`); None
-/// where it is absent or transformers' "no limit" (1e30).
-fn tokenizer_max_length(dir: &Path) -> Result<Option<usize>, LoadError> {
-    let path = dir.join("tokenizer_config.json");
-    if !path.is_file() {
-        return Ok(None);
-    }
-    let config: serde_json::Value = read_json(&path)?;
-    Ok(config["model_max_length"]
-        .as_f64()
-        .filter(|&n| n >= 1.0 && n <= (1u64 << 20) as f64)
-        .map(|n| n as usize))
 }

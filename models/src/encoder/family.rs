@@ -1,8 +1,9 @@
-//! The transformer families served (BERT, DistilBERT, MPNet, RoBERTa, XLM-RoBERTa and
-//! ModernBERT): what tells them apart, and MPNet's buckets of relative positions.
+//! The transformer families served (BERT, DistilBERT, MPNet, RoBERTa, XLM-RoBERTa, ModernBERT
+//! and NomicBERT): what tells them apart, and MPNet's buckets of relative positions.
 
 /// The transformer families served. BERT's four share its layers and differ in how tensors
-/// are named and how positions are numbered; ModernBERT's layers are its own.
+/// are named and how positions are numbered; ModernBERT's layers are its own, and NomicBERT
+/// runs on them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Family {
     /// BERT (`model_type` `"bert"`): positions count from 0; tensors may sit under `bert.`;
@@ -26,6 +27,10 @@ pub enum Family {
     /// position table), a gated GELU feed-forward, sliding-window attention in all but every
     /// few layers, and a final norm; tensors may sit under `model.`.
     ModernBert,
+    /// NomicBERT (`"nomic_bert"`, nomic-embed-text): BERT's post-norm layers and token types
+    /// with a fused `Wqkv`, rotary positions (no position table) and a gated feed-forward
+    /// (`fc11`, `fc12`, `fc2`), biases as its config says; tensors may sit under `bert.`.
+    NomicBert,
 }
 
 impl Family {
@@ -37,12 +42,13 @@ impl Family {
             Family::DistilBert => "distilbert.",
             Family::Mpnet => "mpnet.",
             Family::ModernBert => "model.",
+            Family::NomicBert => "bert.",
         }
     }
 
     /// Whether the model adds a token type embedding (DistilBERT and MPNet have none).
     pub fn has_token_types(self) -> bool {
-        matches!(self, Family::Bert | Family::Roberta)
+        matches!(self, Family::Bert | Family::Roberta | Family::NomicBert)
     }
 
     /// Whether positions count after the padding id, skipping padding tokens.

@@ -2,7 +2,7 @@
 //! one embedding per text out; or, for a sequence classifier (a cross-encoder, say), one
 //! logit per label out; or, for a sparse encoder (SPLADE), one weight per vocabulary entry.
 //!
-//! - [`family`]: what sets BERT, DistilBERT, MPNet, RoBERTa and ModernBERT apart;
+//! - [`family`]: what sets BERT, DistilBERT, MPNet, RoBERTa, ModernBERT and NomicBERT apart;
 //! - [`config`]: what the folder's JSON files say (architecture, limits, pooling,
 //!   normalisation), refusing what tandem would run differently;
 //! - `modules`: `modules.json` and the pooling and Dense modules' configs;
@@ -13,10 +13,12 @@
 //! - `sparse`: a sparse encoder's masked-language head and SPLADE pooling, on the host;
 //! - [`projection`]: sentence-transformers Dense modules after pooling, on the host;
 //! - [`packed`]: a batch as sequences packed end to end, the only input the encoder runs;
-//! - [`modern`]: ModernBERT's windows, rotary bases and weights;
+//! - [`modern`]: ModernBERT's windows, rotary bases and weights, and `nomic`: NomicBERT's,
+//!   read into the same form;
 //! - `cpu` and `cuda`: the forward pass on each device, and `modern_cpu` and `modern_cuda`,
-//!   ModernBERT's (with `rotary`, its position tables). Every dense layer runs once over all the tokens of a batch and attention runs
-//!   per sequence on its own length, so a batch costs what its tokens cost: no padding.
+//!   ModernBERT's (with `rotary`, its position tables; NomicBERT's on the CPU only). Every
+//!   dense layer runs once over all the tokens of a batch and attention runs per sequence on
+//!   its own length, so a batch costs what its tokens cost: no padding.
 //!
 //! Tokenization is separate from the model ([`TextTokenizer`] is `Send + Sync`, the encoder
 //! is owned by one worker thread), so that the gateway can tokenize where it validates.
@@ -31,6 +33,7 @@ pub mod modern;
 mod modern_cpu;
 mod modern_cuda;
 mod modules;
+mod nomic;
 pub mod packed;
 pub mod projection;
 pub mod prompts;

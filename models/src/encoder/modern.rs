@@ -13,7 +13,10 @@ use super::config::{EncoderConfig, Pooling, read_json};
 use super::weights::{ClassifierWeights, Dense, Embeddings, Found, HeadActivation, Norm};
 use crate::{LoadError, WeightData};
 
-/// How a ModernBERT's layers attend and where its positions come from.
+/// How a ModernBERT's layers attend and where its positions come from. NomicBERT runs on
+/// the same layers (a fused `Wqkv`, rotary queries and keys, a gated feed-forward) and is
+/// described here too (`nomic`): every layer global, its norms after each residual sum, and
+/// its own gate.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModernBertParams {
     /// Per layer: whether it attends to the whole sequence; the others attend to the
@@ -28,6 +31,38 @@ pub struct ModernBertParams {
     pub classifier_pooling: Pooling,
     /// ... and its dense layer has a bias (`classifier_bias`).
     pub classifier_bias: bool,
+    /// Where a layer's norms sit: ModernBERT's before attention and the feed-forward,
+    /// NomicBERT's after each residual sum (BERT's order).
+    pub norms: NormPlacement,
+    /// What the feed-forward's gated half goes through.
+    pub gate: Gate,
+    /// Which dense layers have biases (ModernBERT's none).
+    pub biases: LayerBiases,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LayerBiases {
+    /// `Wqkv` and the attention's output.
+    pub attention: bool,
+    pub mlp_in: bool,
+    pub mlp_out: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormPlacement {
+    /// `x += f(norm(x))`, with a final norm after the last layer.
+    Before,
+    /// `x = norm(x + f(x))`, and no final norm.
+    After,
+}
+
+/// The activation of the gated feed-forward: `Wo · (act(a) ⊙ g)` for `[a, g] = Wi · x`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// GELU with the exact error function (ModernBERT; NomicBERT's `geglu`).
+    Gelu,
+    /// SiLU (NomicBERT's `swiglu`).
+    Silu,
 }
 
 #[derive(Deserialize)]
@@ -145,6 +180,9 @@ pub(super) fn read(path: &Path, classifier: bool) -> Result<(ModernBertParams, f
         local_theta,
         classifier_pooling,
         classifier_bias: json.classifier_bias,
+        norms: NormPlacement::Before,
+        gate: Gate::Gelu,
+        biases: LayerBiases::default(),
     };
     Ok((params, json.norm_eps))
 }
@@ -253,16 +291,20 @@ fn thetas(json: &ModernJson) -> Result<(f64, f64), String> {
 }
 
 /// A ModernBERT layer's weights: `x += Wo·attention(rotary(Wqkv·norm(x)))`, then
-/// `x += Wo·(gelu(a) ⊙ g)` with `[a, g] = Wi·norm(x)`. No biases: they are zeros.
+/// `x += Wo·(gelu(a) ⊙ g)` with `[a, g] = Wi·norm(x)`. No biases: they are zeros. A
+/// NomicBERT layer's are the same matrices (with biases where its config says), its norms
+/// applied after each sum instead ([`NormPlacement::After`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModernLayer {
-    /// None in the first layer, whose attention reads the normalised embeddings as they are.
+    /// Before attention: None in ModernBERT's first layer, whose attention reads the
+    /// normalised embeddings as they are. After it: NomicBERT's `norm1`.
     pub attention_norm: Option<Norm>,
     /// `[3 · hidden, hidden]`: queries, keys, values.
     pub qkv: Dense,
     pub attention_out: Dense,
     pub mlp_norm: Norm,
-    /// `[2 · intermediate, hidden]`: the half through GELU, then the gate.
+    /// `[2 · intermediate, hidden]`: the half through the gate's activation, then the half
+    /// it multiplies.
     pub mlp_in: Dense,
     pub mlp_out: Dense,
 }
@@ -270,7 +312,8 @@ pub struct ModernLayer {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModernWeights {
     pub layers: Vec<ModernLayer>,
-    pub final_norm: Norm,
+    /// ModernBERT's; NomicBERT has none.
+    pub final_norm: Option<Norm>,
 }
 
 /// A ModernBERT's tensors: `embeddings.tok_embeddings` and `embeddings.norm`, then
@@ -303,7 +346,11 @@ pub(super) fn read_weights(
         true => Some(read_classifier(found, c, p)?),
         false => None,
     };
-    Ok((embeddings, ModernWeights { layers, final_norm }, classifier))
+    let weights = ModernWeights {
+        layers,
+        final_norm: Some(final_norm),
+    };
+    Ok((embeddings, weights, classifier))
 }
 
 /// `ModernBertForSequenceClassification`'s head: `head.dense`, GELU, `head.norm`, then

@@ -5,17 +5,21 @@
 //! window, which scores only the keys near each query, so those layers cost in proportion
 //! to a text's length), a gated GELU feed-forward, and a final norm before pooling. Batches
 //! run a group of sequences per thread where they can, as BERT's do (`groups`).
+//!
+//! NomicBERT runs here too: the same layers with BERT's order of norms (after each residual
+//! sum, no final norm), biases where it has them, token types, and a SiLU gate for
+//! `swiglu`.
 
 use kernels::Activation;
 use kernels::cpu::{
     AlignedVec, AttentionInput, AttentionScratch, MatmulPrecision, NormParams, PackedLinear,
-    add_layer_norm, biased_attention, gelu_in_place,
+    add_layer_norm, biased_attention, gelu_in_place, silu_in_place,
 };
 
 use super::config::EncoderConfig;
 use super::cpu::{attention_input, packed_for, pool};
 use super::groups::{Group, Grouped};
-use super::modern::{ModernBertParams, ModernLayer, ModernWeights};
+use super::modern::{Gate, ModernBertParams, ModernLayer, ModernWeights, NormPlacement};
 use super::packed::PackedTokens;
 use super::rotary::Rotary;
 use super::weights::{Dense, Embeddings, Norm};
@@ -26,7 +30,7 @@ pub(super) struct ModernCpuEncoder {
     params: ModernBertParams,
     embeddings: Embeddings,
     layers: Vec<CpuLayer>,
-    final_norm: Norm,
+    final_norm: Option<Norm>,
     scratch: Scratch,
     /// One per thread, for batches run a group of sequences per thread.
     groups: Vec<Group<Scratch>>,
@@ -41,7 +45,7 @@ struct Weights<'a> {
     params: &'a ModernBertParams,
     embeddings: &'a Embeddings,
     layers: &'a [CpuLayer],
-    final_norm: &'a Norm,
+    final_norm: Option<&'a Norm>,
 }
 
 struct CpuLayer {
@@ -121,7 +125,7 @@ impl ModernCpuEncoder {
             params: &self.params,
             embeddings: &self.embeddings,
             layers: &self.layers,
-            final_norm: &self.final_norm,
+            final_norm: self.final_norm.as_ref(),
         };
         // A token's dense layers (8h² + 6h·intermediate FLOPs a layer, the gate included)
         // against a pair of tokens in a global layer (4h), at f32's rate.
@@ -163,10 +167,7 @@ impl Weights<'_> {
         ] {
             buffer.resize(t * width);
         }
-        let word = &self.embeddings.word;
-        for (row, &id) in s.x.chunks_exact_mut(h).zip(&tokens.ids) {
-            row.copy_from_slice(&word[id as usize * h..][..h]);
-        }
+        embed(self.embeddings, tokens, h, &mut s.x);
         let eps = c.layer_norm_eps;
         add_layer_norm(&mut s.x, None, params(&self.embeddings.norm, eps), threads)?;
         let span = tokens.lengths().max().unwrap_or(0);
@@ -178,12 +179,25 @@ impl Weights<'_> {
                 true => Attention::Global,
                 false => Attention::Window(self.params.window),
             };
-            attend(layer, c, tokens, kind, s, threads)?;
-            feed_forward(layer, c, tokens.tokens(), s, threads)?;
+            attend(layer, c, tokens, kind, self.params.norms, s, threads)?;
+            feed_forward(layer, c, self.params, tokens.tokens(), s, threads)?;
         }
-        add_layer_norm(&mut s.x, None, params(self.final_norm, eps), threads)?;
+        if let Some(norm) = self.final_norm {
+            add_layer_norm(&mut s.x, None, params(norm, eps), threads)?;
+        }
         pool(&s.x, tokens, h, c.pooling, output);
         Ok(())
+    }
+}
+
+/// `x[t] = word[id]`, plus `token_type[type id]` where the model has token types.
+fn embed(e: &Embeddings, tokens: &PackedTokens, h: usize, x: &mut [f32]) {
+    for (t, (row, &id)) in x.chunks_exact_mut(h).zip(&tokens.ids).enumerate() {
+        row.copy_from_slice(&e.word[id as usize * h..][..h]);
+        if !e.token_type.is_empty() {
+            let kind = &e.token_type[tokens.type_ids[t] as usize * h..][..h];
+            row.iter_mut().zip(kind).for_each(|(v, k)| *v += k);
+        }
     }
 }
 
@@ -203,24 +217,26 @@ enum Attention {
     Window(usize),
 }
 
-/// `x += Wo · attention(rotary(Wqkv · attn_norm(x)))`.
+/// `x += Wo · attention(rotary(Wqkv · attn_norm(x)))`, or with the norm after:
+/// `x = attn_norm(x + Wo · attention(rotary(Wqkv · x)))`.
 fn attend(
     l: &CpuLayer,
     c: &EncoderConfig,
     tokens: &PackedTokens,
     kind: Attention,
+    norms: NormPlacement,
     s: &mut Scratch,
     threads: usize,
 ) -> Result<(), ModelError> {
     let t = tokens.tokens();
     let id = Activation::Identity;
-    let input = match &l.attention_norm {
-        Some(norm) => {
+    let input = match (&l.attention_norm, norms) {
+        (Some(norm), NormPlacement::Before) => {
             s.normed.copy_from_slice(&s.x);
             add_layer_norm(&mut s.normed, None, params(norm, c.layer_norm_eps), threads)?;
             &s.normed
         }
-        None => &s.x,
+        _ => &s.x,
     };
     l.qkv.forward(input, t, &mut s.qkv, id, threads)?;
     let (rotary, window) = match kind {
@@ -235,33 +251,53 @@ fn attend(
     biased_attention(input, &mut s.ctx, &mut s.attention, threads)?;
     l.attention_out
         .forward(&s.ctx, t, &mut s.out, id, threads)?;
-    add_in_place(&mut s.x, &s.out);
+    match (&l.attention_norm, norms) {
+        (Some(norm), NormPlacement::After) => {
+            let norm = params(norm, c.layer_norm_eps);
+            add_layer_norm(&mut s.x, Some(&s.out), norm, threads)?;
+        }
+        _ => add_in_place(&mut s.x, &s.out),
+    }
     Ok(())
 }
 
-/// `x += Wo · (gelu(a) ⊙ g)` where `[a, g] = Wi · mlp_norm(x)`.
+/// `x += Wo · (act(a) ⊙ g)` where `[a, g] = Wi · mlp_norm(x)`, or with the norm after:
+/// `x = mlp_norm(x + Wo · (act(a) ⊙ g))` where `[a, g] = Wi · x`.
 fn feed_forward(
     l: &CpuLayer,
     c: &EncoderConfig,
+    p: &ModernBertParams,
     t: usize,
     s: &mut Scratch,
     threads: usize,
 ) -> Result<(), ModelError> {
     let id = Activation::Identity;
-    s.normed.copy_from_slice(&s.x);
     let norm = params(&l.mlp_norm, c.layer_norm_eps);
-    add_layer_norm(&mut s.normed, None, norm, threads)?;
-    l.mlp_in.forward(&s.normed, t, &mut s.up, id, threads)?;
+    let input = match p.norms {
+        NormPlacement::Before => {
+            s.normed.copy_from_slice(&s.x);
+            add_layer_norm(&mut s.normed, None, norm, threads)?;
+            &s.normed
+        }
+        NormPlacement::After => &s.x,
+    };
+    l.mlp_in.forward(input, t, &mut s.up, id, threads)?;
     let i = c.intermediate;
     for (gated, up) in s.gated.chunks_exact_mut(i).zip(s.up.chunks_exact(2 * i)) {
         gated.copy_from_slice(&up[..i]);
     }
-    gelu_in_place(&mut s.gated, threads);
+    match p.gate {
+        Gate::Gelu => gelu_in_place(&mut s.gated, threads),
+        Gate::Silu => silu_in_place(&mut s.gated, threads),
+    }
     for (gated, up) in s.gated.chunks_exact_mut(i).zip(s.up.chunks_exact(2 * i)) {
         gated.iter_mut().zip(&up[i..]).for_each(|(a, g)| *a *= g);
     }
     l.mlp_out.forward(&s.gated, t, &mut s.out, id, threads)?;
-    add_in_place(&mut s.x, &s.out);
+    match p.norms {
+        NormPlacement::Before => add_in_place(&mut s.x, &s.out),
+        NormPlacement::After => add_layer_norm(&mut s.x, Some(&s.out), norm, threads)?,
+    }
     Ok(())
 }
 

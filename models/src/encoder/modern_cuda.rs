@@ -19,7 +19,7 @@ use kernels::cuda::linear::Linear;
 
 use super::config::{EncoderConfig, Pooling};
 use super::cuda::upload_tokens;
-use super::modern::{ModernBertParams, ModernWeights};
+use super::modern::{Gate, ModernBertParams, ModernWeights, NormPlacement};
 use super::packed::PackedTokens;
 use super::rotary::Rotary;
 use super::weights::{Dense, Embeddings, Norm};
@@ -98,6 +98,19 @@ impl DeviceRotary {
     }
 }
 
+/// Whether the layers are ModernBERT's own, the only ones the GPU runs: norms before, a
+/// GELU gate, a final norm.
+pub(super) fn is_modern(p: &ModernBertParams) -> bool {
+    p.norms == NormPlacement::Before && p.gate == Gate::Gelu
+}
+
+/// NomicBERT's layers (norms after each sum, a SiLU gate, token types) have no CUDA kernels.
+pub(super) fn refuse_nomic_on_gpu() -> LoadError {
+    LoadError::Inconsistent(
+        "a NomicBERT encoder is served on the CPU only: serve this model with --device cpu".into(),
+    )
+}
+
 impl ModernCudaEncoder {
     pub(super) fn new(
         config: &EncoderConfig,
@@ -115,6 +128,9 @@ impl ModernCudaEncoder {
                 ),
             }));
         }
+        let Some(final_norm) = weights.final_norm.as_ref().filter(|_| is_modern(params)) else {
+            return Err(refuse_nomic_on_gpu());
+        };
         let ops = EncoderOps::new(device)?;
         let eps = config.layer_norm_eps;
         let dense = |d: &Dense| ops.upload_linear(d.weight.host(), &d.bias, d.inputs, d.outputs);
@@ -136,7 +152,7 @@ impl ModernCudaEncoder {
             params: params.clone(),
             word: ops.upload(&embeddings.word)?,
             embedding_norm: norm(&embeddings.norm)?,
-            final_norm: norm(&weights.final_norm)?,
+            final_norm: norm(final_norm)?,
             layers,
             scratch: Scratch::default(),
             ops,

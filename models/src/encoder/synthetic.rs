@@ -1,4 +1,4 @@
-//! A tiny random BERT, DistilBERT, MPNet, XLM-RoBERTa or ModernBERT in a sentence-transformers
+//! A tiny random BERT, DistilBERT, MPNet, XLM-RoBERTa, ModernBERT or NomicBERT in a sentence-transformers
 //! folder, for tests that must run without a download: the files a real snapshot has (config,
 //! weights, a tokenizer over a small English vocabulary — WordPiece, or SentencePiece's
 //! Unigram for XLM-RoBERTa (`tokenizers`) — modules, pooling, Dense and sentence configs), with
@@ -17,8 +17,10 @@ use super::family::{Family, RELATIVE_BUCKETS};
 use super::projection::DenseActivation;
 use crate::rng::SplitMix64;
 
+mod modern;
 mod tokenizers;
 
+use modern::{modern_config_json, modern_weights, nomic_config_json, nomic_weights};
 use tokenizers::{sentencepiece_vocabulary, tokenizer_json, unigram_tokenizer_json, vocabulary};
 
 /// What the synthetic folder holds.
@@ -51,6 +53,8 @@ pub struct SyntheticSpec {
     pub labels: usize,
     /// ModernBERT's `local_attention`: the window is half of it on either side.
     pub local_attention: usize,
+    /// A NomicBERT's gate and biases.
+    pub nomic: NomicSpec,
     /// A BERT sparse encoder (`BertForMaskedLM` with sentence-transformers'
     /// `MLMTransformer` and `SpladePooling` modules) pooling as given; its masked-language
     /// head's decoder tied to the word embeddings, as transformers saves it.
@@ -75,8 +79,29 @@ impl Default for SyntheticSpec {
             normalize: true,
             labels: 0,
             local_attention: 8,
+            nomic: NomicSpec::default(),
             sparse: None,
             seed: 7,
+        }
+    }
+}
+
+/// A NomicBERT's `activation_function` (`"swiglu"` or `"geglu"`), whether its dense layers
+/// have biases, and its `pad_vocab_size_multiple` (the word table's rows are the vocabulary
+/// rounded up to it).
+#[derive(Clone, Debug)]
+pub struct NomicSpec {
+    pub activation: &'static str,
+    pub biases: bool,
+    pub pad_vocab_size_multiple: usize,
+}
+
+impl Default for NomicSpec {
+    fn default() -> Self {
+        NomicSpec {
+            activation: "swiglu",
+            biases: false,
+            pad_vocab_size_multiple: 64,
         }
     }
 }
@@ -96,7 +121,11 @@ pub fn write_synthetic(dir: &Path, spec: &SyntheticSpec) -> std::io::Result<()> 
         std::fs::write(dir.join(file), serde_json::to_vec_pretty(&value)?)
     };
     let (tokenizer, vocab) = match spec.family {
-        Family::Bert | Family::DistilBert | Family::Mpnet | Family::ModernBert => {
+        Family::Bert
+        | Family::DistilBert
+        | Family::Mpnet
+        | Family::ModernBert
+        | Family::NomicBert => {
             let vocab = vocabulary();
             (tokenizer_json(&vocab), vocab.len())
         }
@@ -237,6 +266,9 @@ fn config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
     if spec.family == Family::ModernBert {
         config = modern_config_json(spec, vocab);
     }
+    if spec.family == Family::NomicBert {
+        config = nomic_config_json(spec, vocab);
+    }
     with_task_head(&mut config, spec);
     config
 }
@@ -257,6 +289,8 @@ fn with_task_head(config: &mut serde_json::Value, spec: &SyntheticSpec) {
             Family::DistilBert => "DistilBertForSequenceClassification",
             Family::Mpnet => "MPNetForSequenceClassification",
             Family::ModernBert => "ModernBertForSequenceClassification",
+            // Not served: the load refuses it.
+            Family::NomicBert => "NomicBertForSequenceClassification",
         }]);
         config["id2label"] = json!(id2label);
     }
@@ -351,76 +385,6 @@ impl Drawn {
     }
 }
 
-/// A ModernBERT's `config.json` as transformers writes it (old keys), with the spec's window
-/// (by default 8: 4 tokens each side, so that short texts feel it), and every other layer global; a
-/// classifier's head pools as `spec.pooling` says.
-fn modern_config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
-    json!({
-        "architectures": ["ModernBertModel"],
-        "model_type": "modernbert",
-        "hidden_activation": "gelu",
-        "hidden_size": spec.hidden,
-        "intermediate_size": spec.intermediate,
-        "num_hidden_layers": spec.layers,
-        "num_attention_heads": spec.heads,
-        "max_position_embeddings": spec.max_position_embeddings,
-        "vocab_size": vocab,
-        "norm_eps": 1e-5,
-        "norm_bias": false,
-        "attention_bias": false,
-        "mlp_bias": false,
-        "global_attn_every_n_layers": 2,
-        "local_attention": spec.local_attention,
-        "global_rope_theta": 160000.0,
-        "local_rope_theta": 10000.0,
-        "pad_token_id": 0,
-        "bos_token_id": 2,
-        "cls_token_id": 2,
-        "eos_token_id": 3,
-        "sep_token_id": 3,
-        "classifier_pooling": if spec.pooling == Pooling::Cls { "cls" } else { "mean" },
-        "classifier_activation": "gelu",
-        "classifier_bias": false,
-    })
-}
-
-/// A ModernBERT's tensors, as `ModernBertModel` names them.
-fn modern_weights(drawn: &mut Drawn, spec: &SyntheticSpec, vocab: usize) {
-    let (h, i) = (spec.hidden, spec.intermediate);
-    let norm = |drawn: &mut Drawn, name: String| drawn.add(name, vec![h], 0.1, 1.0, false);
-    drawn.table("embeddings.tok_embeddings.weight", vocab, h, 0.5);
-    norm(drawn, "embeddings.norm.weight".into());
-    for l in 0..spec.layers {
-        if l > 0 {
-            norm(drawn, format!("layers.{l}.attn_norm.weight"));
-        }
-        norm(drawn, format!("layers.{l}.mlp_norm.weight"));
-        for (name, inputs, outputs) in [
-            ("attn.Wqkv", h, 3 * h),
-            ("attn.Wo", h, h),
-            ("mlp.Wi", h, 2 * i),
-            ("mlp.Wo", i, h),
-        ] {
-            let scale = 1.0 / (inputs as f32).sqrt();
-            let shape = vec![outputs, inputs];
-            drawn.add(format!("layers.{l}.{name}.weight"), shape, scale, 0.0, true);
-        }
-    }
-    norm(drawn, "final_norm.weight".into());
-    if spec.labels > 0 {
-        let shape = vec![h, h];
-        drawn.add(
-            "head.dense.weight".into(),
-            shape,
-            1.0 / (h as f32).sqrt(),
-            0.0,
-            true,
-        );
-        norm(drawn, "head.norm.weight".into());
-        drawn.dense("classifier", h, spec.labels, 1.0);
-    }
-}
-
 /// The weights in safetensors, named as the family's model (`BertModel`, ...) names them.
 fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
     let mut drawn = Drawn {
@@ -429,6 +393,10 @@ fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
     };
     if spec.family == Family::ModernBert {
         modern_weights(&mut drawn, spec, vocab);
+        return serialize(spec, drawn.tensors);
+    }
+    if spec.family == Family::NomicBert {
+        nomic_weights(&mut drawn, spec, vocab);
         return serialize(spec, drawn.tensors);
     }
     let h = spec.hidden;
@@ -456,7 +424,7 @@ fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
             Family::Bert => ("pooler.dense", "classifier"),
             Family::Roberta | Family::Mpnet => ("classifier.dense", "classifier.out_proj"),
             Family::DistilBert => ("pre_classifier", "classifier"),
-            Family::ModernBert => unreachable!("ModernBERT's weights are drawn above"),
+            Family::ModernBert | Family::NomicBert => unreachable!("these are drawn above"),
         };
         drawn.dense(pooler, h, h, 1.0 / (h as f32).sqrt());
         drawn.dense(classifier, h, spec.labels, 1.0);
@@ -522,7 +490,9 @@ fn family_name(family: Family, name: String) -> Option<String> {
     let names: &[(&str, &str)] = match family {
         Family::DistilBert => &DISTILBERT_NAMES,
         Family::Mpnet => &MPNET_NAMES,
-        Family::Bert | Family::Roberta | Family::ModernBert => return Some(name),
+        Family::Bert | Family::Roberta | Family::ModernBert | Family::NomicBert => {
+            return Some(name);
+        }
     };
     if name.contains("token_type") {
         return None;

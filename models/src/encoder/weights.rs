@@ -26,6 +26,7 @@ use safetensors::{Dtype, SafeTensors};
 use super::config::EncoderConfig;
 use super::family::{Family, RELATIVE_BUCKETS};
 use super::modern::{self, ModernWeights};
+use super::nomic;
 use super::projection::DenseModule;
 use crate::{LoadError, WeightData};
 
@@ -154,8 +155,9 @@ fn layer_names(family: Family) -> &'static LayerNames {
         Family::Bert | Family::Roberta => &BERT_LAYER,
         Family::DistilBert => &DISTILBERT_LAYER,
         Family::Mpnet => &MPNET_LAYER,
-        // `EncoderWeights::read` reads ModernBERT's layers with `modern::read_weights`.
-        Family::ModernBert => unreachable!("ModernBERT's layers are not BERT's"),
+        // `EncoderWeights::read` reads these layers with `modern::read_weights` and
+        // `nomic::read_weights`.
+        Family::ModernBert | Family::NomicBert => unreachable!("these layers are not BERT's"),
     }
 }
 
@@ -190,9 +192,13 @@ impl EncoderWeights {
                     modern::read_weights(&mut found, config, params)?;
                 (embeddings, Vec::new(), Some(modern), classifier)
             }
-            (Family::ModernBert, None) => {
+            (Family::NomicBert, Some(params)) => {
+                let (embeddings, layers) = nomic::read_weights(&mut found, config, params)?;
+                (embeddings, Vec::new(), Some(layers), None)
+            }
+            (Family::ModernBert | Family::NomicBert, None) => {
                 return Err(LoadError::Inconsistent(
-                    "a ModernBERT configuration without its parameters".into(),
+                    "a ModernBERT or NomicBERT configuration without its parameters".into(),
                 ));
             }
             _ => {
@@ -421,8 +427,9 @@ impl<'a> Found<'a> {
                 "classifier.out_proj",
             ),
             Family::DistilBert => ("pre_classifier", HeadActivation::Relu, "classifier"),
-            // `EncoderWeights::read` reads ModernBERT's head with `modern::read_weights`.
-            Family::ModernBert => unreachable!("ModernBERT's head is not BERT's"),
+            // `EncoderWeights::read` reads ModernBERT's head with `modern::read_weights`;
+            // NomicBERT is served as an encoder of embeddings only.
+            Family::ModernBert | Family::NomicBert => unreachable!("this head is not BERT's"),
         };
         Ok(ClassifierWeights {
             pooler: widened(self.dense(pooler, h, h)?),
@@ -518,7 +525,7 @@ fn is_ignored(canonical: &str, c: &EncoderConfig) -> bool {
 
 /// Matrices with the same input width, one above the other, in their common precision
 /// when they share one and f32 otherwise.
-fn stack(parts: &[Dense]) -> Dense {
+pub(super) fn stack(parts: &[Dense]) -> Dense {
     let dtypes: Vec<DType> = parts.iter().map(|d| d.weight.dtype()).collect();
     let weight = match dtypes[0] {
         DType::F16 if dtypes.iter().all(|d| *d == DType::F16) => WeightData::F16(

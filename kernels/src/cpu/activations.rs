@@ -1,5 +1,6 @@
-//! GELU with the exact error function (BERT's `gelu`), in place: `x · Φ(x)`, through the
-//! fits in [`super::vmath`], accurate to f32 in both tails.
+//! The feed-forward activations, in place: GELU with the exact error function (BERT's
+//! `gelu`), `x · Φ(x)`, through the fits in [`super::vmath`], accurate to f32 in both tails;
+//! and SiLU (NomicBERT's gate), `x / (1 + e⁻ˣ)`, through the same `exp`.
 
 use super::in_parallel;
 use super::vmath;
@@ -13,6 +14,25 @@ const GRANULE: usize = 1024;
 
 /// `x = gelu(x)` over every value, on up to `threads` threads of the current rayon pool.
 pub fn gelu_in_place(x: &mut [f32], threads: usize) {
+    in_place(x, threads, gelu_slice);
+}
+
+/// `x = silu(x)` over every value, on up to `threads` threads of the current rayon pool.
+pub fn silu_in_place(x: &mut [f32], threads: usize) {
+    in_place(x, threads, |part| {
+        part.iter_mut().for_each(|v| *v = silu(*v))
+    });
+}
+
+/// SiLU of one value. `exp` saturates at both ends, so a large `-x` gives a tiny quotient,
+/// never a NaN.
+#[inline]
+fn silu(x: f32) -> f32 {
+    x / (1.0 + vmath::exp(-x))
+}
+
+/// `activate` over every value of `x`, in runs of [`GRANULE`] split over up to `threads`.
+fn in_place(x: &mut [f32], threads: usize, activate: impl Fn(&mut [f32]) + Sync) {
     let pieces = if x.len() < PARALLEL_MIN_VALUES {
         1
     } else {
@@ -27,7 +47,7 @@ pub fn gelu_in_place(x: &mut [f32], threads: usize) {
         // SAFETY: start..end lies inside x, and the ranges in_parallel hands out are
         // disjoint, so no other thread touches these values.
         let part = unsafe { std::slice::from_raw_parts_mut(out.0.add(start), end - start) };
-        gelu_slice(part);
+        activate(part);
     });
 }
 
@@ -92,6 +112,30 @@ mod avx512 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn silu_is_x_times_its_sigmoid_and_finite_everywhere() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        for len in [0, 7, 40_000] {
+            let x0: Vec<f32> = (0..len).map(|i| (i as f32 * 0.37).sin() * 30.0).collect();
+            let mut x = x0.clone();
+            pool.install(|| silu_in_place(&mut x, 2));
+            for (s, v) in x.iter().zip(&x0) {
+                let want = (*v as f64) / (1.0 + (-*v as f64).exp());
+                assert!(
+                    (*s as f64 - want).abs() <= 1e-6 * want.abs().max(1e-6),
+                    "silu({v}) = {s}, want {want}"
+                );
+            }
+        }
+        let mut ends = [-1e4_f32, -100.0, 0.0, 100.0, 1e4];
+        silu_in_place(&mut ends, 1);
+        assert!(ends.iter().all(|v| v.is_finite()), "{ends:?}");
+        assert_eq!((ends[2], ends[3], ends[4]), (0.0, 100.0, 1e4));
+    }
 
     #[test]
     fn every_value_is_transformed_once_on_any_split() {
