@@ -8,6 +8,7 @@
 //! the binary, the benches and the fuzz targets reach: the configuration, the log filter,
 //! the co-location guardian, and the v2 request decoder.
 
+mod admission;
 mod batching;
 mod coloc;
 pub mod config;
@@ -21,6 +22,7 @@ mod infer;
 mod loader;
 pub mod log_control;
 mod metrics;
+mod outcome;
 pub mod protocol;
 mod registry;
 mod repository;
@@ -41,6 +43,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use batching::BusyMeter;
 pub use coloc::guardian;
 pub use config::Config;
 use http::AppState;
@@ -49,7 +52,6 @@ use registry::Registry;
 use repository::Watcher;
 use repository_control::{PassRequest, RepositoryControl};
 use shutdown::Shutdown;
-use worker::BusyMeter;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {

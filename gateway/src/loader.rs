@@ -11,6 +11,7 @@ use models::encoder::Prompts;
 use models::{InputKind, TextInput, TextTokenizer};
 use tokio::sync::mpsc;
 
+use crate::batching::BusyMeter;
 use crate::batching::latency::LatencyModel;
 use crate::batching::policy::for_settings;
 use crate::batching::state::QueueState;
@@ -19,7 +20,7 @@ use crate::config::ModelSettings;
 use crate::infer::{Core, Door};
 use crate::metrics as names;
 use crate::registry::{ModelVersion, TextModel};
-use crate::worker::{self, BusyMeter, ReplicaInfo, WorkerSpec};
+use crate::worker::{self, ReplicaInfo, WorkerSpec};
 
 pub struct LoadSpec {
     pub name: String,

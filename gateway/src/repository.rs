@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use crate::batching::BusyMeter;
 use crate::config::{Config, ModelOverrides};
 use crate::loader::{self, LoadSpec};
 use crate::registry::Registry;
 use crate::repository_control::{IndexEntry, RepositoryControl, VersionState};
-use crate::worker::BusyMeter;
 
 pub const MODEL_FILE: &str = "model.safetensors";
 

@@ -1,7 +1,7 @@
 //! What each model version's serving reports about itself, lock-free, for readers that
 //! must never wait on it (the trainer coordinator): the budget, the observed p99 of the
 //! last two seconds, the queue, and counts of requests offered, completed and turned away.
-//! (Admission's own shared state is [`crate::infer::admission::Door`].)
+//! (Admission's own shared state is [`crate::admission::Door`].)
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -14,6 +14,7 @@
 //! rows (one per text) are counted apart, against the largest batch in sequences.
 
 pub mod adaptive;
+mod busy;
 pub mod cpu_load;
 pub mod feedback;
 pub mod latency;
@@ -29,7 +30,9 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::infer::InferError;
+use crate::outcome::InferError;
+
+pub use busy::BusyMeter;
 
 /// What a request brings to its batch.
 #[derive(Debug)]

@@ -17,7 +17,7 @@ use super::policy::BatchPolicy;
 use super::state::QueueState;
 use super::task::{Batcher, WorkerDone};
 use super::{Batch, Completed, Pending, ReleaseReason};
-use crate::infer::{InferError, Refusal};
+use crate::outcome::{InferError, Refusal};
 
 /// One scripted request.
 #[derive(Clone, Debug)]

@@ -16,8 +16,9 @@ use super::policy::{BatchPolicy, Decision};
 use super::state::QueueState;
 use super::window::LatencyWindow;
 use super::{Batch, Pending, ReleaseReason};
-use crate::infer::{Door, InferError, Refusal};
+use crate::admission::Door;
 use crate::metrics as names;
+use crate::outcome::{InferError, Refusal};
 use crate::signals::Signals;
 
 /// A worker's report that it finished a batch and is free again.
@@ -170,7 +171,7 @@ pub struct Batcher {
     pub device: LatencyModel,
     /// Device time of every model sharing this device, for this model's share of it;
     /// `None` where the device is simulated.
-    pub device_busy: Option<std::sync::Arc<crate::worker::BusyMeter>>,
+    pub device_busy: Option<std::sync::Arc<super::BusyMeter>>,
     /// The share of the process's cores a running batch keeps busy: 0 on a GPU.
     pub cores_per_batch: f64,
 }

@@ -14,14 +14,14 @@ pub struct ServingShare {
     cpu: bool,
     /// The GPU, for its free memory; `None` on a CPU.
     gpu: Option<Arc<CudaDevice>>,
-    busy: Arc<crate::worker::BusyMeter>,
+    busy: Arc<crate::batching::BusyMeter>,
     cores: f64,
     last: Option<(Instant, f64)>,
     share: f64,
 }
 
 impl ServingShare {
-    pub fn new(device: &kernels::Device, busy: Arc<crate::worker::BusyMeter>) -> ServingShare {
+    pub fn new(device: &kernels::Device, busy: Arc<crate::batching::BusyMeter>) -> ServingShare {
         ServingShare {
             cpu: !device.is_cuda(),
             gpu: match device {

@@ -1,6 +1,6 @@
 //! The inference core: what stands between the HTTP handlers and a model version's batcher
 //! (as TEI's `infer.rs` stands between its router and its queue). One [`Core`] per loaded
-//! version owns admission — the refusals before parsing ([`admission`]), the predicted-miss
+//! version owns admission — the refusals before parsing ([`crate::admission`]), the predicted-miss
 //! shed and the deadlines the batcher applies — submission into the bounded queue, and the
 //! wait for the answer. Every refusal is counted here, once, under its reason: the handler
 //! sees only `Result`s.
@@ -9,9 +9,6 @@
 //! decoding and validation (not here), then [`Core::submit`], then [`Core::answered`] once
 //! the response is ready.
 
-pub mod admission;
-mod error;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,8 +16,8 @@ use metrics::Counter;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-pub use admission::{Arrival, Door};
-pub use error::{InferError, REASONS, Refusal};
+pub use crate::admission::{Arrival, Door};
+pub use crate::outcome::{InferError, REASONS, Refusal};
 
 use crate::batching::feedback::{Answered, ResponseLatencies};
 use crate::batching::{Completed, Payload, Pending};

@@ -7,7 +7,6 @@
 mod warmup;
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,27 +17,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::batching::task::WorkerDone;
-use crate::batching::{Batch as Released, Completed, Payload, Pending, Reply};
+use crate::batching::{Batch as Released, BusyMeter, Completed, Payload, Pending, Reply};
 use crate::infer::{InferError, Refusal};
 use crate::metrics as names;
-
-/// Device time spent computing, shared by every worker on a device; sampled into
-/// `tandem_device_busy_ratio` and read by the trainer coordinator.
-#[derive(Debug, Default)]
-pub struct BusyMeter {
-    busy_ns: AtomicU64,
-}
-
-impl BusyMeter {
-    pub fn add(&self, d: Duration) {
-        self.busy_ns
-            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
-    }
-
-    pub fn total(&self) -> Duration {
-        Duration::from_nanos(self.busy_ns.load(Ordering::Relaxed))
-    }
-}
 
 /// What a replica reports once its model is loaded and warmed up.
 #[derive(Clone, Debug)]

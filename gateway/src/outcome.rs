@@ -1,5 +1,7 @@
 //! How admission and inference fail: a [`Refusal`] (the request was turned away, and is
-//! counted once under its reason) or another [`InferError`].
+//! counted once under its reason) or another [`InferError`]. The batcher and the workers
+//! produce them, the inference core (`infer`, which re-exports them) counts and returns
+//! them.
 
 use std::time::Duration;
 
