@@ -12,27 +12,34 @@ const PARALLEL_MIN_VALUES: usize = 16 * 1024;
 /// Work is handed out in runs of this many values (a multiple of 16 keeps the lanes whole).
 const GRANULE: usize = 1024;
 
+/// The activations served here, one dispatch for both.
+#[derive(Clone, Copy)]
+enum Act {
+    Gelu,
+    Silu,
+}
+
+impl Act {
+    fn one(self, x: f32) -> f32 {
+        match self {
+            Act::Gelu => vmath::gelu(x),
+            Act::Silu => vmath::silu(x),
+        }
+    }
+}
+
 /// `x = gelu(x)` over every value, on up to `threads` threads of the current rayon pool.
 pub fn gelu_in_place(x: &mut [f32], threads: usize) {
-    in_place(x, threads, gelu_slice);
+    in_place(x, threads, Act::Gelu);
 }
 
 /// `x = silu(x)` over every value, on up to `threads` threads of the current rayon pool.
 pub fn silu_in_place(x: &mut [f32], threads: usize) {
-    in_place(x, threads, |part| {
-        part.iter_mut().for_each(|v| *v = silu(*v))
-    });
+    in_place(x, threads, Act::Silu);
 }
 
-/// SiLU of one value. `exp` saturates at both ends, so a large `-x` gives a tiny quotient,
-/// never a NaN.
-#[inline]
-fn silu(x: f32) -> f32 {
-    x / (1.0 + vmath::exp(-x))
-}
-
-/// `activate` over every value of `x`, in runs of [`GRANULE`] split over up to `threads`.
-fn in_place(x: &mut [f32], threads: usize, activate: impl Fn(&mut [f32]) + Sync) {
+/// `act` over every value of `x`, in runs of [`GRANULE`] split over up to `threads`.
+fn in_place(x: &mut [f32], threads: usize, act: Act) {
     let pieces = if x.len() < PARALLEL_MIN_VALUES {
         1
     } else {
@@ -47,18 +54,18 @@ fn in_place(x: &mut [f32], threads: usize, activate: impl Fn(&mut [f32]) + Sync)
         // SAFETY: start..end lies inside x, and the ranges in_parallel hands out are
         // disjoint, so no other thread touches these values.
         let part = unsafe { std::slice::from_raw_parts_mut(out.0.add(start), end - start) };
-        activate(part);
+        activate(part, act);
     });
 }
 
-fn gelu_slice(x: &mut [f32]) {
+fn activate(x: &mut [f32], act: Act) {
     #[cfg(target_arch = "x86_64")]
     if has_avx512() {
         let whole = x.len() / 16 * 16;
         // SAFETY: AVX-512 F is present (checked above); only the first `whole` values, a
         // multiple of 16, are touched.
-        unsafe { avx512::gelu(&mut x[..whole]) };
-        x[whole..].iter_mut().for_each(|v| *v = vmath::gelu(*v));
+        unsafe { avx512::activate(&mut x[..whole], act) };
+        x[whole..].iter_mut().for_each(|v| *v = act.one(*v));
         return;
     }
     #[cfg(target_arch = "x86_64")]
@@ -66,27 +73,35 @@ fn gelu_slice(x: &mut [f32]) {
         let whole = x.len() / 8 * 8;
         // SAFETY: AVX2 and FMA are present (checked above); only the first `whole` values,
         // a multiple of 8, are touched.
-        unsafe { avx2::gelu(&mut x[..whole]) };
-        x[whole..].iter_mut().for_each(|v| *v = vmath::gelu(*v));
+        unsafe { avx2::activate(&mut x[..whole], act) };
+        x[whole..].iter_mut().for_each(|v| *v = act.one(*v));
         return;
     }
-    x.iter_mut().for_each(|v| *v = vmath::gelu(*v));
+    x.iter_mut().for_each(|v| *v = act.one(*v));
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use crate::cpu::vmath::avx2::gelu as gelu8;
+    use super::Act;
+    use crate::cpu::vmath::avx2::{gelu, silu};
 
     /// # Safety
     /// The CPU supports AVX2 and FMA; `x.len()` is a multiple of 8.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn gelu(x: &mut [f32]) {
+    pub(super) unsafe fn activate(x: &mut [f32], act: Act) {
         let p = x.as_mut_ptr();
         for i in (0..x.len()).step_by(8) {
-            // SAFETY: i + 8 <= x.len().
-            unsafe { _mm256_storeu_ps(p.add(i), gelu8(_mm256_loadu_ps(p.add(i)))) };
+            // SAFETY: i + 8 <= x.len(); the features are enabled for this function.
+            unsafe {
+                let v = _mm256_loadu_ps(p.add(i));
+                let y = match act {
+                    Act::Gelu => gelu(v),
+                    Act::Silu => silu(v),
+                };
+                _mm256_storeu_ps(p.add(i), y);
+            }
         }
     }
 }
@@ -95,16 +110,24 @@ mod avx2 {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use crate::cpu::vmath::avx512::gelu as gelu16;
+    use super::Act;
+    use crate::cpu::vmath::avx512::{gelu, silu};
 
     /// # Safety
     /// The CPU supports AVX-512 F; `x.len()` is a multiple of 16.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn gelu(x: &mut [f32]) {
+    pub(super) unsafe fn activate(x: &mut [f32], act: Act) {
         let p = x.as_mut_ptr();
         for i in (0..x.len()).step_by(16) {
-            // SAFETY: i + 16 <= x.len().
-            unsafe { _mm512_storeu_ps(p.add(i), gelu16(_mm512_loadu_ps(p.add(i)))) };
+            // SAFETY: i + 16 <= x.len(); the feature is enabled for this function.
+            unsafe {
+                let v = _mm512_loadu_ps(p.add(i));
+                let y = match act {
+                    Act::Gelu => gelu(v),
+                    Act::Silu => silu(v),
+                };
+                _mm512_storeu_ps(p.add(i), y);
+            }
         }
     }
 }
@@ -131,10 +154,13 @@ mod tests {
                 );
             }
         }
-        let mut ends = [-1e4_f32, -100.0, 0.0, 100.0, 1e4];
+        // Four times over, so that the vector lanes see them as well as the scalar tail.
+        let mut ends = [-1e4_f32, -100.0, 0.0, 100.0, 1e4].repeat(4);
         silu_in_place(&mut ends, 1);
         assert!(ends.iter().all(|v| v.is_finite()), "{ends:?}");
-        assert_eq!((ends[2], ends[3], ends[4]), (0.0, 100.0, 1e4));
+        for five in ends.chunks(5) {
+            assert_eq!((five[2], five[3], five[4]), (0.0, 100.0, 1e4), "{ends:?}");
+        }
     }
 
     #[test]

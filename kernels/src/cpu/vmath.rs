@@ -95,6 +95,13 @@ pub(crate) fn gelu(x: f32) -> f32 {
     x * phi(x)
 }
 
+/// SiLU: x / (1 + e⁻ˣ). `exp` saturates at both ends, so a large `-x` gives a tiny
+/// quotient, never a NaN.
+#[inline]
+pub(crate) fn silu(x: f32) -> f32 {
+    x / (1.0 + exp(-x))
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2 {
     use std::arch::x86_64::*;
@@ -173,6 +180,18 @@ pub(crate) mod avx2 {
     pub(crate) unsafe fn gelu(x: __m256) -> __m256 {
         // SAFETY: AVX2 and FMA are enabled for this function.
         _mm256_mul_ps(x, unsafe { phi(x) })
+    }
+
+    /// x / (1 + e⁻ˣ) per lane, as [`super::silu`] computes it.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub(crate) unsafe fn silu(x: __m256) -> __m256 {
+        // SAFETY: AVX2 and FMA are enabled for this function.
+        let e = unsafe { exp(_mm256_sub_ps(_mm256_setzero_ps(), x)) };
+        _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0), e))
     }
 
     /// The sum of the eight lanes.
@@ -278,6 +297,18 @@ pub(crate) mod avx512 {
     pub(crate) unsafe fn gelu(x: __m512) -> __m512 {
         // SAFETY: AVX-512 F is enabled for this function.
         _mm512_mul_ps(x, unsafe { phi(x) })
+    }
+
+    /// x / (1 + e⁻ˣ) per lane, as [`super::silu`] computes it.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(crate) unsafe fn silu(x: __m512) -> __m512 {
+        // SAFETY: AVX-512 F is enabled for this function.
+        let e = unsafe { exp(_mm512_sub_ps(_mm512_setzero_ps(), x)) };
+        _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e))
     }
 }
 
