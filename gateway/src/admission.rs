@@ -88,10 +88,11 @@ impl Door {
         self.earliest_answer_ns.store(ns, Ordering::Relaxed);
     }
 
-    /// If a request cannot be answered within the admission horizon of its arrival: the
-    /// earliest it could be, counted from its arrival. Two ways: the queue ahead of it ends
-    /// past the horizon (the batcher would refuse it whatever its body), or it sat unread in
-    /// its socket past the horizon and [`FRONT_END_BEHIND`]. The second holds even where the
+    /// If a request cannot be answered within the admission horizon of its arrival, why. Two
+    /// ways: it sat unread in its socket past the horizon and [`FRONT_END_BEHIND`]
+    /// ([`Lateness::Unread`], with the time unread), or the queue ahead of it ends past the
+    /// horizon ([`Lateness::Queued`], with the earliest answer counted from its arrival: the
+    /// batcher would refuse it whatever its body). The second holds even where the
     /// batcher would take it (alone in front of an idle device): the front end is behind,
     /// and refusing such requests unparsed is what lets it catch up. (A slow upload is not
     /// "unread": its handler starts with its headers.)

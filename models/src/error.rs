@@ -66,6 +66,10 @@ pub enum LoadError {
     #[error("the weights do not match their configuration: {0}")]
     Inconsistent(String),
 
+    /// A model whose layers or head run only on the host, placed on a GPU.
+    #[error("{what} is served on the CPU only: serve this model with --device cpu")]
+    CpuOnly { what: &'static str },
+
     /// A configuration that is well formed but asks for something tandem does not serve:
     /// another architecture, activation, position embedding, pooling or module.
     #[error("{path}: {what} is not supported ({supported})")]

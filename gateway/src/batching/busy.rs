@@ -1,12 +1,12 @@
-//! The device's busy time: every worker on a device adds the time its batches computed;
-//! the batcher samples it into `tandem_device_busy_ratio`, and the trainer coordinator
-//! reads what serving leaves idle.
+//! The device's busy time, which the workers write and the batcher and the trainer
+//! coordinator read.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Device time spent computing, shared by every worker on a device; sampled into
-/// `tandem_device_busy_ratio` and read by the trainer coordinator.
+/// Device time spent computing, shared by every worker on a device: each adds the time its
+/// batches computed; the batcher samples it into `tandem_device_busy_ratio`, and the trainer
+/// coordinator reads what serving leaves idle.
 #[derive(Debug, Default)]
 pub struct BusyMeter {
     busy_ns: AtomicU64,

@@ -1,7 +1,7 @@
 //! What a sentence-transformers folder says about its encoder: `config.json` (a BERT,
-//! DistilBERT, MPNet, RoBERTa, XLM-RoBERTa, ModernBERT or NomicBERT architecture; ModernBERT's
-//! own keys in `modern`, NomicBERT's in `nomic`), `sentence_bert_config.json` (the sequence limit), and the modules
-//! after the transformer (`modules`).
+//! DistilBERT, MPNet, RoBERTa, XLM-RoBERTa, ModernBERT or NomicBERT architecture;
+//! ModernBERT's own keys in `modern`, NomicBERT's in `nomic`), `sentence_bert_config.json`
+//! (the sequence limit, `max_seq_len`), and the modules after the transformer (`modules`).
 //!
 //! Anything tandem would run differently from the folder's own library is refused here with
 //! the file and the value found: another architecture, activation or position embedding.
@@ -158,8 +158,8 @@ const ARCHITECTURES: [(&str, &str, Kind); 15] = [
         Kind::Classifier,
     ),
     ("mpnet", "MPNetModel", Kind::Encoder),
-    ("nomic_bert", "NomicBertModel", Kind::Encoder),
     ("mpnet", "MPNetForSequenceClassification", Kind::Classifier),
+    ("nomic_bert", "NomicBertModel", Kind::Encoder),
     ("roberta", "RobertaModel", Kind::Encoder),
     (
         "roberta",
@@ -260,6 +260,19 @@ impl EncoderConfig {
             modern,
             sparse,
         })
+    }
+
+    /// What makes it a model served on the CPU only, if anything: a sparse encoder's head
+    /// runs on the host over every token's state, which only the CPU's encoders keep, and
+    /// NomicBERT's layers have no CUDA kernels.
+    pub fn cpu_only(&self) -> Option<&'static str> {
+        if self.sparse.is_some() {
+            Some("a sparse encoder (BertForMaskedLM, SPLADE)")
+        } else if self.family == Family::NomicBert {
+            Some("a NomicBERT encoder")
+        } else {
+            None
+        }
     }
 
     /// Whether it is a sequence classifier rather than an encoder of embeddings.
@@ -367,7 +380,13 @@ impl FamilyLayers {
                 }
             }
             Family::NomicBert => {
-                let n = nomic::read(path, bert.vocab_size, bert.intermediate_size)?;
+                let sizes = nomic::Sizes {
+                    vocab: bert.vocab_size,
+                    intermediate: bert.intermediate_size,
+                    layers: bert.num_hidden_layers,
+                    head_dim: bert.hidden_size / bert.num_attention_heads.max(1),
+                };
+                let n = nomic::read(path, sizes)?;
                 FamilyLayers {
                     modern: Some(n.params),
                     layer_norm_eps: n.layer_norm_eps,
@@ -456,11 +475,11 @@ fn check_architecture(path: &Path, bert: &BertJson) -> Result<(Family, Kind), Lo
             None => {
                 return Err(unsupported(
                     format!("architecture {name:?} of model_type {model_type:?}"),
-                    "the architectures served are BertModel, DistilBertModel, ModernBertModel, \
-                     MPNetModel, RobertaModel and XLMRobertaModel (embeddings) and their \
-                     ForSequenceClassification models (classifiers and rerankers), \
-                     NomicBertModel (embeddings), each with its own model_type, and \
-                     BertForMaskedLM (a SPLADE sparse encoder)",
+                    "each with its own model_type, the architectures served are: for \
+                     embeddings BertModel, DistilBertModel, ModernBertModel, MPNetModel, \
+                     NomicBertModel, RobertaModel and XLMRobertaModel; for classifiers and \
+                     rerankers the same but NomicBERT's with ForSequenceClassification for \
+                     Model; for sparse embeddings (SPLADE) BertForMaskedLM",
                 ));
             }
         }

@@ -113,8 +113,8 @@ impl Backend {
         }
     }
 
-    /// ModernBERT's layers or BERT's, on the CPU (with products in `cpu_precision`) or a
-    /// GPU.
+    /// ModernBERT's (and NomicBERT's) layers or BERT's, on the CPU (with products in
+    /// `cpu_precision`) or a GPU.
     fn new(
         config: &EncoderConfig,
         mut weights: EncoderWeights,
@@ -186,6 +186,7 @@ impl Encoder {
         options: LoadOptions,
     ) -> Result<Encoder, LoadError> {
         let config = EncoderConfig::read(dir)?;
+        refuse_cpu_only_on_gpu(&config, device)?;
         config::required(dir, "tokenizer.json")?;
         let weights = EncoderWeights::read(&config::required(dir, "model.safetensors")?, &config)?;
         Encoder::with_options(config, weights, device, options)
@@ -223,9 +224,9 @@ impl Encoder {
             )),
         };
         check_matches(&config, &weights)?;
+        refuse_cpu_only_on_gpu(&config, device)?;
         let sparse = match (&weights.masked_lm, config.sparse) {
             (Some(w), Some(pooling)) => {
-                refuse_sparse_on_gpu(device)?;
                 Some(sparse::SparseHead::new(w, config.layer_norm_eps, pooling)?)
             }
             _ => None,
@@ -480,16 +481,12 @@ fn check_matches(config: &EncoderConfig, weights: &EncoderWeights) -> Result<(),
     Ok(())
 }
 
-/// A sparse encoder runs its head on the host over every token's state, which only the
-/// CPU's encoders keep.
-fn refuse_sparse_on_gpu(device: &Device) -> Result<(), LoadError> {
-    match device {
-        Device::Cpu => Ok(()),
-        Device::Cuda(_) => Err(LoadError::Inconsistent(
-            "a sparse encoder (BertForMaskedLM, SPLADE) is served on the CPU only: serve this \
-             model with --device cpu"
-                .into(),
-        )),
+/// A model [`EncoderConfig::cpu_only`] names is refused on a GPU, before its weights are
+/// placed.
+fn refuse_cpu_only_on_gpu(config: &EncoderConfig, device: &Device) -> Result<(), LoadError> {
+    match (device, config.cpu_only()) {
+        (Device::Cuda(_), Some(what)) => Err(LoadError::CpuOnly { what }),
+        _ => Ok(()),
     }
 }
 

@@ -40,6 +40,8 @@ pub struct ModernBertParams {
     pub biases: LayerBiases,
 }
 
+/// Which of a layer's dense products add a bias (NomicBERT's config flags; ModernBERT has
+/// none).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LayerBiases {
     /// `Wqkv` and the attention's output.

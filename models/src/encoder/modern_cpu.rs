@@ -179,8 +179,8 @@ impl Weights<'_> {
                 true => Attention::Global,
                 false => Attention::Window(self.params.window),
             };
-            attend(layer, c, tokens, kind, self.params.norms, s, threads)?;
-            feed_forward(layer, c, self.params, tokens.tokens(), s, threads)?;
+            attend(self, layer, tokens, kind, s, threads)?;
+            feed_forward(self, layer, tokens.tokens(), s, threads)?;
         }
         if let Some(norm) = self.final_norm {
             add_layer_norm(&mut s.x, None, params(norm, eps), threads)?;
@@ -220,14 +220,14 @@ enum Attention {
 /// `x += Wo · attention(rotary(Wqkv · attn_norm(x)))`, or with the norm after:
 /// `x = attn_norm(x + Wo · attention(rotary(Wqkv · x)))`.
 fn attend(
+    w: &Weights<'_>,
     l: &CpuLayer,
-    c: &EncoderConfig,
     tokens: &PackedTokens,
     kind: Attention,
-    norms: NormPlacement,
     s: &mut Scratch,
     threads: usize,
 ) -> Result<(), ModelError> {
+    let (c, norms) = (w.config, w.params.norms);
     let t = tokens.tokens();
     let id = Activation::Identity;
     let input = match (&l.attention_norm, norms) {
@@ -264,13 +264,13 @@ fn attend(
 /// `x += Wo · (act(a) ⊙ g)` where `[a, g] = Wi · mlp_norm(x)`, or with the norm after:
 /// `x = mlp_norm(x + Wo · (act(a) ⊙ g))` where `[a, g] = Wi · x`.
 fn feed_forward(
+    w: &Weights<'_>,
     l: &CpuLayer,
-    c: &EncoderConfig,
-    p: &ModernBertParams,
     t: usize,
     s: &mut Scratch,
     threads: usize,
 ) -> Result<(), ModelError> {
+    let (c, p) = (w.config, w.params);
     let id = Activation::Identity;
     let norm = params(&l.mlp_norm, c.layer_norm_eps);
     let input = match p.norms {

@@ -99,16 +99,10 @@ impl DeviceRotary {
 }
 
 /// Whether the layers are ModernBERT's own, the only ones the GPU runs: norms before, a
-/// GELU gate, a final norm.
-pub(super) fn is_modern(p: &ModernBertParams) -> bool {
-    p.norms == NormPlacement::Before && p.gate == Gate::Gelu
-}
-
-/// NomicBERT's layers (norms after each sum, a SiLU gate, token types) have no CUDA kernels.
-pub(super) fn refuse_nomic_on_gpu() -> LoadError {
-    LoadError::Inconsistent(
-        "a NomicBERT encoder is served on the CPU only: serve this model with --device cpu".into(),
-    )
+/// GELU gate, no biases, a final norm. NomicBERT is refused before (`cpu_only`); this
+/// holds the line for any other form.
+fn is_modern(p: &ModernBertParams) -> bool {
+    p.norms == NormPlacement::Before && p.gate == Gate::Gelu && p.biases == Default::default()
 }
 
 impl ModernCudaEncoder {
@@ -129,7 +123,9 @@ impl ModernCudaEncoder {
             }));
         }
         let Some(final_norm) = weights.final_norm.as_ref().filter(|_| is_modern(params)) else {
-            return Err(refuse_nomic_on_gpu());
+            return Err(LoadError::CpuOnly {
+                what: "an encoder with NomicBERT's layers",
+            });
         };
         let ops = EncoderOps::new(device)?;
         let eps = config.layer_norm_eps;

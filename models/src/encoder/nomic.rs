@@ -18,15 +18,13 @@ use super::config::{EncoderConfig, Pooling, read_json};
 use super::modern::{
     Gate, LayerBiases, ModernBertParams, ModernLayer, ModernWeights, NormPlacement,
 };
-use super::weights::{Embeddings, Found, Norm, stack};
+use super::weights::{Embeddings, Found, stack};
 use crate::LoadError;
 
-/// NomicBERT's own keys, with the Hugging Face code's defaults where a key may be absent.
+/// NomicBERT's own keys, with the defaults of the Hugging Face code nomic-embed-text-v1.5
+/// ships (`configuration_hf_nomic_bert.py`) where a key may be absent.
 #[derive(Deserialize)]
 struct NomicJson {
-    n_layer: usize,
-    n_embd: usize,
-    n_head: usize,
     #[serde(default = "gpt2_eps")]
     layer_norm_epsilon: f64,
     activation_function: String,
@@ -43,7 +41,6 @@ struct NomicJson {
     rotary_emb_scale_base: Option<f64>,
     /// Dynamic NTK scaling: it changes the base only for sequences longer than
     /// `max_trained_positions`, which are then not served.
-    #[serde(default = "one")]
     rotary_scaling_factor: Option<f64>,
     #[serde(default = "trained_positions")]
     max_trained_positions: usize,
@@ -71,10 +68,7 @@ fn gpt2_eps() -> f64 {
     1e-5
 }
 fn rotary_base() -> f64 {
-    1000.0
-}
-fn one() -> Option<f64> {
-    Some(1.0)
+    10_000.0
 }
 fn trained_positions() -> usize {
     2048
@@ -103,13 +97,17 @@ pub(super) struct NomicConfig {
 /// (`multiple_of`), whatever `n_inner` says.
 pub(super) const GATED_MULTIPLE: usize = 256;
 
-/// NomicBERT's parameters from `config.json` at `path`, whose `vocab_size` is `vocab` and
-/// `n_inner` `intermediate`.
-pub(super) fn read(
-    path: &Path,
-    vocab: usize,
-    intermediate: usize,
-) -> Result<NomicConfig, LoadError> {
+/// The sizes `config.json` gives under GPT-2's names, as `config` read them.
+pub(super) struct Sizes {
+    pub vocab: usize,
+    /// `n_inner`.
+    pub intermediate: usize,
+    pub layers: usize,
+    pub head_dim: usize,
+}
+
+/// NomicBERT's parameters from `config.json` at `path`, of a model of `sizes`.
+pub(super) fn read(path: &Path, sizes: Sizes) -> Result<NomicConfig, LoadError> {
     let json: NomicJson = read_json(path)?;
     let unsupported = |(what, supported): (String, &'static str)| LoadError::Unsupported {
         path: path.to_path_buf(),
@@ -131,12 +129,12 @@ pub(super) fn read(
         path: path.to_path_buf(),
         reason,
     };
-    check_sizes(&json).map_err(invalid)?;
+    check_sizes(&json, sizes.head_dim).map_err(invalid)?;
     let multiple = json.pad_vocab_size_multiple.max(1);
     let scaled = json.rotary_scaling_factor.is_some_and(|f| f != 0.0);
     Ok(NomicConfig {
         params: ModernBertParams {
-            global: vec![true; json.n_layer],
+            global: vec![true; sizes.layers],
             window: 0,
             global_theta: json.rotary_emb_base,
             local_theta: json.rotary_emb_base,
@@ -151,21 +149,23 @@ pub(super) fn read(
             },
         },
         max_positions: scaled.then_some(json.max_trained_positions),
-        vocab_size: vocab.div_ceil(multiple) * multiple,
-        intermediate: intermediate.div_ceil(GATED_MULTIPLE) * GATED_MULTIPLE,
+        vocab_size: sizes.vocab.next_multiple_of(multiple),
+        intermediate: sizes.intermediate.next_multiple_of(GATED_MULTIPLE),
         layer_norm_eps: json.layer_norm_epsilon,
     })
 }
 
-fn check_sizes(json: &NomicJson) -> Result<(), String> {
+fn check_sizes(json: &NomicJson, head_dim: usize) -> Result<(), String> {
     let positive = |key: &str, v: f64| match v.is_finite() && v > 0.0 {
         true => Ok(()),
         false => Err(format!("{key} is {v}, expected a positive number")),
     };
     positive("rotary_emb_base", json.rotary_emb_base)?;
     positive("layer_norm_epsilon", json.layer_norm_epsilon)?;
-    // Rotary embeddings turn pairs of a head's values (sizes are checked non-zero before).
-    let head_dim = json.n_embd / json.n_head.max(1);
+    if json.max_trained_positions == 0 {
+        return Err("max_trained_positions is 0, expected at least 1".into());
+    }
+    // Rotary embeddings turn pairs of a head's values.
     match head_dim.is_multiple_of(2) {
         true => Ok(()),
         false => Err(format!(
@@ -196,8 +196,10 @@ fn check_layers(json: &NomicJson) -> Result<(), (String, &'static str)> {
     if json.rotary_emb_fraction != 1.0 || json.rotary_emb_scale_base.is_some() {
         return Err((
             format!(
-                "rotary_emb_fraction {} with rotary_emb_scale_base {:?}",
-                json.rotary_emb_fraction, json.rotary_emb_scale_base
+                "rotary_emb_fraction {} with rotary_emb_scale_base {}",
+                json.rotary_emb_fraction,
+                json.rotary_emb_scale_base
+                    .map_or("null".into(), |b| b.to_string())
             ),
             "rotary embeddings over whole heads (fraction 1.0), unscaled",
         ));
@@ -228,7 +230,7 @@ pub(super) fn read_weights(
             "embeddings.token_type_embeddings.weight",
             &[c.type_vocab_size, h],
         )?,
-        norm: norm(found, "emb_ln", h)?,
+        norm: found.norm("emb_ln", h)?,
     };
     let layers = (0..c.layers)
         .map(|i| read_layer(found, c, i, p.biases))
@@ -238,13 +240,6 @@ pub(super) fn read_weights(
         final_norm: None,
     };
     Ok((embeddings, weights))
-}
-
-fn norm(found: &mut Found<'_>, name: &str, h: usize) -> Result<Norm, LoadError> {
-    Ok(Norm {
-        gamma: found.f32(&format!("{name}.weight"), &[h])?,
-        beta: found.f32(&format!("{name}.bias"), &[h])?,
-    })
 }
 
 fn read_layer(
@@ -258,10 +253,10 @@ fn read_layer(
     let up = found.linear(&name("mlp.fc11"), h, inter, b.mlp_in)?;
     let gate = found.linear(&name("mlp.fc12"), h, inter, b.mlp_in)?;
     Ok(ModernLayer {
-        attention_norm: Some(norm(found, &name("norm1"), h)?),
+        attention_norm: Some(found.norm(&name("norm1"), h)?),
         qkv: found.linear(&name("attn.Wqkv"), h, 3 * h, b.attention)?,
         attention_out: found.linear(&name("attn.out_proj"), h, h, b.attention)?,
-        mlp_norm: norm(found, &name("norm2"), h)?,
+        mlp_norm: found.norm(&name("norm2"), h)?,
         mlp_in: stack(&[gate, up]),
         mlp_out: found.linear(&name("mlp.fc2"), inter, h, b.mlp_out)?,
     })

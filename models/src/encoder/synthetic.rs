@@ -1,5 +1,5 @@
-//! A tiny random BERT, DistilBERT, MPNet, XLM-RoBERTa, ModernBERT or NomicBERT in a sentence-transformers
-//! folder, for tests that must run without a download: the files a real snapshot has (config,
+//! A tiny random BERT, DistilBERT, MPNet, XLM-RoBERTa, ModernBERT or NomicBERT in a
+//! sentence-transformers folder, for tests that must run without a download: the files a real snapshot has (config,
 //! weights, a tokenizer over a small English vocabulary — WordPiece, or SentencePiece's
 //! Unigram for XLM-RoBERTa (`tokenizers`) — modules, pooling, Dense and sentence configs), with
 //! weights drawn from a seeded generator. It runs the same code as a real model; only its
@@ -86,13 +86,16 @@ impl Default for SyntheticSpec {
     }
 }
 
-/// A NomicBERT's `activation_function` (`"swiglu"` or `"geglu"`), whether its dense layers
-/// have biases, and its `pad_vocab_size_multiple` (the word table's rows are the vocabulary
-/// rounded up to it).
+/// A NomicBERT's `activation_function` (`"swiglu"` or `"geglu"`), which of its dense layers
+/// have biases (`qkv_proj_bias`: `Wqkv` and `out_proj`; `mlp_fc1_bias`: `fc11` and `fc12`;
+/// `mlp_fc2_bias`: `fc2`), and its `pad_vocab_size_multiple` (the word table's rows are the
+/// vocabulary rounded up to it). By default nomic-embed-text's form.
 #[derive(Clone, Debug)]
 pub struct NomicSpec {
     pub activation: &'static str,
-    pub biases: bool,
+    pub qkv_proj_bias: bool,
+    pub mlp_fc1_bias: bool,
+    pub mlp_fc2_bias: bool,
     pub pad_vocab_size_multiple: usize,
 }
 
@@ -100,7 +103,9 @@ impl Default for NomicSpec {
     fn default() -> Self {
         NomicSpec {
             activation: "swiglu",
-            biases: false,
+            qkv_proj_bias: false,
+            mlp_fc1_bias: false,
+            mlp_fc2_bias: false,
             pad_vocab_size_multiple: 64,
         }
     }

@@ -171,8 +171,8 @@ pub struct EncoderWeights {
     pub masked_lm: Option<MaskedLmWeights>,
     /// MPNet's attention bias by relative position: `[buckets, heads]`.
     pub relative_bias: Option<Vec<f32>>,
-    /// ModernBERT's layers and final norm (its `layers` above are empty, and its embeddings
-    /// have no position or token type table).
+    /// ModernBERT's or NomicBERT's layers and final norm (its `layers` above are empty, and
+    /// its embeddings have no position table; ModernBERT's no token type table either).
     pub modern: Option<ModernWeights>,
     /// The Dense modules after pooling (`config.dense`), widened to f32: they run on the
     /// host.
@@ -343,7 +343,7 @@ impl<'a> Found<'a> {
         Ok(values)
     }
 
-    fn norm(&mut self, prefix: &str, hidden: usize) -> Result<Norm, LoadError> {
+    pub(super) fn norm(&mut self, prefix: &str, hidden: usize) -> Result<Norm, LoadError> {
         Ok(Norm {
             gamma: self.f32(&format!("{prefix}.weight"), &[hidden])?,
             beta: self.f32(&format!("{prefix}.bias"), &[hidden])?,

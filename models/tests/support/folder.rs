@@ -26,13 +26,16 @@ impl Folder {
         self.0.join(file)
     }
 
+    /// A JSON file of the folder.
+    pub fn json(&self, file: &str) -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(self.path(file)).unwrap()).unwrap()
+    }
+
     /// Rewrites a JSON file through `edit`.
     pub fn edit_json(&self, file: &str, edit: impl FnOnce(&mut serde_json::Value)) {
-        let path = self.path(file);
-        let mut value: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let mut value = self.json(file);
         edit(&mut value);
-        std::fs::write(&path, serde_json::to_vec(&value).unwrap()).unwrap();
+        std::fs::write(self.path(file), serde_json::to_vec(&value).unwrap()).unwrap();
     }
 
     /// Rewrites model.safetensors through `edit` on (name, dtype, shape, bytes).

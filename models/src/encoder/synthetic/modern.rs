@@ -103,9 +103,9 @@ pub(super) fn nomic_config_json(spec: &SyntheticSpec, vocab: usize) -> serde_jso
         "rotary_emb_scale_base": null,
         "rotary_scaling_factor": null,
         "max_trained_positions": 2048,
-        "qkv_proj_bias": n.biases,
-        "mlp_fc1_bias": n.biases,
-        "mlp_fc2_bias": n.biases,
+        "qkv_proj_bias": n.qkv_proj_bias,
+        "mlp_fc1_bias": n.mlp_fc1_bias,
+        "mlp_fc2_bias": n.mlp_fc2_bias,
         "use_rms_norm": false,
         "causal": false,
     })
@@ -115,33 +115,25 @@ pub(super) fn nomic_config_json(spec: &SyntheticSpec, vocab: usize) -> serde_jso
 /// types, `emb_ln`, then each layer's `attn.Wqkv`, `attn.out_proj`, `norm1`, `mlp.fc11`,
 /// `mlp.fc12`, `mlp.fc2` and `norm2`, with biases only where the spec has them.
 pub(super) fn nomic_weights(drawn: &mut Drawn, spec: &SyntheticSpec, vocab: usize) {
-    let i = spec.intermediate.div_ceil(GATED_MULTIPLE) * GATED_MULTIPLE;
+    let n = &spec.nomic;
+    let i = spec.intermediate.next_multiple_of(GATED_MULTIPLE);
     let h = spec.hidden;
-    let multiple = spec.nomic.pad_vocab_size_multiple.max(1);
-    drawn.table(
-        "embeddings.word_embeddings.weight",
-        vocab.div_ceil(multiple) * multiple,
-        h,
-        0.5,
-    );
+    let rows = vocab.next_multiple_of(n.pad_vocab_size_multiple.max(1));
+    drawn.table("embeddings.word_embeddings.weight", rows, h, 0.5);
     drawn.table("embeddings.token_type_embeddings.weight", 2, h, 0.3);
     drawn.norm("emb_ln", h);
     for l in 0..spec.layers {
         let p = format!("encoder.layers.{l}");
-        for (name, inputs, outputs) in [
-            ("attn.Wqkv", h, 3 * h),
-            ("attn.out_proj", h, h),
-            ("mlp.fc11", h, i),
-            ("mlp.fc12", h, i),
-            ("mlp.fc2", i, h),
+        for (name, inputs, outputs, bias) in [
+            ("attn.Wqkv", h, 3 * h, n.qkv_proj_bias),
+            ("attn.out_proj", h, h, n.qkv_proj_bias),
+            ("mlp.fc11", h, i, n.mlp_fc1_bias),
+            ("mlp.fc12", h, i, n.mlp_fc1_bias),
+            ("mlp.fc2", i, h, n.mlp_fc2_bias),
         ] {
-            drawn.dense(
-                &format!("{p}.{name}"),
-                inputs,
-                outputs,
-                1.0 / (inputs as f32).sqrt(),
-            );
-            if !spec.nomic.biases {
+            let scale = 1.0 / (inputs as f32).sqrt();
+            drawn.dense(&format!("{p}.{name}"), inputs, outputs, scale);
+            if !bias {
                 drawn.tensors.pop();
             }
         }
