@@ -222,11 +222,12 @@ fn v2_scores_pairs_from_text_and_text_pair() {
     assert_eq!(meta["inputs"][1]["name"], "text_pair", "{meta}");
 }
 
-/// XLM-RoBERTa and ModernBERT cross-encoders rerank, and XLM-RoBERTa, MPNet, ModernBERT and NomicBERT
-/// encoders and a BERT with two Dense modules after pooling embed, as the same models run in this
-/// process: `<s> query </s></s> text </s>`, one token type or none, positions after the padding id,
-/// MPNet's relative attention and ModernBERT's and NomicBERT's layers (on the CPU),
-/// embeddings of the last module's width.
+/// XLM-RoBERTa and ModernBERT cross-encoders rerank, and XLM-RoBERTa, MPNet, ModernBERT,
+/// NomicBERT and GTE encoders and a BERT with two Dense modules after pooling embed, as the
+/// same models run in this process: `<s> query </s></s> text </s>`, one token type or none,
+/// positions after the padding id, MPNet's relative attention and ModernBERT's, NomicBERT's
+/// and GTE's layers (on the CPU; GTE's without a token type table, so that its tokenizer's
+/// pair type ids are not checked against one), embeddings of the last module's width.
 #[test]
 fn xlm_roberta_and_mpnet_models_rerank_and_embed_as_run_in_process() {
     let repo = TempDir::new("xlmr");
@@ -242,6 +243,7 @@ fn xlm_roberta_and_mpnet_models_rerank_and_embed_as_run_in_process() {
         ("mpnet", Family::Mpnet, 0),
         ("modern", Family::ModernBert, 0),
         ("nomic", Family::NomicBert, 0),
+        ("gte", Family::Gte, 0),
         ("dense", Family::Bert, 0),
     ] {
         let spec = SyntheticSpec {
@@ -291,7 +293,7 @@ fn xlm_roberta_and_mpnet_models_rerank_and_embed_as_run_in_process() {
     let seqs: Vec<Seq> = texts.iter().map(|t| Seq::One(t)).collect();
     let meta = server.get("/v2/models/dense").json();
     assert_eq!(meta["outputs"][0]["shape"], json!([-1, 16]), "{meta}");
-    for model in ["xembed", "mpnet", "modern", "nomic", "dense"] {
+    for model in ["xembed", "mpnet", "modern", "nomic", "gte", "dense"] {
         let mut want = logits_here(&repo.path().join(model).join("1"), &seqs);
         let got = ok(
             &server,

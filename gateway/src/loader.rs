@@ -184,9 +184,10 @@ async fn text_model(path: &std::path::Path, input: &TextInput) -> Result<TextMod
             input.vocab_size
         ));
     }
-    // So would a pair's type id past the token type table (a RoBERTa model has one row).
+    // So would a pair's type id past the token type table (a RoBERTa model has one row; a
+    // model with none reads no type ids).
     let types_below = tokenizer.pair_type_ids_below();
-    if types_below > input.type_vocab_size {
+    if input.type_vocab_size > 0 && types_below > input.type_vocab_size {
         return Err(format!(
             "tokenizer.json gives a pair's second text type id {}, past the model's \
              type_vocab_size of {} in config.json",

@@ -65,7 +65,8 @@ pub struct TextInput {
     pub max_seq_len: usize,
     /// Token ids must be below this: the rows of the model's word embeddings.
     pub vocab_size: usize,
-    /// Token type ids must be below this: 2 for BERT (a pair's two texts), 1 for RoBERTa.
+    /// Token type ids must be below this: 2 for BERT (a pair's two texts), 1 for RoBERTa;
+    /// 0 for a model that reads none (a GTE without a token type table).
     pub type_vocab_size: usize,
     /// Whether embeddings are L2-normalised unless a request says otherwise.
     pub normalize_by_default: bool,

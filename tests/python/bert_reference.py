@@ -72,13 +72,13 @@ DISTILBERT_NAMES = (
 
 
 def load_weights(folder, head=False):
-    """The tensors as float64, names without the `bert.`, `distilbert.` or `roberta.`
+    """The tensors as float64, names without the `bert.`, `distilbert.`, `roberta.` (...)
     prefix and DistilBERT's as BERT's, with DistilBERT's missing token type table as
     zeros; the pooler only with `head`."""
     raw = load_file(str(Path(folder) / "model.safetensors"))
     weights = {}
     for name, value in raw.items():
-        for prefix in ("bert.", "distilbert.", "mpnet.", "roberta.", "model."):
+        for prefix in ("bert.", "distilbert.", "mpnet.", "roberta.", "model.", "new."):
             name = name[len(prefix) :] if name.startswith(prefix) else name
         for theirs, ours in DISTILBERT_NAMES + MPNET_NAMES:
             name = name.replace(theirs, ours)
@@ -208,7 +208,13 @@ def rotary(t, positions, theta):
     """Rotary position embedding of t [heads, n, d] (transformers' rotate_half form): value j
     of each half turned with value j of the other by angle position / theta^(2j/d)."""
     d = t.shape[-1]
-    angles = positions[:, None] / theta ** (np.arange(0, d, 2) / d)
+    return rotary_by(t, positions, theta ** -(np.arange(0, d, 2) / d))
+
+
+def rotary_by(t, positions, frequencies):
+    """Rotary position embedding of t [heads, n, d] by each pair's frequency."""
+    d = t.shape[-1]
+    angles = positions[:, None] * frequencies
     cos = np.cos(np.concatenate([angles, angles], -1))
     sin = np.sin(np.concatenate([angles, angles], -1))
     first, second = t[..., : d // 2], t[..., d // 2 :]
@@ -278,21 +284,75 @@ def nomic_encode(ids, type_ids, w, cfg):
     def norm(x, name):
         return layer_norm(x, w[name + ".weight"], w[name + ".bias"], eps)
 
-    n = len(ids)
-    positions = np.arange(n)
+    frequencies = theta ** -(np.arange(0, d, 2) / d)
     x = w["embeddings.word_embeddings.weight"][ids] + w["embeddings.token_type_embeddings.weight"][type_ids]
     x = norm(x, "emb_ln")
     for i in range(cfg["n_layer"]):
         p = f"encoder.layers.{i}"
-        qkv = lin(x, p + ".attn.Wqkv")
-        q, k, v = (qkv[:, j * hidden : (j + 1) * hidden].reshape(n, heads, d).transpose(1, 0, 2)
-                   for j in range(3))
-        q, k = rotary(q, positions, theta), rotary(k, positions, theta)
-        probs = softmax(q @ k.transpose(0, 2, 1) / math.sqrt(d))
-        context = (probs @ v).transpose(1, 0, 2).reshape(n, hidden)
+        context = rotary_attention(lin(x, p + ".attn.Wqkv"), heads, frequencies)
         x = norm(x + lin(context, p + ".attn.out_proj"), p + ".norm1")
         h = lin(x, p + ".mlp.fc11") * act(lin(x, p + ".mlp.fc12"))
         x = norm(x + lin(h, p + ".mlp.fc2"), p + ".norm2")
+    return x
+
+
+def rotary_attention(qkv, heads, frequencies):
+    """One sequence's self-attention from its fused [q; k; v] rows, queries and keys turned
+    by rotary_by (positions from 0): the context, [n, hidden]."""
+    n, hidden = qkv.shape[0], qkv.shape[1] // 3
+    d = hidden // heads
+    q, k, v = (qkv[:, j * hidden : (j + 1) * hidden].reshape(n, heads, d).transpose(1, 0, 2)
+               for j in range(3))
+    positions = np.arange(n)
+    q, k = rotary_by(q, positions, frequencies), rotary_by(k, positions, frequencies)
+    probs = softmax(q @ k.transpose(0, 2, 1) / math.sqrt(d))
+    return (probs @ v).transpose(1, 0, 2).reshape(n, hidden)
+
+
+def gte_frequencies(theta, scaling, d):
+    """GTE's rotary frequencies: theta^(-2j/d), or with its NTK scaling (rope_scaling type
+    ntk) (theta * factor)^(-2j/d) / factor^(2/d), or with mixed_b theta^(-2j/d) /
+    exp(ln(factor) * ((j + 1) / (d / 2))^mixed_b)."""
+    k = np.arange(0, d, 2) / d
+    if not scaling:
+        return theta ** -k
+    factor, mixed_b = scaling["factor"], scaling.get("mixed_b")
+    if mixed_b is None:
+        return (theta * factor) ** -k / factor ** (2 / d)
+    j = np.arange(1, d // 2 + 1)
+    return theta ** -k / np.exp(math.log(factor) * (j / (d / 2)) ** mixed_b)
+
+
+def gte_encode(ids, type_ids, w, cfg):
+    """GTE (model_type new, NewModel): the word and (where type_vocab_size is not 0) token
+    type embeddings through embeddings.LayerNorm; then BERT's post-norm layers with a fused
+    qkv_proj, rotary queries and keys by gte_frequencies (positions from 0), and a gated
+    feed-forward down_proj(up * act(gate)) with [up; gate] = up_gate_proj(x), no bias on
+    up_gate_proj; no final norm."""
+    hidden, heads = cfg["hidden_size"], cfg["num_attention_heads"]
+    d = hidden // heads
+    eps = cfg.get("layer_norm_eps", 1e-12)
+    act = {"gelu": gelu, "silu": silu, "swish": silu}[cfg.get("hidden_act", "gelu")]
+    frequencies = gte_frequencies(cfg.get("rope_theta", 10000.0), cfg.get("rope_scaling"), d)
+
+    def lin(x, name):
+        return x @ w[name + ".weight"].T + w.get(name + ".bias", 0.0)
+
+    def norm(x, name):
+        return layer_norm(x, w[name + ".weight"], w[name + ".bias"], eps)
+
+    x = w["embeddings.word_embeddings.weight"][ids]
+    if cfg.get("type_vocab_size", 1) > 0:
+        x = x + w["embeddings.token_type_embeddings.weight"][type_ids]
+    x = norm(x, "embeddings.LayerNorm")
+    inter = cfg["intermediate_size"]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"encoder.layer.{i}"
+        context = rotary_attention(lin(x, p + ".attention.qkv_proj"), heads, frequencies)
+        x = norm(x + lin(context, p + ".attention.o_proj"), p + ".attn_ln")
+        up_gate = lin(x, p + ".mlp.up_gate_proj")
+        h = up_gate[:, :inter] * act(up_gate[:, inter:])
+        x = norm(x + lin(h, p + ".mlp.down_proj"), p + ".mlp_ln")
     return x
 
 
@@ -344,6 +404,8 @@ def final_states(seq, w, cfg):
         return modern_encode(np.array(seq["ids"]), w, cfg)
     if cfg.get("model_type") == "nomic_bert":
         return nomic_encode(np.array(seq["ids"]), np.array(seq["type_ids"]), w, cfg)
+    if cfg.get("model_type") == "new":
+        return gte_encode(np.array(seq["ids"]), np.array(seq["type_ids"]), w, cfg)
     return encode(np.array(seq["ids"]), np.array(seq["type_ids"]), w, cfg)
 
 

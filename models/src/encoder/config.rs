@@ -1,6 +1,6 @@
 //! What a sentence-transformers folder says about its encoder: `config.json` (a BERT,
-//! DistilBERT, MPNet, RoBERTa, XLM-RoBERTa, ModernBERT or NomicBERT architecture;
-//! ModernBERT's own keys in `modern`, NomicBERT's in `nomic`), `sentence_bert_config.json`
+//! DistilBERT, MPNet, RoBERTa, XLM-RoBERTa, ModernBERT, NomicBERT or GTE architecture; the
+//! last three's own keys in `family_layers`), `sentence_bert_config.json`
 //! (the sequence limit, `max_seq_len`), and the modules after the transformer (`modules`).
 //!
 //! Anything tandem would run differently from the folder's own library is refused here with
@@ -14,15 +14,16 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use super::family::{Family, RELATIVE_BUCKETS};
-use super::modern::{self, ModernBertParams};
+use super::modern::ModernBertParams;
 use super::modules::{HeadModules, read_head_modules, read_sparse_modules};
-use super::nomic;
 use super::packed::PackedTokens;
 use super::projection::DenseModule;
 use crate::LoadError;
 use crate::SlidingWindow;
+use family_layers::FamilyLayers;
 use max_seq_len::read_max_seq_len;
 
+mod family_layers;
 mod max_seq_len;
 
 /// How token states become one vector per sequence.
@@ -56,6 +57,8 @@ pub struct EncoderConfig {
     pub intermediate: usize,
     /// Rows of the position table, the ones a family skips included.
     pub max_position_embeddings: usize,
+    /// Rows of the token type table; 0 for a model that reads no type ids (a GTE without
+    /// one).
     pub type_vocab_size: usize,
     pub layer_norm_eps: f32,
     /// The longest sequence served, in tokens (special ones included).
@@ -126,11 +129,13 @@ struct BertJson {
 }
 
 /// The `model_type`s served, with their family.
-const MODEL_TYPES: [(&str, Family); 7] = [
+const MODEL_TYPES: [(&str, Family); 8] = [
     ("bert", Family::Bert),
     ("distilbert", Family::DistilBert),
     ("modernbert", Family::ModernBert),
     ("mpnet", Family::Mpnet),
+    // GTE's (`NewModel`, Alibaba's code beside its checkpoints).
+    ("new", Family::Gte),
     ("nomic_bert", Family::NomicBert),
     ("roberta", Family::Roberta),
     ("xlm-roberta", Family::Roberta),
@@ -138,7 +143,7 @@ const MODEL_TYPES: [(&str, Family); 7] = [
 
 /// The `architectures` served: an encoder of embeddings, and a sequence classifier (a
 /// cross-encoder, for reranking, is one with a single label) of each model type.
-const ARCHITECTURES: [(&str, &str, Kind); 15] = [
+const ARCHITECTURES: [(&str, &str, Kind); 16] = [
     ("bert", "BertModel", Kind::Encoder),
     // A masked-language model is served as SPLADE reads it: a sparse encoder.
     ("bert", "BertForMaskedLM", Kind::Sparse),
@@ -160,6 +165,7 @@ const ARCHITECTURES: [(&str, &str, Kind); 15] = [
     ("mpnet", "MPNetModel", Kind::Encoder),
     ("mpnet", "MPNetForSequenceClassification", Kind::Classifier),
     ("nomic_bert", "NomicBertModel", Kind::Encoder),
+    ("new", "NewModel", Kind::Encoder),
     ("roberta", "RobertaModel", Kind::Encoder),
     (
         "roberta",
@@ -182,7 +188,7 @@ enum Kind {
 }
 
 const SERVED_MODEL_TYPES: &str = "the model types served are \"bert\", \"distilbert\", \"modernbert\", \"mpnet\", \
-     \"nomic_bert\", \"roberta\" and \"xlm-roberta\"";
+     \"new\" (GTE), \"nomic_bert\", \"roberta\" and \"xlm-roberta\"";
 
 fn two() -> usize {
     2
@@ -230,9 +236,11 @@ impl EncoderConfig {
             }
         };
         let pad_token_id = match family {
-            Family::Bert | Family::DistilBert | Family::ModernBert | Family::NomicBert => {
-                bert.pad_token_id.unwrap_or(0)
-            }
+            Family::Bert
+            | Family::DistilBert
+            | Family::ModernBert
+            | Family::NomicBert
+            | Family::Gte => bert.pad_token_id.unwrap_or(0),
             Family::Roberta => bert.pad_token_id.unwrap_or(1),
             // transformers' MPNetEmbeddings fixes its padding index at 1.
             Family::Mpnet => 1,
@@ -249,7 +257,7 @@ impl EncoderConfig {
             heads: bert.num_attention_heads,
             intermediate: family_layers.intermediate,
             max_position_embeddings: bert.max_position_embeddings,
-            type_vocab_size: bert.type_vocab_size,
+            type_vocab_size: family_layers.type_vocab_size,
             layer_norm_eps: family_layers.layer_norm_eps as f32,
             max_seq_len,
             pooling: modules.pooling,
@@ -264,12 +272,14 @@ impl EncoderConfig {
 
     /// What makes it a model served on the CPU only, if anything: a sparse encoder's head
     /// runs on the host over every token's state, which only the CPU's encoders keep, and
-    /// NomicBERT's layers have no CUDA kernels.
+    /// NomicBERT's and GTE's layers have no CUDA kernels.
     pub fn cpu_only(&self) -> Option<&'static str> {
         if self.sparse.is_some() {
             Some("a sparse encoder (BertForMaskedLM, SPLADE)")
         } else if self.family == Family::NomicBert {
             Some("a NomicBERT encoder")
+        } else if self.family == Family::Gte {
+            Some("a GTE encoder")
         } else {
             None
         }
@@ -350,56 +360,6 @@ fn first_position(family: Family, pad_token_id: u32) -> usize {
     }
 }
 
-/// What a family's own keys say of its layers, beside BERT's sizes.
-struct FamilyLayers {
-    modern: Option<ModernBertParams>,
-    layer_norm_eps: f64,
-    vocab_size: usize,
-    intermediate: usize,
-    /// A limit on a sequence's tokens beyond `max_position_embeddings`.
-    max_positions: Option<usize>,
-}
-
-impl FamilyLayers {
-    fn read(path: &Path, bert: &BertJson, family: Family, kind: Kind) -> Result<Self, LoadError> {
-        let bert_layers = |layer_norm_eps| FamilyLayers {
-            modern: None,
-            layer_norm_eps,
-            vocab_size: bert.vocab_size,
-            intermediate: bert.intermediate_size,
-            max_positions: None,
-        };
-        Ok(match family {
-            // DistilBERT's LayerNorms fix their epsilon at 1e-12 whatever the config says.
-            Family::DistilBert => bert_layers(bert_eps()),
-            Family::ModernBert => {
-                let (params, eps) = modern::read(path, kind == Kind::Classifier)?;
-                FamilyLayers {
-                    modern: Some(params),
-                    ..bert_layers(eps)
-                }
-            }
-            Family::NomicBert => {
-                let sizes = nomic::Sizes {
-                    vocab: bert.vocab_size,
-                    intermediate: bert.intermediate_size,
-                    layers: bert.num_hidden_layers,
-                    head_dim: bert.hidden_size / bert.num_attention_heads.max(1),
-                };
-                let n = nomic::read(path, sizes)?;
-                FamilyLayers {
-                    modern: Some(n.params),
-                    layer_norm_eps: n.layer_norm_eps,
-                    vocab_size: n.vocab_size,
-                    intermediate: n.intermediate,
-                    max_positions: n.max_positions,
-                }
-            }
-            Family::Bert | Family::Roberta | Family::Mpnet => bert_layers(bert.layer_norm_eps),
-        })
-    }
-}
-
 /// How many tokens a sequence may have for every position to have a row: a RoBERTa table's
 /// first `pad_token_id + 1` rows are not positions of tokens.
 fn usable_positions(
@@ -477,9 +437,10 @@ fn check_architecture(path: &Path, bert: &BertJson) -> Result<(Family, Kind), Lo
                     format!("architecture {name:?} of model_type {model_type:?}"),
                     "each with its own model_type, the architectures served are: for \
                      embeddings BertModel, DistilBertModel, ModernBertModel, MPNetModel, \
-                     NomicBertModel, RobertaModel and XLMRobertaModel; for classifiers and \
-                     rerankers the same but NomicBERT's with ForSequenceClassification for \
-                     Model; for sparse embeddings (SPLADE) BertForMaskedLM",
+                     NewModel (GTE), NomicBertModel, RobertaModel and XLMRobertaModel; for \
+                     classifiers and rerankers the same but GTE's and NomicBERT's with \
+                     ForSequenceClassification for Model; for sparse embeddings (SPLADE) \
+                     BertForMaskedLM",
                 ));
             }
         }
@@ -493,7 +454,11 @@ fn check_architecture(path: &Path, bert: &BertJson) -> Result<(Family, Kind), Lo
             "MPNet's relative attention is served with 32 buckets, as transformers runs it",
         ));
     }
-    check_layers(path, bert)?;
+    // GTE's activation and positions are its own keys, read with its layers.
+    if family != Family::Gte {
+        check_layers(path, bert)?;
+    }
+    check_dimensions(path, bert, family)?;
     Ok((family, kind))
 }
 
@@ -515,10 +480,10 @@ fn check_layers(path: &Path, bert: &BertJson) -> Result<(), LoadError> {
             "only \"absolute\" position embeddings are served",
         ));
     }
-    check_dimensions(path, bert)
+    Ok(())
 }
 
-fn check_dimensions(path: &Path, bert: &BertJson) -> Result<(), LoadError> {
+fn check_dimensions(path: &Path, bert: &BertJson, family: Family) -> Result<(), LoadError> {
     let invalid = |reason: String| LoadError::Config {
         path: path.to_path_buf(),
         reason,
@@ -532,7 +497,9 @@ fn check_dimensions(path: &Path, bert: &BertJson) -> Result<(), LoadError> {
         ("max_position_embeddings", bert.max_position_embeddings),
         ("type_vocab_size", bert.type_vocab_size),
     ];
-    if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
+    // A GTE without token types reads no type ids.
+    let may_be_zero = |name: &str| family == Family::Gte && name == "type_vocab_size";
+    if let Some((name, _)) = sizes.iter().find(|(n, v)| *v == 0 && !may_be_zero(n)) {
         return Err(invalid(format!("{name} is 0, expected at least 1")));
     }
     if !bert.hidden_size.is_multiple_of(bert.num_attention_heads) {

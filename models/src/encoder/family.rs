@@ -1,9 +1,9 @@
-//! The transformer families served (BERT, DistilBERT, MPNet, RoBERTa, XLM-RoBERTa, ModernBERT
-//! and NomicBERT): what tells them apart, and MPNet's buckets of relative positions.
+//! The transformer families served (BERT, DistilBERT, MPNet, RoBERTa, XLM-RoBERTa, ModernBERT,
+//! NomicBERT and GTE): what tells them apart, and MPNet's buckets of relative positions.
 
 /// The transformer families served. BERT's four share its layers and differ in how tensors
-/// are named and how positions are numbered; ModernBERT's layers are its own, and NomicBERT
-/// runs on them.
+/// are named and how positions are numbered; ModernBERT's layers are their own, and NomicBERT
+/// and GTE run on them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Family {
     /// BERT (`model_type` `"bert"`): positions count from 0; tensors may sit under `bert.`;
@@ -31,6 +31,11 @@ pub enum Family {
     /// with a fused `Wqkv`, rotary positions (no position table) and a gated feed-forward
     /// (`fc11`, `fc12`, `fc2`), biases as its config says; tensors may sit under `bert.`.
     NomicBert,
+    /// GTE (`"new"`, `NewModel`: gte-base-en-v1.5, gte-multilingual-base): BERT's
+    /// post-norm layers with a fused `qkv_proj`, rotary positions (no position table), a
+    /// gated feed-forward (`up_gate_proj`, `down_proj`) and, in some, no token types;
+    /// tensors may sit under `new.`.
+    Gte,
 }
 
 impl Family {
@@ -43,12 +48,17 @@ impl Family {
             Family::Mpnet => "mpnet.",
             Family::ModernBert => "model.",
             Family::NomicBert => "bert.",
+            Family::Gte => "new.",
         }
     }
 
-    /// Whether the model adds a token type embedding (DistilBERT and MPNet have none).
+    /// Whether the model adds a token type embedding (DistilBERT and MPNet have none; a GTE
+    /// has one unless its `type_vocab_size` is 0).
     pub fn has_token_types(self) -> bool {
-        matches!(self, Family::Bert | Family::Roberta | Family::NomicBert)
+        matches!(
+            self,
+            Family::Bert | Family::Roberta | Family::NomicBert | Family::Gte
+        )
     }
 
     /// Whether positions count after the padding id, skipping padding tokens.

@@ -13,10 +13,11 @@
 //! - `sparse`: a sparse encoder's masked-language head and SPLADE pooling, on the host;
 //! - [`projection`]: sentence-transformers Dense modules after pooling, on the host;
 //! - [`packed`]: a batch as sequences packed end to end, the only input the encoder runs;
-//! - [`modern`]: ModernBERT's windows, rotary bases and weights, and `nomic`: NomicBERT's,
-//!   read into the same form;
+//! - [`modern`]: ModernBERT's windows, rotary bases and weights, and `nomic` and `gte`:
+//!   NomicBERT's and GTE's, read into the same form;
 //! - `cpu` and `cuda`: the forward pass on each device, and `modern_cpu` and `modern_cuda`,
-//!   ModernBERT's (with `rotary`, its position tables; NomicBERT's on the CPU only). Every
+//!   ModernBERT's (with `rotary`, its position tables; NomicBERT's and GTE's on the CPU
+//!   only). Every
 //!   dense layer runs once over all the tokens of a batch and attention runs per sequence on
 //!   its own length, so a batch costs what its tokens cost: no padding.
 //!
@@ -28,6 +29,7 @@ mod cpu;
 mod cuda;
 pub mod family;
 mod groups;
+mod gte;
 mod head;
 pub mod modern;
 mod modern_cpu;
@@ -442,10 +444,9 @@ impl Encoder {
                 tokens.ids[t], c.vocab_size
             ));
         }
-        if let Some(t) = tokens
-            .type_ids
-            .iter()
-            .position(|&k| k as usize >= c.type_vocab_size)
+        let has_types = c.type_vocab_size > 0;
+        if let Some(t) =
+            (tokens.type_ids.iter()).position(|&k| has_types && k as usize >= c.type_vocab_size)
         {
             return invalid(format!(
                 "token type id {} at packed position {t} is not below {}",

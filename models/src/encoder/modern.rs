@@ -13,10 +13,10 @@ use super::config::{EncoderConfig, Pooling, read_json};
 use super::weights::{ClassifierWeights, Dense, Embeddings, Found, HeadActivation, Norm};
 use crate::{LoadError, WeightData};
 
-/// How a ModernBERT's layers attend and where its positions come from. NomicBERT runs on
-/// the same layers (a fused `Wqkv`, rotary queries and keys, a gated feed-forward) and is
-/// described here too (`nomic`): every layer global, its norms after each residual sum, and
-/// its own gate.
+/// How a ModernBERT's layers attend and where its positions come from. NomicBERT and GTE
+/// run on the same layers (a fused `Wqkv`, rotary queries and keys, a gated feed-forward)
+/// and are described here too (`nomic`, `gte`): every layer global, their norms after each
+/// residual sum, their own gate and biases, and GTE's scaled rotary frequencies.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModernBertParams {
     /// Per layer: whether it attends to the whole sequence; the others attend to the
@@ -27,6 +27,8 @@ pub struct ModernBertParams {
     /// The rotary base of the global layers and of the sliding-window ones.
     pub global_theta: f64,
     pub local_theta: f64,
+    /// GTE's NTK scaling of every rotary frequency (`rope_scaling` `{"type": "ntk"}`).
+    pub ntk: Option<Ntk>,
     /// A classifier's head pools this way (`classifier_pooling`) ...
     pub classifier_pooling: Pooling,
     /// ... and its dense layer has a bias (`classifier_bias`).
@@ -38,6 +40,16 @@ pub struct ModernBertParams {
     pub gate: Gate,
     /// Which dense layers have biases (ModernBERT's none).
     pub biases: LayerBiases,
+}
+
+/// GTE's fixed NTK-aware scaling of rotary frequencies, as its code computes them for
+/// every position: with `mixed_b` absent, frequency `k` is `1 / (θ·factor)^(2k / d)`
+/// divided by `factor^(2 / d)`; with it, `1 / θ^(2k / d)` divided by
+/// `exp(ln(factor) · ((k + 1) / (d / 2))^mixed_b)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Ntk {
+    pub factor: f64,
+    pub mixed_b: Option<f64>,
 }
 
 /// Which of a layer's dense products add a bias (NomicBERT's config flags; ModernBERT has
@@ -61,9 +73,9 @@ pub enum NormPlacement {
 /// The activation of the gated feed-forward: `Wo · (act(a) ⊙ g)` for `[a, g] = Wi · x`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Gate {
-    /// GELU with the exact error function (ModernBERT; NomicBERT's `geglu`).
+    /// GELU with the exact error function (ModernBERT; NomicBERT's `geglu`; GTE's `gelu`).
     Gelu,
-    /// SiLU (NomicBERT's `swiglu`).
+    /// SiLU (NomicBERT's `swiglu`, GTE's `silu`).
     Silu,
 }
 
@@ -180,6 +192,7 @@ pub(super) fn read(path: &Path, classifier: bool) -> Result<(ModernBertParams, f
         window: json.local_attention / 2,
         global_theta,
         local_theta,
+        ntk: None,
         classifier_pooling,
         classifier_bias: json.classifier_bias,
         norms: NormPlacement::Before,
@@ -353,6 +366,22 @@ pub(super) fn read_weights(
         final_norm: Some(final_norm),
     };
     Ok((embeddings, weights, classifier))
+}
+
+/// The `layers` layers of a family whose norms follow each sum (NomicBERT, GTE), each
+/// read by `layer`: there is no final norm.
+pub(super) fn post_norm_layers(
+    found: &mut Found<'_>,
+    layers: usize,
+    mut layer: impl FnMut(&mut Found<'_>, usize) -> Result<ModernLayer, LoadError>,
+) -> Result<ModernWeights, LoadError> {
+    let layers = (0..layers)
+        .map(|i| layer(found, i))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ModernWeights {
+        layers,
+        final_norm: None,
+    })
 }
 
 /// `ModernBertForSequenceClassification`'s head: `head.dense`, GELU, `head.norm`, then

@@ -172,8 +172,9 @@ impl Weights<'_> {
         add_layer_norm(&mut s.x, None, params(&self.embeddings.norm, eps), threads)?;
         let span = tokens.lengths().max().unwrap_or(0);
         let head_dim = c.head_dim();
-        s.global.fill(self.params.global_theta, span, head_dim);
-        s.local.fill(self.params.local_theta, span, head_dim);
+        let p = &self.params;
+        s.global.fill(p.global_theta, p.ntk, span, head_dim);
+        s.local.fill(p.local_theta, p.ntk, span, head_dim);
         for (layer, &global) in self.layers.iter().zip(&self.params.global) {
             let kind = match global {
                 true => Attention::Global,

@@ -84,7 +84,8 @@ impl DeviceRotary {
         span: usize,
         head_dim: usize,
     ) -> Result<(), KernelError> {
-        if self.host.fill(theta, span, head_dim) {
+        // Its layers are ModernBERT's, whose rotary frequencies are never scaled.
+        if self.host.fill(theta, None, span, head_dim) {
             let (cos, sin) = self.host.tables();
             let uploaded = (ops.upload_into(cos, &mut self.device.cos))
                 .and_then(|()| ops.upload_into(sin, &mut self.device.sin));

@@ -17,6 +17,7 @@ use serde::Deserialize;
 use super::config::{EncoderConfig, Pooling, read_json};
 use super::modern::{
     Gate, LayerBiases, ModernBertParams, ModernLayer, ModernWeights, NormPlacement,
+    post_norm_layers,
 };
 use super::weights::{Embeddings, Found, stack};
 use crate::LoadError;
@@ -138,6 +139,7 @@ pub(super) fn read(path: &Path, sizes: Sizes) -> Result<NomicConfig, LoadError> 
             window: 0,
             global_theta: json.rotary_emb_base,
             local_theta: json.rotary_emb_base,
+            ntk: None,
             classifier_pooling: Pooling::Cls,
             classifier_bias: false,
             norms: NormPlacement::After,
@@ -232,13 +234,9 @@ pub(super) fn read_weights(
         )?,
         norm: found.norm("emb_ln", h)?,
     };
-    let layers = (0..c.layers)
-        .map(|i| read_layer(found, c, i, p.biases))
-        .collect::<Result<Vec<_>, _>>()?;
-    let weights = ModernWeights {
-        layers,
-        final_norm: None,
-    };
+    let weights = post_norm_layers(found, c.layers, |found, i| {
+        read_layer(found, c, i, p.biases)
+    })?;
     Ok((embeddings, weights))
 }
 

@@ -1,10 +1,11 @@
-//! Rotary position embeddings (ModernBERT's): per position, a cosine and a sine for each
-//! pair of a head's values.
+//! Rotary position embeddings (ModernBERT's, NomicBERT's, GTE's): per position, a cosine
+//! and a sine for each pair of a head's values.
 
+use super::modern::Ntk;
 use super::packed::PackedTokens;
 
 /// Rotary embeddings' cosines and sines, `[position][head_dim / 2]`, as transformers
-/// computes them in f32: frequency `k` is `1 / θ^(2k / head_dim)`.
+/// computes them in f32: frequency `k` is `1 / θ^(2k / head_dim)`, unless scaled ([`Ntk`]).
 #[derive(Default)]
 pub(super) struct Rotary {
     cos: Vec<f32>,
@@ -15,15 +16,19 @@ pub(super) struct Rotary {
 impl Rotary {
     /// Makes the tables cover positions `0..span` (keeping larger ones); returns whether
     /// they changed.
-    pub(super) fn fill(&mut self, theta: f64, span: usize, head_dim: usize) -> bool {
+    pub(super) fn fill(
+        &mut self,
+        theta: f64,
+        ntk: Option<Ntk>,
+        span: usize,
+        head_dim: usize,
+    ) -> bool {
         let half = head_dim / 2;
         if self.half == half && self.cos.len() >= span * half {
             return false;
         }
         self.half = half;
-        let frequencies: Vec<f32> = (0..half)
-            .map(|k| 1.0 / (theta as f32).powf((2 * k) as f32 / head_dim as f32))
-            .collect();
+        let frequencies = frequencies(theta, ntk, head_dim);
         let angles = (0..span).flat_map(|p| frequencies.iter().map(move |f| p as f32 * f));
         (self.cos, self.sin) = angles
             .map(|a| ((a as f64).cos() as f32, (a as f64).sin() as f32))
@@ -65,4 +70,33 @@ impl Rotary {
             }
         }
     }
+}
+
+/// Each pair's frequency, in f32 as torch computes it.
+fn frequencies(theta: f64, ntk: Option<Ntk>, head_dim: usize) -> Vec<f32> {
+    let half = head_dim / 2;
+    let base = match ntk {
+        Some(Ntk {
+            factor,
+            mixed_b: None,
+        }) => theta * factor,
+        _ => theta,
+    };
+    let unscaled = |k: usize| 1.0 / (base as f32).powf((2 * k) as f32 / head_dim as f32);
+    (0..half)
+        .map(|k| match ntk {
+            None => unscaled(k),
+            Some(Ntk {
+                factor,
+                mixed_b: None,
+            }) => unscaled(k) / factor.powf(2.0 / head_dim as f64) as f32,
+            Some(Ntk {
+                factor,
+                mixed_b: Some(b),
+            }) => {
+                let a = (factor as f32).ln() / (half as f32).powf(b as f32);
+                unscaled(k) / (a * ((k + 1) as f32).powf(b as f32)).exp()
+            }
+        })
+        .collect()
 }

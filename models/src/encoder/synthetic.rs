@@ -1,4 +1,4 @@
-//! A tiny random BERT, DistilBERT, MPNet, XLM-RoBERTa, ModernBERT or NomicBERT in a
+//! A tiny random BERT, DistilBERT, MPNet, XLM-RoBERTa, ModernBERT, NomicBERT or GTE in a
 //! sentence-transformers folder, for tests that must run without a download: the files a real snapshot has (config,
 //! weights, a tokenizer over a small English vocabulary — WordPiece, or SentencePiece's
 //! Unigram for XLM-RoBERTa (`tokenizers`) — modules, pooling, Dense and sentence configs), with
@@ -20,7 +20,11 @@ use crate::rng::SplitMix64;
 mod modern;
 mod tokenizers;
 
-use modern::{modern_config_json, modern_weights, nomic_config_json, nomic_weights};
+pub use modern::GteSpec;
+use modern::{
+    gte_config_json, gte_weights, modern_config_json, modern_weights, nomic_config_json,
+    nomic_weights,
+};
 use tokenizers::{sentencepiece_vocabulary, tokenizer_json, unigram_tokenizer_json, vocabulary};
 
 /// What the synthetic folder holds.
@@ -55,6 +59,8 @@ pub struct SyntheticSpec {
     pub local_attention: usize,
     /// A NomicBERT's gate and biases.
     pub nomic: NomicSpec,
+    /// A GTE's activation, token types and rotary scaling.
+    pub gte: GteSpec,
     /// A BERT sparse encoder (`BertForMaskedLM` with sentence-transformers'
     /// `MLMTransformer` and `SpladePooling` modules) pooling as given; its masked-language
     /// head's decoder tied to the word embeddings, as transformers saves it.
@@ -80,6 +86,7 @@ impl Default for SyntheticSpec {
             labels: 0,
             local_attention: 8,
             nomic: NomicSpec::default(),
+            gte: GteSpec::default(),
             sparse: None,
             seed: 7,
         }
@@ -130,7 +137,8 @@ pub fn write_synthetic(dir: &Path, spec: &SyntheticSpec) -> std::io::Result<()> 
         | Family::DistilBert
         | Family::Mpnet
         | Family::ModernBert
-        | Family::NomicBert => {
+        | Family::NomicBert
+        | Family::Gte => {
             let vocab = vocabulary();
             (tokenizer_json(&vocab), vocab.len())
         }
@@ -274,6 +282,9 @@ fn config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
     if spec.family == Family::NomicBert {
         config = nomic_config_json(spec, vocab);
     }
+    if spec.family == Family::Gte {
+        config = gte_config_json(spec, vocab);
+    }
     with_task_head(&mut config, spec);
     config
 }
@@ -294,8 +305,9 @@ fn with_task_head(config: &mut serde_json::Value, spec: &SyntheticSpec) {
             Family::DistilBert => "DistilBertForSequenceClassification",
             Family::Mpnet => "MPNetForSequenceClassification",
             Family::ModernBert => "ModernBertForSequenceClassification",
-            // Not served: the load refuses it.
+            // Not served: the load refuses them.
             Family::NomicBert => "NomicBertForSequenceClassification",
+            Family::Gte => "NewForSequenceClassification",
         }]);
         config["id2label"] = json!(id2label);
     }
@@ -404,6 +416,10 @@ fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
         nomic_weights(&mut drawn, spec, vocab);
         return serialize(spec, drawn.tensors);
     }
+    if spec.family == Family::Gte {
+        gte_weights(&mut drawn, spec, vocab);
+        return serialize(spec, drawn.tensors);
+    }
     let h = spec.hidden;
     drawn.table("embeddings.word_embeddings.weight", vocab, h, 0.5);
     let positions = spec.max_position_embeddings;
@@ -429,7 +445,9 @@ fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
             Family::Bert => ("pooler.dense", "classifier"),
             Family::Roberta | Family::Mpnet => ("classifier.dense", "classifier.out_proj"),
             Family::DistilBert => ("pre_classifier", "classifier"),
-            Family::ModernBert | Family::NomicBert => unreachable!("these are drawn above"),
+            Family::ModernBert | Family::NomicBert | Family::Gte => {
+                unreachable!("these are drawn above")
+            }
         };
         drawn.dense(pooler, h, h, 1.0 / (h as f32).sqrt());
         drawn.dense(classifier, h, spec.labels, 1.0);
@@ -495,7 +513,7 @@ fn family_name(family: Family, name: String) -> Option<String> {
     let names: &[(&str, &str)] = match family {
         Family::DistilBert => &DISTILBERT_NAMES,
         Family::Mpnet => &MPNET_NAMES,
-        Family::Bert | Family::Roberta | Family::ModernBert | Family::NomicBert => {
+        Family::Bert | Family::Roberta | Family::ModernBert | Family::NomicBert | Family::Gte => {
             return Some(name);
         }
     };

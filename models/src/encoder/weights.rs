@@ -26,9 +26,12 @@ use safetensors::{Dtype, SafeTensors};
 use super::config::EncoderConfig;
 use super::family::{Family, RELATIVE_BUCKETS};
 use super::modern::{self, ModernWeights};
-use super::nomic;
 use super::projection::DenseModule;
+use super::{gte, nomic};
 use crate::{LoadError, WeightData};
+use names::{canonical_name, is_ignored};
+
+mod names;
 
 /// A matrix `[outputs, inputs]` (PyTorch's `nn.Linear` layout) and its biases.
 #[derive(Clone, Debug, PartialEq)]
@@ -155,9 +158,10 @@ fn layer_names(family: Family) -> &'static LayerNames {
         Family::Bert | Family::Roberta => &BERT_LAYER,
         Family::DistilBert => &DISTILBERT_LAYER,
         Family::Mpnet => &MPNET_LAYER,
-        // `EncoderWeights::read` reads these layers with `modern::read_weights` and
-        // `nomic::read_weights`.
-        Family::ModernBert | Family::NomicBert => unreachable!("these layers are not BERT's"),
+        // `EncoderWeights::read` reads these layers with `modern`, `nomic` and `gte`.
+        Family::ModernBert | Family::NomicBert | Family::Gte => {
+            unreachable!("these layers are not BERT's")
+        }
     }
 }
 
@@ -171,8 +175,9 @@ pub struct EncoderWeights {
     pub masked_lm: Option<MaskedLmWeights>,
     /// MPNet's attention bias by relative position: `[buckets, heads]`.
     pub relative_bias: Option<Vec<f32>>,
-    /// ModernBERT's or NomicBERT's layers and final norm (its `layers` above are empty, and
-    /// its embeddings have no position table; ModernBERT's no token type table either).
+    /// ModernBERT's, NomicBERT's or GTE's layers and final norm (its `layers` above are
+    /// empty, and its embeddings have no position table; ModernBERT's no token type table
+    /// either).
     pub modern: Option<ModernWeights>,
     /// The Dense modules after pooling (`config.dense`), widened to f32: they run on the
     /// host.
@@ -196,9 +201,13 @@ impl EncoderWeights {
                 let (embeddings, layers) = nomic::read_weights(&mut found, config, params)?;
                 (embeddings, Vec::new(), Some(layers), None)
             }
-            (Family::ModernBert | Family::NomicBert, None) => {
+            (Family::Gte, Some(_)) => {
+                let (embeddings, layers) = gte::read_weights(&mut found, config)?;
+                (embeddings, Vec::new(), Some(layers), None)
+            }
+            (Family::ModernBert | Family::NomicBert | Family::Gte, None) => {
                 return Err(LoadError::Inconsistent(
-                    "a ModernBERT or NomicBERT configuration without its parameters".into(),
+                    "a ModernBERT, NomicBERT or GTE configuration without its parameters".into(),
                 ));
             }
             _ => {
@@ -429,7 +438,9 @@ impl<'a> Found<'a> {
             Family::DistilBert => ("pre_classifier", HeadActivation::Relu, "classifier"),
             // `EncoderWeights::read` reads ModernBERT's head with `modern::read_weights`;
             // NomicBERT is served as an encoder of embeddings only.
-            Family::ModernBert | Family::NomicBert => unreachable!("this head is not BERT's"),
+            Family::ModernBert | Family::NomicBert | Family::Gte => {
+                unreachable!("this head is not BERT's")
+            }
         };
         Ok(ClassifierWeights {
             pooler: widened(self.dense(pooler, h, h)?),
@@ -492,35 +503,6 @@ impl<'a> Found<'a> {
             None => Ok(()),
         }
     }
-}
-
-/// The name without the family's `prefix`, with old LayerNorm spellings (`gamma`, `beta`)
-/// modernised.
-fn canonical_name(name: &str, prefix: &str) -> String {
-    let name = name.strip_prefix(prefix).unwrap_or(name);
-    if name.contains("LayerNorm.") {
-        if let Some(base) = name.strip_suffix(".gamma") {
-            return format!("{base}.weight");
-        }
-        if let Some(base) = name.strip_suffix(".beta") {
-            return format!("{base}.bias");
-        }
-    }
-    name.to_string()
-}
-
-/// Tensors a checkpoint may hold that the model does not use: the position ids buffer, the
-/// pooler unless a BERT classifier's head reads it, and a ModernBERT's masked-language head.
-fn is_ignored(canonical: &str, c: &EncoderConfig) -> bool {
-    let pooler_read = c.is_classifier() && c.family == Family::Bert;
-    // A ModernBERT saved with its masked-language head, as sentence-transformers reads it;
-    // a classifier's head is also `head.`.
-    let language_head = c.family == Family::ModernBert
-        && ((canonical.starts_with("head.") && !c.is_classifier())
-            || canonical.starts_with("decoder."));
-    canonical == "embeddings.position_ids"
-        || (!pooler_read && canonical.starts_with("pooler."))
-        || language_head
 }
 
 /// Matrices with the same input width, one above the other, in their common precision

@@ -1,5 +1,6 @@
-//! The synthetic folders of the families on ModernBERT's layer code: ModernBERT, and
-//! NomicBERT (a GPT-2 style `config.json`, tensors as `NomicBertModel` names them).
+//! The synthetic folders of the families on ModernBERT's layer code: ModernBERT, NomicBERT
+//! (a GPT-2 style `config.json`, tensors as `NomicBertModel` names them) and GTE (as
+//! `NewModel` names them).
 
 use serde_json::json;
 
@@ -139,5 +140,91 @@ pub(super) fn nomic_weights(drawn: &mut Drawn, spec: &SyntheticSpec, vocab: usiz
         }
         drawn.norm(&format!("{p}.norm1"), h);
         drawn.norm(&format!("{p}.norm2"), h);
+    }
+}
+
+/// A GTE's `hidden_act` (`"gelu"` or `"silu"`), `type_vocab_size` (0: no token type table)
+/// and `rope_scaling` (`(factor, mixed_b)` of its NTK scaling). By default
+/// gte-base-en-v1.5's form: GELU, no token types, NTK scaling by 2.
+#[derive(Clone, Debug)]
+pub struct GteSpec {
+    pub activation: &'static str,
+    pub type_vocab_size: usize,
+    pub ntk: Option<(f64, Option<f64>)>,
+}
+
+impl Default for GteSpec {
+    fn default() -> Self {
+        GteSpec {
+            activation: "gelu",
+            type_vocab_size: 0,
+            ntk: Some((2.0, None)),
+        }
+    }
+}
+
+/// A GTE's `config.json` as gte-base-en-v1.5's is written (every key its layers read),
+/// with the spec's activation, token types and scaling.
+pub(super) fn gte_config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json::Value {
+    let g = &spec.gte;
+    let scaling = g.ntk.map(|(factor, mixed_b)| {
+        let mut s = json!({"type": "ntk", "factor": factor});
+        if let Some(b) = mixed_b {
+            s["mixed_b"] = b.into();
+        }
+        s
+    });
+    json!({
+        "architectures": ["NewModel"],
+        "model_type": "new",
+        "hidden_act": g.activation,
+        "hidden_size": spec.hidden,
+        "intermediate_size": spec.intermediate,
+        "num_hidden_layers": spec.layers,
+        "num_attention_heads": spec.heads,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "vocab_size": vocab,
+        "type_vocab_size": g.type_vocab_size,
+        "layer_norm_eps": 1e-12,
+        "layer_norm_type": "layer_norm",
+        "position_embedding_type": "rope",
+        "rope_theta": 1000.0,
+        "rope_scaling": scaling,
+        "logn_attention_scale": false,
+        "logn_attention_clip1": false,
+        "pack_qkv": true,
+        "unpad_inputs": false,
+        "use_memory_efficient_attention": false,
+        "pad_token_id": 0,
+    })
+}
+
+/// A GTE's tensors: word and (unless the spec has none) token type tables,
+/// `embeddings.LayerNorm`, then each layer's `attention.qkv_proj`, `attention.o_proj`,
+/// `attn_ln`, `mlp.up_gate_proj` (no bias), `mlp.down_proj` and `mlp_ln`.
+pub(super) fn gte_weights(drawn: &mut Drawn, spec: &SyntheticSpec, vocab: usize) {
+    let (h, i) = (spec.hidden, spec.intermediate);
+    drawn.table("embeddings.word_embeddings.weight", vocab, h, 0.5);
+    if spec.gte.type_vocab_size > 0 {
+        let types = spec.gte.type_vocab_size;
+        drawn.table("embeddings.token_type_embeddings.weight", types, h, 0.3);
+    }
+    drawn.norm("embeddings.LayerNorm", h);
+    for l in 0..spec.layers {
+        let p = format!("encoder.layer.{l}");
+        for (name, inputs, outputs) in [
+            ("attention.qkv_proj", h, 3 * h),
+            ("attention.o_proj", h, h),
+            ("mlp.up_gate_proj", h, 2 * i),
+            ("mlp.down_proj", i, h),
+        ] {
+            let scale = 1.0 / (inputs as f32).sqrt();
+            drawn.dense(&format!("{p}.{name}"), inputs, outputs, scale);
+            if name == "mlp.up_gate_proj" {
+                drawn.tensors.pop();
+            }
+        }
+        drawn.norm(&format!("{p}.attn_ln"), h);
+        drawn.norm(&format!("{p}.mlp_ln"), h);
     }
 }
