@@ -222,7 +222,7 @@ fn v2_scores_pairs_from_text_and_text_pair() {
     assert_eq!(meta["inputs"][1]["name"], "text_pair", "{meta}");
 }
 
-/// XLM-RoBERTa and ModernBERT cross-encoders rerank, and XLM-RoBERTa, MPNet, ModernBERT,
+/// XLM-RoBERTa, ModernBERT and GTE cross-encoders rerank, and XLM-RoBERTa, MPNet, ModernBERT,
 /// NomicBERT and GTE encoders and a BERT with two Dense modules after pooling embed, as the
 /// same models run in this process: `<s> query </s></s> text </s>`, one token type or none,
 /// positions after the padding id, MPNet's relative attention and ModernBERT's, NomicBERT's
@@ -239,6 +239,7 @@ fn xlm_roberta_and_mpnet_models_rerank_and_embed_as_run_in_process() {
     for (model, family, labels) in [
         ("xrerank", Family::Roberta, 1),
         ("mrerank", Family::ModernBert, 1),
+        ("grerank", Family::Gte, 1),
         ("xembed", Family::Roberta, 0),
         ("mpnet", Family::Mpnet, 0),
         ("modern", Family::ModernBert, 0),
@@ -267,7 +268,7 @@ fn xlm_roberta_and_mpnet_models_rerank_and_embed_as_run_in_process() {
     let texts = ["the dog runs", "a man is eating bread", "a red cat"];
     let query = "a man is eating food";
     let pairs: Vec<Seq> = texts.iter().map(|t| Seq::Pair(query, t)).collect();
-    for model in ["xrerank", "mrerank"] {
+    for model in ["xrerank", "mrerank", "grerank"] {
         let here = logits_here(&repo.path().join(model).join("1"), &pairs);
         let ranked = ok(
             &server,

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use kernels::{DType, Device};
 use models::encoder::family::Family;
-use models::encoder::synthetic::SyntheticSpec;
+use models::encoder::synthetic::{GteSpec, SyntheticSpec};
 use models::encoder::{Encoded, Encoder, PackedTokens, TextTokenizer};
 
 mod support;
@@ -113,6 +113,29 @@ on_every_device!(synthetic_distilbert_classifier, |device, test| {
 on_every_device!(synthetic_xlm_roberta_classifier_f16, |device, test| {
     check_synthetic_classifier(device, test, Family::Roberta, 3, DType::F16)
 });
+
+/// GTE's `NewForSequenceClassification` (gte-multilingual-reranker-base's) is BERT's head
+/// under `new.`, without token types (pairs' type ids unread) and with them; GTE runs on
+/// the CPU only.
+#[test]
+fn synthetic_gte_classifiers() {
+    for (labels, type_vocab_size, dtype) in [(1, 0, DType::F32), (3, 2, DType::BF16)] {
+        let test = format!("synthetic_gte_classifiers_{labels}_{dtype:?}");
+        let spec = SyntheticSpec {
+            family: Family::Gte,
+            labels,
+            dtype,
+            prefixed: true,
+            seed: 11,
+            gte: GteSpec {
+                type_vocab_size,
+                ..GteSpec::default()
+            },
+            ..SyntheticSpec::default()
+        };
+        check_synthetic_classifier_spec(&Device::Cpu, &test, spec);
+    }
+}
 
 // MPNet's classifier head is RoBERTa's.
 on_every_device!(synthetic_mpnet_reranker, |device, test| {

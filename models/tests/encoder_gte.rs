@@ -166,10 +166,10 @@ fn a_gte_that_would_run_differently_is_refused_by_name() {
             "factor 0.5",
         ),
         (
-            "classifier",
+            "masked-lm",
             "architectures",
-            serde_json::json!(["NewForSequenceClassification"]),
-            "NewForSequenceClassification",
+            serde_json::json!(["NewForMaskedLM"]),
+            "NewForMaskedLM",
         ),
     ];
     for (tag, key, value, expected) in cases {

@@ -458,14 +458,14 @@ def classify(folder):
         if cfg.get("model_type") == "modernbert":
             out.append(modern_classify(np.array(seq["ids"]), w, cfg).tolist())
             continue
-        states = encode(np.array(seq["ids"]), np.array(seq["type_ids"]), w, cfg)
+        states = final_states(seq, w, cfg)
         if cfg.get("model_type") in AFTER_PADDING:
             pooled = np.tanh(linear(states[0], w, "classifier.dense"))
             out.append(linear(pooled, w, "classifier.out_proj").tolist())
         elif cfg.get("model_type") == "distilbert":
             pooled = np.maximum(linear(states[0], w, "pre_classifier"), 0.0)
             out.append(linear(pooled, w, "classifier").tolist())
-        else:
+        else:  # BERT's head, and GTE's NewForSequenceClassification
             pooled = np.tanh(linear(states[0], w, "pooler.dense"))
             out.append(linear(pooled, w, "classifier").tolist())
     json.dump({"logits": out}, sys.stdout)

@@ -143,7 +143,7 @@ const MODEL_TYPES: [(&str, Family); 8] = [
 
 /// The `architectures` served: an encoder of embeddings, and a sequence classifier (a
 /// cross-encoder, for reranking, is one with a single label) of each model type.
-const ARCHITECTURES: [(&str, &str, Kind); 16] = [
+const ARCHITECTURES: [(&str, &str, Kind); 17] = [
     ("bert", "BertModel", Kind::Encoder),
     // A masked-language model is served as SPLADE reads it: a sparse encoder.
     ("bert", "BertForMaskedLM", Kind::Sparse),
@@ -166,6 +166,7 @@ const ARCHITECTURES: [(&str, &str, Kind); 16] = [
     ("mpnet", "MPNetForSequenceClassification", Kind::Classifier),
     ("nomic_bert", "NomicBertModel", Kind::Encoder),
     ("new", "NewModel", Kind::Encoder),
+    ("new", "NewForSequenceClassification", Kind::Classifier),
     ("roberta", "RobertaModel", Kind::Encoder),
     (
         "roberta",
@@ -438,7 +439,7 @@ fn check_architecture(path: &Path, bert: &BertJson) -> Result<(Family, Kind), Lo
                     "each with its own model_type, the architectures served are: for \
                      embeddings BertModel, DistilBertModel, ModernBertModel, MPNetModel, \
                      NewModel (GTE), NomicBertModel, RobertaModel and XLMRobertaModel; for \
-                     classifiers and rerankers the same but GTE's and NomicBERT's with \
+                     classifiers and rerankers the same but NomicBERT's with \
                      ForSequenceClassification for Model; for sparse embeddings (SPLADE) \
                      BertForMaskedLM",
                 ));

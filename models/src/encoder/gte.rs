@@ -2,7 +2,9 @@
 //! gte-multilingual-base): BERT's post-norm layers with a fused `qkv_proj`, rotary queries
 //! and keys in place of a position table (their frequencies optionally NTK-scaled), and a
 //! gated feed-forward `down_proj(up ⊙ act(gate))` from one `up_gate_proj`. It runs on
-//! ModernBERT's layer code (`modern_cpu`), as NomicBERT does.
+//! ModernBERT's layer code (`modern_cpu`), as NomicBERT does. Its classifier
+//! (`NewForSequenceClassification`, gte-multilingual-reranker-base's) is BERT's head under
+//! `new.`, read in `weights`.
 //!
 //! Its `config.json` uses BERT's names for the sizes; its own keys are read here, with the
 //! defaults of its Hugging Face code (`configuration.py` of `Alibaba-NLP/new-impl`). What

@@ -305,9 +305,9 @@ fn with_task_head(config: &mut serde_json::Value, spec: &SyntheticSpec) {
             Family::DistilBert => "DistilBertForSequenceClassification",
             Family::Mpnet => "MPNetForSequenceClassification",
             Family::ModernBert => "ModernBertForSequenceClassification",
-            // Not served: the load refuses them.
-            Family::NomicBert => "NomicBertForSequenceClassification",
             Family::Gte => "NewForSequenceClassification",
+            // Not served: the load refuses it.
+            Family::NomicBert => "NomicBertForSequenceClassification",
         }]);
         config["id2label"] = json!(id2label);
     }

@@ -203,7 +203,11 @@ impl EncoderWeights {
             }
             (Family::Gte, Some(_)) => {
                 let (embeddings, layers) = gte::read_weights(&mut found, config)?;
-                (embeddings, Vec::new(), Some(layers), None)
+                let classifier = match config.is_classifier() {
+                    true => Some(found.classifier(config)?),
+                    false => None,
+                };
+                (embeddings, Vec::new(), Some(layers), classifier)
             }
             (Family::ModernBert | Family::NomicBert | Family::Gte, None) => {
                 return Err(LoadError::Inconsistent(
@@ -429,7 +433,8 @@ impl<'a> Found<'a> {
             d
         };
         let (pooler, activation, classifier) = match c.family {
-            Family::Bert => ("pooler.dense", HeadActivation::Tanh, "classifier"),
+            // GTE's `NewForSequenceClassification` is BERT's head under `new.`.
+            Family::Bert | Family::Gte => ("pooler.dense", HeadActivation::Tanh, "classifier"),
             Family::Roberta | Family::Mpnet => (
                 "classifier.dense",
                 HeadActivation::Tanh,
@@ -438,7 +443,7 @@ impl<'a> Found<'a> {
             Family::DistilBert => ("pre_classifier", HeadActivation::Relu, "classifier"),
             // `EncoderWeights::read` reads ModernBERT's head with `modern::read_weights`;
             // NomicBERT is served as an encoder of embeddings only.
-            Family::ModernBert | Family::NomicBert | Family::Gte => {
+            Family::ModernBert | Family::NomicBert => {
                 unreachable!("this head is not BERT's")
             }
         };

@@ -201,7 +201,8 @@ pub(super) fn gte_config_json(spec: &SyntheticSpec, vocab: usize) -> serde_json:
 
 /// A GTE's tensors: word and (unless the spec has none) token type tables,
 /// `embeddings.LayerNorm`, then each layer's `attention.qkv_proj`, `attention.o_proj`,
-/// `attn_ln`, `mlp.up_gate_proj` (no bias), `mlp.down_proj` and `mlp_ln`.
+/// `attn_ln`, `mlp.up_gate_proj` (no bias), `mlp.down_proj` and `mlp_ln`; a classifier's
+/// `pooler.dense` and `classifier`.
 pub(super) fn gte_weights(drawn: &mut Drawn, spec: &SyntheticSpec, vocab: usize) {
     let (h, i) = (spec.hidden, spec.intermediate);
     drawn.table("embeddings.word_embeddings.weight", vocab, h, 0.5);
@@ -226,5 +227,9 @@ pub(super) fn gte_weights(drawn: &mut Drawn, spec: &SyntheticSpec, vocab: usize)
         }
         drawn.norm(&format!("{p}.attn_ln"), h);
         drawn.norm(&format!("{p}.mlp_ln"), h);
+    }
+    if spec.labels > 0 {
+        drawn.dense("pooler.dense", h, h, 1.0 / (h as f32).sqrt());
+        drawn.dense("classifier", h, spec.labels, 1.0);
     }
 }

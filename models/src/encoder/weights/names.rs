@@ -20,9 +20,9 @@ pub(super) fn canonical_name(name: &str, prefix: &str) -> String {
 }
 
 /// Tensors a checkpoint may hold that the model does not use: the position ids buffer, the
-/// pooler unless a BERT classifier's head reads it, and a ModernBERT's masked-language head.
+/// pooler unless a BERT (or GTE) classifier's head reads it, and a ModernBERT's masked-language head.
 pub(super) fn is_ignored(canonical: &str, c: &EncoderConfig) -> bool {
-    let pooler_read = c.is_classifier() && c.family == Family::Bert;
+    let pooler_read = c.is_classifier() && matches!(c.family, Family::Bert | Family::Gte);
     // A ModernBERT saved with its masked-language head, as sentence-transformers reads it;
     // a classifier's head is also `head.`.
     let language_head = c.family == Family::ModernBert
