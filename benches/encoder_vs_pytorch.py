@@ -10,6 +10,10 @@ multiply-add peak on the same threads, measured at the start of each round (cloc
 more cores run and drift with the host's load, so a peak measured another time would not
 divide fairly).
 
+`--model DIR` runs another sentence-transformers folder (pooled as it says), and with
+`--trust-remote-code` one whose architecture is its own code: GTE's, from
+benches/make_gte.py.
+
 `--long 1024 2048` adds cases of texts that long, one per batch (the model's limit must
 allow them: benches/make_modernbert.py --max-seq-length).
 
@@ -237,13 +241,17 @@ def main():
                         help="add a case of texts this long, batch 1 (within the model's limit)")
     parser.add_argument("--bf16", action="store_true",
                         help="both in bfloat16, beside both in f32 (see above)")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="let sentence-transformers run the model folder's own code "
+                             "(GTE's, from benches/make_gte.py)")
     args = parser.parse_args()
 
     import torch
     from sentence_transformers import SentenceTransformer
 
     torch.set_num_threads(args.threads)
-    model = SentenceTransformer(str(args.model), device="cpu")
+    model = SentenceTransformer(str(args.model), device="cpu",
+                                trust_remote_code=args.trust_remote_code)
     tokenizer = model.tokenizer
     for tokens in args.long:
         if tokens > model.max_seq_length:

@@ -16,13 +16,12 @@ encoder_vs_pytorch.py); MINILM_DIR defaults to scripts/fetch-models.sh's cache.
 """
 
 import argparse
-import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
 import torch
+from st_folder import write_around_model
 from transformers import ModernBertConfig, ModernBertModel
 
 
@@ -35,17 +34,7 @@ def main(out, minilm, max_seq_length):
         eos_token_id=102, sep_token_id=102,
     )
     ModernBertModel(config).eval().save_pretrained(out, safe_serialization=True)
-    for name in ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                 "vocab.txt", "modules.json"]:
-        if (minilm / name).exists():
-            shutil.copy(minilm / name, out / name)
-    pooling = json.loads((minilm / "1_Pooling/config.json").read_text())
-    pooling["word_embedding_dimension"] = config.hidden_size
-    (out / "1_Pooling").mkdir(exist_ok=True)
-    (out / "1_Pooling/config.json").write_text(json.dumps(pooling))
-    (out / "sentence_bert_config.json").write_text(
-        json.dumps({"max_seq_length": max_seq_length, "do_lower_case": False})
-    )
+    write_around_model(out, minilm, config.hidden_size, max_seq_length)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,11 @@
 direction of every embedding, as 1 - cosine, over texts of 1 to about 2,000 tokens (the
 long ones truncated alike by both, at the folder's limit).
 
-    BENCH_PYTHON benches/served_vs_sentence_transformers.py URL MODEL_NAME FOLDER
+    BENCH_PYTHON benches/served_vs_sentence_transformers.py URL MODEL_NAME FOLDER [--trust-remote-code]
 
 URL is the server (http://127.0.0.1:8000, say) serving FOLDER as MODEL_NAME; BENCH_PYTHON
 needs torch and sentence-transformers (the benchmark environment of encoder_vs_pytorch.py).
+--trust-remote-code lets sentence-transformers run the folder's own code (GTE's).
 """
 
 import json
@@ -25,7 +26,7 @@ TEXTS = [
 ]
 
 
-def main(url, name, folder):
+def main(url, name, folder, trust_remote_code=False):
     from sentence_transformers import SentenceTransformer
 
     body = json.dumps({"model": name, "input": TEXTS}).encode()
@@ -33,7 +34,7 @@ def main(url, name, folder):
         f"{url}/v1/embeddings", data=body, headers={"Content-Type": "application/json"}
     )
     served = [d["embedding"] for d in json.load(urllib.request.urlopen(request))["data"]]
-    model = SentenceTransformer(folder, device="cpu")
+    model = SentenceTransformer(folder, device="cpu", trust_remote_code=trust_remote_code)
     want = model.encode(TEXTS)
     for text, got, ref in zip(TEXTS, np.array(served, np.float64), want.astype(np.float64)):
         tokens = len(model.tokenizer(text, truncation=True, max_length=model.max_seq_length)["input_ids"])
@@ -42,6 +43,8 @@ def main(url, name, folder):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
+    trust = "--trust-remote-code" in sys.argv
+    args = [a for a in sys.argv[1:] if a != "--trust-remote-code"]
+    if len(args) != 3:
         sys.exit(__doc__)
-    main(*sys.argv[1:])
+    main(*args, trust_remote_code=trust)

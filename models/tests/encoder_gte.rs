@@ -10,8 +10,8 @@ use models::encoder::{Encoder, Pooling};
 
 mod support;
 
-use support::embeddings::{check_synthetic, check_synthetic_packing};
-use support::folder::{Folder, assert_contains};
+use support::embeddings::{check_synthetic, check_synthetic_packing, embed, synthetic_sequences};
+use support::folder::{Folder, assert_contains, copy_tensor};
 
 fn gte(gte: GteSpec) -> SyntheticSpec {
     SyntheticSpec {
@@ -163,7 +163,7 @@ fn a_gte_that_would_run_differently_is_refused_by_name() {
             "small-factor",
             "rope_scaling",
             serde_json::json!({"type": "ntk", "factor": 0.5}),
-            "factor 0.5",
+            "factor Some(0.5)",
         ),
         (
             "masked-lm",
@@ -191,10 +191,12 @@ fn a_gte_that_would_run_differently_is_refused_by_name() {
     );
 }
 
-/// A config transformers 5 saved again: its `rope_scaling` repeats the type as `rope_type`
-/// and holds the base.
+/// A config transformers 5 saved again puts the scaling under `rope_parameters`, which GTE's
+/// code does not read (it would run the model unscaled): refused, naming the key to use.
+/// An unscaled one (`rope_type` `"default"`) loads; so does a `rope_scaling` that repeats
+/// the type as `rope_type` and the base.
 #[test]
-fn a_gte_config_saved_by_transformers_5_loads_alike() {
+fn a_gte_config_saved_by_transformers_5_is_read_as_gte_s_code_reads_it() {
     let f = Folder::new("gte-transformers-5", &gte(GteSpec::default()));
     let params = || {
         let e = Encoder::load(&f.0, &Device::Cpu).unwrap();
@@ -207,9 +209,53 @@ fn a_gte_config_saved_by_transformers_5_loads_alike() {
     });
     assert_eq!(params(), before);
     f.edit_json("config.json", |c| {
-        c["rope_scaling"].as_object_mut().unwrap().remove("type");
+        let c = c.as_object_mut().unwrap();
+        let scaling = c.remove("rope_scaling").unwrap();
+        c.insert("rope_parameters".into(), scaling);
     });
-    assert_eq!(params(), before);
+    assert_contains(&f.load_error(), &["rope_parameters", "rename the key"]);
+    f.edit_json("config.json", |c| {
+        c["rope_parameters"] = serde_json::json!({"rope_theta": 1000.0, "rope_type": "default"});
+    });
+    let unscaled = params();
+    assert_eq!((unscaled.global_theta, unscaled.ntk), (1000.0, None));
+    f.edit_json("config.json", |c| {
+        c["rope_parameters"]["rope_theta"] = 5.0.into()
+    });
+    assert_contains(
+        &f.load_error(),
+        &["rope_parameters", "rope_theta Some(5.0)"],
+    );
+}
+
+/// gte-multilingual-base's config names `NewForTokenClassification` (with a label) and its
+/// checkpoint holds that head's `classifier`: it is served as the encoder
+/// sentence-transformers runs, the head set aside.
+#[test]
+fn a_gte_with_a_token_classifier_s_head_serves_its_encoder() {
+    let f = Folder::new("gte-token-classifier", &gte(GteSpec::default()));
+    let mut plain = Encoder::load(&f.0, &Device::Cpu).unwrap();
+    let seqs = synthetic_sequences(&f.0, 48);
+    let want = embed(&mut plain, &seqs);
+    f.edit_json("config.json", |c| {
+        c["architectures"] = serde_json::json!(["NewForTokenClassification"]);
+        c["id2label"] = serde_json::json!({"0": "LABEL_0"});
+    });
+    f.edit_tensors(|ts| {
+        copy_tensor(
+            ts,
+            "encoder.layer.0.attention.o_proj.weight",
+            "classifier.weight",
+        );
+        copy_tensor(
+            ts,
+            "encoder.layer.0.attention.o_proj.bias",
+            "classifier.bias",
+        );
+    });
+    let mut served = Encoder::load(&f.0, &Device::Cpu).unwrap();
+    assert!(!served.config().is_classifier());
+    assert_eq!(embed(&mut served, &seqs), want);
 }
 
 /// On a GPU a GTE is refused at load, with the way to serve it.

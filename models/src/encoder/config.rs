@@ -76,7 +76,7 @@ pub struct EncoderConfig {
     /// A classifier whose labels are independent (`problem_type`
     /// `"multi_label_classification"`): each is scored by its own sigmoid, not a softmax.
     pub multi_label: bool,
-    /// ModernBERT's (and NomicBERT's) attention windows, rotary bases and layer form; None
+    /// ModernBERT's (and NomicBERT's and GTE's) attention windows, rotary bases and layer form; None
     /// for BERT's families.
     pub modern: Option<ModernBertParams>,
     /// A sparse encoder's pooling (`BertForMaskedLM` read as SPLADE): its embeddings have a
@@ -143,7 +143,7 @@ const MODEL_TYPES: [(&str, Family); 8] = [
 
 /// The `architectures` served: an encoder of embeddings, and a sequence classifier (a
 /// cross-encoder, for reranking, is one with a single label) of each model type.
-const ARCHITECTURES: [(&str, &str, Kind); 17] = [
+const ARCHITECTURES: [(&str, &str, Kind); 18] = [
     ("bert", "BertModel", Kind::Encoder),
     // A masked-language model is served as SPLADE reads it: a sparse encoder.
     ("bert", "BertForMaskedLM", Kind::Sparse),
@@ -166,6 +166,9 @@ const ARCHITECTURES: [(&str, &str, Kind); 17] = [
     ("mpnet", "MPNetForSequenceClassification", Kind::Classifier),
     ("nomic_bert", "NomicBertModel", Kind::Encoder),
     ("new", "NewModel", Kind::Encoder),
+    // gte-multilingual-base's config names it beside NewModel, and its checkpoint holds
+    // that token classifier's head; sentence-transformers runs NewModel and drops the head.
+    ("new", "NewForTokenClassification", Kind::Encoder),
     ("new", "NewForSequenceClassification", Kind::Classifier),
     ("roberta", "RobertaModel", Kind::Encoder),
     (

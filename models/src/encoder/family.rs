@@ -52,13 +52,10 @@ impl Family {
         }
     }
 
-    /// Whether the model adds a token type embedding (DistilBERT and MPNet have none; a GTE
-    /// has one unless its `type_vocab_size` is 0).
+    /// Whether a BERT-layered model adds a token type embedding (DistilBERT and MPNet have
+    /// none; a GTE's table is read with its layers).
     pub fn has_token_types(self) -> bool {
-        matches!(
-            self,
-            Family::Bert | Family::Roberta | Family::NomicBert | Family::Gte
-        )
+        matches!(self, Family::Bert | Family::Roberta | Family::NomicBert)
     }
 
     /// Whether positions count after the padding id, skipping padding tokens.

@@ -31,9 +31,10 @@ struct GteJson {
     hidden_act: String,
     #[serde(default = "rope")]
     position_embedding_type: String,
-    #[serde(default = "rope_theta")]
-    rope_theta: f64,
+    rope_theta: Option<f64>,
     rope_scaling: Option<RopeScaling>,
+    /// What transformers 5 saves in place of `rope_scaling`, which GTE's code does not read.
+    rope_parameters: Option<RopeScaling>,
     #[serde(default = "layer_norm")]
     layer_norm_type: String,
     #[serde(default)]
@@ -44,15 +45,15 @@ struct GteJson {
     type_vocab_size: usize,
 }
 
-/// Only the keys of its NTK scaling: another key is refused, not ignored. Transformers 5
-/// saves the type again as `rope_type`, and the base as `rope_theta`.
+/// Only the keys of its NTK scaling, and those transformers 5 adds (the type again as
+/// `rope_type`, and the base): another key is refused, not ignored.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RopeScaling {
     #[serde(rename = "type")]
     kind: Option<String>,
     rope_type: Option<String>,
-    factor: f64,
+    factor: Option<f64>,
     mixed_b: Option<f64>,
     rope_theta: Option<f64>,
 }
@@ -63,9 +64,8 @@ fn gelu() -> String {
 fn rope() -> String {
     "rope".into()
 }
-fn rope_theta() -> f64 {
-    10_000.0
-}
+/// Its configuration's rotary base.
+const DEFAULT_ROPE_THETA: f64 = 10_000.0;
 fn layer_norm() -> String {
     "layer_norm".into()
 }
@@ -104,16 +104,14 @@ pub(super) fn read(path: &Path, layers: usize, head_dim: usize) -> Result<GteCon
             )));
         }
     };
-    let ntk = read_scaling(path, &json)?;
-    let rotary_fits =
-        json.rope_theta.is_finite() && json.rope_theta > 0.0 && head_dim.is_multiple_of(2);
+    let (theta, ntk) = read_rotary(path, &json)?;
+    let rotary_fits = theta.is_finite() && theta > 0.0 && head_dim.is_multiple_of(2);
     if !rotary_fits {
         return Err(LoadError::Config {
             path: path.to_path_buf(),
             reason: format!(
-                "rope_theta {} with heads of {head_dim} values: rotary embeddings need a \
-                 positive base and an even number of values",
-                json.rope_theta
+                "rope_theta {theta} with heads of {head_dim} values: rotary embeddings need \
+                 a positive base and an even number of values"
             ),
         });
     }
@@ -121,8 +119,8 @@ pub(super) fn read(path: &Path, layers: usize, head_dim: usize) -> Result<GteCon
         params: ModernBertParams {
             global: vec![true; layers],
             window: 0,
-            global_theta: json.rope_theta,
-            local_theta: json.rope_theta,
+            global_theta: theta,
+            local_theta: theta,
             ntk,
             classifier_pooling: Pooling::Cls,
             classifier_bias: false,
@@ -164,32 +162,61 @@ fn check_layers(json: &GteJson) -> Result<(), (String, &'static str)> {
     Ok(())
 }
 
-/// `rope_scaling`: none, or `{"type": "ntk", "factor": f ≥ 1, "mixed_b": b > 0}`.
-fn read_scaling(path: &Path, json: &GteJson) -> Result<Option<Ntk>, LoadError> {
-    let Some(s) = &json.rope_scaling else {
-        return Ok(None);
+/// The rotary base and scaling, as GTE's code reads them: `rope_theta` (absent: 10,000),
+/// and `rope_scaling` absent or `{"type": "ntk", "factor": f ≥ 1, "mixed_b": b > 0}`.
+fn read_rotary(path: &Path, json: &GteJson) -> Result<(f64, Option<Ntk>), LoadError> {
+    let theta = json.rope_theta.unwrap_or(DEFAULT_ROPE_THETA);
+    let unsupported = |what: String, supported| LoadError::Unsupported {
+        path: path.to_path_buf(),
+        what,
+        supported,
     };
-    let positive = |v: f64| v.is_finite() && v > 0.0;
-    let kind = s.kind.as_deref().or(s.rope_type.as_deref());
-    let ntk = kind == Some("ntk") && s.rope_type.as_deref().is_none_or(|t| t == "ntk");
-    let same_base = s.rope_theta.is_none_or(|t| t == json.rope_theta);
-    let factor = s.factor.is_finite() && s.factor >= 1.0;
-    if !(ntk && same_base && factor && s.mixed_b.is_none_or(positive)) {
-        return Err(LoadError::Unsupported {
-            path: path.to_path_buf(),
-            what: format!(
-                "rope_scaling of type {:?} (rope_type {:?}), factor {}, mixed_b {:?}, \
-                 rope_theta {:?}",
-                s.kind, s.rope_type, s.factor, s.mixed_b, s.rope_theta
-            ),
-            supported: "GTE's NTK scaling: type \"ntk\", a factor of at least 1, a \
-                        positive mixed_b if any, and config.json's own rope_theta",
-        });
+    let same_base = |s: &RopeScaling| s.rope_theta.is_none_or(|t| t == theta);
+    // Transformers 5 saves a scaling here, where GTE's code does not look: it runs such a
+    // model unscaled, unlike the model it was trained as.
+    if let Some(p) = &json.rope_parameters {
+        let kind = p.kind.as_deref().or(p.rope_type.as_deref());
+        let unscaled = kind == Some("default") && p.factor.is_none() && p.mixed_b.is_none();
+        if !(unscaled && same_base(p)) {
+            return Err(unsupported(
+                format!("rope_parameters {}", describe(p)),
+                "rope_parameters only unscaled (rope_type \"default\") with config.json's \
+                 rope_theta: GTE's code reads its scaling from rope_scaling only (a config \
+                 saved by transformers 5 has it under rope_parameters: rename the key)",
+            ));
+        }
     }
-    Ok(Some(Ntk {
-        factor: s.factor,
-        mixed_b: s.mixed_b,
-    }))
+    let Some(s) = &json.rope_scaling else {
+        return Ok((theta, None));
+    };
+    let ntk = |t: Option<&str>| t.is_none_or(|t| t == "ntk");
+    let typed = (s.kind.is_some() || s.rope_type.is_some()) && ntk(s.kind.as_deref());
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    match s.factor {
+        Some(factor)
+            if typed
+                && ntk(s.rope_type.as_deref())
+                && same_base(s)
+                && factor.is_finite()
+                && factor >= 1.0
+                && s.mixed_b.is_none_or(positive) =>
+        {
+            let mixed_b = s.mixed_b;
+            Ok((theta, Some(Ntk { factor, mixed_b })))
+        }
+        _ => Err(unsupported(
+            format!("rope_scaling {}", describe(s)),
+            "GTE's NTK scaling: type \"ntk\", a factor of at least 1, a positive mixed_b \
+             if any, and config.json's rope_theta if it repeats one",
+        )),
+    }
+}
+
+fn describe(s: &RopeScaling) -> String {
+    format!(
+        "of type {:?} (rope_type {:?}), factor {:?}, mixed_b {:?}, rope_theta {:?}",
+        s.kind, s.rope_type, s.factor, s.mixed_b, s.rope_theta
+    )
 }
 
 /// A GTE's tensors: `embeddings.word_embeddings`, `embeddings.token_type_embeddings` (where
@@ -234,7 +261,8 @@ fn read_layer(
     })
 }
 
-/// `[up; gate]` as `[gate; up]`: the rows' two halves swapped (it has no bias).
+/// `[up; gate]` as `[gate; up]`: the rows' two halves swapped. It has no bias (its zeros
+/// stay as they are).
 fn gate_first(mut up_gate: Dense) -> Dense {
     fn swap<T>(rows: &mut [T]) {
         rows.rotate_left(rows.len() / 2);
@@ -244,6 +272,5 @@ fn gate_first(mut up_gate: Dense) -> Dense {
         WeightData::F16(w) => swap(w),
         WeightData::BF16(w) => swap(w),
     }
-    swap(&mut up_gate.bias);
     up_gate
 }

@@ -48,6 +48,7 @@ pub mod weights;
 
 use std::path::Path;
 
+use family::Family;
 use kernels::Device;
 
 pub use config::{EncoderConfig, Pooling, SparsePooling};
@@ -444,9 +445,12 @@ impl Encoder {
                 tokens.ids[t], c.vocab_size
             ));
         }
-        let has_types = c.type_vocab_size > 0;
-        if let Some(t) =
-            (tokens.type_ids.iter()).position(|&k| has_types && k as usize >= c.type_vocab_size)
+        let past_table = || {
+            let mut ids = tokens.type_ids.iter();
+            ids.position(|&k| k as usize >= c.type_vocab_size)
+        };
+        if c.type_vocab_size > 0
+            && let Some(t) = past_table()
         {
             return invalid(format!(
                 "token type id {} at packed position {t} is not below {}",
@@ -469,6 +473,11 @@ fn check_matches(config: &EncoderConfig, weights: &EncoderWeights) -> Result<(),
     }
     if config.sparse.is_some() != weights.masked_lm.is_some() {
         return mismatch("a sparse encoder has a masked-language head, and only a sparse encoder");
+    }
+    // Type ids go unread only where there is no table to read them from.
+    let no_types = config.type_vocab_size == 0;
+    if no_types && (config.family != Family::Gte || !weights.embeddings.token_type.is_empty()) {
+        return mismatch("only a GTE without a token type table reads no type ids");
     }
     let widths = config.dense.iter().map(|m| (m.in_features, m.out_features));
     let given = weights.dense.iter().map(|d| (d.inputs, d.outputs));

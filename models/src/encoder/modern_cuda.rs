@@ -19,7 +19,7 @@ use kernels::cuda::linear::Linear;
 
 use super::config::{EncoderConfig, Pooling};
 use super::cuda::upload_tokens;
-use super::modern::{Gate, ModernBertParams, ModernWeights, NormPlacement};
+use super::modern::{Gate, ModernBertParams, ModernWeights, NormPlacement, Ntk};
 use super::packed::PackedTokens;
 use super::rotary::Rotary;
 use super::weights::{Dense, Embeddings, Norm};
@@ -81,11 +81,11 @@ impl DeviceRotary {
         &mut self,
         ops: &EncoderOps,
         theta: f64,
+        ntk: Option<Ntk>,
         span: usize,
         head_dim: usize,
     ) -> Result<(), KernelError> {
-        // Its layers are ModernBERT's, whose rotary frequencies are never scaled.
-        if self.host.fill(theta, None, span, head_dim) {
+        if self.host.fill(theta, ntk, span, head_dim) {
             let (cos, sin) = self.host.tables();
             let uploaded = (ops.upload_into(cos, &mut self.device.cos))
                 .and_then(|()| ops.upload_into(sin, &mut self.device.sin));
@@ -180,8 +180,10 @@ impl ModernCudaEncoder {
         ops.reserve(&mut s.pooled, tokens.sequences() * h)?;
         let span = tokens.max_len();
         let p = &self.params;
-        s.global.cover(ops, p.global_theta, span, c.head_dim())?;
-        s.local.cover(ops, p.local_theta, span, c.head_dim())?;
+        s.global
+            .cover(ops, p.global_theta, p.ntk, span, c.head_dim())?;
+        s.local
+            .cover(ops, p.local_theta, p.ntk, span, c.head_dim())?;
         let tables = EmbeddingTables {
             word: &self.word,
             position: None,
