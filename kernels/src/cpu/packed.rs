@@ -52,7 +52,9 @@ pub enum MatmulPrecision {
     #[default]
     F32,
     /// Inputs and weights rounded to bfloat16, their products summed in f32: twice the
-    /// multiply-add rate of f32, on CPUs with AVX-512 BF16 only ([`Self::available`]).
+    /// multiply-add rate of f32 on CPUs with AVX-512 BF16 (AMD Zen 4), and several times it
+    /// on AMX's tiles where the CPU has them too (Intel Xeon from Sapphire Rapids); on CPUs
+    /// with AVX-512 BF16 only ([`Self::available`]).
     Bf16,
 }
 
@@ -199,10 +201,7 @@ impl PackedLinear {
         Ok(())
     }
 
-    /// `forward` with bf16 products: the inputs are rounded once, split by rows over the
-    /// threads, into a buffer the calling thread keeps for its next layer (as large as the
-    /// largest layer input it has rounded, half that input's bytes; a replica's threads end
-    /// with it); then the panels are split as in `forward`.
+    /// `forward` with bf16 products, on AMX's tiles where the CPU has them.
     #[cfg(target_arch = "x86_64")]
     fn forward_bf16(
         &self,
@@ -213,13 +212,43 @@ impl PackedLinear {
         act: Activation,
         threads: usize,
     ) -> Result<(), KernelError> {
+        // Where the CPU has AMX its tiles run every batch: a block of 32 rows costs the same
+        // however few are real, and still beats the AVX-512 BF16 kernel's tiles at one row
+        // (`encoder_bench::dense_kernel_choice_one_core`).
+        self.bf16_products(p, x, y, shape, act, threads, amx::available())
+    }
+
+    /// bf16 products on AMX's tiles (`tiles`, only where [`amx::available`]) or AVX-512
+    /// BF16's: the inputs are rounded once, split by rows over the threads, into a buffer the
+    /// calling thread keeps for its next layer (as large as the largest layer input it has
+    /// rounded, half that input's bytes; a replica's threads end with it); then the panels
+    /// are split as in `forward`.
+    #[cfg(target_arch = "x86_64")]
+    #[allow(clippy::too_many_arguments)]
+    fn bf16_products(
+        &self,
+        p: &Aligned<u16>,
+        x: &[f32],
+        y: &mut [f32],
+        shape: Shape,
+        act: Activation,
+        threads: usize,
+        tiles: bool,
+    ) -> Result<(), KernelError> {
         thread_local! {
             static ROUNDED: std::cell::Cell<Aligned<u16>> = Default::default();
         }
         // Taken rather than borrowed: a thread that waits in `in_parallel` may run another
         // layer's piece meanwhile, which then rounds into a buffer of its own.
         let mut rounded = ROUNDED.take();
-        rounded.resize(shape.rows * bf16_products::paired(shape.k));
+        let kp = bf16_products::paired(shape.k);
+        // AMX takes whole blocks of rows: the rows past the batch are zeros.
+        let padded = match tiles {
+            true => shape.rows.next_multiple_of(amx::BLOCK_ROWS),
+            false => shape.rows,
+        };
+        rounded.resize(padded * kp);
+        rounded[shape.rows * kp..].fill(0);
         let into = OutPtr(rounded.as_mut_ptr());
         in_parallel(shape.rows, 1, threads, |rows| {
             let into = &into;
@@ -230,10 +259,18 @@ impl PackedLinear {
         });
         let out = OutPtr(y.as_mut_ptr());
         let pieces = threads * PIECES_PER_THREAD;
-        in_parallel(self.outputs.div_ceil(PANEL), 1, pieces, |panels| {
-            let out = &out;
-            // SAFETY: as in `forward`, with the rounded rows for x.
-            unsafe { bf16_products::dense(&rounded, p, &self.bias, out.0, shape, panels, act) }
+        // AMX's blocks take panels by twos.
+        let granule = if tiles { 2 } else { 1 };
+        in_parallel(self.outputs.div_ceil(PANEL), granule, pieces, |panels| {
+            let (out, bias) = (&out, &self.bias);
+            // SAFETY: as in `forward`, with the rounded rows (padded to AMX's blocks where
+            // its tiles run, which `amx::available` says) for x.
+            unsafe {
+                match tiles {
+                    true => amx::dense(&rounded, p, bias, out.0, shape, panels, act),
+                    false => bf16_products::dense(&rounded, p, bias, out.0, shape, panels, act),
+                }
+            }
         });
         ROUNDED.set(rounded);
         Ok(())
@@ -494,6 +531,8 @@ fn tile_rows(left: usize) -> usize {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod amx;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]

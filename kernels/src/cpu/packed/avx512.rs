@@ -239,24 +239,63 @@ unsafe fn store<const NR: usize, const NP: usize, const SPLIT: usize>(
     unsafe {
         for q in 0..NP {
             let o = (panel + q) * PANEL;
-            let valid = (s.n - o).min(PANEL);
-            let mask: __mmask16 = if valid == PANEL {
-                0xFFFF
-            } else {
-                (1u16 << valid) - 1
-            };
+            let mask = columns(s.n, o);
             for r in 0..NR {
                 let mut v = _mm512_loadu_ps(bias.as_ptr().add(o));
                 for acc in acc {
                     v = _mm512_add_ps(v, acc[r][q]);
                 }
-                match act {
-                    Activation::Identity => {}
-                    Activation::Relu => v = _mm512_max_ps(v, _mm512_setzero_ps()),
-                    Activation::Gelu => v = crate::cpu::vmath::avx512::gelu(v),
-                }
-                _mm512_mask_storeu_ps(y.add((b + r) * s.n + o), mask, v);
+                _mm512_mask_storeu_ps(y.add((b + r) * s.n + o), mask, activate(v, act));
             }
+        }
+    }
+}
+
+/// Columns `o..o + PANEL` of one output row: the bias plus `sum`, the activation, stored
+/// masked to the `n` real columns.
+///
+/// # Safety
+/// `bias` holds `o + PANEL` values; `row` points to `n` writable values, `o < n`; the CPU has
+/// AVX-512 F.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn finish_row(
+    sum: __m512,
+    bias: &[f32],
+    row: *mut f32,
+    n: usize,
+    o: usize,
+    act: Activation,
+) {
+    // SAFETY: the contract.
+    unsafe {
+        let v = _mm512_add_ps(_mm512_loadu_ps(bias.as_ptr().add(o)), sum);
+        _mm512_mask_storeu_ps(row.add(o), columns(n, o), activate(v, act));
+    }
+}
+
+/// The lanes of a panel from column `o` that are real columns of `n`.
+#[inline(always)]
+fn columns(n: usize, o: usize) -> __mmask16 {
+    match (n - o).min(PANEL) {
+        PANEL => 0xFFFF,
+        valid => (1u16 << valid) - 1,
+    }
+}
+
+/// The epilogue's activation of 16 outputs.
+///
+/// # Safety
+/// The CPU has AVX-512 F.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn activate(v: __m512, act: Activation) -> __m512 {
+    // SAFETY: the CPU has AVX-512 F (the contract).
+    unsafe {
+        match act {
+            Activation::Identity => v,
+            Activation::Relu => _mm512_max_ps(v, _mm512_setzero_ps()),
+            Activation::Gelu => crate::cpu::vmath::avx512::gelu(v),
         }
     }
 }

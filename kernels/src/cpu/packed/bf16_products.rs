@@ -27,9 +27,10 @@ pub(super) fn available() -> bool {
     has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512bf16")
 }
 
-/// Input features rounded up to whole pairs: the length of a row of pairs, in values.
+/// Input features rounded up to whole tiles of AMX's (32, which is whole pairs): the length
+/// of a row of pairs, in values, zero-padded.
 pub(super) fn paired(k: usize) -> usize {
-    k.div_ceil(2) * 2
+    k.next_multiple_of(32)
 }
 
 /// `weight` (`[outputs, inputs]`, as f32 values) rounded to bf16 and rearranged into

@@ -336,6 +336,51 @@ fn bf16_products_are_those_of_the_rounded_operands() {
     }
 }
 
+/// Where the CPU has AMX, its tiles and the AVX-512 BF16 kernel (which Zen 4 runs) give
+/// the same products, each against the reference, on odd shapes, blocks of 32 rows and
+/// their remainders, and ranges of panels of every parity.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn amx_tiles_and_avx512_bf16_give_the_products_of_the_rounded_operands() {
+    let test = "amx_tiles_and_avx512_bf16_give_the_products_of_the_rounded_operands";
+    if !bf16_products_here(test) {
+        return;
+    }
+    let kernels: &[bool] = if amx::available() {
+        &[false, true]
+    } else {
+        println!("SKIPPED {test} (AMX part): this CPU has no AMX tiles");
+        &[false]
+    };
+    for (k, n) in [(7, 20), (64, 33), (100, 48), (768, 80)] {
+        let (raw, bias) = (values(k * n, 41), values(n, 42));
+        let layer = PackedLinear::with_precision(
+            HostWeights::F32(&raw),
+            &bias,
+            k,
+            n,
+            MatmulPrecision::Bf16,
+        )
+        .unwrap();
+        let Panels::Bf16Pairs(p) = &layer.panels else {
+            unreachable!("bf16 products keep pairs")
+        };
+        let w = bf16_rounded(&raw);
+        for rows in [1, 15, 16, 17, 31, 32, 33, 64, 65, 130] {
+            let x = values(rows * k, rows as u64 + 43);
+            let want = reference(&w, &bias, &bf16_rounded(&x), rows, k, Activation::Relu);
+            for (&tiles, threads) in kernels.iter().zip([1, 3]).chain(kernels.iter().zip([2, 1])) {
+                let mut y = vec![f32::NAN; rows * n];
+                let shape = Shape { rows, k, n };
+                (layer.bf16_products(p, &x, &mut y, shape, Activation::Relu, threads, tiles))
+                    .unwrap();
+                let context = format!("tiles {tiles} k={k} n={n} rows={rows} threads={threads}");
+                assert_close(&y, &want, &context);
+            }
+        }
+    }
+}
+
 /// The rounding is the operands' only error: against the exact f32 layer, a layer of
 /// 384 features is within what bf16's 8 significant bits explain, and not exact.
 #[test]
