@@ -59,6 +59,18 @@ pub enum MatmulPrecision {
 }
 
 impl MatmulPrecision {
+    /// About how much faster this CPU's dense layers run with `self`'s products than with
+    /// f32's, for cost models that weigh them against what stays f32: `vdpbf16ps` does
+    /// twice an FMA's multiply-adds an instruction, and AMX's tiles about six times f32's
+    /// rate from 64 rows (`encoder_bench::dense_kernel_choice_one_core`).
+    pub fn dense_speedup(self) -> f64 {
+        match self {
+            MatmulPrecision::F32 => 1.0,
+            MatmulPrecision::Bf16 if amx_available() => 6.0,
+            MatmulPrecision::Bf16 => 2.0,
+        }
+    }
+
     /// Whether this CPU has a kernel for `self`.
     pub fn available(self) -> bool {
         match self {
@@ -314,7 +326,8 @@ enum Panels {
     F16(Aligned<u16>),
     /// bfloat16 (the top half of an f32), as bits.
     BF16(Aligned<u16>),
-    /// Rounded to bfloat16 for bf16 products, `[panels][inputs/2][PANEL][2]` ([`bf16_products`]).
+    /// Rounded to bfloat16 for bf16 products, `[panels][paired(inputs)/2][PANEL][2]`
+    /// ([`bf16_products`]; AMX's tiles read the same).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Bf16Pairs(Aligned<u16>),
 }
@@ -533,6 +546,14 @@ fn tile_rows(left: usize) -> usize {
 
 #[cfg(target_arch = "x86_64")]
 mod amx;
+
+/// Whether bf16 products run on AMX's tiles here.
+fn amx_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return amx::available();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]

@@ -158,15 +158,10 @@ impl Backend {
 }
 
 /// How much faster the CPU's dense layers run with `precision`'s products than with f32's,
-/// for the cost models that weigh a token's dense layers against attention, which stays f32:
-/// `vdpbf16ps` does twice the multiply-adds of an f32 FMA per instruction, and the kernel
-/// comes close to that (`cargo test --release -p kernels --lib
-/// encoder_bench::dense_kernel_choice_one_core -- --ignored --nocapture`).
+/// for the cost models that weigh a token's dense layers against attention, which stays f32
+/// ([`MatmulPrecision::dense_speedup`]).
 pub(crate) fn dense_speedup(precision: MatmulPrecision) -> f64 {
-    match precision {
-        MatmulPrecision::F32 => 1.0,
-        MatmulPrecision::Bf16 => 2.0,
-    }
+    precision.dense_speedup()
 }
 
 /// Whether `dir` looks like a text encoder's folder (rather than, say, an MLP version):

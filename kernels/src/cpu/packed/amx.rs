@@ -12,7 +12,9 @@
 //! weights in 6–7, so each tile loaded serves two products.
 //!
 //! Linux lends the tiles' state to a process only when it asks (`arch_prctl`), once; each
-//! thread configures its tiles when it runs a layer and releases them after.
+//! thread configures its tiles when it runs a layer and releases them after. Nothing else in
+//! the program touches the tiles (the compiler emits no AMX instruction of its own), so the
+//! configuration holds between a layer's blocks.
 
 use std::arch::asm;
 use std::arch::x86_64::*;
@@ -28,6 +30,8 @@ use crate::Activation;
 pub(super) const BLOCK_ROWS: usize = 32;
 /// Input features per tile: 16 pairs.
 const TILE_K: usize = 32;
+// The blocks' asm steps 64 bytes along an input row and 1,024 along a panel per tile.
+const _: () = assert!(TILE_K * 2 == 64 && TILE_K * PANEL * 2 == 1024);
 /// Rows whose blocks share one pass over a pair of panels, so that the panels stay in L2
 /// while the rows' inputs pass: 128 rows of 3,072 features are 768 KB.
 const ROW_GROUP: usize = 128;
@@ -142,77 +146,120 @@ struct Block<'a> {
 struct Sums([[[f32; 256]; 2]; 2]);
 
 impl Block<'_> {
-    /// Tile 0: rows 0–15 × the first panel, 1: × the second; 2 and 3: rows 16–31.
+    /// Tile 0: rows 0–15 × the first panel, 1: × the second; 2 and 3: rows 16–31. Each
+    /// block's products run in one `asm!` that zeroes, fills and stores the sum tiles, so no
+    /// tile's value is expected to outlive a block (the tiles are clobbers of each).
     ///
     /// # Safety
     /// The tiles are configured ([`CONFIG`]); the block's rows and panels exist.
     unsafe fn sums(&self, two: bool) -> Sums {
-        let row_bytes = self.kp * 2;
+        let mut sums = Sums([[[0.0; 256]; 2]; 2]);
         let a = self.x.as_ptr().wrapping_add(self.b * self.kp);
-        let a2 = a.wrapping_add(16 * self.kp);
         let w = self.p.as_ptr().wrapping_add(self.panel * self.kp * PANEL);
-        let w2 = w.wrapping_add(self.kp * PANEL);
-        // SAFETY (whole block): every tile load reads 16 rows of 64 bytes inside the rows and
-        // panels the contract gives; the stores write `sums`, 16 rows of 64 bytes each.
+        let steps = self.kp / TILE_K;
+        // SAFETY: every tile load reads 16 rows of 64 bytes inside the block's rows (from a,
+        // a row every kp values, 32 rows) and panels (from w, 64-byte rows, one or two
+        // panels of kp * PANEL values); the stores write `sums`, four tiles of 16 rows of 64
+        // bytes, 1,024 bytes apart.
         unsafe {
-            asm!(
-                "tilezero tmm0",
-                "tilezero tmm1",
-                "tilezero tmm2",
-                "tilezero tmm3",
-                options(nostack, nomem)
-            );
-            for kk in (0..self.kp).step_by(TILE_K) {
-                // A tile of pairs kk/2..kk/2 + 16 of a panel: 16 rows of 2 * PANEL values.
-                let (wk, w2k) = (w.add(kk * PANEL), w2.add(kk * PANEL));
-                let (ak, a2k) = (a.add(kk), a2.add(kk));
-                asm!(
-                    "tileloadd tmm4, [{a} + {sa}*1]",
-                    "tileloadd tmm5, [{a2} + {sa}*1]",
-                    "tileloadd tmm6, [{w} + {sw}*1]",
-                    "tdpbf16ps tmm0, tmm4, tmm6",
-                    "tdpbf16ps tmm2, tmm5, tmm6",
-                    a = in(reg) ak,
-                    a2 = in(reg) a2k,
-                    w = in(reg) wk,
-                    sa = in(reg) row_bytes,
-                    sw = in(reg) 2 * PANEL * 2,
-                    options(nostack, readonly)
-                );
-                if two {
-                    asm!(
-                        "tileloadd tmm7, [{w} + {sw}*1]",
-                        "tdpbf16ps tmm1, tmm4, tmm7",
-                        "tdpbf16ps tmm3, tmm5, tmm7",
-                        w = in(reg) w2k,
-                        sw = in(reg) 2 * PANEL * 2,
-                        options(nostack, readonly)
-                    );
-                }
+            match two {
+                true => two_panels(a, w, self.kp, steps, &mut sums),
+                false => one_panel(a, w, self.kp, steps, &mut sums),
             }
-            let mut sums = Sums([[[0.0; 256]; 2]; 2]);
-            let base = sums.0.as_mut_ptr().cast::<f32>();
-            let out = |t: usize, q: usize| base.add((t * 2 + q) * 256);
-            asm!(
-                "tilestored [{c0} + {s}*1], tmm0",
-                "tilestored [{c2} + {s}*1], tmm2",
-                c0 = in(reg) out(0, 0),
-                c2 = in(reg) out(1, 0),
-                s = in(reg) 64usize,
-                options(nostack)
-            );
-            if two {
-                asm!(
-                    "tilestored [{c1} + {s}*1], tmm1",
-                    "tilestored [{c3} + {s}*1], tmm3",
-                    c1 = in(reg) out(0, 1),
-                    c3 = in(reg) out(1, 1),
-                    s = in(reg) 64usize,
-                    options(nostack)
-                );
-            }
-            sums
         }
+        sums
+    }
+}
+
+/// Rows `a..` (two tiles) × two panels from `w`, `steps` tiles of 32 features.
+///
+/// # Safety
+/// As [`Block::sums`].
+#[inline(always)]
+unsafe fn two_panels(a: *const u16, w: *const u16, kp: usize, steps: usize, sums: &mut Sums) {
+    // SAFETY: the caller's.
+    unsafe {
+        asm!(
+            "tilezero tmm0",
+            "tilezero tmm1",
+            "tilezero tmm2",
+            "tilezero tmm3",
+            "test {n}, {n}",
+            "jz 3f",
+            "2:",
+            "tileloadd tmm4, [{a} + {sa}*1]",
+            "tileloadd tmm5, [{a2} + {sa}*1]",
+            "tileloadd tmm6, [{w} + {sw}*1]",
+            "tileloadd tmm7, [{w2} + {sw}*1]",
+            "tdpbf16ps tmm0, tmm4, tmm6",
+            "tdpbf16ps tmm1, tmm4, tmm7",
+            "tdpbf16ps tmm2, tmm5, tmm6",
+            "tdpbf16ps tmm3, tmm5, tmm7",
+            "add {a}, 64",
+            "add {a2}, 64",
+            "add {w}, 1024",
+            "add {w2}, 1024",
+            "dec {n}",
+            "jnz 2b",
+            "3:",
+            "tilestored [{c} + {sc}*1], tmm0",
+            "tilestored [{c} + {sc}*1 + 1024], tmm1",
+            "tilestored [{c} + {sc}*1 + 2048], tmm2",
+            "tilestored [{c} + {sc}*1 + 3072], tmm3",
+            a = inout(reg) a => _,
+            a2 = inout(reg) a.add(16 * kp) => _,
+            w = inout(reg) w => _,
+            w2 = inout(reg) w.add(kp * PANEL) => _,
+            n = inout(reg) steps => _,
+            sa = in(reg) kp * 2,
+            sw = in(reg) 2 * PANEL * 2,
+            c = in(reg) sums.0.as_mut_ptr(),
+            sc = in(reg) 64usize,
+            out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
+            out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
+            options(nostack)
+        );
+    }
+}
+
+/// Rows `a..` (two tiles) × the one panel at `w`: tiles 0 and 2 of `sums`.
+///
+/// # Safety
+/// As [`Block::sums`].
+#[inline(always)]
+unsafe fn one_panel(a: *const u16, w: *const u16, kp: usize, steps: usize, sums: &mut Sums) {
+    // SAFETY: the caller's.
+    unsafe {
+        asm!(
+            "tilezero tmm0",
+            "tilezero tmm2",
+            "test {n}, {n}",
+            "jz 3f",
+            "2:",
+            "tileloadd tmm4, [{a} + {sa}*1]",
+            "tileloadd tmm5, [{a2} + {sa}*1]",
+            "tileloadd tmm6, [{w} + {sw}*1]",
+            "tdpbf16ps tmm0, tmm4, tmm6",
+            "tdpbf16ps tmm2, tmm5, tmm6",
+            "add {a}, 64",
+            "add {a2}, 64",
+            "add {w}, 1024",
+            "dec {n}",
+            "jnz 2b",
+            "3:",
+            "tilestored [{c} + {sc}*1], tmm0",
+            "tilestored [{c} + {sc}*1 + 2048], tmm2",
+            a = inout(reg) a => _,
+            a2 = inout(reg) a.add(16 * kp) => _,
+            w = inout(reg) w => _,
+            n = inout(reg) steps => _,
+            sa = in(reg) kp * 2,
+            sw = in(reg) 2 * PANEL * 2,
+            c = in(reg) sums.0.as_mut_ptr(),
+            sc = in(reg) 64usize,
+            out("tmm0") _, out("tmm2") _, out("tmm4") _, out("tmm5") _, out("tmm6") _,
+            options(nostack)
+        );
     }
 }
 

@@ -34,7 +34,7 @@ pub(super) fn paired(k: usize) -> usize {
 }
 
 /// `weight` (`[outputs, inputs]`, as f32 values) rounded to bf16 and rearranged into
-/// `[panels][inputs/2][PANEL][2]`, zero-padded to whole panels and pairs.
+/// `[panels][paired(inputs)/2][PANEL][2]`, zero-padded to whole panels and tiles.
 pub(super) fn pack_pairs(
     weight: impl Fn(usize) -> f32,
     inputs: usize,
@@ -54,7 +54,7 @@ pub(super) fn pack_pairs(
 }
 
 /// Rounds rows `rows` of `x` (`k` values each) to bf16 into `out`, whose rows are
-/// [`paired`]`(k)` values long; an odd row's last value is zero.
+/// [`paired`]`(k)` values long, zeros past `k`.
 ///
 /// # Safety
 /// `x` holds `rows.end * k` values, `out` points to `rows.end * paired(k)` writable values,
