@@ -48,6 +48,8 @@ pub struct Aligned<T: Element> {
     /// `capacity` values; dangling while `capacity` is 0.
     ptr: NonNull<T>,
     len: usize,
+    /// Values from the start that hold something written (`len` or more).
+    written: usize,
     capacity: usize,
     values: PhantomData<T>,
 }
@@ -77,12 +79,33 @@ impl<T: Element> Aligned<T> {
             // buffer that starts empty (weights) gets exactly what it asked for.
             self.reallocate(len.max(self.capacity * 2));
         }
-        if len > self.len {
-            // SAFETY: `self.len..len` lies inside the allocation (len <= capacity), and
-            // all-zero bytes are a value of every `Element`.
-            unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(self.len), 0, len - self.len) };
-        }
+        self.zero(self.len..len);
         self.len = len;
+        self.written = self.written.max(len);
+    }
+
+    /// Sets the length to `len` for a caller that writes every value before reading it:
+    /// values past the old length are left as the buffer last held them (zero where it never
+    /// held any), so a scratch buffer that shrinks and grows from call to call is not zeroed
+    /// on every call.
+    pub fn resize_for_overwrite(&mut self, len: usize) {
+        if len > self.capacity {
+            self.reallocate(len.max(self.capacity * 2));
+        }
+        self.zero(self.written..len);
+        self.len = len;
+        self.written = self.written.max(len);
+    }
+
+    /// Zeroes the values `range` (ending within the capacity); nothing if it is empty.
+    fn zero(&mut self, range: std::ops::Range<usize>) {
+        if range.end > range.start {
+            // SAFETY: the range lies inside the allocation (end <= capacity), and all-zero
+            // bytes are a value of every `Element`.
+            unsafe {
+                std::ptr::write_bytes(self.ptr.as_ptr().add(range.start), 0, range.len());
+            }
+        }
     }
 
     fn layout(capacity: usize) -> Layout {
@@ -120,6 +143,8 @@ impl<T: Element> Aligned<T> {
         }
         self.ptr = new;
         self.capacity = capacity;
+        // Only the first `len` values were copied.
+        self.written = self.len;
     }
 }
 
@@ -148,6 +173,7 @@ impl<T: Element> Default for Aligned<T> {
         Aligned {
             ptr: NonNull::dangling(),
             len: 0,
+            written: 0,
             capacity: 0,
             values: PhantomData,
         }
@@ -164,8 +190,8 @@ impl<T: Element> Deref for Aligned<T> {
     type Target = [T];
 
     fn deref(&self) -> &[T] {
-        // SAFETY: `ptr` holds `capacity >= len` values, the first `len` initialised (every
-        // growth zero-fills); while empty it is dangling but aligned, which a slice of
+        // SAFETY: `ptr` holds `capacity >= written >= len` values, the first `written`
+        // initialised (growth past them zero-fills); while empty it is dangling but aligned, which a slice of
         // length 0 allows.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
@@ -215,6 +241,26 @@ mod tests {
         assert!(v.is_empty());
         v.resize(3);
         assert_eq!(&v[..], &[0.0; 3]);
+    }
+
+    #[test]
+    fn growing_for_overwrite_keeps_old_values_and_zeroes_only_new_memory() {
+        let mut v = AlignedVec::default();
+        v.resize(8);
+        v[..5].copy_from_slice(&[1.0, 2.0, 3.0, 4.0, 5.0]);
+        v.resize_for_overwrite(2);
+        v.resize_for_overwrite(7);
+        assert_eq!(&v[..], &[1.0, 2.0, 3.0, 4.0, 5.0, 0.0, 0.0]);
+        // A reallocation copies only the length: what lay past it is gone, and reads as 0.
+        v.resize(3);
+        v.resize_for_overwrite(10_000);
+        assert_eq!(&v[..4], &[1.0, 2.0, 3.0, 0.0]);
+        assert!(v[4..].iter().all(|&x| x == 0.0));
+        // `resize` still zero-fills where `resize_for_overwrite` left values.
+        v[9_999] = 9.0;
+        v.resize(1);
+        v.resize(10_000);
+        assert!(v[1..].iter().all(|&x| x == 0.0));
     }
 
     #[test]

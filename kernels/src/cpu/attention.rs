@@ -226,7 +226,7 @@ fn attention_with(
     // and would overflow the cost arithmetic.
     let window = window.map(|w| w.min(longest));
     let tokens = *offsets.last().expect("checked");
-    scratch.heads.resize(qkv.len());
+    scratch.heads.resize_for_overwrite(qkv.len());
     to_head_major(qkv, tokens, shape, &mut scratch.heads, threads);
     let d = shape.head_dim();
     // Rows of keys and scores `padded` floats apart; an odd number of tiles keeps that

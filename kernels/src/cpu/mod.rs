@@ -15,6 +15,8 @@
 mod activations;
 pub mod affinity;
 mod aligned;
+#[cfg(target_arch = "x86_64")]
+mod amx;
 mod attention;
 mod awake;
 pub mod clock;

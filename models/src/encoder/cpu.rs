@@ -169,11 +169,12 @@ impl Weights<'_> {
     ) -> Result<(), ModelError> {
         let c = self.config;
         let (t, h) = (tokens.tokens(), c.hidden);
-        s.x.resize(t * h);
-        s.qkv.resize(t * 3 * h);
-        s.ctx.resize(t * h);
-        s.sum.resize(t * h);
-        s.intermediate.resize(t * c.intermediate);
+        // Every value of these is written before it is read.
+        s.x.resize_for_overwrite(t * h);
+        s.qkv.resize_for_overwrite(t * 3 * h);
+        s.ctx.resize_for_overwrite(t * h);
+        s.sum.resize_for_overwrite(t * h);
+        s.intermediate.resize_for_overwrite(t * c.intermediate);
         c.batch_position_ids(tokens, &mut s.positions);
         embed(self.embeddings, c, tokens, &s.positions, &mut s.x);
         let norm = params(&self.embeddings.norm, c);

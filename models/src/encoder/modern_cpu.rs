@@ -165,7 +165,8 @@ impl Weights<'_> {
             (&mut s.up, 2 * c.intermediate),
             (&mut s.gated, c.intermediate),
         ] {
-            buffer.resize(t * width);
+            // Every value is written before it is read.
+            buffer.resize_for_overwrite(t * width);
         }
         embed(self.embeddings, tokens, h, &mut s.x);
         let eps = c.layer_norm_eps;

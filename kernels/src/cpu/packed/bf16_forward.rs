@@ -54,7 +54,7 @@ impl PackedLinear {
             true => shape.rows.next_multiple_of(amx::BLOCK_ROWS),
             false => shape.rows,
         };
-        rounded.resize(padded * kp);
+        rounded.resize_for_overwrite(padded * kp);
         rounded[shape.rows * kp..].fill(0);
         let into = OutPtr(rounded.as_mut_ptr());
         in_parallel(shape.rows, 1, threads, |rows| {
