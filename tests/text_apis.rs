@@ -262,25 +262,26 @@ fn minilm_scores_the_pair_as_published_through_every_endpoint() {
         );
     };
     let server = Server::start(&["--model", &format!("minilm={}", dir.display())]);
-    assert_scores_the_pair_as_published(&server);
+    assert_scores_the_pair(&server, 5e-4);
     clients_check(test, &server, "minilm", &dir, Some(0.7553));
 }
 
-/// MiniLM, served as `minilm`, scores the pair 0.7553 ± 0.0005 through v2,
+/// MiniLM, served as `minilm`, scores the pair 0.7553 ± `within` through v2,
 /// `/v1/embeddings` and `/embed`.
-fn assert_scores_the_pair_as_published(server: &Server) {
+fn assert_scores_the_pair(server: &Server, within: f64) {
     let pair = ["A man is eating food.", "A man is eating a piece of bread."];
     for (endpoint, rows) in ["v2", "/v1/embeddings", "/embed"]
         .iter()
         .zip(through_every_endpoint(server, "minilm", &pair))
     {
         let score = cosine(&rows[0], &rows[1]);
-        assert!((score - 0.7553).abs() <= 5e-4, "{endpoint}: {score}");
+        assert!((score - 0.7553).abs() <= within, "{endpoint}: {score}");
     }
 }
 
 /// `--cpu-precision bf16`: where the CPU has AVX-512 BF16, the model runs bf16 products,
-/// says so in `/info`, and still scores the pair as published; elsewhere it serves f32,
+/// says so in `/info`, and scores the pair within 0.0015 of f32 (0.7546 where AMX runs
+/// attention in bf16 too; PyTorch under bf16 autocast: 0.7540); elsewhere it serves f32,
 /// with a warning in the log.
 #[test]
 fn minilm_with_bf16_products_serves_the_pair_and_says_which_precision_it_runs() {
@@ -298,7 +299,7 @@ fn minilm_with_bf16_products_serves_the_pair_and_says_which_precision_it_runs() 
     assert_eq!(dtype, if bf16 { "bfloat16" } else { "float32" });
     let warned = server.log().contains("needs a CPU with AVX-512 BF16");
     assert_eq!(warned, !bf16, "{}", server.log());
-    assert_scores_the_pair_as_published(&server);
+    assert_scores_the_pair(&server, if bf16 { 1.5e-3 } else { 5e-4 });
 }
 
 /// tritonclient (BYTES in JSON and binary), the openai client (texts and token ids) and

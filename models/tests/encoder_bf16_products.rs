@@ -67,7 +67,9 @@ fn minilm_with_bf16_products_matches_the_reference() {
     );
 }
 
-/// The pair scores 0.7553 ± 0.0005 with bf16 products too.
+/// The pair scores 0.7553 ± 0.0015 with bf16 products: f32's ± 0.0005 where attention stays
+/// f32, and 0.7546 where AMX runs attention's products in bf16 too. PyTorch under bf16
+/// autocast, which rounds attention's operands as well, scores it 0.7540.
 #[test]
 fn minilm_with_bf16_products_scores_the_pair_near_f32() {
     let test = "minilm_with_bf16_products_scores_the_pair_near_f32";
@@ -81,7 +83,7 @@ fn minilm_with_bf16_products_scores_the_pair_near_f32() {
     l2_normalize_rows(&mut out, encoder.hidden());
     let (a, b) = out.split_at(encoder.hidden());
     let score: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    assert!((score - 0.7553).abs() <= 0.0005, "score {score}");
+    assert!((score - 0.7553).abs() <= 0.0015, "score {score}");
 }
 
 /// A sequence packed with others gets what it gets alone, up to the order f32 sums in
@@ -132,13 +134,17 @@ fn every_family_with_bf16_products_matches_the_reference() {
         (Family::DistilBert, DType::F16, Pooling::Mean),
         (Family::Mpnet, DType::F32, Pooling::Cls),
         (Family::ModernBert, DType::F32, Pooling::Mean),
+        (Family::NomicBert, DType::F32, Pooling::Mean),
+        (Family::Gte, DType::BF16, Pooling::Cls),
     ];
     for (seed, (family, dtype, pooling)) in (40..).zip(families) {
+        // Heads of 16 values, which AMX's attention takes where the CPU has it.
         let spec = SyntheticSpec {
             family,
             dtype,
             pooling,
             seed,
+            heads: 2,
             ..SyntheticSpec::default()
         };
         let case = format!("{test}-{family:?}");
@@ -147,26 +153,35 @@ fn every_family_with_bf16_products_matches_the_reference() {
 }
 
 /// What the server reads from the model: `/info`'s dtype, and the weight of attention in
-/// a batch's cost, which grows against the dense layers as bf16 speeds them up: twice with
-/// AVX-512 BF16, six times on AMX's tiles.
+/// a batch's cost, which grows against the dense layers as bf16 speeds them up (twice with
+/// AVX-512 BF16, six times on AMX's tiles) and shrinks where attention's products run on
+/// AMX too (twice as fast, for heads of a multiple of 16 values).
 #[test]
 fn bf16_products_are_reported_and_weigh_attention_by_their_speedup() {
     let test = "bf16_products_are_reported_and_weigh_attention_by_their_speedup";
     if !bf16_here(test) {
         return;
     }
-    let dir = synthetic(test, &SyntheticSpec::default());
-    let f32 = Encoder::load(&dir.0, &Device::Cpu).unwrap();
-    let bf16 = Encoder::load_with(&dir.0, &Device::Cpu, BF16).unwrap();
-    let (a, b) = (f32.text_input(), bf16.text_input());
-    assert_eq!((a.precision, b.precision), (DType::F32, DType::BF16));
-    let speedup = MatmulPrecision::Bf16.dense_speedup();
-    assert!(speedup == 2.0 || speedup == 6.0, "{speedup}");
-    assert_eq!(
-        b.attention_per_token_pair,
-        speedup * a.attention_per_token_pair
-    );
-    assert_eq!(bf16.output_width(), f32.output_width());
+    let dense = MatmulPrecision::Bf16.dense_speedup();
+    assert!(dense == 2.0 || dense == 6.0, "{dense}");
+    // Heads of 8 values (AMX's attention takes none) and of 16.
+    for (heads, attention) in [(4, 1.0), (2, if dense == 6.0 { 2.0 } else { 1.0 })] {
+        let spec = SyntheticSpec {
+            heads,
+            ..SyntheticSpec::default()
+        };
+        let dir = synthetic(&format!("{test}-{heads}"), &spec);
+        let f32 = Encoder::load(&dir.0, &Device::Cpu).unwrap();
+        let bf16 = Encoder::load_with(&dir.0, &Device::Cpu, BF16).unwrap();
+        let (a, b) = (f32.text_input(), bf16.text_input());
+        assert_eq!((a.precision, b.precision), (DType::F32, DType::BF16));
+        assert_eq!(
+            b.attention_per_token_pair,
+            dense / attention * a.attention_per_token_pair,
+            "{heads} heads"
+        );
+        assert_eq!(bf16.output_width(), f32.output_width());
+    }
 }
 
 #[test]

@@ -21,12 +21,20 @@
 //! each row of the block goes through the softmax (exponentials from [`super::vmath`]); the
 //! probabilities multiply the values, and each row is divided by its sum at the end. A
 //! block of [`QUERY_BLOCK`] queries keeps its scores in L1 or L2, whatever the length.
+//!
+//! A model served with bf16 products ([`MatmulPrecision::Bf16`]) runs attention's products
+//! in bf16 too where the CPU has AMX (`amx`): its units read `qkv` in place, round it into
+//! tiles' operands, and keep the softmax f32.
 
 use std::ops::Range;
 
 use super::vmath::{self, has_avx2_fma, has_avx512};
-use super::{AlignedVec, OutPtr, in_parallel};
+use super::{AlignedVec, MatmulPrecision};
 use crate::KernelError;
+use head_major::to_head_major;
+use pieces::plan_pieces;
+#[cfg(test)]
+use pieces::split;
 
 /// Queries whose scores are computed, normalised and applied together.
 const QUERY_BLOCK: usize = 24;
@@ -80,6 +88,9 @@ pub struct AttentionInput<'a> {
     /// Each query attends only to the keys at most this many positions from it; `None`:
     /// to the whole sequence.
     pub window: Option<usize>,
+    /// The precision of the scores' and the weighted sum's products: bf16 runs on AMX's
+    /// tiles where the CPU has them (`attention/amx.rs`), and as f32 elsewhere.
+    pub products: MatmulPrecision,
 }
 
 /// Buffers reused across calls: the head-major copy of the input; per piece, the
@@ -103,14 +114,16 @@ struct Unit {
 /// What every unit of a call shares.
 #[derive(Clone, Copy)]
 struct Call<'a> {
-    /// The input head-major: `[3][heads][tokens][d]`.
+    /// The input head-major: `[3][heads][tokens][d]`; for kernels that
+    /// [read it in place](Kernels::reads_in_place), `qkv` as given.
     heads: &'a [f32],
     tokens: usize,
     shape: AttentionShape,
     /// `ctx`, `[tokens, hidden]`; units write disjoint rows × columns.
     ctx: CtxPtr,
     scale: f32,
-    /// Keys, padded to [`KEY_TILE`], in the longest sequence.
+    /// The row stride of a block's scores: the longest sequence's keys, padded to
+    /// [`KEY_TILE`] (or to AMX's products).
     padded: usize,
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     kernels: Kernels,
@@ -138,17 +151,33 @@ impl Call<'_> {
     }
 }
 
-/// Which query-block kernels a call runs: the widest the CPU has for which d is a whole
-/// number of vectors.
+/// Which query-block kernels a call runs: AMX's tiles for bf16 products where the CPU has
+/// them, else the widest vectors the CPU has for which d is a whole number of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kernels {
+    #[cfg(target_arch = "x86_64")]
+    Amx,
     Avx512,
     Avx2,
     Portable,
 }
 
 impl Kernels {
-    fn best(head_dim: usize) -> Kernels {
+    /// Whether the kernels read `qkv` as given rather than a head-major copy.
+    fn reads_in_place(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        return self == Kernels::Amx;
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
+
+    fn best(head_dim: usize, products: MatmulPrecision) -> Kernels {
+        #[cfg(target_arch = "x86_64")]
+        if products == MatmulPrecision::Bf16 && amx::available(head_dim) {
+            return Kernels::Amx;
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = products;
         if has_avx512() && head_dim.is_multiple_of(16) {
             Kernels::Avx512
         } else if has_avx2_fma() && head_dim.is_multiple_of(8) {
@@ -168,6 +197,19 @@ unsafe impl Send for CtxPtr {}
 // SAFETY: as for Send.
 unsafe impl Sync for CtxPtr {}
 
+/// About how much faster attention runs over heads of `head_dim` values with `products`
+/// than with f32's, for cost models that weigh it against the dense layers: AMX's kernel
+/// runs 1.5× (13-token sequences) to 3× (512 tokens, heads of 64) f32's
+/// (`encoder_bench::attention_one_core`), about twice at a few hundred tokens, where
+/// attention weighs most.
+pub fn attention_speedup(products: MatmulPrecision, head_dim: usize) -> f64 {
+    match Kernels::best(head_dim, products) {
+        #[cfg(target_arch = "x86_64")]
+        Kernels::Amx => 2.0,
+        _ => 1.0,
+    }
+}
+
 /// `ctx[tokens, hidden]` = the attention of every sequence (tokens `offsets[i]..offsets[i+1]`)
 /// over itself, from `qkv[tokens, 3·hidden]`, on up to `threads` threads of the current rayon
 /// pool.
@@ -185,6 +227,7 @@ pub fn attention(
         shape,
         bias: None,
         window: None,
+        products: MatmulPrecision::F32,
     };
     biased_attention(input, ctx, scratch, threads)
 }
@@ -197,7 +240,7 @@ pub fn biased_attention(
     scratch: &mut AttentionScratch,
     threads: usize,
 ) -> Result<(), KernelError> {
-    let kernels = Kernels::best(input.shape.head_dim());
+    let kernels = Kernels::best(input.shape.head_dim(), input.products);
     attention_with(input, ctx, scratch, threads, kernels)
 }
 
@@ -215,6 +258,7 @@ fn attention_with(
         shape,
         bias,
         window,
+        products: _,
     } = input;
     check(qkv, offsets, shape, ctx)?;
     let longest = offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
@@ -226,16 +270,21 @@ fn attention_with(
     // and would overflow the cost arithmetic.
     let window = window.map(|w| w.min(longest));
     let tokens = *offsets.last().expect("checked");
-    scratch.heads.resize_for_overwrite(qkv.len());
-    to_head_major(qkv, tokens, shape, &mut scratch.heads, threads);
-    let d = shape.head_dim();
-    // Rows of keys and scores `padded` floats apart; an odd number of tiles keeps that
-    // stride off powers of two, which would map a column of them onto a few cache sets.
-    let tiles = longest.div_ceil(KEY_TILE);
-    let padded = (tiles + 1 - tiles % 2) * KEY_TILE;
     plan_pieces(offsets, shape, window, threads, scratch);
+    // AMX's kernel reads each query, key and value once, to round it: it reads them where
+    // they are.
+    let heads = match kernels.reads_in_place() {
+        true => qkv,
+        false => {
+            scratch.heads.resize_for_overwrite(qkv.len());
+            to_head_major(qkv, tokens, shape, &mut scratch.heads, threads);
+            &scratch.heads[..]
+        }
+    };
+    let d = shape.head_dim();
+    let padded = padded_width(longest, kernels);
     let call = Call {
-        heads: &scratch.heads,
+        heads,
         tokens,
         shape,
         ctx: CtxPtr(ctx.as_mut_ptr()),
@@ -246,9 +295,16 @@ fn attention_with(
         window,
     };
     let run = |range: Range<usize>, buffer: &mut AlignedVec| {
-        if buffer.len() < piece_len(d, padded) {
-            buffer.resize(piece_len(d, padded));
+        let len = piece_len(d, padded, kernels);
+        if buffer.len() < len {
+            buffer.resize(len);
         }
+        // Configured once a piece: configuring and releasing the tiles costs about what a
+        // unit of a short sequence does.
+        // SAFETY: `Kernels::best` chose AMX only where it is available; the units below run
+        // no other work on this thread.
+        #[cfg(target_arch = "x86_64")]
+        let _tiles = (kernels == Kernels::Amx).then(|| unsafe { amx::configure() });
         for u in range {
             let (seq, head) = (u / shape.heads, u % shape.heads);
             let unit = Unit {
@@ -272,81 +328,6 @@ fn attention_with(
         run(first.clone(), first_buffer);
     });
     Ok(())
-}
-
-/// Cuts the call's units into `scratch.pieces` (one piece when the whole call is small,
-/// else several a thread) and gives every piece a buffer.
-fn plan_pieces(
-    offsets: &[usize],
-    shape: AttentionShape,
-    window: Option<usize>,
-    threads: usize,
-    scratch: &mut AttentionScratch,
-) {
-    let squares: usize = offsets.windows(2).map(|w| (w[1] - w[0]).pow(2)).sum();
-    let pieces = if squares * 2 * shape.hidden < PARALLEL_MIN_MACS {
-        1
-    } else {
-        threads.max(1) * PIECES_PER_THREAD
-    };
-    split(offsets, shape.heads, window, pieces, &mut scratch.pieces);
-    if scratch.buffers.len() < scratch.pieces.len() {
-        let count = scratch.pieces.len();
-        scratch.buffers.resize_with(count, AlignedVec::default);
-    }
-}
-
-/// `out[part][head][t][c] = qkv[t][part · hidden + head · d + c]`, token ranges in parallel.
-fn to_head_major(
-    qkv: &[f32],
-    tokens: usize,
-    shape: AttentionShape,
-    out: &mut [f32],
-    threads: usize,
-) {
-    let (h, d) = (shape.hidden, shape.head_dim());
-    let pieces = if qkv.len() < PARALLEL_MIN_VALUES {
-        1
-    } else {
-        threads.max(1)
-    };
-    let dst = OutPtr(out.as_mut_ptr());
-    in_parallel(tokens, 1, pieces, |range| {
-        let dst = &dst;
-        for t in range {
-            let row = &qkv[t * 3 * h..(t + 1) * 3 * h];
-            for (k, values) in row.chunks_exact(d).enumerate() {
-                // Chunk k of the row is part k / heads, head k % heads.
-                let at = (k * tokens + t) * d;
-                // SAFETY: at + d <= 3 · hidden · tokens = out.len(); the token ranges are
-                // disjoint, so no other thread writes these values.
-                unsafe { copy_run(values, dst.0.add(at)) };
-            }
-        }
-    });
-}
-
-/// Copies `src` to `dst` in runs of eight: a head's few dozen values, which a call to
-/// `memcpy` per head would cost more than it moves.
-///
-/// # Safety
-/// `dst` points to `src.len()` writable values that do not overlap `src`.
-#[inline(always)]
-unsafe fn copy_run(src: &[f32], dst: *mut f32) {
-    let mut runs = src.chunks_exact(8);
-    let mut at = dst;
-    for run in &mut runs {
-        let run: &[f32; 8] = run.try_into().expect("chunks of eight");
-        // SAFETY: eight values of dst, inside the caller's range.
-        unsafe {
-            at.cast::<[f32; 8]>().write_unaligned(*run);
-            at = at.add(8);
-        }
-    }
-    for (i, v) in runs.remainder().iter().enumerate() {
-        // SAFETY: inside the caller's range.
-        unsafe { *at.add(i) = *v };
-    }
 }
 
 fn check(
@@ -434,40 +415,28 @@ fn add_bias(
     }
 }
 
-/// Cuts the units (sequence-major, then head) into at most `pieces` contiguous ranges of
-/// about equal cost, into `out`.
-fn split(
-    offsets: &[usize],
-    heads: usize,
-    window: Option<usize>,
-    pieces: usize,
-    out: &mut Vec<Range<usize>>,
-) {
-    out.clear();
-    let cost = |u: usize| {
-        let seq = u / heads;
-        let len = offsets[seq + 1] - offsets[seq];
-        let keys = window.map_or(len, |w| len.min(2 * w + QUERY_BLOCK + KEY_TILE));
-        len * (keys + KEY_TILE)
-    };
-    let units = (offsets.len() - 1) * heads;
-    let total: usize = (0..units).map(cost).sum();
-    let pieces = pieces.clamp(1, units.max(1));
-    let mut start = 0;
-    let mut done = 0;
-    for u in 0..units {
-        done += cost(u);
-        let cut = total * (out.len() + 1) / pieces;
-        if done >= cut && out.len() + 1 < pieces {
-            out.push(start..u + 1);
-            start = u + 1;
-        }
+/// The row stride of the scores for sequences of up to `longest` tokens. Rows of keys and
+/// scores `padded` floats apart; an odd number of tiles keeps that stride off powers of two,
+/// which would map a column of them onto a few cache sets.
+fn padded_width(longest: usize, kernels: Kernels) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if kernels == Kernels::Amx {
+        return amx::padded(longest);
     }
-    out.push(start..units);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = kernels;
+    let tiles = longest.div_ceil(KEY_TILE);
+    (tiles + 1 - tiles % 2) * KEY_TILE
 }
 
 /// Floats of scratch one piece needs for sequences of up to `padded` keys.
-fn piece_len(d: usize, padded: usize) -> usize {
+fn piece_len(d: usize, padded: usize, kernels: Kernels) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if kernels == Kernels::Amx {
+        return amx::piece_len(d, padded);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = kernels;
     d * padded + QUERY_BLOCK * padded
 }
 
@@ -485,6 +454,13 @@ struct Block<'a> {
 /// The sequence lies inside the head-major input and `ctx`; no other thread writes this
 /// unit's part of `ctx`; `buffer` holds at least [`piece_len`] values.
 unsafe fn run_unit(call: Call<'_>, unit: Unit, buffer: &mut AlignedVec) {
+    // SAFETY: `Kernels::best` chose AMX only where `amx::available`, and the piece holds
+    // the tiles; the rest is the caller's contract, with the piece's length for AMX
+    // (`piece_len`).
+    #[cfg(target_arch = "x86_64")]
+    if call.kernels == Kernels::Amx {
+        return unsafe { amx::run_unit(call, unit, buffer) };
+    }
     let (keys, scores) = buffer.split_at_mut(call.shape.head_dim() * call.padded);
     let mut block = Block { keys, scores };
     transpose_keys(call, unit, block.keys);
@@ -535,6 +511,7 @@ unsafe fn query_block(call: Call<'_>, unit: Unit, rows: Range<usize>, block: &mu
             return avx2::softmax_values(call, unit, rows, keys, block);
         },
         Kernels::Portable => {}
+        Kernels::Amx => unreachable!("AMX runs whole units (`run_unit`)"),
     }
     // SAFETY: the caller's contract.
     unsafe { portable::query_block(call, unit, rows, keys, block) }
@@ -542,6 +519,11 @@ unsafe fn query_block(call: Call<'_>, unit: Unit, rows: Range<usize>, block: &mu
 
 mod portable;
 
+mod head_major;
+mod pieces;
+
+#[cfg(target_arch = "x86_64")]
+mod amx;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]

@@ -227,7 +227,7 @@ impl LayerBatch {
 
 /// Each op of the layer on `b`: its name, seconds per run (one thread, CPU time) and FLOPs.
 fn time_ops(w: &LayerWeights, b: &mut LayerBatch) -> Vec<(&'static str, f64, f64)> {
-    use super::{AttentionShape, NormParams, add_layer_norm, attention};
+    use super::{AttentionInput, AttentionShape, NormParams, add_layer_norm, biased_attention};
     let (t, h, inter, threads) = (b.tokens, HIDDEN, INTERMEDIATE, 1);
     let reps = (200_000 / t).clamp(3, 200);
     let time = |f: &mut dyn FnMut()| cpu_seconds(f, reps);
@@ -252,15 +252,15 @@ fn time_ops(w: &LayerWeights, b: &mut LayerBatch) -> Vec<(&'static str, f64, f64
         (
             "attention",
             time(&mut || {
-                attention(
-                    &b.qkv,
-                    &b.offsets,
+                let input = AttentionInput {
+                    qkv: &b.qkv,
+                    offsets: &b.offsets,
                     shape,
-                    &mut b.ctx,
-                    &mut b.scratch,
-                    threads,
-                )
-                .unwrap()
+                    bias: None,
+                    window: None,
+                    products: w.qkv.precision(),
+                };
+                biased_attention(input, &mut b.ctx, &mut b.scratch, threads).unwrap()
             }),
             4.0 * (t * len * h) as f64,
         ),
@@ -325,38 +325,54 @@ fn layer_breakdown_one_core() {
     }
 }
 
-/// Attention alone, one thread, in CPU time, at a few lengths.
+/// Attention alone, one thread, in CPU time, at a few lengths, with f32 products and (where
+/// the CPU has AMX) bf16 ones, for heads of 32 values (MiniLM's) and 64 (BERT-base's).
 #[test]
 #[ignore = "a measurement, run by hand"]
 fn attention_one_core() {
-    use super::{AttentionScratch, AttentionShape, attention};
+    use super::{AttentionInput, AttentionScratch, AttentionShape, biased_attention};
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
         .build()
         .unwrap();
     pool.install(|| {
-        let h = 384;
-        let shape = AttentionShape {
-            hidden: h,
-            heads: 12,
-        };
-        for (batch, len) in [(32usize, 13usize), (8, 64), (2, 256), (1, 512)] {
-            let t = batch * len;
-            let offsets: Vec<usize> = (0..=batch).map(|i| i * len).collect();
-            let qkv = AlignedVec::from_slice(&values(t * 3 * h, 10));
-            let mut ctx = AlignedVec::from_slice(&values(t * h, 11));
-            let mut scratch = AttentionScratch::default();
-            let flop = 4.0 * (batch * len * len * h) as f64;
-            let reps = (2e8 / flop).clamp(2.0, 200.0) as usize;
-            let s = cpu_seconds(
-                || attention(&qkv, &offsets, shape, &mut ctx, &mut scratch, 1).unwrap(),
-                reps,
-            );
-            println!(
-                "attention {batch} x {len}: {:8.1} us, {:5.1} GFLOP/s (one core)",
-                s * 1e6,
-                flop / s / 1e9
-            );
+        for (h, precision) in [384, 768]
+            .into_iter()
+            .flat_map(|h| [(h, MatmulPrecision::F32), (h, MatmulPrecision::Bf16)])
+            .filter(|(_, p)| p.available())
+        {
+            let shape = AttentionShape {
+                hidden: h,
+                heads: 12,
+            };
+            for (batch, len) in [(32usize, 13usize), (8, 64), (2, 256), (1, 512)] {
+                let t = batch * len;
+                let offsets: Vec<usize> = (0..=batch).map(|i| i * len).collect();
+                let qkv = AlignedVec::from_slice(&values(t * 3 * h, 10));
+                let mut ctx = AlignedVec::from_slice(&values(t * h, 11));
+                let mut scratch = AttentionScratch::default();
+                let input = AttentionInput {
+                    qkv: &qkv,
+                    offsets: &offsets,
+                    shape,
+                    bias: None,
+                    window: None,
+                    products: precision,
+                };
+                let flop = 4.0 * (batch * len * len * h) as f64;
+                let reps = (2e8 / flop).clamp(2.0, 200.0) as usize;
+                let s = cpu_seconds(
+                    || biased_attention(input, &mut ctx, &mut scratch, 1).unwrap(),
+                    reps,
+                );
+                println!(
+                    "attention d {} {precision:?}, {batch} x {len}: {:8.1} us, {:5.1} GFLOP/s \
+                     (one core)",
+                    h / 12,
+                    s * 1e6,
+                    flop / s / 1e9
+                );
+            }
         }
     });
 }

@@ -33,7 +33,8 @@ mod vmath;
 pub use activations::{gelu_in_place, silu_in_place};
 pub use aligned::{Aligned, AlignedVec, Element};
 pub use attention::{
-    AttentionInput, AttentionScratch, AttentionShape, RelativeBias, attention, biased_attention,
+    AttentionInput, AttentionScratch, AttentionShape, RelativeBias, attention, attention_speedup,
+    biased_attention,
 };
 pub use awake::with_pool_awake;
 use gemm::Parallelism;

@@ -141,9 +141,10 @@ impl CpuEncoder {
             bias: (self.relative_bias.as_ref()).map(|_| (self.bias_table.as_slice(), span)),
         };
         // A token's dense layers cost 2h + intermediate times what one pair of tokens costs
-        // in attention (per layer: 8h² + 4h·intermediate FLOPs against 4h), at f32's rate.
+        // in attention (per layer: 8h² + 4h·intermediate FLOPs against 4h), at f32's rates.
         let speedup = super::dense_speedup(self.precision);
-        let pair_cost = speedup / (2 * c.hidden + c.intermediate) as f64;
+        let pair_cost = super::pair_weight(self.precision, c.head_dim())
+            / (2 * c.hidden + c.intermediate) as f64;
         let grouped = Grouped {
             tokens,
             threads: self.threads,
@@ -226,7 +227,10 @@ fn run_layer(
     let id = Activation::Identity;
     l.qkv.forward(&s.x, t, &mut s.qkv, id, threads)?;
     let bias = bias.map(|(table, span)| RelativeBias { table, span });
-    let input = attention_input(&s.qkv, tokens, c, bias);
+    let input = AttentionInput {
+        bias,
+        ..attention_input(&s.qkv, tokens, c, l.qkv.precision())
+    };
     biased_attention(input, &mut s.ctx, &mut s.attention, threads)?;
     l.attention_out
         .forward(&s.ctx, t, &mut s.sum, id, threads)?;
@@ -247,13 +251,13 @@ fn run_layer(
     Ok(())
 }
 
-/// Attention's input: a layer's `qkv` over the packed `tokens`, with scores biased by
-/// relative position if `bias` is given.
+/// Attention's input: a layer's `qkv` over the packed `tokens`, its products in the
+/// precision of the layer's dense ones.
 pub(super) fn attention_input<'a>(
     qkv: &'a [f32],
     tokens: &'a PackedTokens,
     c: &EncoderConfig,
-    bias: Option<RelativeBias<'a>>,
+    products: MatmulPrecision,
 ) -> AttentionInput<'a> {
     AttentionInput {
         qkv,
@@ -262,8 +266,9 @@ pub(super) fn attention_input<'a>(
             hidden: c.hidden,
             heads: c.heads,
         },
-        bias,
+        bias: None,
         window: None,
+        products,
     }
 }
 

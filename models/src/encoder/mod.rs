@@ -158,10 +158,17 @@ impl Backend {
 }
 
 /// How much faster the CPU's dense layers run with `precision`'s products than with f32's,
-/// for the cost models that weigh a token's dense layers against attention, which stays f32
+/// for the cost models that weigh a token's dense layers against attention
 /// ([`MatmulPrecision::dense_speedup`]).
 pub(crate) fn dense_speedup(precision: MatmulPrecision) -> f64 {
     precision.dense_speedup()
+}
+
+/// How many times more a pair of tokens in attention weighs against a token's dense layers
+/// with `precision`'s products than with f32's: the dense layers' speedup over attention's
+/// (`kernels::cpu::attention_speedup`), for heads of `head_dim` values.
+pub(crate) fn pair_weight(precision: MatmulPrecision, head_dim: usize) -> f64 {
+    precision.dense_speedup() / kernels::cpu::attention_speedup(precision, head_dim)
 }
 
 /// Whether `dir` looks like a text encoder's folder (rather than, say, an MLP version):

@@ -130,7 +130,8 @@ impl ModernCpuEncoder {
         // A token's dense layers (8h² + 6h·intermediate FLOPs a layer, the gate included)
         // against a pair of tokens in a global layer (4h), at f32's rate.
         let speedup = super::dense_speedup(self.precision);
-        let pair_cost = speedup / (2.0 * c.hidden as f64 + 1.5 * c.intermediate as f64);
+        let pair_cost = super::pair_weight(self.precision, c.head_dim())
+            / (2.0 * c.hidden as f64 + 1.5 * c.intermediate as f64);
         let grouped = Grouped {
             tokens,
             threads: self.threads,
@@ -248,7 +249,7 @@ fn attend(
     rotary.apply(&mut s.qkv, tokens, c.hidden, c.head_dim());
     let input = AttentionInput {
         window,
-        ..attention_input(&s.qkv, tokens, c, None)
+        ..attention_input(&s.qkv, tokens, c, l.qkv.precision())
     };
     biased_attention(input, &mut s.ctx, &mut s.attention, threads)?;
     l.attention_out

@@ -46,7 +46,7 @@ impl Encoder {
         let h = c.hidden as f64;
         let per_token = c.dense_flops_per_token() as f64;
         // Faster dense layers make a pair of tokens in attention weigh more against a token.
-        let dense_speedup = super::dense_speedup(self.cpu_precision());
+        let pair_weight = super::pair_weight(self.cpu_precision(), c.head_dim());
         TextInput {
             max_seq_len: c.max_seq_len,
             vocab_size: c.vocab_size,
@@ -54,7 +54,7 @@ impl Encoder {
             normalize_by_default: c.normalize,
             pooling: c.pooling,
             precision: self.precision(),
-            attention_per_token_pair: 4.0 * h / per_token * dense_speedup,
+            attention_per_token_pair: 4.0 * h / per_token * pair_weight,
             sliding_window: c.sliding_window(),
             labels: c.labels.clone(),
             multi_label: c.multi_label,

@@ -98,6 +98,7 @@ fn matches_float64_on_mixed_lengths_heads_and_paths() {
                 shape,
                 bias: bias.map(|(table, span)| RelativeBias { table, span }),
                 window,
+                products: MatmulPrecision::F32,
             };
             let d = shape.head_dim();
             let runs = [
@@ -108,6 +109,8 @@ fn matches_float64_on_mixed_lengths_heads_and_paths() {
                 (Kernels::Avx512, 2),
             ];
             let available = |k: Kernels| match k {
+                #[cfg(target_arch = "x86_64")]
+                Kernels::Amx => false,
                 Kernels::Portable => true,
                 Kernels::Avx2 => has_avx2_fma() && d.is_multiple_of(8),
                 Kernels::Avx512 => has_avx512() && d.is_multiple_of(16),
@@ -170,7 +173,84 @@ fn shapes_that_disagree_are_errors() {
             shape,
             bias: Some(RelativeBias { table, span }),
             window: None,
+            products: MatmulPrecision::F32,
         };
         assert!(biased_attention(input, &mut ctx, &mut scratch, 1).is_err());
     }
+}
+
+/// bf16 products on AMX's tiles, against the float64 attention of the inputs rounded to
+/// bf16 as the kernel rounds them: what is left is the probabilities' rounding (8
+/// significant bits, each weight off by at most 2⁻⁹ of itself), so the outputs are held to
+/// 2⁻⁸ of the largest value, far below what a wrong layout or a missed key gives.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn bf16_products_on_amx_match_float64_of_the_rounded_inputs() {
+    if !super::amx::available(32) {
+        eprintln!("SKIPPED: this CPU has no AMX");
+        return;
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    let lengths = [1usize, 31, 32, 33, 0, 100, 16, 257, 3];
+    let mut offsets = vec![0];
+    for n in lengths {
+        offsets.push(offsets.last().unwrap() + n);
+    }
+    let tokens = *offsets.last().unwrap();
+    let mut scratch = AttentionScratch::default();
+    for (hidden, heads) in [(384, 12), (64, 4), (96, 2), (128, 2), (256, 1)] {
+        let shape = AttentionShape { hidden, heads };
+        let qkv: Vec<f32> = values(tokens * 3 * hidden, hidden as u64)
+            .iter()
+            .map(|v| half::bf16::from_f32(3.0 * v).to_f32())
+            .collect();
+        let table = values(heads * (2 * 300 - 1), 7);
+        let cases = [
+            (None, None),
+            (Some((&table[..], 300)), None),
+            (None, Some(0)),
+            (None, Some(40)),
+            (Some((&table[..], 300)), Some(17)),
+        ];
+        for (bias, window) in cases {
+            let want = reference(&qkv, &offsets, shape, bias, window);
+            let input = AttentionInput {
+                qkv: &qkv,
+                offsets: &offsets,
+                shape,
+                bias: bias.map(|(table, span)| RelativeBias { table, span }),
+                window,
+                products: MatmulPrecision::Bf16,
+            };
+            let largest = qkv.iter().fold(0f64, |m, v| m.max(v.abs() as f64));
+            for threads in [1, 2] {
+                let mut ctx = vec![f32::NAN; tokens * hidden];
+                pool.install(|| {
+                    attention_with(input, &mut ctx, &mut scratch, threads, Kernels::Amx)
+                })
+                .unwrap();
+                for (i, (g, w)) in ctx.iter().zip(&want).enumerate() {
+                    assert!(
+                        (*g as f64 - w).abs() < largest / 256.0,
+                        "hidden {hidden} heads {heads} threads {threads} bias {} window \
+                         {window:?} at {i}: {g} vs {w}",
+                        bias.is_some()
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn bf16_products_choose_amx_only_where_it_runs() {
+    let amx = super::amx::available(64);
+    let chosen = Kernels::best(64, MatmulPrecision::Bf16);
+    assert_eq!(chosen == Kernels::Amx, amx);
+    assert_ne!(Kernels::best(64, MatmulPrecision::F32), Kernels::Amx);
+    assert_ne!(Kernels::best(24, MatmulPrecision::Bf16), Kernels::Amx);
 }
