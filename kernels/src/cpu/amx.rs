@@ -15,6 +15,7 @@
 
 use std::arch::asm;
 use std::arch::x86_64::{__cpuid, __cpuid_count};
+use std::marker::PhantomData;
 use std::sync::OnceLock;
 
 /// Rows per product: two tiles of 16.
@@ -79,7 +80,8 @@ const CONFIG: TileConfig = TileConfig {
 /// This thread's tiles, configured for [`Product`]s until dropped. A caller holding one
 /// must not run other work on the thread that could configure or release the tiles (a
 /// rayon job taken while waiting, say) before dropping it.
-pub(crate) struct Tiles(());
+/// Not `Send`: the configuration belongs to the thread that made it.
+pub(crate) struct Tiles(PhantomData<*const ()>);
 
 impl Tiles {
     /// # Safety
@@ -87,7 +89,7 @@ impl Tiles {
     pub(crate) unsafe fn configure() -> Tiles {
         // SAFETY: the CPU has AMX and the process its tiles (the contract).
         unsafe { asm!("ldtilecfg [{}]", in(reg) &CONFIG, options(nostack, readonly)) };
-        Tiles(())
+        Tiles(PhantomData)
     }
 }
 

@@ -5,18 +5,18 @@
 //! are rounded to bf16 and every product is summed in f32.
 //!
 //! Per unit (one head over one sequence of `len` tokens, `d` values a head):
-//! - the keys are rounded into panels of 16 keys by pairs of features (`[len/16][dk/2][16]
-//!   [2]`, `dk` = d rounded up to 32) and the values into panels of 16 features by pairs of
-//!   keys (`[d/16][lk/2][16][2]`, `lk` = len rounded up to 32), zeros past the real ones;
+//! - the keys are rounded into panels of 16 keys by pairs of features (`[lk/16][dk/2][16]
+//!   [2]`, `lk` = len rounded up to 32, `dk` = d rounded up to 32) and the values into panels
+//!   of 16 features by pairs of keys (`[d/16][lk/2][16][2]`), zeros past the real ones;
 //! - each block of 32 queries is rounded (`[32][dk]`), scored against the key tiles its
 //!   window reaches, in 32 × 32 products, into f32 scores (`[32][padded]`); the softmax
 //!   turns a row into bf16 probabilities (`[32][padded]`) and its f32 sum; the
 //!   probabilities times the value panels give the block's output (`[32][d]`), which is
 //!   divided by the sums into ctx.
 //!
-//! A block of fewer than 32 queries leaves the last rows of its buffers as an earlier block
-//! left them: a row of a product depends on that row of its input alone, and those rows are
-//! never written to ctx.
+//! A block of fewer than 32 queries leaves the last rows of its buffers as they were (an
+//! earlier block's, unit's or call's values, whatever their bits): a row of a product
+//! depends on that row of its input alone, and those rows are never written to ctx.
 
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -34,9 +34,15 @@ const KEYS: usize = 2 * amx::PANEL;
 const MAX_HEAD: usize = 256;
 
 /// Whether this CPU runs this kernel, for heads of `d` values: the value panels are 16
-/// features wide.
+/// features wide. The rounding takes AVX-512 BF16 (which every CPU with AMX has).
 pub(super) fn available(d: usize) -> bool {
-    amx::available() && d.is_multiple_of(amx::PANEL) && d <= MAX_HEAD
+    use std::arch::is_x86_feature_detected as has;
+    amx::available()
+        && has!("avx512f")
+        && has!("avx512bw")
+        && has!("avx512bf16")
+        && d.is_multiple_of(amx::PANEL)
+        && d <= MAX_HEAD
 }
 
 /// The row stride of the scores and probabilities for sequences of up to `longest` tokens:
@@ -353,9 +359,9 @@ unsafe fn softmax_to_bf16(row: &[f32], scale: f32, out: *mut u16, width: usize) 
 /// 2^y per lane for y ≤ 0, within 2.6e-6 of itself: 2^round(y) times a degree-4 fit of 2^f
 /// on [−½, ½]. The probabilities are rounded to bf16 (8 significant bits) after it, so the
 /// five-term polynomial and two-part range reduction of f32's `exp` would add nothing but
-/// work, and the softmax is most of this kernel's. Below −126 the result stays 2^−126, the
-/// smallest normal value, rather than a subnormal that would slow every sum it enters; a
-/// weight that small changes no sum of weights of which the largest is 1.
+/// work, and the softmax is most of this kernel's. Below −125 (a key outside a window is −∞)
+/// the result is exactly 0, never a subnormal, which would slow every sum it entered; a
+/// weight that small changes no sum of weights of which the largest is 1. NaN stays NaN.
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn exp2(y: __m512) -> __m512 {
@@ -366,8 +372,11 @@ fn exp2(y: __m512) -> __m512 {
         0.055_917_86,
         0.009_570_101,
     ];
-    // NaN stays NaN: `max` returns its second operand when either is NaN.
-    let y = _mm512_max_ps(_mm512_set1_ps(-126.0), y);
+    // From −125 the fit's 2^round(y) · p(f) is a normal value (p(f) ≥ 0.7 > ½).
+    let low = _mm512_set1_ps(-125.0);
+    // Lanes at least −125, or NaN (unordered), keep their value; the rest give 0.
+    let kept = _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(y, low);
+    let y = _mm512_max_ps(low, y);
     let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(y);
     let f = _mm512_sub_ps(y, n);
     let c = |i: usize| _mm512_set1_ps(FIT[i]);
@@ -375,7 +384,7 @@ fn exp2(y: __m512) -> __m512 {
     let p = _mm512_fmadd_ps(p, f, c(2));
     let p = _mm512_fmadd_ps(p, f, c(1));
     let p = _mm512_fmadd_ps(p, f, c(0));
-    _mm512_scalef_ps(p, n)
+    _mm512_maskz_scalef_ps(kept, p, n)
 }
 
 /// ctx's rows `rows` of the unit, this head's columns: the block's output rows divided by
@@ -401,6 +410,61 @@ unsafe fn write_ctx(
             for c in (0..d).step_by(16) {
                 let v = _mm512_loadu_ps(out.add(r * d + c));
                 _mm512_storeu_ps(dst.add(c), _mm512_mul_ps(v, inv));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::arch::x86_64::*;
+
+    /// 2^y within 2.6e-6 down to −125; exactly 0 below it and at −∞ (never a subnormal);
+    /// NaN stays NaN.
+    #[test]
+    fn exp2_is_close_zero_below_the_normals_and_keeps_nan() {
+        use std::arch::is_x86_feature_detected as has;
+        if !has!("avx512f") {
+            crate::cuda::report_skip(
+                "exp2_is_close_zero_below_the_normals_and_keeps_nan",
+                "no AVX-512",
+            );
+            return;
+        }
+        let mut ys: Vec<f32> = (0..=12_500).map(|i| -(i as f32) / 100.0).collect();
+        ys.extend([
+            -125.01,
+            -126.0,
+            -127.0,
+            -150.0,
+            -1e30,
+            f32::NEG_INFINITY,
+            f32::NAN,
+        ]);
+        for chunk in ys.chunks(16) {
+            let mut lanes = [0f32; 16];
+            lanes[..chunk.len()].copy_from_slice(chunk);
+            let mut out = [0f32; 16];
+            // SAFETY: AVX-512 F is present (checked above); the arrays hold 16 lanes.
+            unsafe {
+                _mm512_storeu_ps(
+                    out.as_mut_ptr(),
+                    super::exp2(_mm512_loadu_ps(lanes.as_ptr())),
+                )
+            };
+            for (y, got) in chunk.iter().zip(out) {
+                if y.is_nan() {
+                    assert!(got.is_nan());
+                } else if *y < -125.0 {
+                    assert_eq!(got.to_bits(), 0, "2^{y} = {got}");
+                } else {
+                    let want = (*y as f64).exp2();
+                    assert!(got.is_normal(), "2^{y} = {got}");
+                    assert!(
+                        ((got as f64 - want) / want).abs() < 2.7e-6,
+                        "2^{y} = {got}, want {want}"
+                    );
+                }
             }
         }
     }

@@ -201,7 +201,7 @@ fn bf16_products_on_amx_match_float64_of_the_rounded_inputs() {
     }
     let tokens = *offsets.last().unwrap();
     let mut scratch = AttentionScratch::default();
-    for (hidden, heads) in [(384, 12), (64, 4), (96, 2), (128, 2), (256, 1)] {
+    for (hidden, heads) in [(384, 12), (64, 4), (96, 2), (128, 2), (256, 2), (256, 1)] {
         let shape = AttentionShape { hidden, heads };
         let qkv: Vec<f32> = values(tokens * 3 * hidden, hidden as u64)
             .iter()
