@@ -294,8 +294,22 @@ fn attention_with(
         bias,
         window,
     };
+    let (pieces, buffers) = (&scratch.pieces, &mut scratch.buffers);
+    run_pieces(call, offsets, pieces, buffers);
+    Ok(())
+}
+
+/// Runs the call's units, `pieces` of them at a time (the first on this thread, the rest
+/// on the pool), each piece with its buffer.
+fn run_pieces(
+    call: Call<'_>,
+    offsets: &[usize],
+    pieces: &[Range<usize>],
+    buffers: &mut [AlignedVec],
+) {
+    let (d, shape, kernels) = (call.shape.head_dim(), call.shape, call.kernels);
     let run = |range: Range<usize>, buffer: &mut AlignedVec| {
-        let len = piece_len(d, padded, kernels);
+        let len = piece_len(d, call.padded, kernels);
         if buffer.len() < len {
             buffer.resize(len);
         }
@@ -318,8 +332,8 @@ fn attention_with(
             unsafe { run_unit(call, unit, buffer) };
         }
     };
-    let (first, rest) = scratch.pieces.split_first().expect("at least one piece");
-    let (first_buffer, rest_buffers) = scratch.buffers.split_first_mut().expect("sized above");
+    let (first, rest) = pieces.split_first().expect("at least one piece");
+    let (first_buffer, rest_buffers) = buffers.split_first_mut().expect("sized above");
     rayon::scope(|s| {
         for (range, buffer) in rest.iter().zip(rest_buffers) {
             let run = &run;
@@ -327,7 +341,6 @@ fn attention_with(
         }
         run(first.clone(), first_buffer);
     });
-    Ok(())
 }
 
 fn check(
