@@ -22,6 +22,11 @@ bf16 products (`cpu_precision = "bf16"`, a CPU with AVX-512 BF16), PyTorch under
 `torch.autocast("cpu", dtype=torch.bfloat16)`. A second table gives each against the
 other and against the f32 runs.
 
+`--bf16x3` also runs tandem with bf16x3 products (`cpu_precision = "bf16x3"`, a CPU with
+AMX: f32 products emulated by three bf16 ones, within f32's accuracy bar) right after its
+f32 run of a case, and a third table gives it against PyTorch f32 (whose CPU matmuls have no
+such mode: `torch.set_float32_matmul_precision("medium")` makes them bf16) and tandem f32.
+
 Needs a Python with torch and sentence-transformers (a benchmark environment, not the
 tests' .venv), the model (scripts/fetch-models.sh) and cargo:
 
@@ -165,9 +170,9 @@ def build_rust_bench():
     sys.exit("cargo built no encoder_bench binary")
 
 
-def run_ours(binary, model, texts, batch, seconds, threads, bf16=False):
+def run_ours(binary, model, texts, batch, seconds, threads, precision="f32"):
     spec = {"model": str(model), "texts": texts, "batch": batch, "seconds": seconds,
-            "threads": threads, "bf16": bf16}
+            "threads": threads, "precision": precision}
     return run_bench(binary, "throughput", spec)
 
 
@@ -241,6 +246,8 @@ def main():
                         help="add a case of texts this long, batch 1 (within the model's limit)")
     parser.add_argument("--bf16", action="store_true",
                         help="both in bfloat16, beside both in f32 (see above)")
+    parser.add_argument("--bf16x3", action="store_true",
+                        help="tandem with bf16x3 products too, against both in f32 (see above)")
     parser.add_argument("--trust-remote-code", action="store_true",
                         help="let sentence-transformers run the model folder's own code "
                              "(GTE's, from benches/make_gte.py)")
@@ -292,6 +299,8 @@ def main():
                   f"{theirs['tokens_per_s']:7.0f} tokens/s", flush=True)
             if args.bf16:
                 run_bf16(res, binary, model, tokenizer, (texts, batch, limit), args)
+            if args.bf16x3:
+                run_bf16x3(res, binary, (texts, batch), args)
 
     print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
     print(f"{'case':>20} | {'tandem tokens/s':>22} | {'PyTorch tokens/s':>22} | ratio  "
@@ -305,12 +314,14 @@ def main():
               f"      | {c:5.1f} {percent(res['core_share'])}")
     if args.bf16:
         print_bf16(cases, results)
+    if args.bf16x3:
+        print_bf16x3(cases, results)
 
 
 def run_bf16(res, binary, model, tokenizer, case, args):
     """Both contenders in bfloat16, right after their f32 runs of the same case."""
     texts, batch, limit = case
-    ours = run_ours(binary, args.model, texts, batch, args.seconds, args.threads, bf16=True)
+    ours = run_ours(binary, args.model, texts, batch, args.seconds, args.threads, "bf16")
     theirs = run_torch(model, tokenizer, texts, batch, args.seconds, limit, bf16=True)
     f32_ours, f32_torch = res["ours"][-1], res["torch"][-1]
     for key, value in [
@@ -327,10 +338,32 @@ def run_bf16(res, binary, model, tokenizer, case, args):
           f"{theirs['tokens_per_s']:7.0f} tokens/s", flush=True)
 
 
-def print_bf16(cases, results):
-    def ratio(values):
-        return f"{statistics.median(values):4.2f}x [{min(values):.2f}-{max(values):.2f}]"
+def run_bf16x3(res, binary, case, args):
+    """tandem with bf16x3 products, right after both contenders' f32 runs of the case."""
+    texts, batch = case
+    ours = run_ours(binary, args.model, texts, batch, args.seconds, args.threads, "bf16x3")
+    res.setdefault("ours_bf16x3", []).append(ours["tokens_per_s"])
+    res.setdefault("bf16x3_vs_torch_f32", []).append(ours["tokens_per_s"] / res["torch"][-1])
+    res.setdefault("bf16x3_vs_f32", []).append(ours["tokens_per_s"] / res["ours"][-1])
+    print(f"{'':>27}bf16x3: ours {ours['tokens_per_s']:7.0f} tokens/s "
+          f"(forward {ours['forward_gflops']:5.1f} GFLOP/s)", flush=True)
 
+
+def print_bf16x3(cases, results):
+    print(f"\n{'case':>20} | {'tandem bf16x3 tokens/s':>22} | {'tandem bf16x3 / PyTorch f32':>27} "
+          f"| {'tandem bf16x3 / f32':>21}")
+    for name, _, _ in cases:
+        res = results[name]
+        print(f"{name:>20} | {spread(res['ours_bf16x3']):>22} | "
+              f"{ratio(res['bf16x3_vs_torch_f32']):>27} | {ratio(res['bf16x3_vs_f32']):>21}")
+
+
+def ratio(values):
+    """Ratios over rounds as their median and range."""
+    return f"{statistics.median(values):4.2f}x [{min(values):.2f}-{max(values):.2f}]"
+
+
+def print_bf16(cases, results):
     print(f"\n{'case':>20} | {'tandem bf16 tokens/s':>22} | {'PyTorch bf16 tokens/s':>22} | "
           f"{'tandem / PyTorch, bf16':>22} | {'tandem bf16 / PyTorch f32':>25} | "
           f"{'tandem bf16 / f32':>19} | {'PyTorch bf16 / f32':>19}")

@@ -152,6 +152,7 @@ fn build_config(args: &ServeArgs) -> anyhow::Result<Config> {
         config.defaults.cpu_precision = match p {
             CpuPrecisionArg::F32 => CpuPrecision::F32,
             CpuPrecisionArg::Bf16 => CpuPrecision::Bf16,
+            CpuPrecisionArg::Bf16x3 => CpuPrecision::Bf16x3,
         };
     }
     if let Some(n) = args.max_batch_size {

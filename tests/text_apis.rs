@@ -302,6 +302,29 @@ fn minilm_with_bf16_products_serves_the_pair_and_says_which_precision_it_runs() 
     assert_scores_the_pair(&server, if bf16 { 1.5e-3 } else { 5e-4 });
 }
 
+/// `--cpu-precision bf16x3`: where the CPU has AMX the model runs bf16x3 products and scores
+/// the pair within f32's 0.0005, and `/info` says float32 (the accuracy a client gets);
+/// elsewhere it serves f32, with a warning in the log.
+#[test]
+fn minilm_with_bf16x3_products_serves_the_pair_as_f32_does() {
+    let test = "minilm_with_bf16x3_products_serves_the_pair_as_f32_does";
+    let Some(dir) = minilm() else {
+        return skip(
+            test,
+            "all-MiniLM-L6-v2 not fetched (scripts/fetch-models.sh)",
+        );
+    };
+    let model = format!("minilm={}", dir.display());
+    let server = Server::start(&["--model", &model, "--cpu-precision", "bf16x3"]);
+    assert_eq!(server.get("/info").json()["model_dtype"], "float32");
+    let warned = server
+        .log()
+        .contains("cpu_precision = \"bf16x3\" needs a CPU with AMX");
+    let here = models::MatmulPrecision::Bf16x3.available();
+    assert_eq!(warned, !here, "{}", server.log());
+    assert_scores_the_pair(&server, 5e-4);
+}
+
 /// tritonclient (BYTES in JSON and binary), the openai client (texts and token ids) and
 /// huggingface_hub's InferenceClient, unchanged.
 #[test]

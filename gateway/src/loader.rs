@@ -152,7 +152,9 @@ fn load_options(spec: &LoadSpec) -> models::LoadOptions {
             tracing::warn!(
                 model = %spec.name,
                 version = spec.version,
-                "cpu_precision = \"bf16\" needs a CPU with AVX-512 BF16; this version runs f32"
+                "cpu_precision = \"{}\" needs a CPU with {}; this version runs f32",
+                spec.settings.cpu_precision,
+                wanted.requires(),
             );
             models::MatmulPrecision::F32
         }

@@ -6,7 +6,8 @@
 //!         -- --ignored --nocapture
 //!
 //! The spec (JSON): `{"model": DIR, "texts": [...], "batch": B, "seconds": S, "threads": N}`,
-//! and optionally `"bf16": true` for bf16 products (`LoadOptions::cpu_precision`).
+//! and optionally `"precision": "bf16"` (or `"bf16x3"`) for the dense layers' products
+//! (`LoadOptions::cpu_precision`; f32 by default).
 //! Batches of `batch` texts are taken from `texts` in turn, each tokenized (truncating at the
 //! model's limit), packed, run and L2-normalised — what a client of the gateway gets — for
 //! `seconds` after one warm-up pass over the texts. Prints one JSON line `RESULT {...}`:
@@ -34,7 +35,17 @@ struct Spec {
     seconds: f64,
     threads: usize,
     #[serde(default)]
-    bf16: bool,
+    precision: Precision,
+}
+
+/// `LoadOptions::cpu_precision`, as the spec names it.
+#[derive(serde::Deserialize, Default, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum Precision {
+    #[default]
+    F32,
+    Bf16,
+    Bf16x3,
 }
 
 #[derive(Default)]
@@ -91,9 +102,10 @@ fn throughput() {
 }
 
 fn measure(spec: &Spec) {
-    let cpu_precision = match spec.bf16 {
-        true => MatmulPrecision::Bf16,
-        false => MatmulPrecision::F32,
+    let cpu_precision = match spec.precision {
+        Precision::F32 => MatmulPrecision::F32,
+        Precision::Bf16 => MatmulPrecision::Bf16,
+        Precision::Bf16x3 => MatmulPrecision::Bf16x3,
     };
     let options = LoadOptions { cpu_precision };
     let mut encoder = Encoder::load_with(&spec.model, &Device::Cpu, options).unwrap();

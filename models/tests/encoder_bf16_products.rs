@@ -5,17 +5,13 @@
 //! without AVX-512 BF16, where the option is refused at load (tested there).
 
 use kernels::{DType, Device};
-use models::encoder::family::Family;
+use models::encoder::Encoder;
 use models::encoder::synthetic::SyntheticSpec;
-use models::encoder::{Encoder, Pooling, TextTokenizer, l2_normalize_rows};
 use models::{LoadOptions, MatmulPrecision};
 
 mod support;
 
-use support::embeddings::{
-    assert_cosines, check_synthetic_with, cosine, embed, encode_all, random_sequences, reference,
-};
-use support::{minilm_dir, python, synthetic};
+use support::{precision, synthetic};
 
 const BF16: LoadOptions = LoadOptions {
     cpu_precision: MatmulPrecision::Bf16,
@@ -30,41 +26,12 @@ fn bf16_here(test: &str) -> bool {
     here
 }
 
-const TEXTS: [&str; 6] = [
-    "A man is eating food.",
-    "A man is eating a piece of bread.",
-    "Café crème brûlée, naïve façade — résumé.",
-    "北京是中国的首都。",
-    "x",
-    "",
-];
-
 #[test]
 fn minilm_with_bf16_products_matches_the_reference() {
     let test = "minilm_with_bf16_products_matches_the_reference";
-    if !bf16_here(test) {
-        return;
+    if bf16_here(test) {
+        precision::minilm_matches_the_reference(test, BF16, 0.9999, &[]);
     }
-    let (Some(dir), Some(python)) = (minilm_dir(test), python(test)) else {
-        return;
-    };
-    let mut encoder = Encoder::load_with(&dir, &Device::Cpu, BF16).unwrap();
-    assert_eq!(encoder.precision(), DType::BF16);
-    let tokenizer = TextTokenizer::from_dir(&dir, encoder.max_seq_len()).unwrap();
-    let mut seqs = encode_all(&tokenizer, &TEXTS);
-    let long = "Attention is computed per sequence on its own length. ".repeat(40);
-    seqs.push(tokenizer.encode(&long, true).unwrap());
-    assert_eq!(seqs.last().unwrap().len(), 256);
-    let got = embed(&mut encoder, &seqs);
-    let want = reference(&python, &dir, &seqs, Pooling::Mean);
-    assert_cosines(&got, &want, 0.9999, test);
-    let mut f32 = Encoder::load(&dir, &Device::Cpu).unwrap();
-    let exact = embed(&mut f32, &seqs);
-    let moved = got.iter().zip(&exact).filter(|(a, b)| a != b).count();
-    assert!(
-        moved > got.len() / 2,
-        "only {moved} values differ from f32's"
-    );
 }
 
 /// The pair scores 0.7553 ± 0.0015 with bf16 products: f32's ± 0.0005 where attention stays
@@ -73,17 +40,9 @@ fn minilm_with_bf16_products_matches_the_reference() {
 #[test]
 fn minilm_with_bf16_products_scores_the_pair_near_f32() {
     let test = "minilm_with_bf16_products_scores_the_pair_near_f32";
-    if !bf16_here(test) {
-        return;
+    if bf16_here(test) {
+        precision::minilm_scores_the_pair(test, BF16, 0.0015);
     }
-    let Some(dir) = minilm_dir(test) else { return };
-    let mut encoder = Encoder::load_with(&dir, &Device::Cpu, BF16).unwrap();
-    let tokenizer = TextTokenizer::from_dir(&dir, encoder.max_seq_len()).unwrap();
-    let mut out = embed(&mut encoder, &encode_all(&tokenizer, &TEXTS[..2]));
-    l2_normalize_rows(&mut out, encoder.hidden());
-    let (a, b) = out.split_at(encoder.hidden());
-    let score: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    assert!((score - 0.7553).abs() <= 0.0015, "score {score}");
 }
 
 /// A sequence packed with others gets what it gets alone, up to the order f32 sums in
@@ -92,63 +51,20 @@ fn minilm_with_bf16_products_scores_the_pair_near_f32() {
 #[test]
 fn minilm_with_bf16_products_packs_as_alone() {
     let test = "minilm_with_bf16_products_packs_as_alone";
-    if !bf16_here(test) {
-        return;
-    }
-    let Some(dir) = minilm_dir(test) else { return };
-    let mut encoder = Encoder::load_with(&dir, &Device::Cpu, BF16).unwrap();
-    let lengths = [
-        37, 1, 2, 256, 3, 5, 8, 13, 17, 31, 33, 64, 65, 127, 129, 200, 9,
-    ];
-    let seqs = random_sequences(&lengths, 1000, 30000, 101, 102);
-    let together = embed(&mut encoder, &seqs);
-    let mut alone = Vec::new();
-    for s in &seqs {
-        alone.extend(embed(&mut encoder, std::slice::from_ref(s)));
-    }
-    let h = encoder.hidden();
-    for (i, (p, a)) in together
-        .chunks_exact(h)
-        .zip(alone.chunks_exact(h))
-        .enumerate()
-    {
-        let a: Vec<f64> = a.iter().map(|&v| v as f64).collect();
-        let c = cosine(p, &a);
-        assert!(
-            c >= 0.99999,
-            "sequence {i} of {} tokens: cosine {c}",
-            lengths[i]
-        );
+    if bf16_here(test) {
+        let lengths = [
+            37, 1, 2, 256, 3, 5, 8, 13, 17, 31, 33, 64, 65, 127, 129, 200, 9,
+        ];
+        precision::minilm_packs_as_alone(test, BF16, &lengths, 0.99999);
     }
 }
 
+/// Heads of 16 values, which AMX's attention takes where the CPU has it.
 #[test]
 fn every_family_with_bf16_products_matches_the_reference() {
     let test = "every_family_with_bf16_products_matches_the_reference";
-    if !bf16_here(test) {
-        return;
-    }
-    let families = [
-        (Family::Bert, DType::F32, Pooling::Mean),
-        (Family::Roberta, DType::BF16, Pooling::Cls),
-        (Family::DistilBert, DType::F16, Pooling::Mean),
-        (Family::Mpnet, DType::F32, Pooling::Cls),
-        (Family::ModernBert, DType::F32, Pooling::Mean),
-        (Family::NomicBert, DType::F32, Pooling::Mean),
-        (Family::Gte, DType::BF16, Pooling::Cls),
-    ];
-    for (seed, (family, dtype, pooling)) in (40..).zip(families) {
-        // Heads of 16 values, which AMX's attention takes where the CPU has it.
-        let spec = SyntheticSpec {
-            family,
-            dtype,
-            pooling,
-            seed,
-            heads: 2,
-            ..SyntheticSpec::default()
-        };
-        let case = format!("{test}-{family:?}");
-        check_synthetic_with(&Device::Cpu, &case, spec, BF16, 0.9999);
+    if bf16_here(test) {
+        precision::every_family_matches_the_reference(test, BF16, 2, 0.9999);
     }
 }
 

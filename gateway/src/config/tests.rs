@@ -101,12 +101,17 @@ fn cpu_precision_is_f32_unless_a_model_asks_for_bf16() {
         model_repository = "r"
         [models.fast]
         cpu_precision = "bf16"
+        [models.close]
+        cpu_precision = "bf16x3"
     "#;
     let c = Config::from_toml(text, "t", Path::new(".")).unwrap();
     assert_eq!(
         c.settings_for("fast", None, None).cpu_precision,
         CpuPrecision::Bf16
     );
+    let close = c.settings_for("close", None, None).cpu_precision;
+    assert_eq!(close, CpuPrecision::Bf16x3);
+    assert_eq!(close.to_string(), "bf16x3");
     assert_eq!(
         c.settings_for("other", None, None).cpu_precision,
         CpuPrecision::F32
@@ -120,5 +125,5 @@ fn cpu_precision_is_f32_unless_a_model_asks_for_bf16() {
     let err = Config::from_toml("[defaults]\ncpu_precision = \"fp8\"", "t", Path::new("."))
         .unwrap_err()
         .to_string();
-    assert!(err.contains("fp8") && err.contains("bf16"), "{err}");
+    assert!(err.contains("fp8") && err.contains("bf16x3"), "{err}");
 }

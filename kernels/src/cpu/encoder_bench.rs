@@ -60,10 +60,12 @@ fn dense_one_core() {
         let w = values(k * n, 1);
         let b = values(n, 2);
         let packed = PackedLinear::new(HostWeights::F32(&w), &b, k, n).unwrap();
-        let bf16 = MatmulPrecision::Bf16.available().then(|| {
-            PackedLinear::with_precision(HostWeights::F32(&w), &b, k, n, MatmulPrecision::Bf16)
-                .unwrap()
-        });
+        let with = |precision: MatmulPrecision| {
+            let w = HostWeights::F32(&w);
+            (precision.available())
+                .then(|| PackedLinear::with_precision(w, &b, k, n, precision).unwrap())
+        };
+        let (bf16, bf16x3) = (with(MatmulPrecision::Bf16), with(MatmulPrecision::Bf16x3));
         for rows in [8usize, 16, 32, 64, 128, 256, 512, 1024, 2048] {
             let x = AlignedVec::from_slice(&values(rows * k, 3));
             let mut y = AlignedVec::default();
@@ -75,15 +77,19 @@ fn dense_one_core() {
             let a = MatRef::new(&x, rows, k);
             let bt = MatRef::new(&w, n, k).t();
             let tg = cpu_seconds(|| matmul(&mut y, a, bt, false, 1), reps);
-            let tb = bf16.as_ref().map_or(f64::NAN, |l| {
-                cpu_seconds(|| l.forward(&x, rows, &mut y, id, 1).unwrap(), reps)
-            });
+            let mut time = |layer: &Option<PackedLinear>| {
+                layer.as_ref().map_or(f64::NAN, |l| {
+                    cpu_seconds(|| l.forward(&x, rows, &mut y, id, 1).unwrap(), reps)
+                })
+            };
+            let (tb, t3) = (time(&bf16), time(&bf16x3));
             println!(
                 "{k:>5}x{n:<5} rows {rows:>5}: packed {:6.1} GFLOP/s, gemm {:6.1} GFLOP/s, \
-                 bf16 products {:6.1} GFLOP/s (one core)",
+                 bf16 products {:6.1} GFLOP/s, bf16x3 {:6.1} GFLOP/s (one core)",
                 flop / tp / 1e9,
                 flop / tg / 1e9,
-                flop / tb / 1e9
+                flop / tb / 1e9,
+                flop / t3 / 1e9
             );
         }
     }
@@ -311,7 +317,8 @@ fn print_breakdown(batch: usize, len: usize, ops: &[(&str, f64, f64)]) {
 }
 
 fn layer_breakdown_one_core() {
-    for precision in [MatmulPrecision::F32, MatmulPrecision::Bf16] {
+    use MatmulPrecision::*;
+    for precision in [F32, Bf16, Bf16x3] {
         if !precision.available() {
             continue;
         }

@@ -27,7 +27,7 @@ use half::{bf16, f16};
 use super::small_batch::Shape;
 use super::{Aligned, AlignedVec, Element, OutPtr, check_buffers, in_parallel, threads_for};
 use crate::{Activation, HostWeights, KernelError};
-use bf16_forward::{amx_available, pack_bf16_pairs};
+use bf16_forward::{amx_available, pack_pairs};
 
 /// Outputs per panel: two 8-lane AVX2 vectors, or one 16-lane AVX-512 vector.
 pub const PANEL: usize = 16;
@@ -57,18 +57,33 @@ pub enum MatmulPrecision {
     /// on AMX's tiles where the CPU has them too (Intel Xeon from Sapphire Rapids); on CPUs
     /// with AVX-512 BF16 only ([`Self::available`]).
     Bf16,
+    /// f32 products emulated by three bf16 products on AMX's tiles, each operand split into
+    /// two bf16 parts ("bf16x3", [`bf16x3`]): about 16 significant bits an operand where f32
+    /// has 24 and bf16 8, at about twice f32's multiply-add rate; on CPUs with AMX only.
+    Bf16x3,
 }
 
 impl MatmulPrecision {
     /// About how much faster this CPU's dense layers run with `self`'s products than with
     /// f32's, for cost models that weigh them against what stays f32: `vdpbf16ps` does
     /// twice an FMA's multiply-adds an instruction, and AMX's tiles about six times f32's
-    /// rate from 64 rows (`encoder_bench::dense_kernel_choice_one_core`).
+    /// rate from 64 rows (`encoder_bench::dense_kernel_choice_one_core`), which bf16x3's
+    /// three products divide by three.
     pub fn dense_speedup(self) -> f64 {
         match self {
             MatmulPrecision::F32 => 1.0,
             MatmulPrecision::Bf16 if amx_available() => 6.0,
             MatmulPrecision::Bf16 => 2.0,
+            MatmulPrecision::Bf16x3 => 2.0,
+        }
+    }
+
+    /// What a CPU needs to run `self`'s products, in words.
+    pub fn requires(self) -> &'static str {
+        match self {
+            MatmulPrecision::F32 => "nothing more",
+            MatmulPrecision::Bf16 => "AVX-512 BF16",
+            MatmulPrecision::Bf16x3 => "AMX",
         }
     }
 
@@ -78,8 +93,10 @@ impl MatmulPrecision {
             MatmulPrecision::F32 => true,
             #[cfg(target_arch = "x86_64")]
             MatmulPrecision::Bf16 => bf16_products::available(),
+            #[cfg(target_arch = "x86_64")]
+            MatmulPrecision::Bf16x3 => bf16_products::available() && amx_available(),
             #[cfg(not(target_arch = "x86_64"))]
-            MatmulPrecision::Bf16 => false,
+            MatmulPrecision::Bf16 | MatmulPrecision::Bf16x3 => false,
         }
     }
 }
@@ -119,7 +136,10 @@ impl PackedLinear {
         if !precision.available() {
             return Err(KernelError::Unsupported {
                 op: "cpu::PackedLinear::with_precision",
-                detail: format!("{precision:?} products need a CPU with AVX-512 BF16"),
+                detail: format!(
+                    "{precision:?} products need a CPU with {}",
+                    precision.requires()
+                ),
             });
         }
         if weight.len() != inputs * outputs || bias.len() != outputs {
@@ -133,7 +153,9 @@ impl PackedLinear {
             });
         }
         let panels = match (precision, weight) {
-            (MatmulPrecision::Bf16, w) => pack_bf16_pairs(w, inputs, outputs),
+            (MatmulPrecision::Bf16 | MatmulPrecision::Bf16x3, w) => {
+                pack_pairs(precision, w, inputs, outputs)
+            }
             (_, HostWeights::F32(w)) => Panels::F32(pack(w, inputs, outputs, |v| v)),
             (_, HostWeights::F16(w)) => Panels::F16(pack(w, inputs, outputs, f16::to_bits)),
             (_, HostWeights::BF16(w)) => Panels::BF16(pack(w, inputs, outputs, bf16::to_bits)),
@@ -160,6 +182,7 @@ impl PackedLinear {
     pub fn precision(&self) -> MatmulPrecision {
         match self.panels {
             Panels::Bf16Pairs(_) => MatmulPrecision::Bf16,
+            Panels::Bf16x3Pairs(_) => MatmulPrecision::Bf16x3,
             _ => MatmulPrecision::F32,
         }
     }
@@ -191,8 +214,8 @@ impl PackedLinear {
             k: self.inputs,
             n: self.outputs,
         };
-        if let Panels::Bf16Pairs(p) = &self.panels {
-            return self.forward_bf16(p, x, y, shape, act, threads);
+        if let Some(done) = self.forward_pairs(x, y, shape, act, threads) {
+            return done;
         }
         let out = OutPtr(y.as_mut_ptr());
         let pieces = threads * PIECES_PER_THREAD;
@@ -207,7 +230,9 @@ impl PackedLinear {
                     Panels::F32(p) => dense::<F32>(x, p, bias, out.0, shape, panels, act),
                     Panels::F16(p) => dense::<F16>(x, p, bias, out.0, shape, panels, act),
                     Panels::BF16(p) => dense::<BF16>(x, p, bias, out.0, shape, panels, act),
-                    Panels::Bf16Pairs(_) => unreachable!("bf16 products run in forward_bf16"),
+                    Panels::Bf16Pairs(_) | Panels::Bf16x3Pairs(_) => {
+                        unreachable!("bf16 and bf16x3 products run in forward_pairs")
+                    }
                 }
             }
         });
@@ -227,6 +252,10 @@ enum Panels {
     /// ([`bf16_products`]; AMX's tiles read the same).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Bf16Pairs(Aligned<u16>),
+    /// Split into bf16 parts for bf16x3 products, `[panels][width(inputs)/2][PANEL][2]`
+    /// ([`bf16x3`]).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    Bf16x3Pairs(Aligned<u16>),
 }
 
 /// `weight` (`[outputs, inputs]`) rearranged into `[panels][inputs][PANEL]`, zero-padded,
@@ -451,6 +480,8 @@ mod avx2;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod bf16_products;
+#[cfg(target_arch = "x86_64")]
+mod bf16x3;
 
 mod portable {
     use std::ops::Range;

@@ -240,6 +240,9 @@ impl Encoder {
         let precision = match backend.cpu_precision() {
             Some(MatmulPrecision::F32) => kernels::DType::F32,
             Some(MatmulPrecision::Bf16) => kernels::DType::BF16,
+            // Its products keep 16 bits an operand, two thirds of f32's precision where
+            // bf16 keeps a third: what a client asking for the dtype should expect is f32's.
+            Some(MatmulPrecision::Bf16x3) => kernels::DType::F32,
             None => stored,
         };
         let mut encoder = Encoder {

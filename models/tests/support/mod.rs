@@ -13,6 +13,7 @@ use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
 pub mod embeddings;
 pub mod folder;
 pub mod parity;
+pub mod precision;
 
 pub fn require_tools() -> bool {
     std::env::var_os("TANDEM_REQUIRE_TOOLS").is_some()

@@ -1,16 +1,57 @@
-//! The bf16 products' side of [`PackedLinear`]: its weights rounded into pairs, and its
-//! forward pass, which rounds the inputs once and runs AMX's tiles where the CPU has them,
-//! else the AVX-512 BF16 kernel.
+//! The bf16 products' side of [`PackedLinear`]: its weights rounded (or split, for bf16x3)
+//! into pairs, and its forward pass, which rounds or splits the inputs once and runs AMX's
+//! tiles where the CPU has them, else the AVX-512 BF16 kernel.
 
-use super::{Aligned, HostWeights, PackedLinear, Panels, Shape};
+use super::{Aligned, HostWeights, MatmulPrecision, PackedLinear, Panels, Shape};
 #[cfg(target_arch = "x86_64")]
-use super::{OutPtr, PANEL, PIECES_PER_THREAD, amx, bf16_products, in_parallel};
+use super::{OutPtr, PANEL, PIECES_PER_THREAD, amx, bf16_products, bf16x3, in_parallel};
 use crate::{Activation, KernelError};
 
 impl PackedLinear {
-    /// `forward` with bf16 products, on AMX's tiles where the CPU has them.
+    /// `forward` where the panels are pairs for bf16 or bf16x3 products; `None` for the
+    /// others. bf16 products run on AMX's tiles where the CPU has them, else AVX-512 BF16's;
+    /// bf16x3 products on the tiles, or below [`bf16x3::TILE_ROWS`] rows f32 products with
+    /// the recombined weights.
     #[cfg(target_arch = "x86_64")]
-    pub(super) fn forward_bf16(
+    pub(super) fn forward_pairs(
+        &self,
+        x: &[f32],
+        y: &mut [f32],
+        shape: Shape,
+        act: Activation,
+        threads: usize,
+    ) -> Option<Result<(), KernelError>> {
+        let (p, kernel) = match &self.panels {
+            // Where the CPU has AMX its tiles run every batch: a block of 32 rows costs the
+            // same however few are real, and still beats the AVX-512 BF16 kernel's tiles at
+            // one row (`encoder_bench::dense_kernel_choice_one_core`).
+            Panels::Bf16Pairs(p) if amx::available() => (p, Bf16Kernel::Tiles),
+            Panels::Bf16Pairs(p) => (p, Bf16Kernel::Avx512),
+            Panels::Bf16x3Pairs(p) if shape.rows >= bf16x3::TILE_ROWS => {
+                (p, Bf16Kernel::SplitTiles)
+            }
+            Panels::Bf16x3Pairs(p) => return Some(self.recombined(p, x, y, shape, act, threads)),
+            _ => return None,
+        };
+        Some(self.bf16_products(p, x, y, shape, act, threads, kernel))
+    }
+
+    /// No panels of pairs are built here.
+    #[cfg(not(target_arch = "x86_64"))]
+    pub(super) fn forward_pairs(
+        &self,
+        _: &[f32],
+        _: &mut [f32],
+        _: Shape,
+        _: Activation,
+        _: usize,
+    ) -> Option<Result<(), KernelError>> {
+        None
+    }
+
+    /// f32 products with the recombined weights of bf16x3's panels `p`, for a few rows.
+    #[cfg(target_arch = "x86_64")]
+    fn recombined(
         &self,
         p: &Aligned<u16>,
         x: &[f32],
@@ -19,17 +60,22 @@ impl PackedLinear {
         act: Activation,
         threads: usize,
     ) -> Result<(), KernelError> {
-        // Where the CPU has AMX its tiles run every batch: a block of 32 rows costs the same
-        // however few are real, and still beats the AVX-512 BF16 kernel's tiles at one row
-        // (`encoder_bench::dense_kernel_choice_one_core`).
-        self.bf16_products(p, x, y, shape, act, threads, amx::available())
+        let out = OutPtr(y.as_mut_ptr());
+        let pieces = threads * PIECES_PER_THREAD;
+        in_parallel(self.outputs.div_ceil(PANEL), 1, pieces, |panels| {
+            let (out, bias) = (&out, &self.bias);
+            // SAFETY: as in `forward`; the split panels exist only where the CPU has AMX and
+            // AVX-512 (`with_precision`).
+            unsafe { bf16x3::dense_few_rows(x, p, bias, out.0, shape, panels, act) }
+        });
+        Ok(())
     }
 
-    /// bf16 products on AMX's tiles (`tiles`, only where [`amx::available`]) or AVX-512
-    /// BF16's: the inputs are rounded once, split by rows over the threads, into a buffer the
-    /// calling thread keeps for its next layer (as large as the largest layer input it has
-    /// rounded, half that input's bytes; a replica's threads end with it); then the panels
-    /// are split as in `forward`.
+    /// bf16 products on `kernel` (the tiles only where [`amx::available`]): the inputs are
+    /// rounded (or split) once, divided by rows over the threads, into a buffer the calling
+    /// thread keeps for its next layer (as large as the largest layer input it has rounded,
+    /// half that input's bytes, or one and a half split; a replica's threads end with it);
+    /// then the panels are divided as in `forward`.
     #[cfg(target_arch = "x86_64")]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn bf16_products(
@@ -40,7 +86,7 @@ impl PackedLinear {
         shape: Shape,
         act: Activation,
         threads: usize,
-        tiles: bool,
+        kernel: Bf16Kernel,
     ) -> Result<(), KernelError> {
         thread_local! {
             static ROUNDED: std::cell::Cell<Aligned<u16>> = Default::default();
@@ -48,7 +94,11 @@ impl PackedLinear {
         // Taken rather than borrowed: a thread that waits in `in_parallel` may run another
         // layer's piece meanwhile, which then rounds into a buffer of its own.
         let mut rounded = ROUNDED.take();
-        let kp = bf16_products::paired(shape.k);
+        let tiles = kernel != Bf16Kernel::Avx512;
+        let kp = match kernel {
+            Bf16Kernel::SplitTiles => bf16x3::width(shape.k),
+            _ => bf16_products::paired(shape.k),
+        };
         // AMX takes whole blocks of rows: the rows past the batch are zeros.
         let padded = match tiles {
             true => shape.rows.next_multiple_of(amx::BLOCK_ROWS),
@@ -59,11 +109,18 @@ impl PackedLinear {
         let into = OutPtr(rounded.as_mut_ptr());
         in_parallel(shape.rows, 1, threads, |rows| {
             let into = &into;
-            // SAFETY: `rounded` holds rows * paired(k) values and x rows * k (checked in
-            // `forward`); the row ranges are disjoint; the panels exist only where the CPU
-            // has AVX-512 BF16 (`with_precision`).
-            unsafe { bf16_products::round_rows(x, shape.k, rows, into.0) }
+            // SAFETY: `rounded` holds rows * kp values and x rows * k (checked in `forward`);
+            // the row ranges are disjoint; the panels exist only where the CPU has AVX-512
+            // BF16 (`with_precision`).
+            unsafe {
+                match kernel {
+                    Bf16Kernel::SplitTiles => bf16x3::split_rows(x, shape.k, rows, into.0),
+                    _ => bf16_products::round_rows(x, shape.k, rows, into.0),
+                }
+            }
         });
+        // The kernels take rows of kp values: split rows are those of a layer of kp inputs.
+        let shape = Shape { k: kp, ..shape };
         let out = OutPtr(y.as_mut_ptr());
         let pieces = threads * PIECES_PER_THREAD;
         // AMX's blocks take panels by twos.
@@ -82,24 +139,29 @@ impl PackedLinear {
         ROUNDED.set(rounded);
         Ok(())
     }
-
-    #[cfg(not(target_arch = "x86_64"))]
-    pub(super) fn forward_bf16(
-        &self,
-        _: &Aligned<u16>,
-        _: &[f32],
-        _: &mut [f32],
-        _: Shape,
-        _: Activation,
-        _: usize,
-    ) -> Result<(), KernelError> {
-        unreachable!("bf16 panels are built only where the CPU has AVX-512 BF16")
-    }
 }
 
-/// `weight` rounded to bf16 in [`bf16_products`]'s pair layout; only reached where `available`.
+/// Which kernel runs bf16 products, on which operands.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Bf16Kernel {
+    /// AVX-512 BF16's `vdpbf16ps`, on rounded operands.
+    Avx512,
+    /// AMX's tiles, on rounded operands.
+    Tiles,
+    /// AMX's tiles, on split operands (bf16x3).
+    SplitTiles,
+}
+
+/// `weight` as `precision`'s panels of pairs: rounded to bf16 ([`bf16_products::pack_pairs`])
+/// or split for bf16x3 ([`bf16x3::pack`]); only reached where `precision.available()`.
 #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
-pub(super) fn pack_bf16_pairs(weight: HostWeights<'_>, inputs: usize, outputs: usize) -> Panels {
+pub(super) fn pack_pairs(
+    precision: MatmulPrecision,
+    weight: HostWeights<'_>,
+    inputs: usize,
+    outputs: usize,
+) -> Panels {
     #[cfg(target_arch = "x86_64")]
     {
         let value = |i: usize| match weight {
@@ -107,10 +169,13 @@ pub(super) fn pack_bf16_pairs(weight: HostWeights<'_>, inputs: usize, outputs: u
             HostWeights::F16(w) => w[i].to_f32(),
             HostWeights::BF16(w) => w[i].to_f32(),
         };
-        Panels::Bf16Pairs(bf16_products::pack_pairs(value, inputs, outputs))
+        match precision {
+            MatmulPrecision::Bf16x3 => Panels::Bf16x3Pairs(bf16x3::pack(value, inputs, outputs)),
+            _ => Panels::Bf16Pairs(bf16_products::pack_pairs(value, inputs, outputs)),
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("bf16 products are refused where the CPU has no AVX-512 BF16")
+    unreachable!("bf16 and bf16x3 products are refused where the CPU has no kernel for them")
 }
 
 /// Whether bf16 products run on AMX's tiles here.

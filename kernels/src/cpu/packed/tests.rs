@@ -97,7 +97,9 @@ fn run_on(
             Panels::F32(p) => dense_on::<F32>(isa, x, p, bias, out, shape, range, act),
             Panels::F16(p) => dense_on::<F16>(isa, x, p, bias, out, shape, range, act),
             Panels::BF16(p) => dense_on::<BF16>(isa, x, p, bias, out, shape, range, act),
-            Panels::Bf16Pairs(_) => unreachable!("bf16 products have one path"),
+            Panels::Bf16Pairs(_) | Panels::Bf16x3Pairs(_) => {
+                unreachable!("bf16 products have one path")
+            }
         }
     }
 }
@@ -261,7 +263,9 @@ fn the_portable_kernel_matches_in_every_format() {
                 Panels::BF16(p) => {
                     portable::dense::<BF16>(&x, p, bias, out, shape, 0..2, Activation::Relu)
                 }
-                Panels::Bf16Pairs(_) => unreachable!("built only by with_precision"),
+                Panels::Bf16Pairs(_) | Panels::Bf16x3Pairs(_) => {
+                    unreachable!("built only by with_precision")
+                }
             }
         };
         let want = reference(weights, &bias, &x, rows, k, Activation::Relu);
@@ -288,9 +292,15 @@ fn bf16_rounded(v: &[f32]) -> Vec<f32> {
 
 /// Whether this CPU runs bf16 products; says SKIPPED where it does not.
 fn bf16_products_here(test: &str) -> bool {
-    let here = MatmulPrecision::Bf16.available();
+    products_here(MatmulPrecision::Bf16, test)
+}
+
+/// Whether this CPU runs `precision`'s products; says SKIPPED where it does not.
+fn products_here(precision: MatmulPrecision, test: &str) -> bool {
+    let here = precision.available();
     if !here {
-        crate::cuda::report_skip(test, "no AVX-512 BF16 on this CPU");
+        let reason = format!("no {} on this CPU", precision.requires());
+        crate::cuda::report_skip(test, &reason);
     }
     here
 }
@@ -346,11 +356,12 @@ fn amx_tiles_and_avx512_bf16_give_the_products_of_the_rounded_operands() {
     if !bf16_products_here(test) {
         return;
     }
-    let kernels: &[bool] = if amx::available() {
-        &[false, true]
+    use bf16_forward::Bf16Kernel;
+    let kernels: &[Bf16Kernel] = if amx::available() {
+        &[Bf16Kernel::Avx512, Bf16Kernel::Tiles]
     } else {
         println!("SKIPPED {test} (AMX part): this CPU has no AMX tiles");
-        &[false]
+        &[Bf16Kernel::Avx512]
     };
     for (k, n) in [(7, 20), (64, 33), (100, 48), (768, 80)] {
         let (raw, bias) = (values(k * n, 41), values(n, 42));
@@ -369,12 +380,12 @@ fn amx_tiles_and_avx512_bf16_give_the_products_of_the_rounded_operands() {
         for rows in [1, 15, 16, 17, 31, 32, 33, 64, 65, 130] {
             let x = values(rows * k, rows as u64 + 43);
             let want = reference(&w, &bias, &bf16_rounded(&x), rows, k, Activation::Relu);
-            for (&tiles, threads) in kernels.iter().zip([1, 3]).chain(kernels.iter().zip([2, 1])) {
+            for (&kernel, threads) in kernels.iter().zip([1, 3]).chain(kernels.iter().zip([2, 1])) {
                 let mut y = vec![f32::NAN; rows * n];
                 let shape = Shape { rows, k, n };
-                (layer.bf16_products(p, &x, &mut y, shape, Activation::Relu, threads, tiles))
+                (layer.bf16_products(p, &x, &mut y, shape, Activation::Relu, threads, kernel))
                     .unwrap();
-                let context = format!("tiles {tiles} k={k} n={n} rows={rows} threads={threads}");
+                let context = format!("{kernel:?} k={k} n={n} rows={rows} threads={threads}");
                 assert_close(&y, &want, &context);
             }
         }
@@ -436,5 +447,128 @@ fn bf16_products_take_gelu_in_the_epilogue() {
             (a - b).abs() <= 4.0 * f32::EPSILON * (1.0 + b.abs()),
             "{i}: {a} vs {b}"
         );
+    }
+}
+
+/// Whether this CPU runs bf16x3 products (AMX); says SKIPPED where it does not.
+fn bf16x3_products_here(test: &str) -> bool {
+    products_here(MatmulPrecision::Bf16x3, test)
+}
+
+/// bf16x3 products of weights in every format meet the f32 kernels' tolerance against the
+/// float64 products of the operands as they are, on shapes that take odd features, whole and
+/// partial blocks of 32 rows, one or two panels, and several threads.
+#[test]
+fn bf16x3_products_match_f32_products() {
+    if !bf16x3_products_here("bf16x3_products_match_f32_products") {
+        return;
+    }
+    for (k, n) in [(13, 7), (64, 130), (257, 33), (1, 48), (384, 48), (768, 80)] {
+        let (raw, bias) = (values(k * n, 51), values(n, 52));
+        let halves: Vec<f16> = raw.iter().map(|&v| f16::from_f32(v)).collect();
+        let brains: Vec<bf16> = raw.iter().map(|&v| bf16::from_f32(v)).collect();
+        let formats = [
+            HostWeights::F32(&raw),
+            HostWeights::F16(&halves),
+            HostWeights::BF16(&brains),
+        ];
+        let wide: Vec<f32> = halves.iter().map(|v| v.to_f32()).collect();
+        let narrow: Vec<f32> = brains.iter().map(|v| v.to_f32()).collect();
+        for (weights, stored) in formats.into_iter().zip([&raw, &wide, &narrow]) {
+            let precision = MatmulPrecision::Bf16x3;
+            let layer = PackedLinear::with_precision(weights, &bias, k, n, precision).unwrap();
+            assert_eq!(layer.precision(), precision);
+            for rows in (1..=5).chain([17, 32, 33, 64, 101]) {
+                let x = values(rows * k, rows as u64 + 53);
+                let want = reference(stored, &bias, &x, rows, k, Activation::Relu);
+                for threads in [1, 2, 3] {
+                    let mut y = vec![f32::NAN; rows * n];
+                    layer
+                        .forward(&x, rows, &mut y, Activation::Relu, threads)
+                        .unwrap();
+                    let context = format!("bf16x3 k={k} n={n} rows={rows} threads={threads}");
+                    assert_close(&y, &want, &context);
+                }
+            }
+        }
+    }
+}
+
+/// Against the float64 products, a layer of 384 features with bf16x3 products is off by
+/// what 16 significant bits explain: not exact, and hundreds of times closer than bf16's,
+/// on the tiles (40 rows) and on the recombined weights (8 rows).
+#[test]
+fn bf16x3_products_are_far_closer_than_bf16s() {
+    if !bf16x3_products_here("bf16x3_products_are_far_closer_than_bf16s") {
+        return;
+    }
+    let (k, n) = (384, 64);
+    let (raw, bias) = (values(k * n, 55), values(n, 56));
+    for rows in [8, 40] {
+        let x = values(rows * k, 57);
+        let want = reference(&raw, &bias, &x, rows, k, Activation::Identity);
+        let error = |precision| {
+            let w = HostWeights::F32(&raw);
+            let layer = PackedLinear::with_precision(w, &bias, k, n, precision).unwrap();
+            let mut y = vec![0f32; rows * n];
+            layer
+                .forward(&x, rows, &mut y, Activation::Identity, 1)
+                .unwrap();
+            let diff = y.iter().zip(&want).map(|(a, b)| (*a as f64 - b).powi(2));
+            (diff.sum::<f64>() / want.iter().map(|b| b * b).sum::<f64>()).sqrt()
+        };
+        let (split, rounded) = (error(MatmulPrecision::Bf16x3), error(MatmulPrecision::Bf16));
+        // Each operand keeps 16 bits (2^-17 of itself left out) and lo·lo (2^-16 of the
+        // product) is dropped; the errors of 384 products of random sign partly cancel.
+        assert!(
+            split > 0.0 && split < 2e-5,
+            "{rows} rows: bf16x3 error {split}"
+        );
+        assert!(
+            rounded > 100.0 * split,
+            "{rows} rows: bf16 {rounded}, bf16x3 {split}"
+        );
+    }
+}
+
+/// The split rows are `[hi, hi, lo]` of each value, each part zero-padded, as the scalar
+/// split gives them; the two parts add up to the value within 2^-16 of it.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn rows_split_into_high_high_low_parts() {
+    if !bf16x3_products_here("rows_split_into_high_high_low_parts") {
+        return;
+    }
+    for k in [1, 13, 16, 40, 384] {
+        let rows = 3;
+        let x = values(rows * k, k as u64);
+        let width = bf16x3::width(k);
+        let mut out = vec![u16::MAX; rows * width];
+        // SAFETY: x holds rows * k values, out rows * width(k), and the CPU has AMX and
+        // AVX-512 BF16 (checked above).
+        unsafe { bf16x3::split_rows(&x, k, 0..rows, out.as_mut_ptr()) };
+        let kp = width / 3;
+        for (r, row) in out.chunks_exact(width).enumerate() {
+            for i in 0..kp {
+                let (hi, lo) = match i < k {
+                    true => bf16x3::split(x[r * k + i]),
+                    false => (bf16::ZERO, bf16::ZERO),
+                };
+                let parts = [row[i], row[kp + i], row[2 * kp + i]];
+                assert_eq!(
+                    parts,
+                    [hi.to_bits(), hi.to_bits(), lo.to_bits()],
+                    "k={k} {r},{i}"
+                );
+                if i < k {
+                    let v = x[r * k + i];
+                    let sum = hi.to_f32() + lo.to_f32();
+                    assert!(
+                        (sum - v).abs() <= v.abs() / 65536.0,
+                        "{v} split {hi} + {lo}"
+                    );
+                }
+            }
+        }
     }
 }
