@@ -212,8 +212,7 @@ def start(contender, args, log_dir):
         cmd = [args.tandem, "serve", "--listen", f"127.0.0.1:{contender.port}", "--device",
                "cpu", "--model", f"{MODEL}={args.model}", "--p99-ms", str(args.budget_ms),
                "--coloc-socket", str(log_dir / "coloc.sock")]
-        if args.bf16:
-            cmd += ["--cpu-precision", "bf16"]
+        cmd += ["--cpu-precision", args.cpu_precision]
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
     else:
         cmd = [str(ROOT / "benches" / "peers" / "mlserver-hf.sh"), str(args.model),
@@ -586,7 +585,7 @@ def in_process(binary, args, corpus, seed):
     rows = {}
     for batch in (8, 32, 64):
         res = run_ours(binary, args.model, texts, batch, args.inproc_seconds, args.threads,
-                       bf16=args.bf16)
+                       args.cpu_precision)
         rows[batch] = res
         print(f"  in-process, batch {batch:>2}: {res['texts_per_s']:6.1f} texts/s, "
               f"{res['tokens_per_s']:6.0f} tokens/s, forward {res['forward_gflops']:.1f} GFLOP/s",
@@ -778,8 +777,10 @@ def main():
     p.add_argument("--self-only", action="store_true",
                    help="tandem against its own encoder alone, in turn, without the peer: "
                         "goodput, the in-process limit and their ratio per round")
-    p.add_argument("--bf16", action="store_true",
-                   help="tandem and its encoder alone with bf16 products (--cpu-precision bf16)")
+    p.add_argument("--cpu-precision", choices=["f32", "bf16", "bf16x3"], default="f32",
+                   help="tandem's and its encoder alone's (docs/api.md#precision-on-the-cpu)")
+    p.add_argument("--bf16", dest="cpu_precision", action="store_const", const="bf16",
+                   help="the same as --cpu-precision bf16")
     p.add_argument("--at80-only", action="store_true",
                    help="run the 80%% run again on OUT/result.json's median and rewrite the report")
     args = p.parse_args()

@@ -100,8 +100,8 @@ impl Drop for Tiles {
     }
 }
 
-/// `c[32][16 · panels] = a[32][STEP · steps] × panels`, sums in f32 (overwritten, not added
-/// to). Strides are in values.
+/// `c[32][16 · panels] = a[32][STEP · steps] × panels`, sums in f32, overwriting `c` or
+/// added to it ([`Self::accumulate`]). Strides are in values.
 #[derive(Clone, Copy)]
 pub(crate) struct Product {
     /// The first of 32 rows of bf16 values, `lda` apart.
@@ -116,6 +116,8 @@ pub(crate) struct Product {
     /// The first of 32 rows of f32 sums, `ldc` apart.
     pub c: *mut f32,
     pub ldc: usize,
+    /// Whether the product is added to the sums `c` holds, rather than overwriting them.
+    pub accumulate: bool,
 }
 
 impl Product {
@@ -123,19 +125,29 @@ impl Product {
     ///
     /// # Safety
     /// A [`Tiles`] is held on this thread; `a` reads 32 rows of `STEP · steps` values, the
-    /// panels `STEP · steps · PANEL` values each, and `c` takes 32 rows of 32 values, all
-    /// inside their buffers.
+    /// panels `STEP · steps · PANEL` values each, and `c` takes 32 rows of 32 values (and
+    /// holds them already where the product accumulates), all inside their buffers.
     #[inline(always)]
     pub(crate) unsafe fn two_panels(self) {
         // SAFETY: every tile load reads 16 rows of 64 bytes inside the rows (from a, lda
-        // apart, 32 rows) or a panel (1,024 contiguous bytes a step); the stores write 16
-        // rows of 64 bytes of c's 32 rows × 32 values. The caller's contract.
+        // apart, 32 rows) or a panel (1,024 contiguous bytes a step); the stores write, and
+        // an accumulating product's first loads read, 16 rows of 64 bytes of c's 32 rows ×
+        // 32 values. The caller's contract.
         unsafe {
             asm!(
+                "test {add:e}, {add:e}",
+                "jz 4f",
+                "tileloadd tmm0, [{c} + {sc}*1]",
+                "tileloadd tmm1, [{c} + {sc}*1 + 64]",
+                "tileloadd tmm2, [{c2} + {sc}*1]",
+                "tileloadd tmm3, [{c2} + {sc}*1 + 64]",
+                "jmp 5f",
+                "4:",
                 "tilezero tmm0",
                 "tilezero tmm1",
                 "tilezero tmm2",
                 "tilezero tmm3",
+                "5:",
                 "test {n}, {n}",
                 "jz 3f",
                 "2:",
@@ -163,6 +175,7 @@ impl Product {
                 w = inout(reg) self.b => _,
                 w2 = inout(reg) self.b.wrapping_add(self.panel) => _,
                 n = inout(reg) self.steps => _,
+                add = in(reg) self.accumulate as u32,
                 sa = in(reg) self.lda * 2,
                 sw = in(reg) 64usize,
                 c = in(reg) self.c,
@@ -184,8 +197,15 @@ impl Product {
         // SAFETY: as in `two_panels`, without the second panel and its sums.
         unsafe {
             asm!(
+                "test {add:e}, {add:e}",
+                "jz 4f",
+                "tileloadd tmm0, [{c} + {sc}*1]",
+                "tileloadd tmm2, [{c2} + {sc}*1]",
+                "jmp 5f",
+                "4:",
                 "tilezero tmm0",
                 "tilezero tmm2",
+                "5:",
                 "test {n}, {n}",
                 "jz 3f",
                 "2:",
@@ -206,6 +226,7 @@ impl Product {
                 a2 = inout(reg) self.a.wrapping_add(16 * self.lda) => _,
                 w = inout(reg) self.b => _,
                 n = inout(reg) self.steps => _,
+                add = in(reg) self.accumulate as u32,
                 sa = in(reg) self.lda * 2,
                 sw = in(reg) 64usize,
                 c = in(reg) self.c,

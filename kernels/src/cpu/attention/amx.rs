@@ -161,6 +161,7 @@ unsafe fn query_block(call: Call<'_>, unit: Unit, rows: Range<usize>, b: &Buffer
                 steps: dk / amx::STEP,
                 c: b.scores.add(j),
                 ldc: p,
+                accumulate: false,
             };
             score.two_panels();
         }
@@ -186,6 +187,7 @@ unsafe fn query_block(call: Call<'_>, unit: Unit, rows: Range<usize>, b: &Buffer
                 steps: keys.len() / amx::STEP,
                 c: b.out.add(c),
                 ldc: d,
+                accumulate: false,
             };
             match d - c >= KEYS {
                 true => weigh.two_panels(),

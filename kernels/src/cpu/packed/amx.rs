@@ -6,7 +6,8 @@
 //! The operands are those of the AVX-512 BF16 kernel, as they are: a panel's weights by
 //! pairs of input features, `[k/2][PANEL][2]`, are the layout the tiles take their second
 //! operand in, and the rounded input rows (`paired(k)` values, a multiple of 32) give the
-//! first. A block is 32 rows × 2 panels, one [`Product`].
+//! first. A block is 32 rows × 2 panels, one [`Product`]; with bf16x3's split operands
+//! ([`Layout::Split`]), two.
 
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
@@ -24,19 +25,33 @@ const _: () = assert!(PANEL == amx::PANEL);
 /// while the rows' inputs pass: 128 rows of 3,072 features are 768 KB.
 const ROW_GROUP: usize = 128;
 
+/// What a row of the inputs and a panel of the weights hold, for `kp = paired(k)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Layout {
+    /// Rows of `kp` rounded inputs; panels of `kp` pairs' rows of rounded weights.
+    Rounded,
+    /// bf16x3's (`super::bf16x3`): rows `[hi(x), hi(x), lo(x)]` of `3 · kp` values, panels
+    /// `[hi(w); lo(w)]` of `2 · kp`. One product over `2 · kp` gives `hi·hi + hi·lo`, and a
+    /// second of `lo(x)` by `hi(w)` is added to it.
+    Split,
+}
+
 /// Whether this CPU has AMX with bf16 and the kernel gave this process its tiles.
 pub(super) fn available() -> bool {
     amx::available()
 }
 
 /// Computes the outputs of `panels` for every row, from inputs rounded by
-/// `bf16_products::round_rows` and padded with zero rows to a multiple of [`BLOCK_ROWS`].
+/// `bf16_products::round_rows` (or split by `bf16x3::split_rows`, as `layout` says) and
+/// padded with zero rows to a multiple of [`BLOCK_ROWS`].
 ///
 /// # Safety
-/// `x` holds `s.rows.next_multiple_of(BLOCK_ROWS) * paired(k)` values, with `paired(k)` a
-/// multiple of 32; `p` holds `[panels.end][paired(k)][PANEL]` values; `bias` `panels.end *
-/// PANEL`; `y` points to `s.rows * s.n` writable values with `(panels.end - 1) * PANEL <
-/// s.n`. No other thread writes those panels' columns of `y`. [`available`] is true.
+/// With `kp = paired(k)` (a multiple of 32) and the row and panel lengths of `layout`: `x`
+/// holds `s.rows.next_multiple_of(BLOCK_ROWS)` rows; `p` holds `panels.end` panels times
+/// `PANEL` values; `bias` `panels.end * PANEL`; `y` points to `s.rows * s.n` writable values
+/// with `(panels.end - 1) * PANEL < s.n`. No other thread writes those panels' columns of
+/// `y`. [`available`] is true.
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn dense(
     x: &[u16],
@@ -46,9 +61,14 @@ pub(super) unsafe fn dense(
     s: Shape,
     panels: Range<usize>,
     act: Activation,
+    layout: Layout,
 ) {
     let kp = super::bf16_products::paired(s.k);
     debug_assert!(kp.is_multiple_of(amx::STEP));
+    let (row, panel_len) = match layout {
+        Layout::Rounded => (kp, kp),
+        Layout::Split => (3 * kp, 2 * kp),
+    };
     let padded = s.rows.next_multiple_of(BLOCK_ROWS);
     // SAFETY: the contract; nothing below runs other work on this thread.
     let _tiles = unsafe { Tiles::configure() };
@@ -61,21 +81,33 @@ pub(super) unsafe fn dense(
             let two = panel + 2 <= panels.end;
             for b in (group..group_end).step_by(BLOCK_ROWS) {
                 let product = Product {
-                    a: x.as_ptr().wrapping_add(b * kp),
-                    lda: kp,
-                    b: p.as_ptr().wrapping_add(panel * kp * PANEL),
-                    panel: kp * PANEL,
-                    steps: kp / amx::STEP,
+                    a: x.as_ptr().wrapping_add(b * row),
+                    lda: row,
+                    b: p.as_ptr().wrapping_add(panel * panel_len * PANEL),
+                    panel: panel_len * PANEL,
+                    steps: panel_len / amx::STEP,
                     c: sums.0.as_mut_ptr().cast(),
                     ldc: 2 * PANEL,
+                    accumulate: false,
+                };
+                // lo(x), the rows' last kp values, by hi(w), the panels' first kp.
+                let low = Product {
+                    a: product.a.wrapping_add(2 * kp),
+                    steps: kp / amx::STEP,
+                    accumulate: true,
+                    ..product
                 };
                 // SAFETY: rows b..b + 32 of x and panels panel (..panel + 2) of p exist per
-                // the contract, and `sums` holds 32 × 32 values; the sums go to y's rows
-                // below s.rows only.
+                // the contract, and `sums` holds 32 × 32 values, written by the first product
+                // before the second adds to them; the sums go to y's rows below s.rows only.
                 unsafe {
-                    match two {
+                    let run = |product: Product| match two {
                         true => product.two_panels(),
                         false => product.one_panel(),
+                    };
+                    run(product);
+                    if layout == Layout::Split {
+                        run(low);
                     }
                     finish(&sums, two, bias, y, s, panel, b, act);
                 }

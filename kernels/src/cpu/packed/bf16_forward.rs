@@ -2,6 +2,8 @@
 //! into pairs, and its forward pass, which rounds or splits the inputs once and runs AMX's
 //! tiles where the CPU has them, else the AVX-512 BF16 kernel.
 
+#[cfg(target_arch = "x86_64")]
+use super::amx::Layout::{Rounded, Split};
 use super::{Aligned, HostWeights, MatmulPrecision, PackedLinear, Panels, Shape};
 #[cfg(target_arch = "x86_64")]
 use super::{OutPtr, PANEL, PIECES_PER_THREAD, amx, bf16_products, bf16x3, in_parallel};
@@ -95,7 +97,7 @@ impl PackedLinear {
         // layer's piece meanwhile, which then rounds into a buffer of its own.
         let mut rounded = ROUNDED.take();
         let tiles = kernel != Bf16Kernel::Avx512;
-        let kp = match kernel {
+        let row = match kernel {
             Bf16Kernel::SplitTiles => bf16x3::width(shape.k),
             _ => bf16_products::paired(shape.k),
         };
@@ -104,12 +106,12 @@ impl PackedLinear {
             true => shape.rows.next_multiple_of(amx::BLOCK_ROWS),
             false => shape.rows,
         };
-        rounded.resize_for_overwrite(padded * kp);
-        rounded[shape.rows * kp..].fill(0);
+        rounded.resize_for_overwrite(padded * row);
+        rounded[shape.rows * row..].fill(0);
         let into = OutPtr(rounded.as_mut_ptr());
         in_parallel(shape.rows, 1, threads, |rows| {
             let into = &into;
-            // SAFETY: `rounded` holds rows * kp values and x rows * k (checked in `forward`);
+            // SAFETY: `rounded` holds rows * row values and x rows * k (checked in `forward`);
             // the row ranges are disjoint; the panels exist only where the CPU has AVX-512
             // BF16 (`with_precision`).
             unsafe {
@@ -119,8 +121,6 @@ impl PackedLinear {
                 }
             }
         });
-        // The kernels take rows of kp values: split rows are those of a layer of kp inputs.
-        let shape = Shape { k: kp, ..shape };
         let out = OutPtr(y.as_mut_ptr());
         let pieces = threads * PIECES_PER_THREAD;
         // AMX's blocks take panels by twos.
@@ -130,9 +130,15 @@ impl PackedLinear {
             // SAFETY: as in `forward`, with the rounded rows (padded to AMX's blocks where
             // its tiles run, which `amx::available` says) for x.
             unsafe {
-                match tiles {
-                    true => amx::dense(&rounded, p, bias, out.0, shape, panels, act),
-                    false => bf16_products::dense(&rounded, p, bias, out.0, shape, panels, act),
+                let x = &rounded;
+                match kernel {
+                    Bf16Kernel::Tiles => amx::dense(x, p, bias, out.0, shape, panels, act, Rounded),
+                    Bf16Kernel::SplitTiles => {
+                        amx::dense(x, p, bias, out.0, shape, panels, act, Split)
+                    }
+                    Bf16Kernel::Avx512 => {
+                        bf16_products::dense(x, p, bias, out.0, shape, panels, act)
+                    }
                 }
             }
         });

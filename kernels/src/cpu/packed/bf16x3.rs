@@ -8,10 +8,11 @@
 //! operand). A product is then within about 2⁻¹⁵ of its f32 value, where bf16 products are
 //! within 2⁻⁸; the sums stay f32.
 //!
-//! The three products are one product over three times the input features: an input row
-//! is split into `[hi(x), hi(x), lo(x)]` and a panel's weights are `[hi(w); lo(w); hi(w)]`
-//! along the shared dimension, each part [`paired`] long. So the tiles run the bf16 kernel
-//! unchanged ([`super::amx`]) on a layer of `3 · paired(k)` inputs.
+//! The three products are two on the tiles ([`super::amx`]): an input row is split into
+//! `[hi(x), hi(x), lo(x)]` and a panel's weights are `[hi(w); lo(w)]` along the shared
+//! dimension, each part [`paired`] long. The first product, over two parts, gives
+//! `hi(x)·hi(w) + hi(x)·lo(w)`; the second adds `lo(x)·hi(w)`. The weights take as many
+//! bytes as f32's.
 //!
 //! The tiles take 32 rows at a time, and below [`TILE_ROWS`] rows they are slower than f32's
 //! kernel. Those batches run f32 products on the weights
@@ -34,8 +35,7 @@ use crate::cpu::Aligned;
 /// at 0.8–0.9× (`encoder_bench::dense_kernel_choice_one_core`).
 pub(super) const TILE_ROWS: usize = 16;
 
-/// The length of a split row, and of a panel's shared dimension: three parts of
-/// [`paired`]`(k)` values.
+/// The length of a split row: three parts of [`paired`]`(k)` values.
 pub(super) fn width(k: usize) -> usize {
     3 * paired(k)
 }
@@ -46,13 +46,13 @@ pub(super) fn split(v: f32) -> (bf16, bf16) {
     (hi, bf16::from_f32(v - hi.to_f32()))
 }
 
-/// The weights (`value(o * inputs + k)`, `[outputs, inputs]`) split into `[hi(w); lo(w);
-/// hi(w)]` along the inputs and packed by pairs as the bf16 kernel takes them,
-/// `[panels][width(inputs)/2][PANEL][2]`.
+/// The weights (`value(o * inputs + k)`, `[outputs, inputs]`) split into `[hi(w); lo(w)]`
+/// along the inputs and packed by pairs as the bf16 kernel takes them,
+/// `[panels][2 · paired(inputs)/2][PANEL][2]`.
 pub(super) fn pack(value: impl Fn(usize) -> f32, inputs: usize, outputs: usize) -> Aligned<u16> {
     let kp = paired(inputs);
     let part = |i: usize| {
-        let (o, at) = (i / width(inputs), i % width(inputs));
+        let (o, at) = (i / (2 * kp), i % (2 * kp));
         let (part, k) = (at / kp, at % kp);
         if k >= inputs {
             return 0.0;
@@ -64,7 +64,7 @@ pub(super) fn pack(value: impl Fn(usize) -> f32, inputs: usize, outputs: usize) 
         }
     };
     // The parts are bf16 values already, so `pack_pairs`' rounding keeps them as they are.
-    pack_pairs(part, width(inputs), outputs)
+    pack_pairs(part, 2 * kp, outputs)
 }
 
 /// Splits rows `rows` of `x` (`k` values each) into `out`, whose rows are [`width`]`(k)`
@@ -103,7 +103,7 @@ pub(super) unsafe fn split_rows(x: &[f32], k: usize, rows: Range<usize>, out: *m
 /// (the few-row path: see the module's documentation).
 ///
 /// # Safety
-/// `x` holds `s.rows * s.k` values; `p` holds `[panels.end][width(k)][PANEL]` values from
+/// `x` holds `s.rows * s.k` values; `p` holds `[panels.end][2 · paired(k)][PANEL]` values from
 /// [`pack`], starting on a cache line; `bias` `panels.end * PANEL`; `y` points to `s.rows *
 /// s.n` writable values with `(panels.end - 1) * PANEL < s.n`. No other thread writes those
 /// panels' columns of `y`. The CPU has AVX-512 F.
@@ -139,7 +139,7 @@ impl Tiles for Recombined<'_> {
         let (k, kp) = (s.k, paired(s.k));
         let pairs = k / 2;
         // SAFETY (whole block): x is read below (b + NR) * k (an odd k's last pair reads its
-        // first value only) and the panels below (panel + NP) * width(k) * PANEL, within the
+        // first value only) and the panels below (panel + NP) * 2 * kp * PANEL, within the
         // caller's contract. A panel starts on a cache line and a pair of its rows is 64
         // bytes, as are its parts (kp * PANEL values), so every register load is aligned.
         unsafe {
@@ -148,7 +148,7 @@ impl Tiles for Recombined<'_> {
             // one's in its high half: each shifted or masked into place is that f32.
             let high = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
             let weights = |i: usize, q: usize| -> (__m512, __m512) {
-                let at = p.add((panel + q) * 3 * kp * PANEL + i * 2 * PANEL);
+                let at = p.add((panel + q) * 2 * kp * PANEL + i * 2 * PANEL);
                 let hi = _mm512_load_si512(at.cast());
                 let lo = _mm512_load_si512(at.add(kp * PANEL).cast());
                 let even = |v| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(v));
