@@ -174,9 +174,10 @@ pub trait Model: Send {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LoadOptions {
     /// The precision of a model's dense layers' products on the CPU (a text encoder's
-    /// transformer layers, the MLP's layers); bf16 needs a CPU with AVX-512 BF16
-    /// ([`MatmulPrecision::available`]), and is a load error elsewhere. A text encoder's
-    /// attention, classifier head and Dense modules stay f32.
+    /// transformer layers, the MLP's layers); bf16 needs a CPU with AVX-512 BF16 and bf16x3
+    /// one with AMX ([`MatmulPrecision::available`]); each is a load error elsewhere. A text
+    /// encoder's classifier head and Dense modules stay f32, and so does attention but with
+    /// bf16 products on AMX.
     pub cpu_precision: MatmulPrecision,
 }
 

@@ -252,8 +252,8 @@ enum Panels {
     /// ([`bf16_products`]; AMX's tiles read the same).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Bf16Pairs(Aligned<u16>),
-    /// Split into bf16 parts for bf16x3 products, `[panels][width(inputs)/2][PANEL][2]`
-    /// ([`bf16x3`]).
+    /// Split into two bf16 parts for bf16x3 products, `[hi(w); lo(w)]` along the inputs:
+    /// `[panels][paired(inputs)][PANEL][2]` ([`bf16x3`]).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Bf16x3Pairs(Aligned<u16>),
 }

@@ -30,9 +30,9 @@ const ROW_GROUP: usize = 128;
 pub(super) enum Layout {
     /// Rows of `kp` rounded inputs; panels of `kp` pairs' rows of rounded weights.
     Rounded,
-    /// bf16x3's (`super::bf16x3`): rows `[hi(x), hi(x), lo(x)]` of `3 · kp` values, panels
-    /// `[hi(w); lo(w)]` of `2 · kp`. One product over `2 · kp` gives `hi·hi + hi·lo`, and a
-    /// second of `lo(x)` by `hi(w)` is added to it.
+    /// bf16x3's (`super::bf16x3`): rows `[lo(x), hi(x)]` and panels `[hi(w); lo(w)]`, of
+    /// `2 · kp`. One product over both parts gives `lo·hi + hi·lo`, and a second of `hi(x)`
+    /// by `hi(w)` is added to it.
     Split,
 }
 
@@ -67,7 +67,7 @@ pub(super) unsafe fn dense(
     debug_assert!(kp.is_multiple_of(amx::STEP));
     let (row, panel_len) = match layout {
         Layout::Rounded => (kp, kp),
-        Layout::Split => (3 * kp, 2 * kp),
+        Layout::Split => (2 * kp, 2 * kp),
     };
     let padded = s.rows.next_multiple_of(BLOCK_ROWS);
     // SAFETY: the contract; nothing below runs other work on this thread.
@@ -90,9 +90,9 @@ pub(super) unsafe fn dense(
                     ldc: 2 * PANEL,
                     accumulate: false,
                 };
-                // lo(x), the rows' last kp values, by hi(w), the panels' first kp.
-                let low = Product {
-                    a: product.a.wrapping_add(2 * kp),
+                // hi(x), the rows' last kp values, by hi(w), the panels' first kp.
+                let high = Product {
+                    a: product.a.wrapping_add(kp),
                     steps: kp / amx::STEP,
                     accumulate: true,
                     ..product
@@ -107,7 +107,7 @@ pub(super) unsafe fn dense(
                     };
                     run(product);
                     if layout == Layout::Split {
-                        run(low);
+                        run(high);
                     }
                     finish(&sums, two, bias, y, s, panel, b, act);
                 }
@@ -118,7 +118,8 @@ pub(super) unsafe fn dense(
     }
 }
 
-/// A block's sums, 32 rows × 2 panels, written by each product before they are read.
+/// A block's sums, 32 rows × 2 panels, written by a block's first product before they are
+/// read (by the epilogue, or by bf16x3's second product, which adds to them).
 #[repr(C, align(64))]
 struct Sums([[MaybeUninit<f32>; 2 * PANEL]; BLOCK_ROWS]);
 

@@ -76,7 +76,7 @@ impl PackedLinear {
     /// bf16 products on `kernel` (the tiles only where [`amx::available`]): the inputs are
     /// rounded (or split) once, divided by rows over the threads, into a buffer the calling
     /// thread keeps for its next layer (as large as the largest layer input it has rounded,
-    /// half that input's bytes, or one and a half split; a replica's threads end with it);
+    /// half that input's bytes, or as many split; a replica's threads end with it);
     /// then the panels are divided as in `forward`.
     #[cfg(target_arch = "x86_64")]
     #[allow(clippy::too_many_arguments)]

@@ -4,20 +4,21 @@
 //!
 //! `x · w ≈ hi(x)·hi(w) + hi(x)·lo(w) + lo(x)·hi(w)`,
 //!
-//! dropping `lo(x)·lo(w)` (2⁻¹⁶ of the product) and what the split leaves (2⁻¹⁷ of each
-//! operand). A product is then within about 2⁻¹⁵ of its f32 value, where bf16 products are
-//! within 2⁻⁸; the sums stay f32.
+//! dropping `lo(x)·lo(w)` and what the split leaves, each up to 2⁻¹⁶ of the product (an
+//! operand's low part is up to 2⁻⁸ of it, and is rounded to 8 bits itself). A product is then
+//! within about 2⁻¹⁴ of its f32 value,
+//! where bf16 products are within 2⁻⁸; the sums stay f32. Values beyond bf16's largest finite
+//! one (about 3.4e38, below f32's largest) and infinities give NaN, where f32 gives infinity.
 //!
 //! The three products are two on the tiles ([`super::amx`]): an input row is split into
-//! `[hi(x), hi(x), lo(x)]` and a panel's weights are `[hi(w); lo(w)]` along the shared
-//! dimension, each part [`paired`] long. The first product, over two parts, gives
-//! `hi(x)·hi(w) + hi(x)·lo(w)`; the second adds `lo(x)·hi(w)`. The weights take as many
-//! bytes as f32's.
+//! `[lo(x), hi(x)]` and a panel's weights are `[hi(w); lo(w)]` along the shared dimension,
+//! each part [`paired`] long. The first product, over both parts, gives `lo(x)·hi(w) +
+//! hi(x)·lo(w)`; the second adds `hi(x)·hi(w)`. Split inputs and weights take as many bytes
+//! as f32's.
 //!
 //! The tiles take 32 rows at a time, and below [`TILE_ROWS`] rows they are slower than f32's
-//! kernel. Those batches run f32 products on the weights
-//! recombined in registers, `hi(w) + lo(w)`, from the panels' first two parts: as many
-//! bytes as f32 weights, and more accurate than the tiles, since the inputs stay f32.
+//! kernel. Those batches run f32 products on the weights recombined in registers, `hi(w) +
+//! lo(w)`, from the same panels, more accurate than the tiles, since the inputs stay f32.
 
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -35,9 +36,10 @@ use crate::cpu::Aligned;
 /// at 0.8–0.9× (`encoder_bench::dense_kernel_choice_one_core`).
 pub(super) const TILE_ROWS: usize = 16;
 
-/// The length of a split row: three parts of [`paired`]`(k)` values.
+/// The length of a split row, and of a panel's shared dimension: two parts of
+/// [`paired`]`(k)` values.
 pub(super) fn width(k: usize) -> usize {
-    3 * paired(k)
+    2 * paired(k)
 }
 
 /// `v`'s high part (`v` rounded to bf16) and low part (what is left, rounded to bf16).
@@ -48,11 +50,11 @@ pub(super) fn split(v: f32) -> (bf16, bf16) {
 
 /// The weights (`value(o * inputs + k)`, `[outputs, inputs]`) split into `[hi(w); lo(w)]`
 /// along the inputs and packed by pairs as the bf16 kernel takes them,
-/// `[panels][2 · paired(inputs)/2][PANEL][2]`.
+/// `[panels][width(inputs)/2][PANEL][2]`.
 pub(super) fn pack(value: impl Fn(usize) -> f32, inputs: usize, outputs: usize) -> Aligned<u16> {
     let kp = paired(inputs);
     let part = |i: usize| {
-        let (o, at) = (i / (2 * kp), i % (2 * kp));
+        let (o, at) = (i / width(inputs), i % width(inputs));
         let (part, k) = (at / kp, at % kp);
         if k >= inputs {
             return 0.0;
@@ -64,11 +66,11 @@ pub(super) fn pack(value: impl Fn(usize) -> f32, inputs: usize, outputs: usize) 
         }
     };
     // The parts are bf16 values already, so `pack_pairs`' rounding keeps them as they are.
-    pack_pairs(part, 2 * kp, outputs)
+    pack_pairs(part, width(inputs), outputs)
 }
 
 /// Splits rows `rows` of `x` (`k` values each) into `out`, whose rows are [`width`]`(k)`
-/// values, `[hi(x), hi(x), lo(x)]`, each part zero-padded to [`paired`]`(k)`.
+/// values, `[lo(x), hi(x)]`, each part zero-padded to [`paired`]`(k)`.
 ///
 /// # Safety
 /// `x` holds `rows.end * k` values, `out` points to `rows.end * width(k)` writable values,
@@ -82,7 +84,7 @@ pub(super) unsafe fn split_rows(x: &[f32], k: usize, rows: Range<usize>, out: *m
         while i < kp {
             let load: __mmask16 = ((1u32 << k.saturating_sub(i).min(16)) - 1) as u16;
             // SAFETY: the mask keeps the load within the row's k values, and kp is a multiple
-            // of 16, so the three stores stay within the row's width(k) outputs (the caller's
+            // of 16, so the two stores stay within the row's width(k) outputs (the caller's
             // contract); masked-off lanes read as zero, and split into zeros.
             unsafe {
                 let v = _mm512_maskz_loadu_ps(load, src.add(i));
@@ -90,9 +92,8 @@ pub(super) unsafe fn split_rows(x: &[f32], k: usize, rows: Range<usize>, out: *m
                 let widened = _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(hi));
                 let rest = _mm512_sub_ps(v, _mm512_castsi512_ps(widened));
                 let lo: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(rest));
-                _mm256_storeu_si256(dst.add(i).cast(), hi);
+                _mm256_storeu_si256(dst.add(i).cast(), lo);
                 _mm256_storeu_si256(dst.add(kp + i).cast(), hi);
-                _mm256_storeu_si256(dst.add(2 * kp + i).cast(), lo);
             }
             i += 16;
         }
@@ -103,7 +104,7 @@ pub(super) unsafe fn split_rows(x: &[f32], k: usize, rows: Range<usize>, out: *m
 /// (the few-row path: see the module's documentation).
 ///
 /// # Safety
-/// `x` holds `s.rows * s.k` values; `p` holds `[panels.end][2 · paired(k)][PANEL]` values from
+/// `x` holds `s.rows * s.k` values; `p` holds `[panels.end][width(k)][PANEL]` values from
 /// [`pack`], starting on a cache line; `bias` `panels.end * PANEL`; `y` points to `s.rows *
 /// s.n` writable values with `(panels.end - 1) * PANEL < s.n`. No other thread writes those
 /// panels' columns of `y`. The CPU has AVX-512 F.
@@ -140,8 +141,9 @@ impl Tiles for Recombined<'_> {
         let pairs = k / 2;
         // SAFETY (whole block): x is read below (b + NR) * k (an odd k's last pair reads its
         // first value only) and the panels below (panel + NP) * 2 * kp * PANEL, within the
-        // caller's contract. A panel starts on a cache line and a pair of its rows is 64
-        // bytes, as are its parts (kp * PANEL values), so every register load is aligned.
+        // caller's contract. A panel starts on a cache line, a pair of its rows is 64 bytes
+        // and a part (kp * PANEL values) a multiple of 1,024, so every register load is
+        // aligned.
         unsafe {
             let (xp, p) = (self.x.as_ptr(), self.p.as_ptr());
             // A pair's 32-bit lane holds the even feature's bf16 in its low half and the odd

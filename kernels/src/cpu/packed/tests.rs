@@ -518,7 +518,7 @@ fn bf16x3_products_are_far_closer_than_bf16s() {
             (diff.sum::<f64>() / want.iter().map(|b| b * b).sum::<f64>()).sqrt()
         };
         let (split, rounded) = (error(MatmulPrecision::Bf16x3), error(MatmulPrecision::Bf16));
-        // Each operand keeps 16 bits (2^-17 of itself left out) and lo·lo (2^-16 of the
+        // Each operand keeps 16 bits (up to 2^-16 of itself left out) and lo·lo (2^-16 of the
         // product) is dropped; the errors of 384 products of random sign partly cancel.
         assert!(
             split > 0.0 && split < 2e-5,
@@ -531,12 +531,71 @@ fn bf16x3_products_are_far_closer_than_bf16s() {
     }
 }
 
-/// The split rows are `[hi, hi, lo]` of each value, each part zero-padded, as the scalar
-/// split gives them; the two parts add up to the value within 2^-16 of it.
+/// From 16 rows the tiles run (hi·hi + hi·lo + lo·hi); below, f32 products with the
+/// recombined weights (x · (hi + lo)). On operands whose low parts are all positive and whose
+/// split is exact, the two differ by Σ lo(x)·lo(w), which no rounding of the sums hides at
+/// 32 features: each batch must land on its own path's value.
+#[test]
+fn bf16x3_runs_the_tiles_from_16_rows_and_the_recombined_weights_below() {
+    if !bf16x3_products_here("bf16x3_runs_the_tiles_from_16_rows_and_the_recombined_weights_below")
+    {
+        return;
+    }
+    let (k, n) = (32, 48);
+    // hi in [1, 2) with 8 significant bits; lo 0.4375 of hi's last place, below its half.
+    let parts = |len: usize, seed| -> Vec<(f64, f64)> {
+        let lo = 0.875 / 256.0;
+        let hi = values(len, seed)
+            .into_iter()
+            .map(|v| 1.0 + ((v + 0.5) * 128.0).floor() / 128.0);
+        hi.map(|hi| (hi as f64, lo)).collect()
+    };
+    let joined = |p: &[(f64, f64)]| -> Vec<f32> { p.iter().map(|(h, l)| (h + l) as f32).collect() };
+    let wp = parts(k * n, 71);
+    let layer = PackedLinear::with_precision(
+        HostWeights::F32(&joined(&wp)),
+        &vec![0.0; n],
+        k,
+        n,
+        MatmulPrecision::Bf16x3,
+    )
+    .unwrap();
+    for rows in [1, 8, 15, 16, 17, 40] {
+        let xp = parts(rows * k, 72 + rows as u64);
+        let mut y = vec![f32::NAN; rows * n];
+        let x = joined(&xp);
+        layer
+            .forward(&x, rows, &mut y, Activation::Identity, 1)
+            .unwrap();
+        for (i, got) in y.iter().enumerate() {
+            let (r, o) = (i / n, i % n);
+            let terms = (0..k).map(|j| (xp[r * k + j], wp[o * k + j]));
+            let tiles: f64 = terms
+                .clone()
+                .map(|((xh, xl), (wh, wl))| xh * wh + xh * wl + xl * wh)
+                .sum();
+            let recombined: f64 = terms
+                .map(|((xh, xl), (wh, wl))| (xh + xl) * (wh + wl))
+                .sum();
+            let (want, other) = match rows >= 16 {
+                true => (tiles, recombined),
+                false => (recombined, tiles),
+            };
+            let gap = (want - other).abs();
+            assert!(
+                (*got as f64 - want).abs() < gap / 2.0,
+                "{rows} rows, output {i}: {got}, want {want}, the other path's {other}"
+            );
+        }
+    }
+}
+
+/// The split rows are `[lo, hi]` of each value, each part zero-padded, as the scalar split
+/// gives them; the two parts add up to the value within 2^-16 of it.
 #[cfg(target_arch = "x86_64")]
 #[test]
-fn rows_split_into_high_high_low_parts() {
-    if !bf16x3_products_here("rows_split_into_high_high_low_parts") {
+fn rows_split_into_low_and_high_parts() {
+    if !bf16_products_here("rows_split_into_low_and_high_parts") {
         return;
     }
     for k in [1, 13, 16, 40, 384] {
@@ -544,22 +603,18 @@ fn rows_split_into_high_high_low_parts() {
         let x = values(rows * k, k as u64);
         let width = bf16x3::width(k);
         let mut out = vec![u16::MAX; rows * width];
-        // SAFETY: x holds rows * k values, out rows * width(k), and the CPU has AMX and
-        // AVX-512 BF16 (checked above).
+        // SAFETY: x holds rows * k values, out rows * width(k), and the CPU has AVX-512 BF16
+        // (checked above).
         unsafe { bf16x3::split_rows(&x, k, 0..rows, out.as_mut_ptr()) };
-        let kp = width / 3;
+        let kp = width / 2;
         for (r, row) in out.chunks_exact(width).enumerate() {
             for i in 0..kp {
                 let (hi, lo) = match i < k {
                     true => bf16x3::split(x[r * k + i]),
                     false => (bf16::ZERO, bf16::ZERO),
                 };
-                let parts = [row[i], row[kp + i], row[2 * kp + i]];
-                assert_eq!(
-                    parts,
-                    [hi.to_bits(), hi.to_bits(), lo.to_bits()],
-                    "k={k} {r},{i}"
-                );
+                let parts = [row[i], row[kp + i]];
+                assert_eq!(parts, [lo.to_bits(), hi.to_bits()], "k={k} {r},{i}");
                 if i < k {
                     let v = x[r * k + i];
                     let sum = hi.to_f32() + lo.to_f32();
