@@ -1,6 +1,6 @@
-//! f32 products from three bf16 products on AMX's tiles ("bf16x3", as cuBLAS and oneDNN
-//! name the emulation): each operand is split into a bf16 high part and the bf16 rounding
-//! of what is left, `v ≈ hi + lo`, which keeps 16 of f32's 24 significant bits, and
+//! f32 products from three bf16 products on AMX's tiles ("bf16x3"; cuBLAS emulates f32 on
+//! bf16 tensor cores with the same kind of split, in three parts and nine products): each
+//! operand is split into a bf16 high part and the bf16 rounding of what is left, `v ≈ hi + lo`, which keeps 16 of f32's 24 significant bits, and
 //!
 //! `x · w ≈ hi(x)·hi(w) + hi(x)·lo(w) + lo(x)·hi(w)`,
 //!
