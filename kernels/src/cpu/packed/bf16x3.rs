@@ -189,3 +189,6 @@ impl Tiles for Recombined<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
