@@ -14,4 +14,7 @@ export LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # A kernel that does not compile must fail the run, not skip it.
 export TANDEM_REQUIRE_NVRTC=1
 export TANDEM_PYTHON="$PWD/.venv/bin/python"
+# ONNX Runtime's library for ONNX models, from the onnxruntime wheel the venv holds.
+ORT_DYLIB_PATH=$(echo "$PWD"/.venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.*)
+export ORT_DYLIB_PATH
 cargo test --release --workspace "$@"

@@ -438,6 +438,11 @@ pub struct ServeArgs {
     /// Tokio worker threads for HTTP (default: one per core).
     #[arg(long, env = "TANDEM_HTTP_THREADS")]
     pub http_threads: Option<usize>,
+
+    /// ONNX Runtime's shared library, for ONNX models (default: ORT_DYLIB_PATH;
+    /// scripts/setup-python.sh installs one into .venv).
+    #[arg(long, env = "TANDEM_ONNXRUNTIME_LIB")]
+    pub onnxruntime_lib: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

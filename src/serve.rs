@@ -148,6 +148,9 @@ fn build_config(args: &ServeArgs) -> anyhow::Result<Config> {
     if let Some(n) = args.cpu_threads {
         config.cpu_threads = n;
     }
+    if let Some(lib) = &args.onnxruntime_lib {
+        config.onnxruntime_lib = Some(lib.clone());
+    }
     if let Some(p) = args.cpu_precision {
         config.defaults.cpu_precision = match p {
             CpuPrecisionArg::F32 => CpuPrecision::F32,

@@ -30,6 +30,9 @@ pub struct Config {
     /// CPU threads one forward pass may use (0: every core). On a small machine, leaving
     /// cores to HTTP can serve more than computing on all of them.
     pub cpu_threads: usize,
+    /// ONNX Runtime's shared library (`libonnxruntime.so`); unset, `ORT_DYLIB_PATH` names it.
+    /// Without either, ONNX models are not ready and every other model serves.
+    pub onnxruntime_lib: Option<PathBuf>,
     /// Settings every model starts from.
     pub defaults: ModelSettings,
     /// Per-model entries: a single-file model (`path`) and/or overrides of `defaults`.
@@ -133,6 +136,7 @@ impl Default for Config {
             repository_poll_ms: 1000,
             keep_versions: 2,
             cpu_threads: 0,
+            onnxruntime_lib: None,
             defaults: ModelSettings::default(),
             models: BTreeMap::new(),
             limits: Limits::default(),

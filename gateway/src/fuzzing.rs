@@ -249,6 +249,7 @@ fn check_valid(valid: &ValidRequest, body_len: usize) {
             // Every value took at least one byte of the body (a binary BOOL or INT8).
             assert!(values.len() <= body_len, "{} values", values.len());
         }
+        ValidInput::Tensors { .. } => {}
         ValidInput::Text(t) => {
             assert!(!t.texts.is_empty() && t.texts.len() <= max_rows);
             assert!(t.texts.iter().all(|t| !t.is_empty()));

@@ -9,6 +9,7 @@
 //! the co-location guardian, and the v2 request decoder.
 
 mod admission;
+mod backends;
 mod batching;
 mod coloc;
 pub mod config;
@@ -30,6 +31,7 @@ mod repository_control;
 mod shutdown;
 mod signals;
 mod stats;
+pub mod triton;
 mod usage;
 mod validate;
 mod worker;
@@ -225,6 +227,8 @@ impl Gateway {
                 device: self.device.clone(),
                 cpu_threads: self.config.cpu_threads,
                 busy: self.busy.clone(),
+                triton: None,
+                onnxruntime_lib: self.config.onnxruntime_lib.clone(),
             };
             let v = loader::load(spec)
                 .await

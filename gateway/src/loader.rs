@@ -32,6 +32,10 @@ pub struct LoadSpec {
     /// CPU threads per forward pass (0: all).
     pub cpu_threads: usize,
     pub busy: Arc<BusyMeter>,
+    /// An ONNX model's config.pbtxt, if its repository entry has one.
+    pub triton: Option<Arc<crate::triton::TritonConfig>>,
+    /// ONNX Runtime's library, if the configuration names one.
+    pub onnxruntime_lib: Option<PathBuf>,
 }
 
 /// Loads, warms up and starts serving a version; returns its handle once every replica is
@@ -59,7 +63,7 @@ async fn load_validated(
     let info = replicas.info.clone();
     let text = match &info.input {
         InputKind::Text(input) => Some(text_model(&spec.path, input).await?),
-        InputKind::Dense { .. } => None,
+        InputKind::Dense { .. } | InputKind::Tensors(_) => None,
     };
     if info.output_width == 0 {
         return Err("model has an empty output".into());
@@ -78,6 +82,7 @@ async fn load_validated(
         updates: channels.updates,
         stats,
         loaded_at: std::time::SystemTime::now(),
+        triton: spec.triton.clone(),
     }))
 }
 
@@ -98,12 +103,19 @@ async fn start_replicas(
 ) -> Result<Replicas, String> {
     let count = spec.settings.replicas.max(1);
     let options = load_options(spec);
+    let onnx_options = crate::backends::OnnxOptions {
+        config: spec.triton.as_ref().map(|t| t.config.clone()),
+        runtime_lib: spec.onnxruntime_lib.clone(),
+        cpu_threads: spec.cpu_threads,
+        max_batch_size: spec.settings.max_batch_size,
+    };
     let (batch_tx, batch_rx) = std::sync::mpsc::sync_channel(count);
     let batch_rx = Arc::new(Mutex::new(batch_rx));
     let (done_tx, done_rx) = mpsc::channel(count * 2);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     for replica in 0..count {
         let (path, device) = (spec.path.clone(), spec.device.clone());
+        let onnx_options = onnx_options.clone();
         let worker_spec = WorkerSpec {
             model_label: spec.name.clone(),
             replica,
@@ -116,7 +128,7 @@ async fn start_replicas(
         };
         // Runs in the replica's compute pool: the model splits its work over that pool's
         // `cpu_threads` threads.
-        let load = move || models::load_with(&path, &device, options).map_err(|e| e.to_string());
+        let load = move || crate::backends::load(&path, &device, options, &onnx_options);
         worker::spawn(worker_spec, load, ready_tx.clone())
             .map_err(|e| format!("cannot start a worker thread: {e}"))?;
     }

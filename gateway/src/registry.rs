@@ -64,6 +64,8 @@ pub struct ModelVersion {
     pub stats: Arc<crate::stats::VersionStats>,
     /// When it was ready to serve: OpenAI's `created` for the model.
     pub loaded_at: std::time::SystemTime,
+    /// The config.pbtxt it was loaded with (an ONNX model's, in Triton's layout).
+    pub triton: Option<Arc<crate::triton::TritonConfig>>,
 }
 
 impl ModelVersion {

@@ -27,6 +27,11 @@ pub struct RepoModel {
     /// A `config.toml` is there but cannot be read as settings (perhaps half written):
     /// loaded versions keep the settings they have.
     pub config_invalid: bool,
+    /// Its config.pbtxt (Triton's layout), read and mapped onto `overrides` beneath any
+    /// `config.toml`.
+    pub triton: Option<std::sync::Arc<crate::triton::TritonConfig>>,
+    /// Why its config.pbtxt cannot be used: its versions fail to load with this reason.
+    pub triton_error: Option<String>,
 }
 
 /// Lists models and versions. Unreadable entries are skipped; a bad `config.toml` is logged
@@ -46,6 +51,12 @@ pub fn scan(root: &Path) -> std::io::Result<BTreeMap<String, RepoModel>> {
             continue;
         }
         let mut model = RepoModel::default();
+        read_triton_config(&path, &mut model);
+        let model_file = model
+            .triton
+            .as_ref()
+            .map_or("model.onnx", |t| t.model_file())
+            .to_string();
         let Ok(versions) = std::fs::read_dir(&path) else {
             continue;
         };
@@ -58,10 +69,15 @@ pub fn scan(root: &Path) -> std::io::Result<BTreeMap<String, RepoModel>> {
             else {
                 continue;
             };
-            let file = vpath.join(MODEL_FILE);
-            if number > 0 && file.is_file() {
+            let file = [vpath.join(MODEL_FILE), vpath.join(&model_file)]
+                .into_iter()
+                .find(|f| f.is_file());
+            if let Some(file) = file.filter(|_| number > 0) {
                 model.versions.insert(number, file);
             }
+        }
+        if let Some(t) = &model.triton {
+            apply_version_policy(&t.config, &mut model.versions);
         }
         let config = path.join("config.toml");
         if config.is_file() {
@@ -69,7 +85,10 @@ pub fn scan(root: &Path) -> std::io::Result<BTreeMap<String, RepoModel>> {
                 .map_err(|e| e.to_string())
                 .and_then(|t| toml::from_str::<ModelOverrides>(&t).map_err(|e| e.to_string()))
             {
-                Ok(o) => model.overrides = Some(o),
+                Ok(o) => {
+                    let under = model.overrides.take().unwrap_or_default();
+                    model.overrides = Some(o.layered_on(&under));
+                }
                 Err(e) => {
                     model.config_invalid = true;
                     tracing::warn!(path = %config.display(), error = %e, "ignoring invalid model config")
@@ -79,6 +98,44 @@ pub fn scan(root: &Path) -> std::io::Result<BTreeMap<String, RepoModel>> {
         out.insert(name, model);
     }
     Ok(out)
+}
+
+/// Reads `DIR/<model>/config.pbtxt` into `model`: its settings as the overrides a
+/// `config.toml` then layers on, or the reason it cannot be used.
+fn read_triton_config(dir: &Path, model: &mut RepoModel) {
+    let path = dir.join(crate::triton::CONFIG_FILE);
+    if !path.is_file() {
+        return;
+    }
+    match crate::triton::TritonConfig::read(&path) {
+        Ok(t) => {
+            model.overrides = Some(crate::triton::mapping::overrides(&t.config));
+            model.triton = Some(std::sync::Arc::new(t));
+        }
+        Err(e) => model.triton_error = Some(e),
+    }
+}
+
+/// Triton's `version_policy`: the newest version by default, the newest N, all, or the ones
+/// listed.
+fn apply_version_policy(
+    config: &crate::triton::ModelConfig,
+    versions: &mut BTreeMap<u64, PathBuf>,
+) {
+    use crate::triton::config::VersionPolicy;
+    let newest = |n: usize, versions: &mut BTreeMap<u64, PathBuf>| {
+        while versions.len() > n.max(1) {
+            versions.pop_first();
+        }
+    };
+    match &config.version_policy {
+        None => newest(1, versions),
+        Some(VersionPolicy::Latest { num_versions }) => newest(*num_versions as usize, versions),
+        Some(VersionPolicy::All {}) => {}
+        Some(VersionPolicy::Specific { versions: listed }) => {
+            versions.retain(|v, _| listed.contains(&(*v as i64)))
+        }
+    }
 }
 
 /// A version folder's number: plain decimal digits without a leading zero (`7`, not `+7`
@@ -236,6 +293,11 @@ impl Watcher {
         if self.failed.get(&key).is_some_and(|(t, _)| *t == mtime) {
             return false;
         }
+        if let Some(e) = &model.triton_error {
+            tracing::error!(model = %name, version, error = %e, "model version not loaded: its config.pbtxt is invalid");
+            self.failed.insert(key, (mtime, e.clone()));
+            return false;
+        }
         let spec = LoadSpec {
             name: name.to_string(),
             version,
@@ -249,7 +311,14 @@ impl Watcher {
             device: self.device.clone(),
             cpu_threads: self.config.cpu_threads,
             busy: self.busy.clone(),
+            triton: model.triton.clone(),
+            onnxruntime_lib: self.config.onnxruntime_lib.clone(),
         };
+        if let Some(t) = &model.triton {
+            for field in crate::triton::mapping::ignored_fields(&t.json) {
+                tracing::warn!(model = %name, version, field = %field, "config.pbtxt sets a field tandem does not act on");
+            }
+        }
         match loader::load(spec).await {
             Ok(v) => {
                 self.failed.remove(&key);

@@ -117,4 +117,8 @@ pub enum ModelError {
     /// A batch of a kind the model does not take (tokens for an MLP, rows for an encoder).
     #[error("{0}")]
     WrongInput(String),
+
+    /// A backend's own failure inside a forward pass (ONNX Runtime's message).
+    #[error("{0}")]
+    Backend(String),
 }

@@ -58,6 +58,8 @@ pub enum InputKind {
     Dense { width: usize },
     /// Texts, tokenized by the gateway and packed: at most `max_seq_len` tokens each.
     Text(TextInput),
+    /// Named, typed tensors (an ONNX graph's): run with [`Model::forward_tensors`].
+    Tensors(seam::Signature),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -161,6 +163,20 @@ pub trait Model: Send {
 
     /// Runs `batch` and writes `[batch.rows(), output_width]` into `output`.
     fn forward(&mut self, batch: Batch<'_>, output: &mut [f32]) -> Result<(), ModelError>;
+
+    /// Runs named input tensors (a batch's rows joined along the first dimension where the
+    /// signature batches) and returns the outputs named in `outputs`, in that order. Only
+    /// models of [`InputKind::Tensors`] have it.
+    fn forward_tensors(
+        &mut self,
+        inputs: &[seam::Tensor],
+        outputs: &[&str],
+    ) -> Result<Vec<seam::Tensor>, ModelError> {
+        let _ = (inputs, outputs);
+        Err(ModelError::WrongInput(
+            "this model takes rows or texts, not named tensors".into(),
+        ))
+    }
 
     /// Whether its forward passes split layers over the threads of the rayon pool they run
     /// in: that pool's threads are then best kept one to a core

@@ -239,7 +239,7 @@ impl Server {
         Server::spawn_with(args, |_| {})
     }
 
-    fn spawn_with(args: &[&str], setup: impl FnOnce(&mut Command)) -> Server {
+    pub fn spawn_with(args: &[&str], setup: impl FnOnce(&mut Command)) -> Server {
         // Each server gets its own trainer socket, unless its config file names one.
         static N: AtomicUsize = AtomicUsize::new(0);
         let socket = std::env::temp_dir().join(format!(

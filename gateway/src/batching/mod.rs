@@ -41,6 +41,8 @@ pub enum Payload {
     Dense(Vec<f32>),
     /// Its texts, tokenized: one sequence each.
     Tokens(Box<models::PackedTokens>),
+    /// Named tensors (an ONNX model's), batched with requests of the same non-batch shapes.
+    Tensors(Vec<seam::Tensor>),
 }
 
 /// A validated request waiting for its batch.
@@ -69,6 +71,8 @@ pub type Reply = Result<Completed, InferError>;
 pub struct Completed {
     /// Row-major `[outputs, output width]`.
     pub output: Vec<f32>,
+    /// A tensor model's outputs: its own rows of each.
+    pub tensors: Vec<seam::Tensor>,
     /// The tokens it brought (a text model's), for cost per token.
     pub tokens: usize,
     pub queue_time: Duration,

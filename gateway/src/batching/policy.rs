@@ -170,7 +170,7 @@ pub fn for_settings(
 /// What a batch's rows are, in messages: a text model's batches count token-units.
 fn row_unit(input: &models::InputKind) -> &'static str {
     match input {
-        models::InputKind::Dense { .. } => "rows",
+        models::InputKind::Dense { .. } | models::InputKind::Tensors(_) => "rows",
         models::InputKind::Text(_) => "token-units",
     }
 }

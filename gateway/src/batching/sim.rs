@@ -266,6 +266,7 @@ async fn device(
         }
         for p in live {
             let _ = p.reply.send(Ok(Completed {
+                tensors: Vec::new(),
                 tokens: 0,
                 output: Vec::new(),
                 queue_time: now - p.enqueued,

@@ -177,7 +177,9 @@ impl ModelSettings {
     /// token-units) and in output rows (rows, or texts).
     pub fn batch_limits(&self, input: &models::InputKind) -> (usize, usize) {
         match input {
-            models::InputKind::Dense { .. } => (self.max_batch_size, self.max_batch_size),
+            models::InputKind::Dense { .. } | models::InputKind::Tensors(_) => {
+                (self.max_batch_size, self.max_batch_size)
+            }
             models::InputKind::Text(_) => (self.max_batch_tokens, self.max_batch_size),
         }
     }

@@ -18,7 +18,7 @@ use crate::error::ApiError;
 use crate::infer::{Arrival, Submission};
 use crate::metrics as names;
 use crate::protocol::response::{self, Encoded, ResponseFields};
-use crate::protocol::{InferRequest, binary, json_de};
+use crate::protocol::{InferRequest, binary, json_de, tensor_response};
 use crate::registry::ModelVersion;
 use crate::stats::RequestTimes;
 use crate::validate::{Signature, ValidInput, ValidRequest, validate};
@@ -152,7 +152,12 @@ async fn infer_on(
     let mut completed = version.core.submit(submission, &arrival, wait).await?;
     let width = version.info.output_width;
     completed.output = text::normalized(completed.output, width, normalize);
-    let encoded = encode(version, id.as_deref(), &outputs, rows, &completed)?;
+    let encoded = match &version.info.input {
+        models::InputKind::Tensors(_) => {
+            encode_tensors(version, id.as_deref(), &outputs, &completed)?
+        }
+        _ => encode(version, id.as_deref(), &outputs, rows, &completed)?,
+    };
     let response = respond(encoded, head.answer_coding).await;
     record(version, &arrival, queued, rows, &completed);
     Ok(response)
@@ -166,18 +171,19 @@ async fn submission(
     priority: u32,
     timeout: Option<Duration>,
 ) -> Result<(Submission, bool), ApiError> {
+    let rows_of = |input: Payload, rows: usize| Submission {
+        input,
+        rows,
+        outputs: rows,
+        priority,
+        timeout,
+        continues: false,
+    };
     match input {
-        ValidInput::Dense { values, rows } => Ok((
-            Submission {
-                input: Payload::Dense(values),
-                rows,
-                outputs: rows,
-                priority,
-                timeout,
-                continues: false,
-            },
-            false,
-        )),
+        ValidInput::Dense { values, rows } => Ok((rows_of(Payload::Dense(values), rows), false)),
+        ValidInput::Tensors { tensors, rows } => {
+            Ok((rows_of(Payload::Tensors(tensors), rows), false))
+        }
         ValidInput::Text(t) => {
             let inputs = match t.pairs {
                 None => t.texts.into_iter().map(text::Input::Text).collect(),
@@ -226,6 +232,21 @@ fn encode(
         width: version.info.output_width,
     };
     Ok(response::encode(&fields, outputs, &completed.output)?)
+}
+
+fn encode_tensors(
+    version: &ModelVersion,
+    id: Option<&str>,
+    outputs: &[response::OutputRequest],
+    completed: &Completed,
+) -> Result<Encoded, ApiError> {
+    let version_label = version.version.to_string();
+    let who = tensor_response::Identity {
+        model_name: &version.name,
+        model_version: &version_label,
+        id,
+    };
+    Ok(tensor_response::encode(&who, outputs, &completed.tensors)?)
 }
 
 /// The response, compressed when the client asked for it and it is worth it. The binary

@@ -129,9 +129,6 @@ pub fn model_config(
 ) -> Result<Response<Full<Bytes>>, ApiError> {
     let v = state.registry.resolve(model, version)?;
     let s = v.settings();
-    let tensors = |specs: &[models::TensorSpec]| -> Vec<serde_json::Value> {
-        specs.iter().map(triton_tensor).collect()
-    };
     let meta = &v.info.metadata;
     let text = |value: String| json!({ "string_value": value });
     let policy = match s.policy {
@@ -143,11 +140,18 @@ pub fn model_config(
     } else {
         "KIND_CPU"
     };
+    let batched = match &v.info.input {
+        models::InputKind::Tensors(signature) => signature.batched,
+        _ => true,
+    };
+    let tensors = |specs: &[models::TensorSpec]| -> Vec<serde_json::Value> {
+        specs.iter().map(|t| triton_tensor(t, batched)).collect()
+    };
     let body = json!({
         "name": v.name,
         "platform": platform(&v.info.input),
-        "backend": "tandem",
-        "max_batch_size": s.max_batch_size,
+        "backend": backend(&v.info.input),
+        "max_batch_size": if batched { s.max_batch_size } else { 0 },
         "input": tensors(&meta.inputs),
         "output": tensors(&meta.outputs),
         "instance_group": [{"name": v.name, "kind": kind, "count": s.replicas}],
@@ -168,7 +172,41 @@ pub fn model_config(
             "max_batch_tokens": text(s.max_batch_tokens.to_string()),
         },
     });
+    let body = match &v.triton {
+        Some(t) => served_over_file(t.json.clone(), body),
+        None => body,
+    };
     Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
+}
+
+/// A config.pbtxt's fields with what the version serves with written over them: the file's
+/// other fields (warm-up, optimization, parameters of its own) read back as it gave them.
+fn served_over_file(mut file: serde_json::Value, served: serde_json::Value) -> serde_json::Value {
+    let (Some(file_fields), serde_json::Value::Object(served)) = (file.as_object_mut(), served)
+    else {
+        return file;
+    };
+    for (key, value) in served {
+        match (key.as_str(), file_fields.get_mut(&key)) {
+            ("parameters", Some(serde_json::Value::Object(given))) => {
+                if let serde_json::Value::Object(ours) = value {
+                    given.extend(ours);
+                }
+            }
+            _ => {
+                file_fields.insert(key, value);
+            }
+        }
+    }
+    file
+}
+
+/// Who runs the model, in Triton's `backend` field.
+fn backend(input: &models::InputKind) -> &'static str {
+    match input {
+        models::InputKind::Tensors(_) => "onnxruntime",
+        _ => "tandem",
+    }
 }
 
 /// `tandem_mlp` or `tandem_encoder`: what a model metadata's `platform` says.
@@ -176,17 +214,18 @@ pub fn platform(input: &models::InputKind) -> &'static str {
     match input {
         models::InputKind::Dense { .. } => "tandem_mlp",
         models::InputKind::Text(_) => "tandem_encoder",
+        models::InputKind::Tensors(_) => "onnxruntime_onnx",
     }
 }
 
 /// A tensor as Triton's model configuration gives it: its dims without the batch
 /// dimension (`[1]` for a BYTES input of one text per row), BYTES as `TYPE_STRING`.
-fn triton_tensor(t: &models::TensorSpec) -> serde_json::Value {
+fn triton_tensor(t: &models::TensorSpec, batched: bool) -> serde_json::Value {
     let data_type = match t.datatype {
         "BYTES" => "TYPE_STRING".to_string(),
         other => format!("TYPE_{other}"),
     };
-    let mut dims: Vec<i64> = t.shape.iter().skip(1).copied().collect();
+    let mut dims: Vec<i64> = t.shape.iter().skip(batched as usize).copied().collect();
     if dims.is_empty() {
         dims.push(1);
     }

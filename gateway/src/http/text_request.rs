@@ -280,6 +280,7 @@ where
 fn joined(parts: Vec<Completed>) -> Completed {
     let mut whole = Completed {
         output: Vec::new(),
+        tensors: Vec::new(),
         tokens: 0,
         queue_time: std::time::Duration::ZERO,
         compute_time: std::time::Duration::ZERO,

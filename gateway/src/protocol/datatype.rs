@@ -89,13 +89,48 @@ impl Datatype {
         })
     }
 
-    pub fn is_integer(self) -> bool {
-        self.int_range().is_some()
+    /// Writes `v` as one little-endian element of this type into `out` (its size), if
+    /// the type holds it exactly (floats: within range; 16-bit floats rounded).
+    pub fn write_exact(self, v: f64, out: &mut [u8]) -> Result<(), ValueError> {
+        self.check_number(v)?;
+        let finite = |f: f64| {
+            if f.is_finite() {
+                Ok(())
+            } else {
+                Err(ValueError::OutOfRange)
+            }
+        };
+        match self {
+            Datatype::Bool if v != 0.0 && v != 1.0 => return Err(ValueError::NotBool),
+            Datatype::Bool | Datatype::Uint8 => out[0] = v as u8,
+            Datatype::Int8 => out[0] = (v as i8) as u8,
+            Datatype::Int16 => out.copy_from_slice(&(v as i16).to_le_bytes()),
+            Datatype::Uint16 => out.copy_from_slice(&(v as u16).to_le_bytes()),
+            Datatype::Int32 => out.copy_from_slice(&(v as i32).to_le_bytes()),
+            Datatype::Uint32 => out.copy_from_slice(&(v as u32).to_le_bytes()),
+            Datatype::Int64 => out.copy_from_slice(&(v as i64).to_le_bytes()),
+            Datatype::Uint64 => out.copy_from_slice(&(v as u64).to_le_bytes()),
+            Datatype::Fp16 => {
+                let h = half::f16::from_f64(v);
+                finite(h.to_f64())?;
+                out.copy_from_slice(&h.to_le_bytes());
+            }
+            Datatype::Bf16 => {
+                let h = half::bf16::from_f64(v);
+                finite(h.to_f64())?;
+                out.copy_from_slice(&h.to_le_bytes());
+            }
+            Datatype::Fp32 => {
+                finite(v as f32 as f64)?;
+                out.copy_from_slice(&(v as f32).to_le_bytes());
+            }
+            Datatype::Fp64 => out.copy_from_slice(&v.to_le_bytes()),
+        }
+        Ok(())
     }
 
-    /// Converts one value given as f64 (JSON numbers, or binary values widened exactly) into
-    /// the f32 the model reads, or says why it cannot.
-    pub fn to_model_f32(self, v: f64) -> Result<f32, ValueError> {
+    /// Whether `v` is a finite number and, for an integer type, a whole one in its range.
+    fn check_number(self, v: f64) -> Result<(), ValueError> {
         if !v.is_finite() {
             return Err(ValueError::NonFinite);
         }
@@ -106,6 +141,19 @@ impl Datatype {
             if v < lo || v >= hi {
                 return Err(ValueError::OutOfRange);
             }
+        }
+        Ok(())
+    }
+
+    pub fn is_integer(self) -> bool {
+        self.int_range().is_some()
+    }
+
+    /// Converts one value given as f64 (JSON numbers, or binary values widened exactly) into
+    /// the f32 the model reads, or says why it cannot.
+    pub fn to_model_f32(self, v: f64) -> Result<f32, ValueError> {
+        self.check_number(v)?;
+        if self.int_range().is_some() {
             let f = v as f32;
             if f as f64 != v {
                 return Err(ValueError::Inexact);

@@ -143,29 +143,9 @@ impl JsonData {
     /// flat index of the first that does not, and why.
     pub fn into_model_f32(self, datatype: Datatype) -> Result<Vec<f32>, (usize, String)> {
         let fail = |i: usize, why: &str| Err((i, why.to_string()));
-        if let Some(i) = self.first_text {
-            return fail(
-                i,
-                &format!("is a JSON string; {datatype} data must be numbers"),
-            );
-        }
+        self.check_kinds(datatype)?;
         if datatype == Datatype::Bool {
-            if let Some(i) = self.first_number {
-                return fail(i, "is a number; BOOL data must be true or false");
-            }
             return Ok(self.values.iter().map(|&v| v as f32).collect());
-        }
-        if let Some(i) = self.first_bool {
-            return fail(i, &format!("is a boolean; {datatype} data must be numbers"));
-        }
-        if datatype.is_integer() {
-            let beyond = self
-                .first_beyond_64_bits
-                .map(|i| (i, ValueError::OutOfRange));
-            let inexact = self.first_inexact_integer.map(|i| (i, ValueError::Inexact));
-            if let Some((i, why)) = beyond.into_iter().chain(inexact).min_by_key(|(i, _)| *i) {
-                return fail(i, &why.to_string());
-            }
         }
         if matches!(datatype, Datatype::Fp32 | Datatype::Fp64) {
             // The common case, without a branch per value: convert all, then look for the
@@ -181,6 +161,60 @@ impl JsonData {
             .enumerate()
             .map(|(i, &v)| datatype.to_model_f32(v).map_err(|e| (i, e.to_string())))
             .collect()
+    }
+}
+
+impl JsonData {
+    /// Whether every value is of the kind `datatype` takes (numbers, or booleans for BOOL)
+    /// and, for an integer type, was given exactly; otherwise the first that is not, and why.
+    fn check_kinds(&self, datatype: Datatype) -> Result<(), (usize, String)> {
+        let fail = |i: usize, why: String| Err((i, why));
+        if let Some(i) = self.first_text {
+            return fail(
+                i,
+                format!("is a JSON string; {datatype} data must be numbers"),
+            );
+        }
+        if datatype == Datatype::Bool {
+            if let Some(i) = self.first_number {
+                return fail(i, "is a number; BOOL data must be true or false".into());
+            }
+        } else if let Some(i) = self.first_bool {
+            return fail(i, format!("is a boolean; {datatype} data must be numbers"));
+        }
+        if datatype.is_integer() {
+            let beyond = self
+                .first_beyond_64_bits
+                .map(|i| (i, ValueError::OutOfRange));
+            let inexact = self.first_inexact_integer.map(|i| (i, ValueError::Inexact));
+            if let Some((i, why)) = beyond.into_iter().chain(inexact).min_by_key(|(i, _)| *i) {
+                return fail(i, why.to_string());
+            }
+        }
+        Ok(())
+    }
+
+    /// The values as little-endian elements of `dtype` (a fixed-size type), each exactly
+    /// the number JSON gave (16-bit floats rounded to the nearest); otherwise the flat
+    /// index of the first that is not one, and why.
+    pub fn into_elements(self, dtype: seam::DataType) -> Result<seam::Buffer, (usize, String)> {
+        let datatype =
+            Datatype::parse(dtype.name()).ok_or((0, format!("{dtype} is not numeric")))?;
+        let size = dtype.size().unwrap_or(0);
+        self.check_kinds(datatype)?;
+        let mut out = seam::Buffer::zeroed(self.values.len() * size);
+        let bytes = out.as_bytes_mut();
+        for (i, (&v, slot)) in self
+            .values
+            .iter()
+            .zip(bytes.chunks_exact_mut(size))
+            .enumerate()
+        {
+            datatype
+                .write_exact(v, slot)
+                .map_err(|e| (i, e.to_string()))?;
+        }
+        Ok(out)
     }
 }
 

@@ -9,6 +9,7 @@ mod input_tensor;
 pub mod json;
 pub mod json_de;
 pub mod response;
+pub mod tensor_response;
 
 use serde::Deserialize;
 

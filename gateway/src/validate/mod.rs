@@ -7,6 +7,7 @@
 //! ([`dense`]) or texts ([`text`]).
 
 mod dense;
+mod tensors;
 mod text;
 
 use std::time::Duration;
@@ -39,6 +40,11 @@ pub enum ValidInput {
         rows: usize,
     },
     Text(TextRequest),
+    /// Named tensors; `rows` along their first dimension where the model batches, else 1.
+    Tensors {
+        tensors: Vec<seam::Tensor>,
+        rows: usize,
+    },
 }
 
 /// What validation needs of the model: its input and its output's name.
@@ -70,6 +76,9 @@ pub fn validate(
             dense::validate(input, binary_section, *width, settings)?
         }
         InputKind::Text(t) => text::validate(inputs, binary_section, &parameters, t, settings)?,
+        InputKind::Tensors(signature) => {
+            tensors::validate(inputs, binary_section, signature, settings)?
+        }
     };
     if !rest.is_empty() {
         return Err(RequestError::Malformed(format!(
@@ -80,7 +89,13 @@ pub fn validate(
     Ok(ValidRequest {
         id,
         input,
-        outputs: requested_outputs(outputs, &parameters, model.output_name)?,
+        outputs: match model.input {
+            InputKind::Tensors(signature) => {
+                let names: Vec<&str> = signature.outputs.iter().map(|o| o.name.as_str()).collect();
+                requested_outputs(outputs, &parameters, &names)?
+            }
+            _ => requested_outputs(outputs, &parameters, &[model.output_name])?,
+        },
         priority: priority(&parameters, settings)?,
         timeout: timeout(&parameters, settings),
     })
@@ -100,23 +115,32 @@ fn only_input(inputs: Vec<InputTensor>, name: &str) -> Result<InputTensor, Reque
     }
 }
 
+/// The outputs a request asks for, among the model's `names` (all of them, in order, when
+/// it names none).
 fn requested_outputs(
     outputs: Option<Vec<RequestedOutput>>,
     parameters: &RequestParameters,
-    name: &str,
+    names: &[&str],
 ) -> Result<Vec<OutputRequest>, RequestError> {
     let binary_default = parameters.binary_data_output.unwrap_or(false);
     let Some(list) = outputs else {
-        return Ok(vec![OutputRequest {
-            name: name.to_string(),
-            binary: binary_default,
-        }]);
+        return Ok(names
+            .iter()
+            .map(|name| OutputRequest {
+                name: name.to_string(),
+                binary: binary_default,
+            })
+            .collect());
     };
     let mut out: Vec<OutputRequest> = Vec::with_capacity(list.len());
     for o in list {
-        if o.name != name {
+        if !names.contains(&o.name.as_str()) {
+            let has = match names {
+                [one] => format!("{one:?}"),
+                all => format!("{all:?}"),
+            };
             return Err(invalid(format!(
-                "outputs: unknown output {:?}; the model has {name:?}",
+                "outputs: unknown output {:?}; the model has {has}",
                 o.name
             )));
         }

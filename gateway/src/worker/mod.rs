@@ -4,6 +4,7 @@
 //! requests whose client has gone or whose deadline has passed, runs `forward` once, and
 //! answers each request on its own channel.
 
+mod tensor_batch;
 mod warmup;
 
 use std::panic::AssertUnwindSafe;
@@ -125,7 +126,7 @@ fn load_and_serve<L>(
     serve(spec, model.as_mut());
 }
 
-struct WorkerMetrics {
+pub(crate) struct WorkerMetrics {
     compute: Histogram,
     queue: Histogram,
     batch_tokens: Histogram,
@@ -150,6 +151,10 @@ fn serve(spec: WorkerSpec, model: &mut dyn Model) {
         padding: metrics::gauge!(names::BATCH_PADDING_RATIO, "model" => label),
     };
     let width = model.output_width();
+    let tensors = match model.input() {
+        InputKind::Tensors(signature) => Some(signature),
+        _ => None,
+    };
     let mut buffers = Buffers::default();
     loop {
         // The lock is held only while waiting for the next batch, never across compute.
@@ -171,6 +176,10 @@ fn serve(spec: WorkerSpec, model: &mut dyn Model) {
                 },
                 Vec::new(),
             ),
+            false if tensors.is_some() => {
+                let signature = tensors.as_ref().expect("checked");
+                tensor_batch::run(&spec, model, signature, live, now, &m.compute)
+            }
             false => run_batch(&spec, model, live, &mut buffers, width, now, &m),
         };
         // The batcher hears that the batch ended before its clients do: a client that sends
@@ -187,7 +196,7 @@ fn serve(spec: WorkerSpec, model: &mut dyn Model) {
 }
 
 /// A batch's answers, each with the request it goes to.
-type Replies = Vec<(tokio::sync::oneshot::Sender<Reply>, Reply)>;
+pub(crate) type Replies = Vec<(tokio::sync::oneshot::Sender<Reply>, Reply)>;
 
 /// The batch's requests whose client still waits and whose deadline has not passed (those
 /// are answered 504 now): they would cost compute for nobody.
@@ -219,6 +228,7 @@ fn assemble<'a>(live: &'a [Pending], buffers: &'a mut Buffers) -> Batch<'a> {
                 rows: outputs,
             },
             Payload::Tokens(tokens) => Batch::Tokens(tokens),
+            Payload::Tensors(_) => unreachable!("tensor batches run in tensor_batch"),
         };
     }
     if let Some(Payload::Tokens(_)) = live.first().map(|p| &p.input) {
@@ -285,9 +295,10 @@ fn run_batch(
         let reply = match &result {
             Ok(()) => Ok(Completed {
                 output: output[offset..offset + n].to_vec(),
+                tensors: Vec::new(),
                 tokens: match &p.input {
                     Payload::Tokens(t) => t.tokens(),
-                    Payload::Dense(_) => 0,
+                    Payload::Dense(_) | Payload::Tensors(_) => 0,
                 },
                 queue_time: started_at.saturating_duration_since(p.enqueued),
                 compute_time: compute,
@@ -315,7 +326,7 @@ fn run_batch(
 fn output_rows(p: &Pending) -> usize {
     match &p.input {
         Payload::Tokens(t) => t.output_rows(),
-        Payload::Dense(_) => p.outputs,
+        Payload::Dense(_) | Payload::Tensors(_) => p.outputs,
     }
 }
 
@@ -323,6 +334,15 @@ fn output_rows(p: &Pending) -> usize {
 fn run(model: &mut dyn Model, batch: Batch<'_>, output: &mut [f32]) -> Result<(), String> {
     match std::panic::catch_unwind(AssertUnwindSafe(|| model.forward(batch, output))) {
         Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("the model panicked".into()),
+    }
+}
+
+/// `f`, with a panic inside the model turned into an error for this batch only.
+fn catch<T>(f: impl FnOnce() -> Result<T, models::ModelError>) -> Result<T, String> {
+    match std::panic::catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("the model panicked".into()),
     }

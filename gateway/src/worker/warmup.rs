@@ -32,8 +32,19 @@ pub fn warmup_buckets(max_batch_rows: usize) -> Vec<usize> {
 
 /// One warm-up batch: its size in batch rows, and what the model runs.
 enum Sample {
-    Dense { rows: usize, values: Vec<f32> },
-    Text { units: usize, tokens: PackedTokens },
+    Dense {
+        rows: usize,
+        values: Vec<f32>,
+    },
+    Text {
+        units: usize,
+        tokens: PackedTokens,
+    },
+    /// Zeros of every input, variable dimensions 1.
+    Tensors {
+        rows: usize,
+        tensors: Vec<seam::Tensor>,
+    },
 }
 
 impl Sample {
@@ -41,6 +52,7 @@ impl Sample {
         match self {
             Sample::Dense { rows, .. } => *rows,
             Sample::Text { units, .. } => *units,
+            Sample::Tensors { rows, .. } => *rows,
         }
     }
 
@@ -51,6 +63,7 @@ impl Sample {
                 rows: *rows,
             },
             Sample::Text { tokens, .. } => Batch::Tokens(tokens),
+            Sample::Tensors { .. } => unreachable!("tensor samples run with forward_tensors"),
         }
     }
 }
@@ -66,7 +79,58 @@ fn samples(input: &InputKind, max_rows: usize, max_outputs: usize) -> Vec<Sample
             })
             .collect(),
         InputKind::Text(text) => text_samples(text, max_rows, max_outputs),
+        InputKind::Tensors(signature) => tensor_samples(signature, max_rows),
     }
+}
+
+fn tensor_samples(signature: &seam::Signature, max_rows: usize) -> Vec<Sample> {
+    let sizes = match signature.batched {
+        true => warmup_buckets(max_rows),
+        false => vec![1],
+    };
+    sizes
+        .into_iter()
+        .map(|rows| {
+            let tensors = signature
+                .inputs
+                .iter()
+                .filter(|s| !s.optional)
+                .map(|s| {
+                    let dims = s.dims.iter().map(|&d| d.max(1) as usize);
+                    let shape = signature.batched.then_some(rows).into_iter().chain(dims);
+                    seam::Tensor::zeros(&s.name, s.dtype, shape.collect())
+                })
+                .collect();
+            Sample::Tensors { rows, tensors }
+        })
+        .collect()
+}
+
+/// Whether a tensor model takes inputs of any size past the batch dimension: warm-up's
+/// ones may then be no size it accepts (an image smaller than its pooling), and such a
+/// failure says nothing about the requests it will serve.
+fn variable_shapes(input: &InputKind) -> bool {
+    match input {
+        InputKind::Tensors(s) => s.inputs.iter().any(|t| t.dims.iter().any(|&d| d < 0)),
+        _ => false,
+    }
+}
+
+/// Runs one warm-up sample.
+fn run_sample(model: &mut dyn Model, sample: &Sample, width: usize) -> Result<(), String> {
+    if let Sample::Tensors { tensors, .. } = sample {
+        let InputKind::Tensors(signature) = model.input() else {
+            return Err("a tensor sample for a model of rows or texts".into());
+        };
+        let outputs: Vec<&str> = signature.outputs.iter().map(|o| o.name.as_str()).collect();
+        return model
+            .forward_tensors(tensors, &outputs)
+            .map(drop)
+            .map_err(|e| e.to_string());
+    }
+    let batch = sample.batch();
+    let mut output = vec![0f32; batch.rows() * width];
+    model.forward(batch, &mut output).map_err(|e| e.to_string())
 }
 
 fn text_samples(text: &TextInput, max_rows: usize, max_outputs: usize) -> Vec<Sample> {
@@ -137,12 +201,17 @@ fn warm_up_within(
             break;
         }
         for (i, sample) in samples.iter().enumerate() {
-            let batch = sample.batch();
-            let mut output = vec![0f32; batch.rows() * width];
             let t = Instant::now();
-            model
-                .forward(batch, &mut output)
-                .map_err(|e| e.to_string())?;
+            if let Err(e) = run_sample(model, sample, width) {
+                if !variable_shapes(&model.input()) {
+                    return Err(e);
+                }
+                tracing::warn!(error = %e, "warm-up with variable dimensions at 1 failed; the latency model learns from the first batches instead");
+                return Ok(Warmup {
+                    medians: Vec::new(),
+                    timed_rounds: 0,
+                });
+            }
             if round > 0 {
                 times[i].push(t.elapsed());
             }
@@ -210,7 +279,7 @@ mod tests {
             .iter()
             .map(|s| match s {
                 Sample::Text { units, tokens } => (*units, tokens.sequences()),
-                Sample::Dense { .. } => unreachable!(),
+                Sample::Dense { .. } | Sample::Tensors { .. } => unreachable!(),
             })
             .collect();
         // 32-token sequences: 1 up to 32 units, then one more per 32, at most 16.

@@ -1,0 +1,169 @@
+//! An ONNX graph on the model seam: one ONNX Runtime session per replica, its signature
+//! from config.pbtxt checked against the graph (or the graph's own), and Triton's
+//! `reshape` applied between the shapes clients send and the shapes the graph takes.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use kernels::Device;
+use models::{Batch, InputKind, ModelError, ModelMetadata};
+use seam::{Signature, Tensor, TensorSpec};
+
+use super::OnnxOptions;
+use crate::triton::{ModelConfig, mapping};
+
+pub struct OnnxBackend {
+    model: onnx::OnnxModel,
+    signature: Signature,
+    /// Inputs whose shape in the graph differs from the served one (Triton's `reshape`):
+    /// the graph's shape, without the batch dimension.
+    input_reshape: HashMap<String, Vec<i64>>,
+    /// Outputs the graph gives in another shape: the served dims, without the batch one.
+    output_reshape: HashMap<String, Vec<i64>>,
+    metadata: ModelMetadata,
+    device: Device,
+}
+
+impl OnnxBackend {
+    pub fn load(
+        path: &Path,
+        device: &Device,
+        options: &OnnxOptions,
+    ) -> Result<OnnxBackend, String> {
+        onnx::runtime::init(options.runtime_lib.as_deref()).map_err(|e| e.to_string())?;
+        let given = options.config.clone();
+        if let Some(c) = &given {
+            mapping::check_servable(c)?;
+        }
+        let mut settings = match &given {
+            Some(c) => mapping::session_settings(c)?,
+            None => onnx::SessionSettings::default(),
+        };
+        if settings.intra_op_threads == 0 {
+            settings.intra_op_threads = options.cpu_threads;
+        }
+        if let Device::Cuda(_) = device {
+            let label = device.label();
+            settings.cuda_device = label.strip_prefix("cuda:").and_then(|n| n.parse().ok());
+        }
+        let model = onnx::OnnxModel::load(path, &settings).map_err(|e| e.to_string())?;
+        let config = given.unwrap_or_else(|| completed(&model, options.max_batch_size));
+        let signature = mapping::signature(&config, model.inputs(), model.outputs())?;
+        let (input_reshape, output_reshape) = reshapes(&config);
+        let metadata = metadata(&signature);
+        Ok(OnnxBackend {
+            model,
+            signature,
+            input_reshape,
+            output_reshape,
+            metadata,
+            device: device.clone(),
+        })
+    }
+
+    /// `t` in the shape the graph takes (or, for an output, the shape clients get).
+    fn reshaped(&self, mut t: Tensor, to: &HashMap<String, Vec<i64>>) -> Tensor {
+        if let Some(dims) = to.get(&t.name) {
+            let rows = self.signature.batched.then(|| t.shape[0]);
+            t.shape = rows
+                .into_iter()
+                .chain(dims.iter().map(|&d| d.max(0) as usize))
+                .collect();
+        }
+        t
+    }
+}
+
+/// A configuration for a model without config.pbtxt, as Triton completes one: a batching
+/// model when every input and output leads with a variable dimension.
+fn completed(model: &onnx::OnnxModel, max_batch_size: usize) -> ModelConfig {
+    let leads_variable = |t: &[TensorSpec]| t.iter().all(|s| s.dims.first() == Some(&-1));
+    let batches = leads_variable(model.inputs()) && leads_variable(model.outputs());
+    ModelConfig {
+        max_batch_size: if batches {
+            max_batch_size.max(1) as i32
+        } else {
+            0
+        },
+        ..ModelConfig::default()
+    }
+}
+
+/// The graph's shapes of reshaped inputs; the served dims of reshaped outputs, which the
+/// graph's output is reshaped back to.
+type Reshapes = HashMap<String, Vec<i64>>;
+
+fn reshapes(config: &ModelConfig) -> (Reshapes, Reshapes) {
+    let inputs = config
+        .input
+        .iter()
+        .filter_map(|i| Some((i.name.clone(), i.reshape.as_ref()?.shape.clone())));
+    let outputs = config
+        .output
+        .iter()
+        .filter(|o| o.reshape.is_some())
+        .map(|o| (o.name.clone(), o.dims.clone()));
+    (inputs.collect(), outputs.collect())
+}
+
+fn metadata(signature: &Signature) -> ModelMetadata {
+    let specs = |t: &[TensorSpec]| {
+        t.iter()
+            .map(|s| models::TensorSpec {
+                name: s.name.clone(),
+                datatype: s.dtype.name(),
+                shape: s.protocol_shape(signature.batched),
+            })
+            .collect()
+    };
+    ModelMetadata {
+        inputs: specs(&signature.inputs),
+        outputs: specs(&signature.outputs),
+    }
+}
+
+impl models::Model for OnnxBackend {
+    fn metadata(&self) -> &ModelMetadata {
+        &self.metadata
+    }
+
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn input(&self) -> InputKind {
+        InputKind::Tensors(self.signature.clone())
+    }
+
+    fn output_width(&self) -> usize {
+        self.signature.outputs.len()
+    }
+
+    fn forward(&mut self, _: Batch<'_>, _: &mut [f32]) -> Result<(), ModelError> {
+        Err(ModelError::WrongInput(
+            "an ONNX model runs named tensors, not rows or texts".into(),
+        ))
+    }
+
+    fn forward_tensors(
+        &mut self,
+        inputs: &[Tensor],
+        outputs: &[&str],
+    ) -> Result<Vec<Tensor>, ModelError> {
+        let results = match self.input_reshape.is_empty() {
+            true => self.model.run(inputs, outputs),
+            false => {
+                let inputs: Vec<Tensor> = inputs
+                    .iter()
+                    .map(|t| self.reshaped(t.clone(), &self.input_reshape))
+                    .collect();
+                self.model.run(&inputs, outputs)
+            }
+        }
+        .map_err(|e| ModelError::Backend(e.to_string()))?;
+        Ok(results
+            .into_iter()
+            .map(|t| self.reshaped(t, &self.output_reshape))
+            .collect())
+    }
+}

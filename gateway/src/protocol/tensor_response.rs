@@ -1,0 +1,178 @@
+//! A tensor model's response: each requested output of its own datatype and shape, as JSON
+//! values or as bytes after the JSON header (Triton's binary extension; BYTES elements each
+//! after a 4-byte little-endian length).
+
+use seam::{DataType, Tensor, TensorData};
+use serde_json::{Value, json};
+
+use super::response::{Encoded, OutputRequest};
+use crate::infer::InferError;
+
+/// The model's identity in a response.
+pub struct Identity<'a> {
+    pub model_name: &'a str,
+    pub model_version: &'a str,
+    pub id: Option<&'a str>,
+}
+
+pub fn encode(
+    who: &Identity<'_>,
+    requested: &[OutputRequest],
+    tensors: &[Tensor],
+) -> Result<Encoded, InferError> {
+    let mut outputs = Vec::with_capacity(requested.len());
+    let mut binary = Vec::new();
+    for o in requested {
+        let t = tensors
+            .iter()
+            .find(|t| t.name == o.name)
+            .ok_or_else(|| InferError::Model(format!("the model gave no output {:?}", o.name)))?;
+        let mut out = json!({ "name": t.name, "datatype": t.dtype.name(), "shape": t.shape });
+        if o.binary {
+            let start = binary.len();
+            write_bytes(t, &mut binary);
+            out["parameters"] = json!({ "binary_data_size": binary.len() - start });
+        } else {
+            out["data"] = json_values(t)?;
+        }
+        outputs.push(out);
+    }
+    let mut response = json!({
+        "model_name": who.model_name,
+        "model_version": who.model_version,
+        "outputs": outputs,
+    });
+    if let Some(id) = who.id {
+        response["id"] = json!(id);
+    }
+    let mut body = serde_json::to_vec(&response)
+        .map_err(|e| InferError::Model(format!("cannot encode the response: {e}")))?;
+    if requested.iter().all(|o| !o.binary) {
+        return Ok(Encoded {
+            body,
+            header_len: None,
+        });
+    }
+    let header_len = body.len();
+    body.extend_from_slice(&binary);
+    Ok(Encoded {
+        body,
+        header_len: Some(header_len),
+    })
+}
+
+fn write_bytes(t: &Tensor, out: &mut Vec<u8>) {
+    match &t.data {
+        TensorData::Fixed(b) => out.extend_from_slice(b.as_bytes()),
+        TensorData::Bytes(items) => {
+            for item in items {
+                out.extend_from_slice(&(item.len() as u32).to_le_bytes());
+                out.extend_from_slice(item);
+            }
+        }
+    }
+}
+
+fn numbers<T: bytemuck::Pod + Into<f64>>(b: &seam::Buffer) -> Vec<f64> {
+    b.as_slice::<T>()
+        .map_or_else(Vec::new, |v| v.iter().map(|&x| x.into()).collect())
+}
+
+/// The values as JSON: numbers (integers exactly), booleans, or strings for BYTES.
+fn json_values(t: &Tensor) -> Result<Value, InferError> {
+    let name = &t.name;
+    let b = match &t.data {
+        TensorData::Bytes(items) => {
+            let texts = items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| {
+                    String::from_utf8(item.clone()).map_err(|_| {
+                        InferError::Model(format!(
+                            "output {name:?}: element {i} is not UTF-8, which JSON cannot carry; \
+                             request it as binary data"
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(json!(texts));
+        }
+        TensorData::Fixed(b) => b,
+    };
+    let ints = |v: Vec<i128>| Ok(json!(v.into_iter().map(|x| x as i64).collect::<Vec<_>>()));
+    match t.dtype {
+        DataType::Bool => Ok(json!(
+            b.as_bytes().iter().map(|&x| x != 0).collect::<Vec<_>>()
+        )),
+        DataType::Uint64 => Ok(json!(b.as_slice::<u64>().unwrap_or(&[]))),
+        DataType::Int64 => Ok(json!(b.as_slice::<i64>().unwrap_or(&[]))),
+        DataType::Uint8 => ints(b.as_bytes().iter().map(|&x| x as i128).collect()),
+        DataType::Int8 => ints(b.as_bytes().iter().map(|&x| x as i8 as i128).collect()),
+        DataType::Uint16 => ints(
+            b.as_slice::<u16>()
+                .unwrap_or(&[])
+                .iter()
+                .map(|&x| x as i128)
+                .collect(),
+        ),
+        DataType::Int16 => ints(
+            b.as_slice::<i16>()
+                .unwrap_or(&[])
+                .iter()
+                .map(|&x| x as i128)
+                .collect(),
+        ),
+        DataType::Uint32 => ints(
+            b.as_slice::<u32>()
+                .unwrap_or(&[])
+                .iter()
+                .map(|&x| x as i128)
+                .collect(),
+        ),
+        DataType::Int32 => ints(
+            b.as_slice::<i32>()
+                .unwrap_or(&[])
+                .iter()
+                .map(|&x| x as i128)
+                .collect(),
+        ),
+        DataType::Fp16 => finite(
+            name,
+            b.as_slice::<half::f16>()
+                .unwrap_or(&[])
+                .iter()
+                .map(|x| x.to_f64())
+                .collect(),
+        ),
+        DataType::Bf16 => finite(
+            name,
+            b.as_slice::<half::bf16>()
+                .unwrap_or(&[])
+                .iter()
+                .map(|x| x.to_f64())
+                .collect(),
+        ),
+        DataType::Fp32 => {
+            finite(name, numbers::<f32>(b))?;
+            // As f32s, which print as the shortest decimal that reads back as the same f32.
+            Ok(json!(b.as_slice::<f32>().unwrap_or(&[])))
+        }
+        DataType::Fp64 => finite(name, numbers::<f64>(b)),
+        DataType::Bytes => Err(InferError::Model(format!(
+            "output {name:?}: BYTES without strings"
+        ))),
+    }
+}
+
+/// Floats as JSON numbers; JSON has no infinity or NaN, so such an output travels only as
+/// binary data.
+fn finite(name: &str, values: Vec<f64>) -> Result<Value, InferError> {
+    if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+        return Err(InferError::Model(format!(
+            "output {name:?}: element {i} is {}, which JSON cannot carry; request it as binary \
+             data (parameters.binary_data_output) to receive it",
+            values[i]
+        )));
+    }
+    Ok(Value::Array(values.into_iter().map(|v| json!(v)).collect()))
+}

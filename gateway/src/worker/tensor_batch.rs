@@ -1,0 +1,144 @@
+//! A tensor model's batch: requests whose non-batch shapes agree run together, their rows
+//! joined along the first dimension; each gets exactly its own rows of every output back.
+//! A model without a batch dimension runs each request alone, as given.
+
+use std::time::Duration;
+
+use metrics::Histogram;
+use models::Model;
+use seam::{Signature, Tensor};
+use tokio::time::Instant;
+
+use super::{Replies, WorkerSpec};
+use crate::batching::task::WorkerDone;
+use crate::batching::{Completed, Payload, Pending};
+use crate::outcome::InferError;
+
+/// What decides whether two requests can share a forward pass: each input's name and
+/// shape past the batch dimension.
+type ShapeKey = Vec<(String, Vec<usize>)>;
+
+fn shape_key(tensors: &[Tensor]) -> ShapeKey {
+    let mut key: ShapeKey = tensors
+        .iter()
+        .map(|t| (t.name.clone(), t.shape.get(1..).unwrap_or(&[]).to_vec()))
+        .collect();
+    key.sort();
+    key
+}
+
+fn tensors_of(p: &Pending) -> &[Tensor] {
+    match &p.input {
+        Payload::Tensors(t) => t,
+        _ => &[],
+    }
+}
+
+/// The requests in groups that run together, in the order their first member was queued.
+fn groups(live: Vec<Pending>, batched: bool) -> Vec<Vec<Pending>> {
+    let mut groups: Vec<(ShapeKey, Vec<Pending>)> = Vec::new();
+    for p in live {
+        let key = shape_key(tensors_of(&p));
+        match groups.iter_mut().find(|(k, _)| batched && *k == key) {
+            Some((_, members)) => members.push(p),
+            None => groups.push((key, vec![p])),
+        }
+    }
+    groups.into_iter().map(|(_, members)| members).collect()
+}
+
+/// The group's inputs: a lone request's own, or every request's joined by name.
+fn joined_inputs(group: &[Pending]) -> Vec<Tensor> {
+    let first = tensors_of(&group[0]);
+    if group.len() == 1 {
+        return first.to_vec();
+    }
+    first
+        .iter()
+        .map(|t| {
+            let parts: Vec<&Tensor> = group
+                .iter()
+                .filter_map(|p| tensors_of(p).iter().find(|x| x.name == t.name))
+                .collect();
+            Tensor::concat(&parts)
+        })
+        .collect()
+}
+
+/// Runs a released batch, group by group, and answers each request.
+pub fn run(
+    spec: &WorkerSpec,
+    model: &mut dyn Model,
+    signature: &Signature,
+    live: Vec<Pending>,
+    started_at: Instant,
+    compute_histogram: &Histogram,
+) -> (WorkerDone, Replies) {
+    let rows: usize = live.iter().map(|p| p.rows).sum();
+    let outputs: Vec<&str> = signature.outputs.iter().map(|o| o.name.as_str()).collect();
+    let mut compute = Duration::ZERO;
+    let mut latencies = Vec::with_capacity(live.len());
+    let mut replies = Vec::with_capacity(live.len());
+    for group in groups(live, signature.batched) {
+        let started = std::time::Instant::now();
+        let inputs = joined_inputs(&group);
+        let group_rows: usize = group.iter().map(|p| p.rows).sum();
+        let result = super::catch(|| model.forward_tensors(&inputs, &outputs))
+            .and_then(|all| rows_agree(all, group_rows, signature.batched));
+        let took = started.elapsed();
+        compute += took;
+        spec.stats
+            .executed(group_rows, Duration::ZERO, took, Duration::ZERO);
+        let finished = Instant::now();
+        let mut offset = 0;
+        for p in group {
+            latencies.push(finished.saturating_duration_since(p.enqueued));
+            let reply = match &result {
+                Ok(all) => Ok(Completed {
+                    output: Vec::new(),
+                    tensors: own_rows(all, offset, p.rows, signature.batched),
+                    tokens: 0,
+                    queue_time: started_at.saturating_duration_since(p.enqueued),
+                    compute_time: took,
+                }),
+                Err(e) => Err(InferError::Model(e.clone())),
+            };
+            offset += p.rows;
+            replies.push((p.reply, reply));
+        }
+    }
+    spec.busy.add(compute);
+    compute_histogram.record(compute.as_secs_f64());
+    let done = WorkerDone {
+        rows,
+        compute,
+        latencies,
+    };
+    (done, replies)
+}
+
+/// The outputs, if each holds the batch's rows (a graph that drops or adds rows cannot be
+/// split among its requests).
+fn rows_agree(all: Vec<Tensor>, rows: usize, batched: bool) -> Result<Vec<Tensor>, String> {
+    match all
+        .iter()
+        .find(|t| batched && t.shape.first() != Some(&rows))
+    {
+        Some(t) => Err(format!(
+            "output {:?} has shape {:?}, not the batch's {rows} rows first",
+            t.name, t.shape
+        )),
+        None => Ok(all),
+    }
+}
+
+/// A request's rows of each output: `rows` from `offset` where the model batches, all of
+/// it where it does not.
+fn own_rows(all: &[Tensor], offset: usize, rows: usize, batched: bool) -> Vec<Tensor> {
+    all.iter()
+        .map(|t| match batched {
+            true => t.rows(offset, offset + rows),
+            false => t.clone(),
+        })
+        .collect()
+}

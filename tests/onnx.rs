@@ -1,0 +1,252 @@
+//! ONNX models from a Triton model repository, served through ONNX Runtime: tritonclient
+//! gets onnxruntime's answers (Python, on the same files); models that cannot serve (a
+//! corrupt file, a config that disagrees with the graph, a config.pbtxt with a syntax
+//! error, no ONNX Runtime at all) are not ready with their reason while the others serve;
+//! a new version takes over live. The models come from tests/python/make_onnx_models.py
+//! (onnx.helper, no downloads). Needs TANDEM_PYTHON and ORT_DYLIB_PATH, which
+//! scripts/test.sh sets; without them the tests skip, unless TANDEM_REQUIRE_TOOLS is set.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+fn skip_or_fail(test: &str, reason: &str) {
+    assert!(
+        std::env::var_os("TANDEM_REQUIRE_TOOLS").is_none(),
+        "{test}: {reason} (TANDEM_REQUIRE_TOOLS is set)"
+    );
+    kernels::cuda::report_skip(test, reason);
+}
+
+/// The Python interpreter with onnx and onnxruntime, if this run has it and ONNX Runtime's
+/// library.
+fn python(test: &str) -> Option<String> {
+    let Some(python) = std::env::var("TANDEM_PYTHON").ok() else {
+        skip_or_fail(test, "TANDEM_PYTHON not set (scripts/test.sh sets it)");
+        return None;
+    };
+    if std::env::var_os("ORT_DYLIB_PATH").is_none() {
+        skip_or_fail(test, "ORT_DYLIB_PATH not set (scripts/test.sh sets it)");
+        return None;
+    }
+    Some(python)
+}
+
+fn run_python(python: &str, script: &str, args: &[&str]) -> (bool, String) {
+    let path = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(python).arg(path).args(args).output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), report)
+}
+
+fn make_models(python: &str, repo: &Path, which: &str) {
+    let (ok, report) = run_python(
+        python,
+        "make_onnx_models.py",
+        &[repo.to_str().unwrap(), which],
+    );
+    assert!(ok, "make_onnx_models.py failed:\n{report}");
+}
+
+/// The repository index's entry of `model`, once it has one.
+fn index_entry(server: &Server, model: &str) -> Option<serde_json::Value> {
+    let index = server.post_json("/v2/repository/index", &serde_json::json!({}));
+    let entries: Vec<serde_json::Value> = serde_json::from_slice(&index.body).ok()?;
+    entries.into_iter().find(|e| e["name"] == model)
+}
+
+#[test]
+fn a_triton_repository_of_onnx_models_gives_onnxruntimes_answers_to_tritonclient() {
+    let test = "a_triton_repository_of_onnx_models_gives_onnxruntimes_answers_to_tritonclient";
+    let Some(python) = python(test) else { return };
+    let repo = TempDir::new("onnx");
+    make_models(&python, repo.path(), "all");
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let (ok, report) = run_python(
+        &python,
+        "onnx_check.py",
+        &[
+            "--url",
+            &server.addr.to_string(),
+            "--repo",
+            repo.path().to_str().unwrap(),
+        ],
+    );
+    assert!(
+        ok,
+        "onnx_check.py failed:\n{report}\nserver log:\n{}",
+        server.log()
+    );
+    assert!(report.contains("all checks passed"), "{report}");
+}
+
+#[test]
+fn onnx_models_that_cannot_serve_say_why_and_the_others_serve() {
+    let Some(python) = python("onnx_models_that_cannot_serve_say_why_and_the_others_serve") else {
+        return;
+    };
+    let repo = TempDir::new("onnx-bad");
+    make_models(&python, repo.path(), "all");
+    let root = repo.path();
+    // A file that is not ONNX at all.
+    std::fs::create_dir_all(root.join("corrupt/1")).unwrap();
+    std::fs::write(
+        root.join("corrupt/1/model.onnx"),
+        b"\x08\x07not a protobuf graph",
+    )
+    .unwrap();
+    // A config that names a datatype the graph does not have.
+    let config = std::fs::read_to_string(root.join("mixed/config.pbtxt")).unwrap();
+    std::fs::create_dir_all(root.join("disagrees/1")).unwrap();
+    std::fs::copy(
+        root.join("mixed/1/model.onnx"),
+        root.join("disagrees/1/model.onnx"),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("disagrees/config.pbtxt"),
+        config
+            .replace("\"mixed\"", "\"disagrees\"")
+            .replacen("TYPE_FP32", "TYPE_INT32", 1),
+    )
+    .unwrap();
+    // A syntax error on line 2, and a field the configuration has no place for.
+    std::fs::create_dir_all(root.join("typo/1")).unwrap();
+    std::fs::copy(
+        root.join("mixed/1/model.onnx"),
+        root.join("typo/1/model.onnx"),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("typo/config.pbtxt"),
+        "name: \"typo\"\nmax_batch_size: [\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(root.join("unknown/1")).unwrap();
+    std::fs::copy(
+        root.join("mixed/1/model.onnx"),
+        root.join("unknown/1/model.onnx"),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("unknown/config.pbtxt"),
+        "max_batch_size: 8\nmax_batch: 4\n",
+    )
+    .unwrap();
+    // An MLP of tandem's own, side by side.
+    let ckpt = write_version(root, "mlp", 1, &[4, 8, 2], 3);
+
+    let server = Server::spawn(&["--model-repository", root.to_str().unwrap()]);
+    let reasons = [
+        ("corrupt", "cannot load"),
+        ("disagrees", "TYPE_INT32"),
+        ("typo", "line 2"),
+        ("unknown", "max_batch"),
+    ];
+    for (model, says) in reasons {
+        let reported = poll_until(Duration::from_secs(30), || {
+            index_entry(&server, model).is_some_and(|e| e["state"] == "UNAVAILABLE")
+        });
+        let entry = index_entry(&server, model);
+        assert!(reported, "{model}: {entry:?}\n{}", server.log());
+        let reason = entry.unwrap()["reason"].as_str().unwrap_or("").to_string();
+        assert!(reason.contains(says), "{model}: {reason:?} lacks {says:?}");
+        assert_ne!(server.get(&format!("/v2/models/{model}/ready")).status, 200);
+    }
+    // The others serve, tandem's MLP among them.
+    assert!(poll_until(Duration::from_secs(30), || {
+        server.get("/v2/models/mixed/ready").status == 200
+    }));
+    let input = [0.5f32, -1.0, 2.0, 0.25];
+    let r = server.post_json("/v2/models/mlp/infer", &infer_body(&input, 1));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let body = serde_json::json!({"inputs": [
+        {"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]},
+        {"name": "ids", "datatype": "INT64", "shape": [1, 2], "data": [3, -4]}
+    ]});
+    let r = server.post_json("/v2/models/mixed/infer", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let answer: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(answer["outputs"][1]["data"], serde_json::json!([6, -8]));
+    let _ = ckpt;
+}
+
+#[test]
+fn a_new_onnx_version_takes_over_live() {
+    let Some(python) = python("a_new_onnx_version_takes_over_live") else {
+        return;
+    };
+    let repo = TempDir::new("onnx-swap");
+    make_models(&python, repo.path(), "all");
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let body = serde_json::json!({"inputs": [
+        {"name": "image", "datatype": "FP32", "shape": [1, 3, 8, 8], "data": vec![0.5f32; 192]}
+    ]});
+    let answer = |server: &Server| {
+        let r = server.post_json("/v2/models/cnn/infer", &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()
+    };
+    let first = answer(&server);
+    assert_eq!(first["model_version"], "1");
+    make_models(&python, repo.path(), "cnn-v2");
+    // config.pbtxt keeps the newest version only: 2 replaces 1.
+    assert!(
+        poll_until(Duration::from_secs(30), || {
+            server.get("/v2/models/cnn").text().contains("[\"2\"]")
+        }),
+        "{}",
+        server.log()
+    );
+    let second = answer(&server);
+    assert_eq!(second["model_version"], "2");
+    assert_ne!(first["outputs"][0]["data"], second["outputs"][0]["data"]);
+}
+
+#[test]
+fn without_onnx_runtime_onnx_models_wait_and_the_others_serve() {
+    let Some(python) = python("without_onnx_runtime_onnx_models_wait_and_the_others_serve") else {
+        return;
+    };
+    let repo = TempDir::new("onnx-nort");
+    make_models(&python, repo.path(), "all");
+    write_version(repo.path(), "mlp", 1, &[4, 8, 2], 3);
+    let server = Server::spawn_with(
+        &["--model-repository", repo.path().to_str().unwrap()],
+        |c| {
+            c.env_remove("ORT_DYLIB_PATH");
+        },
+    );
+    assert!(poll_until(Duration::from_secs(30), || {
+        server.get("/v2/models/mlp/ready").status == 200
+    }));
+    assert!(poll_until(Duration::from_secs(30), || {
+        index_entry(&server, "cnn").is_some_and(|e| e["state"] == "UNAVAILABLE")
+    }));
+    let reason = index_entry(&server, "cnn").unwrap()["reason"].to_string();
+    assert!(
+        reason.contains("ORT_DYLIB_PATH") && reason.contains("setup-python.sh"),
+        "{reason}"
+    );
+    // A library of the wrong kind is a clear load error, not a crash.
+    let wrong = Server::spawn_with(
+        &["--model-repository", repo.path().to_str().unwrap()],
+        |c| {
+            c.env("ORT_DYLIB_PATH", env!("CARGO_BIN_EXE_tandem"));
+        },
+    );
+    assert!(poll_until(Duration::from_secs(30), || {
+        index_entry(&wrong, "cnn").is_some_and(|e| e["state"] == "UNAVAILABLE")
+    }));
+    let reason = index_entry(&wrong, "cnn").unwrap()["reason"].to_string();
+    assert!(reason.contains("ONNX Runtime is not available"), "{reason}");
+    assert_eq!(wrong.get("/v2/models/mlp/ready").status, 200);
+}
