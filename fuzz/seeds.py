@@ -529,10 +529,41 @@ def tokenize():
     return write("tokenize", bodies)
 
 
+def model_config():
+    image = """name: "resnet"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "image" data_type: TYPE_FP32 dims: [ 3, -1, -1 ] } ]
+output [ { name: "scores" data_type: TYPE_FP32 dims: [ 10 ] } ]
+"""
+    bodies = [
+        image,
+        image + "dynamic_batching { preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 100 }\n",
+        image + "dynamic_batching { priority_levels: 3 default_priority_level: 2 "
+                "default_queue_policy { default_timeout_microseconds: 5000 max_queue_size: 16 } }\n",
+        image + "instance_group [ { count: 2 kind: KIND_CPU }, { count: 1 kind: KIND_GPU gpus: [ 0, 1 ] } ]\n",
+        image + 'parameters { key: "intra_op_thread_count" value: { string_value: "2" } }\n',
+        image + "version_policy: { specific: { versions: [1, 3] } }\n",
+        image + "optimization { graph { level: 1 } }\nresponse_cache { enable: true }\n",
+        image + 'model_warmup [ { name: "w" batch_size: 1 inputs { key: "image" value: '
+                '{ data_type: TYPE_FP32 dims: [ 3, 8, 8 ] zero_data: true } } } ]\n',
+        image.replace("max_batch_size: 8", "max_batch_size: 0").replace("[ 3, -1, -1 ]", "[ -1, 3, -1, -1 ]"),
+        image.replace("input [", "input: [") + "# a comment [ with a bracket\n",
+        "backend: \"onnxruntime\"\ndefault_model_filename: \"net.onnx\"\n",
+        'input [ { name: "image" data_type: TYPE_FP32 dims: [ 3, -1, -1 ] reshape: { shape: [ 3, -1, -1 ] } } ]\n',
+        "sequence_batching { max_sequence_idle_microseconds: 5 }\n",
+        "name: 'single quoted \\' escape'\nmax_batch_size: 0x10\n",
+        "max_batch_size: [\n",
+        "input [ { name: \"x\" data_type: TYPE_FLOAT } ]",
+        "",
+    ]
+    return write("model_config", [b.encode() for b in bodies])
+
+
 def main():
     counts = {f.__name__: f() for f in [infer_json, infer_binary, content_coding, admin_json,
                                          embeddings_json, coloc_line, checkpoint, encoder_config,
-                                         encoder_weights, tokenize]}
+                                         encoder_weights, tokenize, model_config]}
     total = sum(p.stat().st_size for p in CORPUS.rglob("*") if p.is_file())
     for name, n in counts.items():
         print(f"{name}: {n} seeds")

@@ -141,6 +141,20 @@ fn onnx_models_that_cannot_serve_say_why_and_the_others_serve() {
         "max_batch_size: 8\nmax_batch: 4\n",
     )
     .unwrap();
+    // A warm-up request of a shape the graph refuses: not ready, with ONNX Runtime's reason.
+    std::fs::create_dir_all(root.join("warmfail/1")).unwrap();
+    std::fs::copy(
+        root.join("mixed/1/model.onnx"),
+        root.join("warmfail/1/model.onnx"),
+    )
+    .unwrap();
+    let warmup = "model_warmup [ { name: \"bad\" batch_size: 1 inputs { key: \"x\" value: \
+                  { data_type: TYPE_FP32 dims: [ 5 ] zero_data: true } } } ]\n";
+    std::fs::write(
+        root.join("warmfail/config.pbtxt"),
+        format!("max_batch_size: 4\n{warmup}"),
+    )
+    .unwrap();
     // An MLP of tandem's own, side by side.
     let ckpt = write_version(root, "mlp", 1, &[4, 8, 2], 3);
 
@@ -150,6 +164,7 @@ fn onnx_models_that_cannot_serve_say_why_and_the_others_serve() {
         ("disagrees", "TYPE_INT32"),
         ("typo", "line 2"),
         ("unknown", "max_batch"),
+        ("warmfail", "model_warmup 0 (\"bad\")"),
     ];
     for (model, says) in reasons {
         let reported = poll_until(Duration::from_secs(30), || {
@@ -177,6 +192,37 @@ fn onnx_models_that_cannot_serve_say_why_and_the_others_serve() {
     let answer: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
     assert_eq!(answer["outputs"][1]["data"], serde_json::json!([6, -8]));
     let _ = ckpt;
+}
+
+#[test]
+fn an_onnx_runtime_failure_answers_its_batch_500_and_the_model_keeps_serving() {
+    let test = "an_onnx_runtime_failure_answers_its_batch_500_and_the_model_keeps_serving";
+    let Some(python) = python(test) else { return };
+    let repo = TempDir::new("onnx-fail");
+    make_models(&python, repo.path(), "all");
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let body = |len: usize| {
+        serde_json::json!({"inputs": [
+            {"name": "seq", "datatype": "FP32", "shape": [1, len], "data": vec![1.0f32; len]}
+        ]})
+    };
+    // An odd length cannot be reshaped into pairs: ONNX Runtime's own error, as a 500.
+    let r = server.post_json("/v2/models/fragile/infer", &body(3));
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert!(r.text().to_lowercase().contains("reshape"), "{}", r.text());
+    for _ in 0..3 {
+        let r = server.post_json("/v2/models/fragile/infer", &body(4));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let answer: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(answer["outputs"][0]["data"], serde_json::json!([2.0, 2.0]));
+    }
+    assert_eq!(
+        server.series(
+            "tandem_requests_total",
+            &["model=\"fragile\"", "code=\"500\""]
+        ),
+        1.0
+    );
 }
 
 #[test]

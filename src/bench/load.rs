@@ -20,11 +20,11 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::server::{ServerSide, input_width, scrape_server};
+use super::server::{ServerSide, row_shape, scrape_server};
 use super::{http1, schedule};
 use requests::{Target, targets};
 
-mod requests;
+pub mod requests;
 use crate::cli::{LoadArgs, LoadShape};
 
 #[derive(Clone, Debug, Serialize)]
@@ -176,12 +176,12 @@ pub async fn measure_with(args: &LoadArgs, options: &LoadOptions) -> anyhow::Res
         "rate and duration must be positive"
     );
     let (addr, authority) = resolve(&args.url).await?;
-    // Texts need no width; rows are drawn as wide as the model's input.
-    let width = match &args.texts {
-        Some(_) => 0,
-        None => input_width(addr, &authority, &args.model).await?,
+    // Texts need no shape; rows are drawn in the shape of the model's input.
+    let shape = match &args.texts {
+        Some(_) => requests::RowShape::mlp(0),
+        None => row_shape(addr, &authority, &args.model).await?,
     };
-    let targets = targets(args, width, &authority)?;
+    let targets = targets(args, &shape, &authority)?;
     let sends = schedule::schedule(args.shape, args.rate, args.duration, args.seed);
     let (jobs_tx, jobs_rx) = tokio::sync::mpsc::channel::<Job>(args.max_in_flight.max(1));
     // Every connection is open before the clock starts, as wrk2 does: opening them lazily

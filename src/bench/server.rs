@@ -39,11 +39,11 @@ pub async fn get(
     Ok((status, resp.into_body().collect().await?.to_bytes()))
 }
 
-pub async fn input_width(
+pub async fn row_shape(
     addr: std::net::SocketAddr,
     authority: &str,
     model: &str,
-) -> anyhow::Result<usize> {
+) -> anyhow::Result<super::load::requests::RowShape> {
     let (status, body) = get(addr, authority, &format!("/v2/models/{model}")).await?;
     anyhow::ensure!(
         status.is_success(),
@@ -51,10 +51,26 @@ pub async fn input_width(
         String::from_utf8_lossy(&body)
     );
     let meta: serde_json::Value = serde_json::from_slice(&body)?;
-    meta["inputs"][0]["shape"][1]
-        .as_u64()
-        .map(|w| w as usize)
-        .context("model metadata has no input width")
+    let input = &meta["inputs"][0];
+    anyhow::ensure!(
+        input["datatype"] == "FP32",
+        "bench load sends FP32 rows; the model's first input is {}",
+        input["datatype"]
+    );
+    let dims = input["shape"]
+        .as_array()
+        .and_then(|s| s.get(1..))
+        .context("model metadata has no input shape")?
+        .iter()
+        .map(|d| d.as_u64().map(|d| d as usize))
+        .collect::<Option<Vec<_>>>()
+        .context("bench load needs fixed dims past the batch dimension")?;
+    let name = |t: &serde_json::Value| t["name"].as_str().map(str::to_string);
+    Ok(super::load::requests::RowShape {
+        input: name(input).context("model metadata: an input without a name")?,
+        output: name(&meta["outputs"][0]).context("model metadata: no output")?,
+        dims,
+    })
 }
 
 /// What the server's /metrics said during a run.

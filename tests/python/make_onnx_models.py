@@ -8,7 +8,8 @@ Models (each DIR/<name>/1/model.onnx, most with a config.pbtxt):
   varlen    FP32 [-1, -1]: a variable non-batch dim, each row summed to "total" [-1, 1]
   nobatch   max_batch_size 0: FP32 [2, 3] times a fixed matrix, "y" [2, 2]
   masks     UINT8 "pixels" and BOOL "mask" [-1, 4] in; FP32 "masked" [-1, 4] out
-  bare      like mixed's first half, with no config.pbtxt at all
+  bare      like mixed, with no config.pbtxt at all
+  fragile   FP32 [-1, -1] reshaped to [n, 2, -1]: ONNX Runtime fails on an odd length
 """
 
 import os
@@ -65,6 +66,12 @@ output [ { name: "probs" data_type: TYPE_FP32 dims: [ 5 ] } ]
 dynamic_batching { max_queue_delay_microseconds: 500 }
 instance_group [ { count: 1 kind: KIND_CPU } ]
 version_policy { latest { num_versions: 1 } }
+model_warmup [ {
+  name: "random images"
+  batch_size: 2
+  inputs { key: "image" value: { data_type: TYPE_FP32 dims: [ 3, 8, 8 ] random_data: true } }
+  count: 2
+} ]
 """
     save(repo, "cnn", graph, config, version)
 
@@ -113,6 +120,28 @@ input [ { name: "seq" data_type: TYPE_FP32 dims: [ -1 ] } ]
 output [ { name: "total" data_type: TYPE_FP32 dims: [ 1 ] } ]
 """
     save(repo, "varlen", graph, config)
+
+
+def fragile(repo):
+    shape = numpy_helper.from_array(np.array([0, 2, -1], np.int64), "shape")
+    axes = numpy_helper.from_array(np.array([2], np.int64), "axes")
+    nodes = [
+        helper.make_node("Reshape", ["seq", "shape"], ["pairs"]),
+        helper.make_node("ReduceSum", ["pairs", "axes"], ["halves"], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes, "fragile",
+        [tensor("seq", TensorProto.FLOAT, ["n", "len"])],
+        [tensor("halves", TensorProto.FLOAT, ["n", 2])],
+        [shape, axes],
+    )
+    config = """name: "fragile"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "seq" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "halves" data_type: TYPE_FP32 dims: [ 2 ] } ]
+"""
+    save(repo, "fragile", graph, config)
 
 
 def nobatch(repo):
@@ -168,6 +197,7 @@ def main():
     nobatch(repo)
     masks(repo)
     mixed(repo, name="bare", with_config=False)
+    fragile(repo)
 
 
 if __name__ == "__main__":

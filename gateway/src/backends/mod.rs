@@ -3,6 +3,7 @@
 //! back a [`models::Model`] a worker thread owns.
 
 pub mod onnx;
+mod warmup;
 
 use std::path::{Path, PathBuf};
 

@@ -9,7 +9,8 @@ use kernels::Device;
 use models::{Batch, InputKind, ModelError, ModelMetadata};
 use seam::{Signature, Tensor, TensorSpec};
 
-use super::OnnxOptions;
+use super::{OnnxOptions, warmup};
+use crate::triton::config::Warmup;
 use crate::triton::{ModelConfig, mapping};
 
 pub struct OnnxBackend {
@@ -42,7 +43,8 @@ impl OnnxBackend {
         if settings.intra_op_threads == 0 {
             settings.intra_op_threads = options.cpu_threads;
         }
-        if let Device::Cuda(_) = device {
+        let device = placed(device, given.as_ref());
+        if let Device::Cuda(_) = &device {
             let label = device.label();
             settings.cuda_device = label.strip_prefix("cuda:").and_then(|n| n.parse().ok());
         }
@@ -51,14 +53,45 @@ impl OnnxBackend {
         let signature = mapping::signature(&config, model.inputs(), model.outputs())?;
         let (input_reshape, output_reshape) = reshapes(&config);
         let metadata = metadata(&signature);
-        Ok(OnnxBackend {
+        let mut backend = OnnxBackend {
             model,
             signature,
             input_reshape,
             output_reshape,
             metadata,
-            device: device.clone(),
-        })
+            device,
+        };
+        let model_dir = path.parent().and_then(Path::parent).unwrap_or(path);
+        backend.run_warmup(&config.model_warmup, model_dir)?;
+        Ok(backend)
+    }
+
+    /// Runs the configuration's `model_warmup` requests, each `count` times: a version is
+    /// ready only once they have run.
+    fn run_warmup(&mut self, warmups: &[Warmup], model_dir: &Path) -> Result<(), String> {
+        let outputs: Vec<String> = self
+            .signature
+            .outputs
+            .iter()
+            .map(|o| o.name.clone())
+            .collect();
+        let outputs: Vec<&str> = outputs.iter().map(String::as_str).collect();
+        for (i, w) in warmups.iter().enumerate() {
+            let why = |e: String| format!("model_warmup {i} ({:?}): {e}", w.name);
+            let inputs = w
+                .inputs
+                .iter()
+                .map(|(name, input)| {
+                    warmup::tensor(name, input, w.batch_size, self.signature.batched, model_dir)
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(why)?;
+            for _ in 0..w.count.max(1) {
+                models::Model::forward_tensors(self, &inputs, &outputs)
+                    .map_err(|e| why(e.to_string()))?;
+            }
+        }
+        Ok(())
     }
 
     /// `t` in the shape the graph takes (or, for an output, the shape clients get).
@@ -71,6 +104,16 @@ impl OnnxBackend {
                 .collect();
         }
         t
+    }
+}
+
+/// Where the model runs: the server's device, but the CPU where every `instance_group` of
+/// its configuration says `KIND_CPU` (Triton places those on the CPU whatever GPUs exist).
+fn placed(device: &Device, config: Option<&ModelConfig>) -> Device {
+    let groups = config.map_or(&[][..], |c| c.instance_group.as_slice());
+    match !groups.is_empty() && groups.iter().all(|g| g.kind == "KIND_CPU") {
+        true => Device::Cpu,
+        false => device.clone(),
     }
 }
 

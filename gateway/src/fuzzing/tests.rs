@@ -186,6 +186,11 @@ fn encoder_weights_survives_its_corpus_and_mutants() {
 }
 
 #[test]
+fn model_config_survives_its_corpus_and_mutants() {
+    replay("model_config", model_config, 2000);
+}
+
+#[test]
 fn tokenize_survives_its_corpus_and_mutants() {
     replay("tokenize", tokenize, 2000);
 }

@@ -176,3 +176,113 @@ fn finite(name: &str, values: Vec<f64>) -> Result<Value, InferError> {
     }
     Ok(Value::Array(values.into_iter().map(|v| json!(v)).collect()))
 }
+
+#[cfg(test)]
+mod tests {
+    use seam::{Buffer, DataType, Tensor, TensorData};
+
+    use super::*;
+
+    fn fixed(name: &str, dtype: DataType, shape: Vec<usize>, bytes: &[u8]) -> Tensor {
+        Tensor {
+            name: name.into(),
+            dtype,
+            shape,
+            data: TensorData::Fixed(Buffer::from_bytes(bytes)),
+        }
+    }
+
+    fn outputs() -> Vec<Tensor> {
+        let ids: Vec<u8> = [i64::MAX, -3]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let halves: Vec<u8> = [half::f16::from_f32(0.5), half::f16::from_f32(-2.0)]
+            .iter()
+            .flat_map(|h| h.to_le_bytes())
+            .collect();
+        vec![
+            fixed("ids", DataType::Int64, vec![1, 2], &ids),
+            fixed("mask", DataType::Bool, vec![1, 2], &[1, 0]),
+            fixed("h", DataType::Fp16, vec![2], &halves),
+            Tensor {
+                name: "words".into(),
+                dtype: DataType::Bytes,
+                shape: vec![2],
+                data: TensorData::Bytes(vec![b"a".to_vec(), b"bc".to_vec()]),
+            },
+        ]
+    }
+
+    fn ask(names: &[(&str, bool)]) -> Vec<OutputRequest> {
+        names
+            .iter()
+            .map(|(n, b)| OutputRequest {
+                name: n.to_string(),
+                binary: *b,
+            })
+            .collect()
+    }
+
+    const WHO: Identity<'static> = Identity {
+        model_name: "m",
+        model_version: "2",
+        id: None,
+    };
+
+    #[test]
+    fn json_carries_every_type_exactly() {
+        let e = encode(
+            &WHO,
+            &ask(&[
+                ("ids", false),
+                ("mask", false),
+                ("h", false),
+                ("words", false),
+            ]),
+            &outputs(),
+        )
+        .unwrap();
+        assert_eq!(e.header_len, None);
+        let v: serde_json::Value = serde_json::from_slice(&e.body).unwrap();
+        assert_eq!(v["outputs"][0]["data"], serde_json::json!([i64::MAX, -3]));
+        assert_eq!(v["outputs"][0]["datatype"], "INT64");
+        assert_eq!(v["outputs"][1]["data"], serde_json::json!([true, false]));
+        assert_eq!(v["outputs"][2]["data"], serde_json::json!([0.5, -2.0]));
+        assert_eq!(v["outputs"][3]["data"], serde_json::json!(["a", "bc"]));
+        assert_eq!(v["outputs"][3]["shape"], serde_json::json!([2]));
+    }
+
+    #[test]
+    fn binary_outputs_follow_the_header_in_the_order_asked() {
+        let e = encode(
+            &WHO,
+            &ask(&[("words", true), ("mask", true), ("ids", false)]),
+            &outputs(),
+        )
+        .unwrap();
+        let n = e.header_len.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&e.body[..n]).unwrap();
+        assert_eq!(
+            v["outputs"][0]["parameters"]["binary_data_size"],
+            4 + 1 + 4 + 2
+        );
+        assert_eq!(v["outputs"][1]["parameters"]["binary_data_size"], 2);
+        assert_eq!(
+            &e.body[n..],
+            &[1, 0, 0, 0, b'a', 2, 0, 0, 0, b'b', b'c', 1, 0]
+        );
+        let missing = encode(&WHO, &ask(&[("nope", false)]), &outputs());
+        assert!(missing.is_err());
+    }
+
+    #[test]
+    fn non_finite_floats_travel_only_as_binary() {
+        let nan = fixed("f", DataType::Fp32, vec![1], &f32::NAN.to_le_bytes());
+        let Err(err) = encode(&WHO, &ask(&[("f", false)]), std::slice::from_ref(&nan)) else {
+            panic!("NaN encoded as JSON");
+        };
+        assert!(err.to_string().contains("binary"), "{err}");
+        assert!(encode(&WHO, &ask(&[("f", true)]), &[nan]).is_ok());
+    }
+}

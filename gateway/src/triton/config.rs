@@ -22,6 +22,7 @@ pub struct ModelConfig {
     pub parameters: BTreeMap<String, Parameter>,
     pub optimization: Option<Optimization>,
     pub response_cache: Option<ResponseCache>,
+    pub model_warmup: Vec<Warmup>,
     pub sequence_batching: Option<serde_json::Value>,
     pub ensemble_scheduling: Option<serde_json::Value>,
 }
@@ -114,4 +115,27 @@ pub struct Graph {
 #[serde(default)]
 pub struct ResponseCache {
     pub enable: bool,
+}
+
+/// Requests run before a version is ready (Triton's `model_warmup`).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Warmup {
+    pub name: String,
+    /// Rows of each input (0 or 1 where the model does not batch).
+    pub batch_size: u32,
+    pub inputs: BTreeMap<String, WarmupInput>,
+    /// How many times it runs (0 means once).
+    pub count: u32,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct WarmupInput {
+    pub data_type: String,
+    pub dims: Vec<i64>,
+    pub zero_data: bool,
+    pub random_data: bool,
+    /// A file of the input's raw bytes in the model's `warmup/` folder.
+    pub input_data_file: String,
 }

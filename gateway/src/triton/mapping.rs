@@ -62,6 +62,7 @@ const ACTED_ON: &[&str] = &[
     "parameters",
     "optimization.graph",
     "response_cache",
+    "model_warmup",
 ];
 
 /// The fields set (to anything but their default) that tandem does not act on.
@@ -319,4 +320,107 @@ fn tensor(
         dims: dims.to_vec(),
         optional: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::triton::parse;
+
+    fn graph(name: &str, dtype: DataType, dims: &[i64]) -> TensorSpec {
+        TensorSpec {
+            name: name.into(),
+            dtype,
+            dims: dims.to_vec(),
+            optional: false,
+        }
+    }
+
+    const CONFIG: &str = r#"
+name: "m"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "image" data_type: TYPE_FP32 dims: [ 3, -1 ] } ]
+output [ { name: "probs" data_type: TYPE_FP32 dims: [ 10 ] } ]
+dynamic_batching {
+  preferred_batch_size: [ 4 ]
+  max_queue_delay_microseconds: 300
+  priority_levels: 3
+  default_priority_level: 2
+  default_queue_policy { default_timeout_microseconds: 5000 max_queue_size: 64 }
+}
+instance_group [ { count: 2 kind: KIND_CPU } ]
+parameters { key: "intra_op_thread_count" value: { string_value: "2" } }
+optimization { graph { level: 1 } priority: PRIORITY_MAX }
+model_warmup [ { name: "w" batch_size: 1 } ]
+"#;
+
+    #[test]
+    fn triton_settings_map_onto_tandems() {
+        let (config, json) = parse(CONFIG).unwrap();
+        check_servable(&config).unwrap();
+        let o = overrides(&config);
+        assert_eq!(o.max_batch_size, Some(8));
+        assert_eq!(o.max_queue_delay_us, Some(300));
+        assert_eq!((o.priority_levels, o.default_priority), (Some(3), Some(2)));
+        assert_eq!(
+            (o.default_timeout_us, o.queue_capacity),
+            (Some(5000), Some(64))
+        );
+        assert_eq!(o.replicas, Some(2));
+        let s = session_settings(&config).unwrap();
+        assert_eq!((s.intra_op_threads, s.graph_level), (2, Some(1)));
+        assert_eq!(
+            ignored_fields(&json),
+            vec![
+                "dynamic_batching.preferred_batch_size",
+                "optimization.priority",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_config_is_checked_against_the_graph() {
+        let (config, _) = parse(CONFIG).unwrap();
+        let inputs = [graph("image", DataType::Fp32, &[-1, 3, -1])];
+        let outputs = [graph("probs", DataType::Fp32, &[-1, 10])];
+        let s = signature(&config, &inputs, &outputs).unwrap();
+        assert!(s.batched);
+        assert_eq!(s.inputs[0].dims, vec![3, -1]);
+        let wrong_type = [graph("image", DataType::Fp16, &[-1, 3, -1])];
+        let err = signature(&config, &wrong_type, &outputs).unwrap_err();
+        assert!(
+            err.contains("TYPE_FP32") && err.contains("TYPE_FP16"),
+            "{err}"
+        );
+        let wrong_dims = [graph("probs", DataType::Fp32, &[-1, 9])];
+        assert!(
+            signature(&config, &inputs, &wrong_dims)
+                .unwrap_err()
+                .contains("[-1, 10]")
+        );
+        let fixed_batch = [graph("image", DataType::Fp32, &[1, 3, -1])];
+        assert!(signature(&config, &fixed_batch, &outputs).is_err());
+        let extra = [inputs[0].clone(), graph("other", DataType::Int64, &[-1])];
+        assert!(
+            signature(&config, &extra, &outputs)
+                .unwrap_err()
+                .contains("\"other\"")
+        );
+        let renamed = [graph("pixels", DataType::Fp32, &[-1, 3, -1])];
+        assert!(signature(&config, &renamed, &outputs).is_err());
+    }
+
+    #[test]
+    fn what_is_not_served_is_refused() {
+        for text in [
+            "platform: \"tensorrt_plan\"",
+            "backend: \"python\"",
+            "ensemble_scheduling { step [ { model_name: \"a\" } ] }",
+            "max_batch_size: -1",
+        ] {
+            let (config, _) = parse(text).unwrap();
+            assert!(check_servable(&config).is_err(), "{text}");
+        }
+    }
 }

@@ -239,3 +239,175 @@ fn from_binary(bytes: &[u8], spec: &TensorSpec, count: usize) -> Result<TensorDa
     }
     Ok(TensorData::Fixed(Buffer::from_bytes(bytes)))
 }
+
+#[cfg(test)]
+mod tests {
+    use seam::{DataType, Signature, TensorData, TensorSpec};
+
+    use crate::config::ModelSettings;
+    use crate::protocol::{InferRequest, json_de};
+    use crate::validate::{ValidInput, ValidRequest, validate};
+
+    fn spec(name: &str, dtype: DataType, dims: &[i64]) -> TensorSpec {
+        TensorSpec {
+            name: name.into(),
+            dtype,
+            dims: dims.to_vec(),
+            optional: false,
+        }
+    }
+
+    fn signature(batched: bool) -> Signature {
+        Signature {
+            inputs: vec![
+                spec("x", DataType::Fp32, &[2]),
+                spec("ids", DataType::Int64, &[-1]),
+                TensorSpec {
+                    optional: true,
+                    ..spec("mask", DataType::Bool, &[2])
+                },
+            ],
+            outputs: vec![spec("y", DataType::Fp32, &[2])],
+            batched,
+        }
+    }
+
+    fn run(body: serde_json::Value, binary: &[u8], batched: bool) -> Result<ValidRequest, String> {
+        let text = body.to_string();
+        let request: InferRequest = json_de::from_slice(text.as_bytes()).unwrap();
+        let input = models::InputKind::Tensors(signature(batched));
+        let model = crate::validate::Signature {
+            input: &input,
+            input_name: "",
+            output_name: "",
+        };
+        let settings = ModelSettings {
+            max_batch_size: 4,
+            ..ModelSettings::default()
+        };
+        validate(request, binary, &model, &settings).map_err(|e| e.to_string())
+    }
+
+    fn tensors(v: ValidRequest) -> (Vec<seam::Tensor>, usize) {
+        match v.input {
+            ValidInput::Tensors { tensors, rows } => (tensors, rows),
+            other => panic!("not tensors: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn json_and_binary_inputs_become_exact_typed_tensors() {
+        let ids: Vec<u8> = [7i64, -(1 << 60)]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let body = serde_json::json!({"inputs": [
+            {"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [0.5, -2]},
+            {"name": "ids", "datatype": "INT64", "shape": [1, 2], "parameters": {"binary_data_size": 16}},
+            {"name": "mask", "datatype": "BOOL", "shape": [1, 2], "data": [true, false]}
+        ]});
+        let valid = run(body, &ids, true).unwrap();
+        assert_eq!(valid.outputs.len(), 1, "every output by default");
+        let (t, rows) = tensors(valid);
+        assert_eq!(rows, 1);
+        let fixed = |i: usize| match &t[i].data {
+            TensorData::Fixed(b) => b.clone(),
+            TensorData::Bytes(_) => panic!("fixed"),
+        };
+        assert_eq!(fixed(0).as_slice::<f32>().unwrap(), &[0.5, -2.0]);
+        assert_eq!(fixed(1).as_slice::<i64>().unwrap(), &[7, -(1 << 60)]);
+        assert_eq!(fixed(2).as_bytes(), &[1, 0]);
+        assert_eq!(t[1].shape, vec![1, 2]);
+    }
+
+    #[test]
+    fn bad_inputs_are_refused_naming_the_tensor_and_what_was_expected() {
+        let x = |shape: serde_json::Value, data: serde_json::Value| serde_json::json!({"name": "x", "datatype": "FP32", "shape": shape, "data": data});
+        let ids =
+            serde_json::json!({"name": "ids", "datatype": "INT64", "shape": [1, 1], "data": [1]});
+        let cases = [
+            (vec![x([1, 2].into(), [1, 2].into())], "\"ids\" is missing"),
+            (
+                vec![x([1, 3].into(), [1, 2, 3].into()), ids.clone()],
+                "does not match the model's [-1, 2]",
+            ),
+            (
+                vec![
+                    x([5, 2].into(), serde_json::json!(vec![0; 10])),
+                    serde_json::json!({"name": "ids", "datatype": "INT64", "shape": [5, 1], "data": [1, 1, 1, 1, 1]}),
+                ],
+                "max_batch_size of 4",
+            ),
+            (
+                vec![x([2, 2].into(), [1, 2, 3, 4].into()), ids.clone()],
+                "same number of rows",
+            ),
+            (
+                vec![
+                    x([1, 2].into(), [1, 2].into()),
+                    ids.clone(),
+                    serde_json::json!({"name": "z", "datatype": "FP32", "shape": [1], "data": [1]}),
+                ],
+                "unknown input \"z\"",
+            ),
+            (
+                vec![
+                    serde_json::json!({"name": "x", "datatype": "FP64", "shape": [1, 2], "data": [1, 2]}),
+                    ids.clone(),
+                ],
+                "datatype \"FP64\" does not match the model's FP32",
+            ),
+            (
+                vec![
+                    x([1, 2].into(), [1, 2].into()),
+                    serde_json::json!({"name": "ids", "datatype": "INT64", "shape": [1, 1], "data": [1.5]}),
+                ],
+                "element 0 is not an integer",
+            ),
+            (
+                vec![
+                    x([1, 2].into(), [1, 2].into()),
+                    ids.clone(),
+                    serde_json::json!({"name": "mask", "datatype": "BOOL", "shape": [1, 2], "data": [1, 0]}),
+                ],
+                "BOOL data must be true or false",
+            ),
+            (
+                vec![x([1, 2].into(), [1, 2].into()), ids.clone(), ids.clone()],
+                "given twice",
+            ),
+        ];
+        for (inputs, says) in cases {
+            let err = run(serde_json::json!({ "inputs": inputs }), &[], true).unwrap_err();
+            assert!(err.contains(says), "{err:?} lacks {says:?}");
+        }
+        let binary_bool = serde_json::json!({"inputs": [
+            x([1, 2].into(), [1, 2].into()), ids.clone(),
+            {"name": "mask", "datatype": "BOOL", "shape": [1, 2], "parameters": {"binary_data_size": 2}}
+        ]});
+        let err = run(binary_bool, &[1, 2], true).unwrap_err();
+        assert!(err.contains("not a BOOL"), "{err}");
+        let unknown_output = serde_json::json!({"inputs": [x([1, 2].into(), [1, 2].into()), ids], "outputs": [{"name": "q"}]});
+        let err = run(unknown_output, &[], true).unwrap_err();
+        assert!(err.contains("unknown output \"q\""), "{err}");
+    }
+
+    #[test]
+    fn a_model_without_a_batch_dimension_takes_its_shapes_as_they_are() {
+        let body = serde_json::json!({"inputs": [
+            {"name": "x", "datatype": "FP32", "shape": [2], "data": [1, 2]},
+            {"name": "ids", "datatype": "INT64", "shape": [3], "data": [1, 2, 3]}
+        ]});
+        let (t, rows) = tensors(run(body, &[], false).unwrap());
+        assert_eq!((rows, t[1].shape.clone()), (1, vec![3]));
+        let batched_shape = serde_json::json!({"inputs": [
+            {"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]},
+            {"name": "ids", "datatype": "INT64", "shape": [3], "data": [1, 2, 3]}
+        ]});
+        assert!(
+            run(batched_shape, &[], false)
+                .unwrap_err()
+                .contains("shape [1, 2]")
+        );
+    }
+}

@@ -47,13 +47,14 @@ fn groups(live: Vec<Pending>, batched: bool) -> Vec<Vec<Pending>> {
     groups.into_iter().map(|(_, members)| members).collect()
 }
 
-/// The group's inputs: a lone request's own, or every request's joined by name.
-fn joined_inputs(group: &[Pending]) -> Vec<Tensor> {
+/// The group's inputs: a lone request's own, as they are, or every request's joined by
+/// name.
+fn joined_inputs(group: &[Pending]) -> std::borrow::Cow<'_, [Tensor]> {
     let first = tensors_of(&group[0]);
     if group.len() == 1 {
-        return first.to_vec();
+        return std::borrow::Cow::Borrowed(first);
     }
-    first
+    let joined = first
         .iter()
         .map(|t| {
             let parts: Vec<&Tensor> = group
@@ -62,7 +63,8 @@ fn joined_inputs(group: &[Pending]) -> Vec<Tensor> {
                 .collect();
             Tensor::concat(&parts)
         })
-        .collect()
+        .collect();
+    std::borrow::Cow::Owned(joined)
 }
 
 /// Runs a released batch, group by group, and answers each request.
@@ -141,4 +143,69 @@ fn own_rows(all: &[Tensor], offset: usize, rows: usize, batched: bool) -> Vec<Te
             false => t.clone(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use seam::{Buffer, DataType, Tensor, TensorData};
+    use tokio::sync::oneshot;
+    use tokio::time::Instant;
+
+    use super::*;
+
+    fn request(rows: usize, width: usize) -> Pending {
+        let values: Vec<f32> = (0..rows * width).map(|v| v as f32).collect();
+        let tensor = Tensor {
+            name: "x".into(),
+            dtype: DataType::Fp32,
+            shape: vec![rows, width],
+            data: TensorData::Fixed(Buffer::from_bytes(bytemuck::cast_slice(&values))),
+        };
+        let (reply, _) = oneshot::channel();
+        Pending {
+            input: Payload::Tensors(vec![tensor]),
+            rows,
+            outputs: rows,
+            priority: 1,
+            enqueued: Instant::now(),
+            deadline: None,
+            continues: false,
+            reply,
+        }
+    }
+
+    #[test]
+    fn only_requests_of_one_shape_share_a_pass() {
+        let live = vec![request(1, 3), request(2, 5), request(2, 3), request(1, 5)];
+        let sizes = |g: &Vec<Vec<Pending>>| -> Vec<Vec<usize>> {
+            g.iter()
+                .map(|m| m.iter().map(|p| tensors_of(p)[0].shape[1]).collect())
+                .collect()
+        };
+        let batched = groups(live, true);
+        assert_eq!(sizes(&batched), vec![vec![3, 3], vec![5, 5]]);
+        let joined = joined_inputs(&batched[0]);
+        assert_eq!(joined[0].shape, vec![3, 3]);
+        let alone = groups(vec![request(1, 3), request(1, 3)], false);
+        assert_eq!(
+            alone.len(),
+            2,
+            "a model without a batch dimension runs each alone"
+        );
+    }
+
+    #[test]
+    fn each_request_gets_its_own_rows_and_a_short_output_is_an_error() {
+        let out = Tensor::concat(&[
+            &tensors_of(&request(1, 2))[0],
+            &tensors_of(&request(2, 2))[0],
+        ]);
+        let all = rows_agree(vec![out.clone()], 3, true).unwrap();
+        assert_eq!(own_rows(&all, 1, 2, true)[0], out.rows(1, 3));
+        assert!(
+            rows_agree(vec![out], 4, true)
+                .unwrap_err()
+                .contains("not the batch's 4 rows")
+        );
+    }
 }

@@ -70,13 +70,38 @@ impl Target {
     }
 }
 
+/// What a row of a dense model's input is: the input's and first output's names, and the
+/// input's dims past the batch dimension (an MLP's `[width]`, an image model's `[3, 224,
+/// 224]`), read from the model's metadata.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowShape {
+    pub input: String,
+    pub output: String,
+    pub dims: Vec<usize>,
+}
+
+impl RowShape {
+    /// An MLP's `input-0` rows of `width` values.
+    pub fn mlp(width: usize) -> RowShape {
+        RowShape {
+            input: "input-0".into(),
+            output: "output-0".into(),
+            dims: vec![width],
+        }
+    }
+
+    fn values(&self) -> usize {
+        self.dims.iter().product()
+    }
+}
+
 /// The most memory `--bodies` may take, all bodies together.
 const MAX_BODIES_BYTES: usize = 256 << 20;
 
 /// The requests to send in turn: `--bodies` of them, each with its own rows.
 pub(super) fn targets(
     args: &LoadArgs,
-    width: usize,
+    shape: &RowShape,
     authority: &str,
 ) -> anyhow::Result<Vec<Target>> {
     let path = format!("/v2/models/{}/infer", args.model);
@@ -96,7 +121,7 @@ pub(super) fn targets(
             .wrapping_add(i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let (body, header_len) = match &texts {
             Some(texts) => (text_payload(texts, args.rows, i as usize), None),
-            None => payload(width, args.rows, args.binary, seed),
+            None => payload(shape, args.rows, args.binary, seed),
         };
         // Bodies differ in length by a few digits at most: the first one's tells.
         anyhow::ensure!(
@@ -155,14 +180,17 @@ fn text_payload(texts: &[String], rows: usize, i: usize) -> Bytes {
 }
 
 /// One request body: random rows, as JSON or binary.
-fn payload(width: usize, rows: usize, binary: bool, seed: u64) -> (Bytes, Option<usize>) {
+fn payload(row: &RowShape, rows: usize, binary: bool, seed: u64) -> (Bytes, Option<usize>) {
     let mut rng = SplitMix64::new(seed);
-    let values: Vec<f32> = (0..width * rows).map(|_| rng.normal()).collect();
+    let values: Vec<f32> = (0..row.values() * rows).map(|_| rng.normal()).collect();
+    let shape: Vec<usize> = std::iter::once(rows)
+        .chain(row.dims.iter().copied())
+        .collect();
     if binary {
         let header = serde_json::json!({
-            "inputs": [{"name": "input-0", "datatype": "FP32", "shape": [rows, width],
+            "inputs": [{"name": row.input, "datatype": "FP32", "shape": shape,
                         "parameters": {"binary_data_size": values.len() * 4}}],
-            "outputs": [{"name": "output-0", "parameters": {"binary_data": true}}]
+            "outputs": [{"name": row.output, "parameters": {"binary_data": true}}]
         })
         .to_string();
         let mut body = header.clone().into_bytes();
@@ -172,7 +200,7 @@ fn payload(width: usize, rows: usize, binary: bool, seed: u64) -> (Bytes, Option
         (Bytes::from(body), Some(header.len()))
     } else {
         let body = serde_json::json!({
-            "inputs": [{"name": "input-0", "datatype": "FP32", "shape": [rows, width], "data": values}]
+            "inputs": [{"name": row.input, "datatype": "FP32", "shape": shape, "data": values}]
         });
         (Bytes::from(body.to_string()), None)
     }
@@ -210,9 +238,9 @@ mod tests {
     #[test]
     fn every_body_has_its_own_rows_and_the_first_is_the_single_one() {
         let mut a = test_args(LoadShape::Constant);
-        let single = targets(&a, 784, "h:1").unwrap();
+        let single = targets(&a, &RowShape::mlp(784), "h:1").unwrap();
         a.bodies = 3;
-        let three = targets(&a, 784, "h:1").unwrap();
+        let three = targets(&a, &RowShape::mlp(784), "h:1").unwrap();
         assert_eq!((single.len(), three.len()), (1, 3));
         // `--bodies 1` sends what the generator always sent.
         assert_eq!(three[0].body, single[0].body);
@@ -232,7 +260,10 @@ mod tests {
         // Bodies that would not fit the memory bound are refused, not allocated.
         a.rows = 512;
         a.bodies = 1024;
-        let e = targets(&a, 784, "h:1").err().expect("refused").to_string();
+        let e = targets(&a, &RowShape::mlp(784), "h:1")
+            .err()
+            .expect("refused")
+            .to_string();
         assert!(e.contains("send fewer"), "{e}");
     }
 
@@ -244,9 +275,10 @@ mod tests {
         a.texts = Some(path.clone());
         a.rows = 2;
         a.bodies = 3;
-        let bodies: Vec<serde_json::Value> = (targets(&a, 0, "h:1").unwrap().iter())
-            .map(|t| serde_json::from_slice(&t.body).unwrap())
-            .collect();
+        let bodies: Vec<serde_json::Value> =
+            (targets(&a, &RowShape::mlp(0), "h:1").unwrap().iter())
+                .map(|t| serde_json::from_slice(&t.body).unwrap())
+                .collect();
         let data = |b: &serde_json::Value| b["inputs"][0]["data"].clone();
         assert_eq!(
             data(&bodies[0]),
@@ -257,7 +289,10 @@ mod tests {
         assert_eq!(bodies[0]["inputs"][0]["shape"], serde_json::json!([2]));
         assert_eq!(bodies[0]["inputs"][0]["datatype"], "BYTES");
         std::fs::write(&path, "\n \n").unwrap();
-        let e = targets(&a, 0, "h:1").err().expect("refused").to_string();
+        let e = targets(&a, &RowShape::mlp(0), "h:1")
+            .err()
+            .expect("refused")
+            .to_string();
         assert!(e.contains("no text"), "{e}");
         let _ = std::fs::remove_file(&path);
         // A corpus as compare_text_peers.py writes it, a text with a line break included.
@@ -266,7 +301,8 @@ mod tests {
         a.texts = Some(json.clone());
         a.bodies = 1;
         let body: serde_json::Value =
-            serde_json::from_slice(&targets(&a, 0, "h:1").unwrap()[0].body).unwrap();
+            serde_json::from_slice(&targets(&a, &RowShape::mlp(0), "h:1").unwrap()[0].body)
+                .unwrap();
         assert_eq!(data(&body), serde_json::json!(["a\nb", "c"]));
         let _ = std::fs::remove_file(&json);
     }
