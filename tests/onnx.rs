@@ -226,6 +226,41 @@ fn an_onnx_runtime_failure_answers_its_batch_500_and_the_model_keeps_serving() {
 }
 
 #[test]
+fn requests_of_different_shapes_each_get_their_own_rows() {
+    let Some(python) = python("requests_of_different_shapes_each_get_their_own_rows") else {
+        return;
+    };
+    let repo = TempDir::new("onnx-shapes");
+    make_models(&python, repo.path(), "all");
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let addr = server.addr;
+    // Sequences of 3 and 5 values, 1 or 2 rows each, sent at once from many threads: each
+    // answer holds its own rows' sums, whatever batch its request joined.
+    let threads: Vec<_> = (0..16)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let (rows, len) = (1 + i % 2, 3 + 2 * (i % 3 == 0) as usize);
+                let data: Vec<f32> = (0..rows * len).map(|v| (v + i) as f32).collect();
+                let body = serde_json::json!({"inputs": [
+                    {"name": "seq", "datatype": "FP32", "shape": [rows, len], "data": data}
+                ]});
+                for _ in 0..10 {
+                    let r = post_json(addr, "/v2/models/varlen/infer", &body);
+                    assert_eq!(r.status, 200, "{}", r.text());
+                    let answer: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+                    let want: Vec<f32> = data.chunks(len).map(|row| row.iter().sum()).collect();
+                    assert_eq!(answer["outputs"][0]["data"], serde_json::json!(want));
+                    assert_eq!(answer["outputs"][0]["shape"], serde_json::json!([rows, 1]));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+#[test]
 fn a_new_onnx_version_takes_over_live() {
     let Some(python) = python("a_new_onnx_version_takes_over_live") else {
         return;

@@ -107,7 +107,17 @@ fn read_triton_config(dir: &Path, model: &mut RepoModel) {
     if !path.is_file() {
         return;
     }
-    match crate::triton::TritonConfig::read(&path) {
+    let named = |t: &crate::triton::TritonConfig| {
+        let folder = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        match t.config.name.as_str() {
+            "" => Ok(()),
+            name if name == folder => Ok(()),
+            name => Err(format!(
+                "config.pbtxt: name {name:?} is not the model's folder {folder:?}"
+            )),
+        }
+    };
+    match crate::triton::TritonConfig::read(&path).and_then(|t| named(&t).map(|()| t)) {
         Ok(t) => {
             model.overrides = Some(crate::triton::mapping::overrides(&t.config));
             model.triton = Some(std::sync::Arc::new(t));
@@ -152,7 +162,12 @@ fn version_number(name: &str) -> Option<u64> {
 fn version_mtime(file: &Path) -> Option<SystemTime> {
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     let folder = file.parent().and_then(modified);
-    modified(file).into_iter().chain(folder).max()
+    // A model's config.pbtxt decides whether its versions load: a fixed one is tried again.
+    let triton = file
+        .parent()
+        .and_then(Path::parent)
+        .and_then(|model| modified(&model.join(crate::triton::CONFIG_FILE)));
+    modified(file).into_iter().chain(folder).chain(triton).max()
 }
 
 /// Keeps the registry in step with the repository, `config.toml` included: a changed one

@@ -49,42 +49,43 @@ pub fn spec(name: &str, ty: &ValueType, role: &str) -> Result<TensorSpec, OnnxEr
     })
 }
 
-fn shape_of(t: &Tensor) -> Vec<i64> {
-    t.shape.iter().map(|&d| d as i64).collect()
+fn dims(shape: &[usize]) -> Vec<i64> {
+    shape.iter().map(|&d| d as i64).collect()
 }
 
 fn typed<'a, T: bytemuck::Pod + ort::value::PrimitiveTensorElementType + std::fmt::Debug>(
     t: &'a Tensor,
+    shape: &[usize],
     bytes: &'a Buffer,
 ) -> Result<SessionInputValue<'a>, OnnxError> {
     let values: &[T] = bytes.as_slice().ok_or_else(|| {
         OnnxError::Run(format!("input {:?}: bytes are not whole elements", t.name))
     })?;
-    let view = TensorRef::from_array_view((shape_of(t), values))
+    let view = TensorRef::from_array_view((dims(shape), values))
         .map_err(|e| OnnxError::Run(format!("input {:?}: {e}", t.name)))?;
     Ok(view.into())
 }
 
-/// An input as ONNX Runtime reads it.
-pub fn input(t: &Tensor) -> Result<SessionInputValue<'_>, OnnxError> {
+/// An input as ONNX Runtime reads it, in `shape` (its own, or another of as many elements).
+pub fn input<'a>(t: &'a Tensor, shape: &[usize]) -> Result<SessionInputValue<'a>, OnnxError> {
     let bytes = match &t.data {
-        TensorData::Bytes(items) => return strings(t, items),
+        TensorData::Bytes(items) => return strings(t, shape, items),
         TensorData::Fixed(b) => b,
     };
     match t.dtype {
-        DataType::Bool => booleans(t, bytes),
-        DataType::Uint8 => typed::<u8>(t, bytes),
-        DataType::Uint16 => typed::<u16>(t, bytes),
-        DataType::Uint32 => typed::<u32>(t, bytes),
-        DataType::Uint64 => typed::<u64>(t, bytes),
-        DataType::Int8 => typed::<i8>(t, bytes),
-        DataType::Int16 => typed::<i16>(t, bytes),
-        DataType::Int32 => typed::<i32>(t, bytes),
-        DataType::Int64 => typed::<i64>(t, bytes),
-        DataType::Fp16 => typed::<half::f16>(t, bytes),
-        DataType::Bf16 => typed::<half::bf16>(t, bytes),
-        DataType::Fp32 => typed::<f32>(t, bytes),
-        DataType::Fp64 => typed::<f64>(t, bytes),
+        DataType::Bool => booleans(t, shape, bytes),
+        DataType::Uint8 => typed::<u8>(t, shape, bytes),
+        DataType::Uint16 => typed::<u16>(t, shape, bytes),
+        DataType::Uint32 => typed::<u32>(t, shape, bytes),
+        DataType::Uint64 => typed::<u64>(t, shape, bytes),
+        DataType::Int8 => typed::<i8>(t, shape, bytes),
+        DataType::Int16 => typed::<i16>(t, shape, bytes),
+        DataType::Int32 => typed::<i32>(t, shape, bytes),
+        DataType::Int64 => typed::<i64>(t, shape, bytes),
+        DataType::Fp16 => typed::<half::f16>(t, shape, bytes),
+        DataType::Bf16 => typed::<half::bf16>(t, shape, bytes),
+        DataType::Fp32 => typed::<f32>(t, shape, bytes),
+        DataType::Fp64 => typed::<f64>(t, shape, bytes),
         DataType::Bytes => Err(OnnxError::Run(format!(
             "input {:?}: BYTES without its strings",
             t.name
@@ -93,7 +94,11 @@ pub fn input(t: &Tensor) -> Result<SessionInputValue<'_>, OnnxError> {
 }
 
 /// Booleans are bytes that must be 0 or 1 (any other byte is no `bool`): copied, checked.
-fn booleans<'a>(t: &'a Tensor, bytes: &Buffer) -> Result<SessionInputValue<'a>, OnnxError> {
+fn booleans<'a>(
+    t: &'a Tensor,
+    shape: &[usize],
+    bytes: &Buffer,
+) -> Result<SessionInputValue<'a>, OnnxError> {
     let values = bytes
         .as_bytes()
         .iter()
@@ -105,13 +110,17 @@ fn booleans<'a>(t: &'a Tensor, bytes: &Buffer) -> Result<SessionInputValue<'a>, 
             ))),
         })
         .collect::<Result<Vec<bool>, _>>()?;
-    let value = ort::value::Tensor::from_array((shape_of(t), values))
+    let value = ort::value::Tensor::from_array((dims(shape), values))
         .map_err(|e| OnnxError::Run(format!("input {:?}: {e}", t.name)))?;
     Ok(value.into())
 }
 
 /// ONNX strings are UTF-8 text.
-fn strings<'a>(t: &'a Tensor, items: &[Vec<u8>]) -> Result<SessionInputValue<'a>, OnnxError> {
+fn strings<'a>(
+    t: &'a Tensor,
+    shape: &[usize],
+    items: &[Vec<u8>],
+) -> Result<SessionInputValue<'a>, OnnxError> {
     let texts = items
         .iter()
         .enumerate()
@@ -121,7 +130,7 @@ fn strings<'a>(t: &'a Tensor, items: &[Vec<u8>]) -> Result<SessionInputValue<'a>
             })
         })
         .collect::<Result<Vec<String>, _>>()?;
-    let value = ort::value::Tensor::from_string_array((shape_of(t), texts.as_slice()))
+    let value = ort::value::Tensor::from_string_array((dims(shape), texts.as_slice()))
         .map_err(|e| OnnxError::Run(format!("input {:?}: {e}", t.name)))?;
     Ok(value.into())
 }

@@ -15,12 +15,15 @@ pub struct SessionSettings {
     pub intra_op_threads: usize,
     /// Threads across independent operators (0: ONNX Runtime's default).
     pub inter_op_threads: usize,
-    /// Triton's `optimization { graph { level } }`: -1 basic, 0 or absent all, 1 extended.
+    /// Triton's `optimization { graph { level } }`: -1 basic, 1 extended, else all.
     pub graph_level: Option<i32>,
     /// The GPU to run on through the CUDA execution provider; `None` runs on the CPU.
     pub cuda_device: Option<i32>,
     /// A bound on the CUDA execution provider's memory arena, in bytes.
     pub gpu_mem_limit: Option<usize>,
+    /// ONNX Runtime's own session configuration entries (`session.intra_op.allow_spinning`,
+    /// ...), applied as given.
+    pub config_entries: Vec<(String, String)>,
 }
 
 pub struct OnnxModel {
@@ -41,10 +44,11 @@ impl OnnxModel {
     pub fn load(path: &Path, settings: &SessionSettings) -> Result<OnnxModel, OnnxError> {
         let environment = runtime::environment()?;
         let mut builder = Session::builder(environment).map_err(|e| load_error(path, e))?;
+        // Triton's levels: -1 basic, 1 extended, anything else every optimisation.
         let level = match settings.graph_level {
             Some(-1) => GraphOptimizationLevel::Level1,
-            Some(1) => GraphOptimizationLevel::All,
-            _ => GraphOptimizationLevel::Level3,
+            Some(1) => GraphOptimizationLevel::Level2,
+            _ => GraphOptimizationLevel::All,
         };
         builder = builder
             .with_optimization_level(level)
@@ -57,6 +61,11 @@ impl OnnxModel {
         if settings.inter_op_threads > 0 {
             builder = builder
                 .with_inter_threads(settings.inter_op_threads)
+                .map_err(|e| load_error(path, e))?;
+        }
+        for (key, value) in &settings.config_entries {
+            builder = builder
+                .with_config_entry(key, value)
                 .map_err(|e| load_error(path, e))?;
         }
         if let Some(device) = settings.cuda_device {
@@ -95,11 +104,19 @@ impl OnnxModel {
         &self.outputs
     }
 
-    /// Runs the graph on `inputs` and returns the outputs named in `wanted`, in that order.
-    pub fn run(&mut self, inputs: &[Tensor], wanted: &[&str]) -> Result<Vec<Tensor>, OnnxError> {
+    /// Runs the graph on `inputs`, each read in the shape of `shapes` at its index (its own,
+    /// or another of as many elements), and returns the outputs named in `wanted`, in that
+    /// order.
+    pub fn run(
+        &mut self,
+        inputs: &[Tensor],
+        shapes: &[Vec<usize>],
+        wanted: &[&str],
+    ) -> Result<Vec<Tensor>, OnnxError> {
         let values = inputs
             .iter()
-            .map(|t| Ok((t.name.as_str(), convert::input(t)?)))
+            .zip(shapes)
+            .map(|(t, shape)| Ok((t.name.as_str(), convert::input(t, shape)?)))
             .collect::<Result<Vec<_>, OnnxError>>()?;
         let outputs = self
             .session

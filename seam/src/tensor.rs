@@ -88,6 +88,18 @@ impl Tensor {
         self.shape.iter().product()
     }
 
+    /// Whether its data holds exactly the elements its shape says.
+    pub fn is_consistent(&self) -> bool {
+        let elements = self.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        match (&self.data, elements) {
+            (TensorData::Fixed(b), Some(n)) => {
+                Some(b.len()) == n.checked_mul(self.dtype.size().unwrap_or(0))
+            }
+            (TensorData::Bytes(items), Some(n)) => items.len() == n,
+            (_, None) => false,
+        }
+    }
+
     /// A tensor of zeros (empty strings for BYTES).
     pub fn zeros(name: &str, dtype: DataType, shape: Vec<usize>) -> Tensor {
         let n: usize = shape.iter().product();

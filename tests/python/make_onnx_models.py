@@ -10,6 +10,8 @@ Models (each DIR/<name>/1/model.onnx, most with a config.pbtxt):
   masks     UINT8 "pixels" and BOOL "mask" [-1, 4] in; FP32 "masked" [-1, 4] out
   bare      like mixed, with no config.pbtxt at all
   fragile   FP32 [-1, -1] reshaped to [n, 2, -1]: ONNX Runtime fails on an odd length
+  reshaped  served as [-1, 2, 3] in and [-1, 6] out, the graph's [-1, 6] and [-1, 2, 3]
+            (Triton's reshape)
 """
 
 import os
@@ -144,6 +146,27 @@ output [ { name: "halves" data_type: TYPE_FP32 dims: [ 2 ] } ]
     save(repo, "fragile", graph, config)
 
 
+def reshaped(repo):
+    shape = numpy_helper.from_array(np.array([0, 2, 3], np.int64), "shape")
+    nodes = [
+        helper.make_node("Reshape", ["flat", "shape"], ["r"]),
+        helper.make_node("Relu", ["r"], ["grid"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "reshaped",
+        [tensor("flat", TensorProto.FLOAT, ["n", 6])],
+        [tensor("grid", TensorProto.FLOAT, ["n", 2, 3])],
+        [shape],
+    )
+    config = """name: "reshaped"
+platform: "onnxruntime_onnx"
+max_batch_size: 4
+input [ { name: "flat" data_type: TYPE_FP32 dims: [ 2, 3 ] reshape: { shape: [ 6 ] } } ]
+output [ { name: "grid" data_type: TYPE_FP32 dims: [ 6 ] reshape: { shape: [ 2, 3 ] } } ]
+"""
+    save(repo, "reshaped", graph, config)
+
+
 def nobatch(repo):
     m = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(3, 2) / 4, "m")
     graph = helper.make_graph(
@@ -198,6 +221,7 @@ def main():
     masks(repo)
     mixed(repo, name="bare", with_config=False)
     fragile(repo)
+    reshaped(repo)
 
 
 if __name__ == "__main__":

@@ -89,6 +89,14 @@ def main():
     check(client, args.repo, "masks", {"pixels": rng.integers(0, 256, (3, 4)).astype(np.uint8),
                                        "mask": rng.integers(0, 2, (3, 4)).astype(np.bool_)})
 
+    # Triton's reshape: clients send [n, 2, 3] and get [n, 6]; the graph takes [n, 6] and
+    # gives [n, 2, 3].
+    grid = rng.standard_normal((3, 2, 3)).astype(np.float32)
+    want = reference(args.repo, "reshaped", {"flat": grid.reshape(3, 6)})["grid"].reshape(3, 6)
+    got = client.infer("reshaped", [tensor("flat", grid)]).as_numpy("grid")
+    assert got.shape == (3, 6) and np.max(np.abs(got - want)) <= TOLERANCE, (got, want)
+    assert client.get_model_config("reshaped")["input"][0]["reshape"]["shape"] == [6]
+
     # Metadata and the served configuration, in Triton's forms.
     meta = client.get_model_metadata("mixed")
     assert [i["name"] for i in meta["inputs"]] == ["x", "ids"], meta

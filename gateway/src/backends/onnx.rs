@@ -86,6 +86,13 @@ impl OnnxBackend {
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(why)?;
+            if w.count > warmup::MAX_COUNT {
+                return Err(why(format!(
+                    "count {} is more than {}",
+                    w.count,
+                    warmup::MAX_COUNT
+                )));
+            }
             for _ in 0..w.count.max(1) {
                 models::Model::forward_tensors(self, &inputs, &outputs)
                     .map_err(|e| why(e.to_string()))?;
@@ -94,16 +101,21 @@ impl OnnxBackend {
         Ok(())
     }
 
-    /// `t` in the shape the graph takes (or, for an output, the shape clients get).
-    fn reshaped(&self, mut t: Tensor, to: &HashMap<String, Vec<i64>>) -> Tensor {
-        if let Some(dims) = to.get(&t.name) {
-            let rows = self.signature.batched.then(|| t.shape[0]);
-            t.shape = rows
-                .into_iter()
-                .chain(dims.iter().map(|&d| d.max(0) as usize))
-                .collect();
-        }
-        t
+    /// `t`'s shape as `dims` give it past the batch dimension, a `-1` among them standing for
+    /// whatever the elements of a row leave.
+    fn shape_as(&self, t: &Tensor, dims: &[i64]) -> Result<Vec<usize>, ModelError> {
+        let (rows, rest) = match (self.signature.batched, t.shape.split_first()) {
+            (true, Some((rows, rest))) => (Some(*rows), rest),
+            _ => (None, &t.shape[..]),
+        };
+        let per_row = rest.iter().product();
+        let resolved = resolve(dims, per_row).ok_or_else(|| {
+            ModelError::Backend(format!(
+                "{:?}: shape {:?} cannot take the shape {dims:?} (config.pbtxt's reshape)",
+                t.name, t.shape
+            ))
+        })?;
+        Ok(rows.into_iter().chain(resolved).collect())
     }
 }
 
@@ -130,6 +142,25 @@ fn completed(model: &onnx::OnnxModel, max_batch_size: usize) -> ModelConfig {
         },
         ..ModelConfig::default()
     }
+}
+
+/// `dims` for `per_row` elements: as given where they hold exactly that many, with a single
+/// `-1` standing for what the others leave.
+fn resolve(dims: &[i64], per_row: usize) -> Option<Vec<usize>> {
+    let known = dims
+        .iter()
+        .filter(|&&d| d >= 0)
+        .try_fold(1usize, |n, &d| n.checked_mul(d as usize))?;
+    let free = match dims.iter().filter(|&&d| d < 0).count() {
+        0 if known == per_row => None,
+        1 if known > 0 && per_row.is_multiple_of(known) => Some(per_row / known),
+        _ => return None,
+    };
+    Some(
+        dims.iter()
+            .map(|&d| if d < 0 { free.unwrap_or(0) } else { d as usize })
+            .collect(),
+    )
 }
 
 /// The graph's shapes of reshaped inputs; the served dims of reshaped outputs, which the
@@ -193,20 +224,25 @@ impl models::Model for OnnxBackend {
         inputs: &[Tensor],
         outputs: &[&str],
     ) -> Result<Vec<Tensor>, ModelError> {
-        let results = match self.input_reshape.is_empty() {
-            true => self.model.run(inputs, outputs),
-            false => {
-                let inputs: Vec<Tensor> = inputs
-                    .iter()
-                    .map(|t| self.reshaped(t.clone(), &self.input_reshape))
-                    .collect();
-                self.model.run(&inputs, outputs)
-            }
-        }
-        .map_err(|e| ModelError::Backend(e.to_string()))?;
-        Ok(results
+        let shapes = inputs
+            .iter()
+            .map(|t| match self.input_reshape.get(&t.name) {
+                Some(dims) => self.shape_as(t, dims),
+                None => Ok(t.shape.clone()),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let results = self
+            .model
+            .run(inputs, &shapes, outputs)
+            .map_err(|e| ModelError::Backend(e.to_string()))?;
+        results
             .into_iter()
-            .map(|t| self.reshaped(t, &self.output_reshape))
-            .collect())
+            .map(|mut t| {
+                if let Some(dims) = self.output_reshape.get(&t.name) {
+                    t.shape = self.shape_as(&t, dims)?;
+                }
+                Ok(t)
+            })
+            .collect()
     }
 }

@@ -9,8 +9,11 @@ use crate::triton::config::WarmupInput;
 use crate::triton::mapping;
 
 /// Warm-up inputs larger than this are refused: a configuration must not make a load
-/// allocate without bound.
+/// allocate without bound. A BYTES element counts its own bytes and its `Vec`'s.
 const MAX_BYTES: usize = 256 << 20;
+
+/// A warm-up request runs at most this many times.
+pub const MAX_COUNT: u32 = 1000;
 
 /// One warm-up input of `batch_size` rows (where the model batches).
 pub fn tensor(
@@ -37,7 +40,8 @@ pub fn tensor(
     let rows = batched.then_some(batch_size.max(1) as usize);
     let shape: Vec<usize> = rows.into_iter().chain(dims).collect();
     let elements = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
-    let bytes = elements.and_then(|n| n.checked_mul(dtype.size().unwrap_or(1)));
+    let element_bytes = dtype.size().unwrap_or(std::mem::size_of::<Vec<u8>>());
+    let bytes = elements.and_then(|n| n.checked_mul(element_bytes));
     if bytes.is_none_or(|b| b > MAX_BYTES) {
         return Err(format!(
             "input {name:?}: shape {shape:?} is larger than {MAX_BYTES} bytes"
@@ -77,6 +81,14 @@ fn fill_from_file(t: &mut Tensor, data: &[u8]) -> Result<(), String> {
             Ok(())
         }
         TensorData::Bytes(items) => {
+            let longest = data.len().saturating_mul(items.len());
+            if longest > MAX_BYTES {
+                return Err(format!(
+                    "{} elements of up to {} bytes are more than {MAX_BYTES} bytes",
+                    items.len(),
+                    data.len()
+                ));
+            }
             let (mut rest, mut read) = (data, Vec::new());
             while let Some((len, tail)) = rest.split_first_chunk::<4>() {
                 let len = u32::from_le_bytes(*len) as usize;

@@ -177,6 +177,8 @@ impl ModelSettings {
     /// token-units) and in output rows (rows, or texts).
     pub fn batch_limits(&self, input: &models::InputKind) -> (usize, usize) {
         match input {
+            // A model without a batch dimension runs each request alone.
+            models::InputKind::Tensors(s) if !s.batched => (1, 1),
             models::InputKind::Dense { .. } | models::InputKind::Tensors(_) => {
                 (self.max_batch_size, self.max_batch_size)
             }

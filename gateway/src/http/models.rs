@@ -179,26 +179,40 @@ pub fn model_config(
     Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
 }
 
-/// A config.pbtxt's fields with what the version serves with written over them: the file's
-/// other fields (warm-up, optimization, parameters of its own) read back as it gave them.
-fn served_over_file(mut file: serde_json::Value, served: serde_json::Value) -> serde_json::Value {
-    let (Some(file_fields), serde_json::Value::Object(served)) = (file.as_object_mut(), served)
-    else {
-        return file;
-    };
-    for (key, value) in served {
-        match (key.as_str(), file_fields.get_mut(&key)) {
-            ("parameters", Some(serde_json::Value::Object(given))) => {
-                if let serde_json::Value::Object(ours) = value {
-                    given.extend(ours);
-                }
+/// A config.pbtxt's fields with what the version serves with written over them, field by
+/// field (tensors matched by name): the file's other fields (a reshape, warm-up requests,
+/// parameters of its own) read back as it gave them.
+fn served_over_file(file: serde_json::Value, served: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match (file, served) {
+        (Value::Object(mut given), Value::Object(ours)) => {
+            for (key, value) in ours {
+                let merged = match given.remove(&key) {
+                    Some(old) => served_over_file(old, value),
+                    None => value,
+                };
+                given.insert(key, merged);
             }
-            _ => {
-                file_fields.insert(key, value);
-            }
+            Value::Object(given)
         }
+        (Value::Array(given), Value::Array(ours)) => {
+            let name = |v: &Value| v.get("name").cloned();
+            let merged = ours
+                .into_iter()
+                .map(|o| {
+                    match given
+                        .iter()
+                        .find(|g| name(g).is_some() && name(g) == name(&o))
+                    {
+                        Some(g) => served_over_file(g.clone(), o),
+                        None => o,
+                    }
+                })
+                .collect();
+            Value::Array(merged)
+        }
+        (_, served) => served,
     }
-    file
 }
 
 /// Who runs the model, in Triton's `backend` field.

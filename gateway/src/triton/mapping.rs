@@ -59,11 +59,13 @@ const ACTED_ON: &[&str] = &[
     "instance_group.kind",
     "instance_group.gpus",
     "default_model_filename",
-    "parameters",
     "optimization.graph",
-    "response_cache",
     "model_warmup",
 ];
+
+/// The `parameters` ONNX Runtime's sessions take; keys starting `session.` are ONNX
+/// Runtime's own session configuration entries, passed as given.
+const SESSION_PARAMETERS: &[&str] = &["intra_op_thread_count", "inter_op_thread_count"];
 
 /// The fields set (to anything but their default) that tandem does not act on.
 pub fn ignored_fields(json: &serde_json::Value) -> Vec<String> {
@@ -77,6 +79,13 @@ pub fn ignored_fields(json: &serde_json::Value) -> Vec<String> {
 fn collect_ignored(value: &serde_json::Value, path: &str, out: &mut Vec<String>) {
     use serde_json::Value;
     if ACTED_ON.contains(&path) {
+        return;
+    }
+    if let (true, Some(keys)) = (path == "parameters", value.as_object()) {
+        let unknown = keys
+            .keys()
+            .filter(|k| !SESSION_PARAMETERS.contains(&k.as_str()) && !k.starts_with("session."));
+        out.extend(unknown.map(|k| format!("parameters.{k}")));
         return;
     }
     match value {
@@ -136,10 +145,10 @@ pub fn overrides(config: &ModelConfig) -> ModelOverrides {
             o.max_queue_delay_us = Some(b.max_queue_delay_microseconds);
         }
         if b.priority_levels > 0 {
-            o.priority_levels = Some(b.priority_levels as u32);
+            o.priority_levels = Some(u32::try_from(b.priority_levels).unwrap_or(u32::MAX));
         }
         if b.default_priority_level > 0 {
-            o.default_priority = Some(b.default_priority_level as u32);
+            o.default_priority = Some(u32::try_from(b.default_priority_level).unwrap_or(u32::MAX));
         }
         if let Some(q) = &b.default_queue_policy {
             if q.default_timeout_microseconds > 0 {
@@ -150,13 +159,14 @@ pub fn overrides(config: &ModelConfig) -> ModelOverrides {
             }
         }
     }
-    let instances: i32 = config
+    let instances: i64 = config
         .instance_group
         .iter()
-        .map(|g| if g.count > 0 { g.count } else { 1 } * g.gpus.len().max(1) as i32)
+        .map(|g| i64::from(g.count.max(1)) * g.gpus.len().max(1) as i64)
         .sum();
     if instances > 0 {
-        o.replicas = Some(instances as usize);
+        // Out of range, the settings' own check refuses it with the bound.
+        o.replicas = Some(usize::try_from(instances).unwrap_or(usize::MAX));
     }
     o
 }
@@ -182,6 +192,12 @@ pub fn session_settings(config: &ModelConfig) -> Result<onnx::SessionSettings, S
             .map(|g| g.level),
         cuda_device: None,
         gpu_mem_limit: None,
+        config_entries: config
+            .parameters
+            .iter()
+            .filter(|(key, _)| key.starts_with("session."))
+            .map(|(key, p)| (key.clone(), p.string_value.clone()))
+            .collect(),
     })
 }
 
@@ -306,8 +322,18 @@ fn tensor(
         ));
     }
     if let Some(r) = reshape {
-        let count = |d: &[i64]| d.iter().all(|&x| x >= 0).then(|| d.iter().product::<i64>());
-        if count(dims) != count(&r.shape) {
+        // A -1 stands for what the other dims leave (at most one in a reshape); fixed shapes
+        // must hold the same number of elements.
+        let fixed = |d: &[i64]| {
+            d.iter().all(|&x| x >= 0).then(|| {
+                d.iter()
+                    .try_fold(1i64, |n, &x| n.checked_mul(x))
+                    .unwrap_or(-1)
+            })
+        };
+        let free = r.shape.iter().filter(|&&d| d < 0).count();
+        let differ = matches!((fixed(dims), fixed(&r.shape)), (Some(a), Some(b)) if a != b);
+        if free > 1 || differ {
             return Err(format!(
                 "{role} {name:?}: reshape {:?} does not hold the elements of dims {dims:?}",
                 r.shape

@@ -139,9 +139,13 @@ fn shape(
     if !rows_ok || !spec.accepts(rest) {
         return Err(wrong());
     }
+    // Every element's bytes must be countable: a shape of 2^62 values with no data is
+    // refused here, not wrapped around in a size check later.
+    let size = spec.dtype.size().unwrap_or(1);
     shape
         .iter()
-        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .try_fold(size, |n, &d| n.checked_mul(d))
+        .filter(|&bytes| bytes <= isize::MAX as usize)
         .ok_or_else(|| {
             invalid(format!(
                 "input {name:?}: shape {shape:?} holds too many elements"

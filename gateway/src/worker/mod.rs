@@ -332,11 +332,7 @@ fn output_rows(p: &Pending) -> usize {
 
 /// `forward`, with a panic inside the model turned into an error for this batch only.
 fn run(model: &mut dyn Model, batch: Batch<'_>, output: &mut [f32]) -> Result<(), String> {
-    match std::panic::catch_unwind(AssertUnwindSafe(|| model.forward(batch, output))) {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("the model panicked".into()),
-    }
+    catch(|| model.forward(batch, output))
 }
 
 /// `f`, with a panic inside the model turned into an error for this batch only.

@@ -92,20 +92,22 @@ pub fn run(
         spec.stats
             .executed(group_rows, Duration::ZERO, took, Duration::ZERO);
         let finished = Instant::now();
-        let mut offset = 0;
-        for p in group {
+        let shares: Vec<Result<Vec<Tensor>, String>> =
+            match result.and_then(|all| split(all, &group, signature.batched)) {
+                Ok(shares) => shares.into_iter().map(Ok).collect(),
+                Err(e) => vec![Err(e); group.len()],
+            };
+        for (p, share) in group.into_iter().zip(shares) {
             latencies.push(finished.saturating_duration_since(p.enqueued));
-            let reply = match &result {
-                Ok(all) => Ok(Completed {
+            let reply = share
+                .map(|tensors| Completed {
                     output: Vec::new(),
-                    tensors: own_rows(all, offset, p.rows, signature.batched),
+                    tensors,
                     tokens: 0,
                     queue_time: started_at.saturating_duration_since(p.enqueued),
                     compute_time: took,
-                }),
-                Err(e) => Err(InferError::Model(e.clone())),
-            };
-            offset += p.rows;
+                })
+                .map_err(InferError::Model);
             replies.push((p.reply, reply));
         }
     }
@@ -119,9 +121,15 @@ pub fn run(
     (done, replies)
 }
 
-/// The outputs, if each holds the batch's rows (a graph that drops or adds rows cannot be
-/// split among its requests).
+/// The outputs, if each holds the elements its shape says and, where the model batches, the
+/// batch's rows first (a graph that drops or adds rows cannot be split among its requests).
 fn rows_agree(all: Vec<Tensor>, rows: usize, batched: bool) -> Result<Vec<Tensor>, String> {
+    if let Some(t) = all.iter().find(|t| !t.is_consistent()) {
+        return Err(format!(
+            "output {:?}: its data does not fill its shape {:?}",
+            t.name, t.shape
+        ));
+    }
     match all
         .iter()
         .find(|t| batched && t.shape.first() != Some(&rows))
@@ -134,15 +142,25 @@ fn rows_agree(all: Vec<Tensor>, rows: usize, batched: bool) -> Result<Vec<Tensor
     }
 }
 
-/// A request's rows of each output: `rows` from `offset` where the model batches, all of
-/// it where it does not.
-fn own_rows(all: &[Tensor], offset: usize, rows: usize, batched: bool) -> Vec<Tensor> {
-    all.iter()
-        .map(|t| match batched {
-            true => t.rows(offset, offset + rows),
-            false => t.clone(),
+/// Each request's rows of the outputs, in the group's order. A lone request (every request
+/// of a model without a batch dimension runs alone) takes them whole, without a copy.
+fn split(all: Vec<Tensor>, group: &[Pending], batched: bool) -> Result<Vec<Vec<Tensor>>, String> {
+    if group.len() == 1 || !batched {
+        return Ok(vec![all; group.len()]);
+    }
+    let mut offset = 0;
+    let shares = group
+        .iter()
+        .map(|p| {
+            let share = all
+                .iter()
+                .map(|t| t.rows(offset, offset + p.rows))
+                .collect();
+            offset += p.rows;
+            share
         })
-        .collect()
+        .collect();
+    Ok(shares)
 }
 
 #[cfg(test)]
@@ -201,7 +219,9 @@ mod tests {
             &tensors_of(&request(2, 2))[0],
         ]);
         let all = rows_agree(vec![out.clone()], 3, true).unwrap();
-        assert_eq!(own_rows(&all, 1, 2, true)[0], out.rows(1, 3));
+        let shares = split(all, &[request(1, 2), request(2, 2)], true).unwrap();
+        assert_eq!(shares[1][0], out.rows(1, 3));
+        assert_eq!(shares[0][0], out.rows(0, 1));
         assert!(
             rows_agree(vec![out], 4, true)
                 .unwrap_err()
