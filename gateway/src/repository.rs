@@ -1,8 +1,10 @@
-//! The model repository, Triton-style: `DIR/<model>/<version>/model.safetensors`, with an
-//! optional `DIR/<model>/config.toml` of settings. A watcher rescans it on an interval:
+//! The model repository, Triton-style: `DIR/<model>/<version>/model.safetensors` (or
+//! `model.onnx`, with an optional `DIR/<model>/config.pbtxt` of Triton's settings), with an
+//! optional `DIR/<model>/config.toml` of tandem's. A watcher rescans it on an interval:
 //! new versions are loaded and warmed up before they take traffic, versions beyond the
-//! newest `keep_versions` (or gone from disk) are unloaded, and a version that fails to load
-//! is logged and not retried until its file changes — the previous version keeps serving.
+//! newest `keep_versions` (or gone from disk, or outside a config.pbtxt's version_policy)
+//! are unloaded, and a version that fails to load is logged and not retried until its file
+//! or its config.pbtxt changes — the previous version keeps serving.
 //! A model the operator unloads through the repository API ([`crate::repository_control`])
 //! is held out, new versions included, until it is loaded again.
 

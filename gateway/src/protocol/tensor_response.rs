@@ -73,95 +73,65 @@ fn write_bytes(t: &Tensor, out: &mut Vec<u8>) {
     }
 }
 
-fn numbers<T: bytemuck::Pod + Into<f64>>(b: &seam::Buffer) -> Vec<f64> {
+/// The elements of `T` as JSON numbers, exactly (every integer type up to 64 bits, f32 as
+/// the shortest decimal that reads back as the same f32).
+fn exact<T: bytemuck::Pod + serde::Serialize>(b: &seam::Buffer) -> Value {
+    json!(b.as_slice::<T>().unwrap_or(&[]))
+}
+
+/// The elements of a float type as f64s, to check before they become JSON.
+fn widened<T: bytemuck::Pod>(b: &seam::Buffer, f: impl Fn(T) -> f64) -> Vec<f64> {
     b.as_slice::<T>()
-        .map_or_else(Vec::new, |v| v.iter().map(|&x| x.into()).collect())
+        .map_or_else(Vec::new, |v| v.iter().map(|&x| f(x)).collect())
+}
+
+/// A BYTES tensor's elements as JSON strings, where they are UTF-8.
+fn texts(name: &str, items: &[Vec<u8>]) -> Result<Value, InferError> {
+    let texts = items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            std::str::from_utf8(item).map_err(|_| {
+                InferError::Model(format!(
+                    "output {name:?}: element {i} is not UTF-8, which JSON cannot carry; \
+                     request it as binary data"
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(json!(texts))
 }
 
 /// The values as JSON: numbers (integers exactly), booleans, or strings for BYTES.
 fn json_values(t: &Tensor) -> Result<Value, InferError> {
     let name = &t.name;
     let b = match &t.data {
-        TensorData::Bytes(items) => {
-            let texts = items
-                .iter()
-                .enumerate()
-                .map(|(i, item)| {
-                    String::from_utf8(item.clone()).map_err(|_| {
-                        InferError::Model(format!(
-                            "output {name:?}: element {i} is not UTF-8, which JSON cannot carry; \
-                             request it as binary data"
-                        ))
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            return Ok(json!(texts));
-        }
+        TensorData::Bytes(items) => return texts(name, items),
         TensorData::Fixed(b) => b,
     };
-    let ints = |v: Vec<i128>| Ok(json!(v.into_iter().map(|x| x as i64).collect::<Vec<_>>()));
-    match t.dtype {
-        DataType::Bool => Ok(json!(
-            b.as_bytes().iter().map(|&x| x != 0).collect::<Vec<_>>()
-        )),
-        DataType::Uint64 => Ok(json!(b.as_slice::<u64>().unwrap_or(&[]))),
-        DataType::Int64 => Ok(json!(b.as_slice::<i64>().unwrap_or(&[]))),
-        DataType::Uint8 => ints(b.as_bytes().iter().map(|&x| x as i128).collect()),
-        DataType::Int8 => ints(b.as_bytes().iter().map(|&x| x as i8 as i128).collect()),
-        DataType::Uint16 => ints(
-            b.as_slice::<u16>()
-                .unwrap_or(&[])
-                .iter()
-                .map(|&x| x as i128)
-                .collect(),
-        ),
-        DataType::Int16 => ints(
-            b.as_slice::<i16>()
-                .unwrap_or(&[])
-                .iter()
-                .map(|&x| x as i128)
-                .collect(),
-        ),
-        DataType::Uint32 => ints(
-            b.as_slice::<u32>()
-                .unwrap_or(&[])
-                .iter()
-                .map(|&x| x as i128)
-                .collect(),
-        ),
-        DataType::Int32 => ints(
-            b.as_slice::<i32>()
-                .unwrap_or(&[])
-                .iter()
-                .map(|&x| x as i128)
-                .collect(),
-        ),
-        DataType::Fp16 => finite(
-            name,
-            b.as_slice::<half::f16>()
-                .unwrap_or(&[])
-                .iter()
-                .map(|x| x.to_f64())
-                .collect(),
-        ),
-        DataType::Bf16 => finite(
-            name,
-            b.as_slice::<half::bf16>()
-                .unwrap_or(&[])
-                .iter()
-                .map(|x| x.to_f64())
-                .collect(),
-        ),
+    Ok(match t.dtype {
+        DataType::Bool => json!(b.as_bytes().iter().map(|&x| x != 0).collect::<Vec<_>>()),
+        DataType::Uint8 => exact::<u8>(b),
+        DataType::Int8 => exact::<i8>(b),
+        DataType::Uint16 => exact::<u16>(b),
+        DataType::Int16 => exact::<i16>(b),
+        DataType::Uint32 => exact::<u32>(b),
+        DataType::Int32 => exact::<i32>(b),
+        DataType::Uint64 => exact::<u64>(b),
+        DataType::Int64 => exact::<i64>(b),
+        DataType::Fp16 => finite(name, widened(b, |x: half::f16| x.to_f64()))?,
+        DataType::Bf16 => finite(name, widened(b, |x: half::bf16| x.to_f64()))?,
         DataType::Fp32 => {
-            finite(name, numbers::<f32>(b))?;
-            // As f32s, which print as the shortest decimal that reads back as the same f32.
-            Ok(json!(b.as_slice::<f32>().unwrap_or(&[])))
+            finite(name, widened(b, |x: f32| x.into()))?;
+            exact::<f32>(b)
         }
-        DataType::Fp64 => finite(name, numbers::<f64>(b)),
-        DataType::Bytes => Err(InferError::Model(format!(
-            "output {name:?}: BYTES without strings"
-        ))),
-    }
+        DataType::Fp64 => finite(name, widened(b, |x: f64| x))?,
+        DataType::Bytes => {
+            return Err(InferError::Model(format!(
+                "output {name:?}: BYTES without strings"
+            )));
+        }
+    })
 }
 
 /// Floats as JSON numbers; JSON has no infinity or NaN, so such an output travels only as

@@ -18,14 +18,18 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-fn model_config_message() -> &'static MessageDescriptor {
-    static MESSAGE: OnceLock<MessageDescriptor> = OnceLock::new();
-    MESSAGE.get_or_init(|| {
-        DescriptorPool::decode(DESCRIPTORS)
-            .ok()
-            .and_then(|pool| pool.get_message_by_name("inference.ModelConfig"))
-            .expect("build.rs compiled inference.ModelConfig")
-    })
+/// `inference.ModelConfig`, from the descriptors build.rs compiled (a test checks that
+/// they hold it).
+fn model_config_message() -> Result<&'static MessageDescriptor, ConfigError> {
+    static MESSAGE: OnceLock<Option<MessageDescriptor>> = OnceLock::new();
+    MESSAGE
+        .get_or_init(|| {
+            DescriptorPool::decode(DESCRIPTORS)
+                .ok()
+                .and_then(|pool| pool.get_message_by_name("inference.ModelConfig"))
+        })
+        .as_ref()
+        .ok_or_else(|| ConfigError::Invalid("this build holds no ModelConfig message".into()))
 }
 
 /// The line (1-based) of byte `offset` in `text`.
@@ -104,8 +108,8 @@ fn colon_before_lists(text: &str) -> String {
 /// message (every field, proto field names), which `/v2/models/{m}/config` serves.
 pub fn parse(text: &str) -> Result<(ModelConfig, serde_json::Value), ConfigError> {
     let text = &colon_before_lists(text);
-    let message =
-        DynamicMessage::parse_text_format(model_config_message().clone(), text).map_err(|e| {
+    let message = DynamicMessage::parse_text_format(model_config_message()?.clone(), text)
+        .map_err(|e| {
             let offset = miette::Diagnostic::labels(&e)
                 .and_then(|mut labels| labels.next())
                 .map_or(text.len(), |l| l.offset());

@@ -19,7 +19,9 @@ pub fn validate<'a>(
     let mut tensors = Vec::with_capacity(inputs.len());
     let mut rows = None;
     for input in inputs {
-        let spec = signature.input(&input.name).expect("names were checked");
+        let Some(spec) = signature.input(&input.name) else {
+            return Err(invalid(format!("inputs: unknown input {:?}", input.name)));
+        };
         let shape = shape(&input, spec, signature.batched)?;
         if signature.batched {
             let r = shape[0];

@@ -176,11 +176,12 @@ fn serve(spec: WorkerSpec, model: &mut dyn Model) {
                 },
                 Vec::new(),
             ),
-            false if tensors.is_some() => {
-                let signature = tensors.as_ref().expect("checked");
-                tensor_batch::run(&spec, model, signature, live, now, &m.compute)
-            }
-            false => run_batch(&spec, model, live, &mut buffers, width, now, &m),
+            false => match &tensors {
+                Some(signature) => {
+                    tensor_batch::run(&spec, model, signature, live, now, &m.compute)
+                }
+                None => run_batch(&spec, model, live, &mut buffers, width, now, &m),
+            },
         };
         // The batcher hears that the batch ended before its clients do: a client that sends
         // its next request on the answer then finds the device idle, where a request alone
