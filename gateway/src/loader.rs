@@ -12,8 +12,8 @@ use models::{InputKind, TextInput, TextTokenizer};
 use tokio::sync::mpsc;
 
 use crate::batching::BusyMeter;
+use crate::batching::choice::for_settings;
 use crate::batching::latency::LatencyModel;
-use crate::batching::policy::for_settings;
 use crate::batching::state::QueueState;
 use crate::batching::task::{Batcher, WorkerDone};
 use crate::config::ModelSettings;

@@ -73,7 +73,7 @@ impl ModelVersion {
     /// it before its next batch.
     pub fn apply(&self, settings: ModelSettings) -> Result<(), Busy> {
         let (max_rows, max_outputs) = settings.batch_limits(&self.info.input);
-        let policy = crate::batching::policy::for_settings(
+        let policy = crate::batching::choice::for_settings(
             &settings,
             max_rows,
             &self.info.warmup,

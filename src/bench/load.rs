@@ -122,21 +122,6 @@ pub struct Measured {
     pub ok_latency_us: Histogram<u64>,
 }
 
-pub fn run(args: LoadArgs) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(args.threads.max(1))
-        .enable_all()
-        .build()?;
-    let report = runtime.block_on(measure(&args))?;
-    print_report(&report);
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-        super::plot::timeline(&report, &path.with_extension("svg"))?;
-    }
-    Ok(())
-}
-
 /// A request to send: its scheduled time.
 struct Job {
     at: Instant,

@@ -15,6 +15,7 @@
 
 pub mod adaptive;
 mod busy;
+pub mod choice;
 pub mod cpu_load;
 pub mod feedback;
 pub mod latency;

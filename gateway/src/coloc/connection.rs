@@ -5,8 +5,7 @@
 use std::time::Duration;
 
 use coloc_protocol::{
-    self as protocol, Ack, Directive, GatewayMessage, Hello, Report, TrainerMessage, VERSION,
-    Welcome,
+    self as protocol, Ack, GatewayMessage, Hello, Report, TrainerMessage, VERSION, Welcome,
 };
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
@@ -14,6 +13,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::slots::Tag;
+use super::trainer_slot::Outbound;
 use crate::config::ColocConfig;
 
 /// What a connection tells the coordinator.
@@ -36,13 +36,6 @@ pub enum Event {
         tag: Tag,
         why: String,
     },
-}
-
-/// What the coordinator sends a trainer.
-pub enum Outbound {
-    Directive(Directive),
-    /// Disconnect, for the reason given.
-    Close(String),
 }
 
 /// Bad lines tolerated before the trainer is disconnected.

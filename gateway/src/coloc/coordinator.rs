@@ -13,11 +13,12 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::allowance::{AllowanceController, Pressure, Thresholds};
-use super::connection::{self, Event, Outbound};
+use super::connection::{self, Event};
 use super::guardian::Guardian;
 use super::memory::{MemoryGuard, Squeeze};
 use super::share::ServingShare;
 use super::slots::{Slots, Tag};
+use super::trainer_slot::Outbound;
 use super::trainer_slot::{Lending, Terms, TrainerSlot};
 use crate::config::ColocConfig;
 use crate::cost::LentTime;

@@ -185,7 +185,7 @@ fn a_memory_squeeze_lowers_the_limit_until_memory_recovers() {
     t.supervise(&lending(Squeeze::None, 7 * GIB), t0);
     assert_eq!(last_limit(&t), 5 * GIB);
     let mut seen = Vec::new();
-    while let Ok(super::connection::Outbound::Directive(d)) = directives.try_recv() {
+    while let Ok(super::trainer_slot::Outbound::Directive(d)) = directives.try_recv() {
         seen.push(d.memory_limit_bytes);
     }
     assert_eq!(seen, [5 * GIB, 5 * GIB - 3 * GIB / 2, 5 * GIB]);

@@ -13,10 +13,16 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::allowance::AllowanceController;
-use super::connection::Outbound;
 use super::guardian::Guardian;
 use super::memory::{self, Squeeze};
 use crate::metrics as names;
+
+/// What the coordinator sends a trainer, through its slot's channel to its connection.
+pub enum Outbound {
+    Directive(Directive),
+    /// Disconnect, for the reason given.
+    Close(String),
+}
 
 /// What every directive carries besides the allowance.
 #[derive(Clone, Copy, Debug)]

@@ -8,8 +8,9 @@ use crate::http::classify::{self, PredictRequest, RerankRequest};
 use crate::http::cohere::{self, ApiVersion};
 use crate::http::cohere_embed;
 use crate::http::embeddings::{self, OpenAiRequest};
-use crate::http::tei::{TeiRequest, truncation};
+use crate::http::tei::TeiRequest;
 use crate::http::text;
+use crate::http::text_common::truncation;
 use crate::protocol::json_de;
 
 /// Tokenizes as `http::text` does, with the WordPiece tokenizer: a text too long (with

@@ -24,6 +24,7 @@ mod routes;
 mod similarity;
 pub(crate) mod tei;
 pub(crate) mod text;
+pub(crate) mod text_common;
 mod text_request;
 mod tokens;
 mod write_stall;

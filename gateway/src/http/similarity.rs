@@ -19,7 +19,7 @@ use super::arrival::ArrivalClock;
 use super::classify::Bounded;
 use super::embeddings::inputs;
 use super::inputs::{Input, Inputs, MAX_TEXTS};
-use super::tei::{served_text_version, tei_error, truncation};
+use super::text_common::{served_text_version, tei_error, truncation};
 use super::text_request::{Ask, Received, Served, Task, answer_read, receive, run};
 use super::{AppState, content_coding};
 use crate::error::ApiError;

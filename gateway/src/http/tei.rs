@@ -18,10 +18,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, StatusCode, header};
+use http::{Request, Response, StatusCode};
 use http_body_util::{Full, Limited};
 use hyper::body::Incoming;
-use models::Truncation;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::time::Instant;
@@ -29,16 +28,12 @@ use tokio::time::Instant;
 use super::arrival::ArrivalClock;
 use super::embeddings::inputs;
 use super::inputs::{Inputs, MAX_TEXTS};
+use super::text_common::{TRUNCATE_BY_DEFAULT, served_text_version, tei_error, truncation};
 use super::text_request::{Ask, Received, Served, Task, answer_read, receive, run};
-use super::{AppState, content_coding, error_response, json_response};
-use crate::error::{ApiError, RequestError};
-use crate::infer::InferError;
+use super::{AppState, content_coding, json_response};
+use crate::error::ApiError;
 use crate::protocol::json_de;
-use crate::registry::{LookupError, ModelVersion};
-
-/// Whether TEI's routes cut an over-long input when a request does not say: TEI's default
-/// since 1.9 (`--auto-truncate`).
-const TRUNCATE_BY_DEFAULT: bool = true;
+use crate::registry::ModelVersion;
 
 /// TEI's request, with `model` as tandem's own addition for servers of several models.
 /// Other fields are ignored, as TEI ignores them: clients send some (LangChain's
@@ -241,28 +236,6 @@ fn read(
     Ok((received, request, version))
 }
 
-/// What TEI's `truncate` (on unless a request says, [`TRUNCATE_BY_DEFAULT`]) and
-/// `truncation_direction` (`Right`, the default, cuts the end off; `Left` the start) ask
-/// of an over-long input.
-pub(crate) fn truncation(
-    truncate: Option<bool>,
-    direction: Option<&str>,
-) -> Result<Truncation, ApiError> {
-    let cut = match direction {
-        None | Some("Right" | "right") => Truncation::Right,
-        Some("Left" | "left") => Truncation::Left,
-        Some(other) => {
-            return Err(ApiError::invalid(format!(
-                "truncation_direction {other:?}: \"Right\" cuts the end off, \"Left\" the start"
-            )));
-        }
-    };
-    Ok(match truncate.unwrap_or(TRUNCATE_BY_DEFAULT) {
-        true => cut,
-        false => Truncation::Refuse,
-    })
-}
-
 async fn answer(
     state: &AppState,
     version: &ModelVersion,
@@ -343,77 +316,9 @@ fn model_type(input: &models::TextInput) -> serde_json::Value {
     json!({kind: {"id2label": id2label, "label2id": label2id}})
 }
 
-/// TEI's status and `error_type` for `e`. Clients act on them: a 413 (TEI's code for an
-/// input or a batch past its limits) makes some split their batch and retry, a 400 (nothing
-/// to embed, or a body that is not JSON) or a 422 (JSON of another shape, or input the
-/// model cannot take) must not be retried.
-pub(crate) fn tei_kind(e: &ApiError) -> (StatusCode, &'static str) {
-    match e {
-        ApiError::Request(RequestError::Empty(_)) => (StatusCode::BAD_REQUEST, "Empty"),
-        ApiError::Request(RequestError::TooLarge(_))
-        | ApiError::BodyTooLarge { .. }
-        | ApiError::DecodedBodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "Validation"),
-        ApiError::Request(RequestError::Invalid(_)) => {
-            (StatusCode::UNPROCESSABLE_ENTITY, "Validation")
-        }
-        ApiError::Tokenizer(_) => (StatusCode::UNPROCESSABLE_ENTITY, "Tokenizer"),
-        ApiError::Infer(InferError::Model(_)) => (StatusCode::FAILED_DEPENDENCY, "Backend"),
-        e => match e.status() {
-            s @ StatusCode::TOO_MANY_REQUESTS => (s, "Overloaded"),
-            s @ StatusCode::SERVICE_UNAVAILABLE => (s, "Unhealthy"),
-            s if s.is_server_error() => (s, "Backend"),
-            s => (s, "Validation"),
-        },
-    }
-}
-
 /// TEI's answers other than embeddings: its error shape for whatever went wrong.
 pub fn answer_or_error(result: Result<Response<Full<Bytes>>, ApiError>) -> Response<Full<Bytes>> {
     result.unwrap_or_else(|e| tei_error(&e))
-}
-
-/// The text model TEI's routes serve: the one named, or the only one loaded.
-pub(super) fn served_text_version(
-    state: &AppState,
-    named: Option<&str>,
-) -> Result<Arc<ModelVersion>, ApiError> {
-    if let Some(m) = named {
-        return Ok(state.registry.resolve(m, None)?);
-    }
-    let text_models: Vec<_> = state
-        .registry
-        .model_names()
-        .into_iter()
-        .filter_map(|m| state.registry.resolve(&m, None).ok())
-        .filter(|v| v.text.is_some())
-        .collect();
-    match text_models.as_slice() {
-        [only] => Ok(only.clone()),
-        [] => Err(LookupError::NoTextModel.into()),
-        several => Err(ApiError::invalid(format!(
-            "several text models are loaded ({}); name one in a \"model\" field (/info \
-             describes only a single one)",
-            several
-                .iter()
-                .map(|v| v.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
-    }
-}
-
-/// An error as TEI gives it: `{"error": ..., "error_type": ...}` with TEI's status.
-pub(super) fn tei_error(e: &ApiError) -> Response<Full<Bytes>> {
-    let (status, kind) = tei_kind(e);
-    let mut response = error_response(e);
-    *response.status_mut() = status;
-    let body = json!({"error": e.to_string(), "error_type": kind});
-    *response.body_mut() = Full::new(Bytes::from(body.to_string()));
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
 }
 
 #[cfg(test)]
@@ -422,8 +327,11 @@ mod tests {
 
     use http_body_util::BodyExt;
 
+    use http::header;
+
     use super::*;
-    use crate::infer::Refusal;
+    use crate::infer::{InferError, Refusal};
+    use crate::registry::LookupError;
 
     fn shed() -> ApiError {
         let refusal = Refusal::Shed {

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
 use super::inputs::{Input, Inputs, MAX_TEXTS, TokenIds};
-use super::tei::{served_text_version, tei_error};
+use super::text_common::{served_text_version, tei_error};
 use super::text_request::receive;
 use super::{AppState, content_coding, text};
 use crate::error::ApiError;

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
 use super::inputs::{Input, MAX_TEXTS};
-use super::tei::{served_text_version, tei_error, truncation};
+use super::text_common::{served_text_version, tei_error, truncation};
 use super::text_request::{Answered, Ask, Outputs, Received, Served, Task, receive, run};
 use super::{AppState, content_coding};
 use crate::error::ApiError;
