@@ -4,7 +4,8 @@
 #   scripts/gpu-check.sh build   # on the build machine: stripped test and bench binaries
 #                                # and the models they load into .gpu/ (carried there)
 #   scripts/gpu-check.sh run     # on the GPU machine: one command of at most 6 minutes
-#   scripts/gpu-check.sh coloc   # on the GPU machine: issue 33's co-location scenario
+#   scripts/gpu-check.sh coloc   # on the GPU machine: the co-location scenario of
+#                                # docs/performance.md's "On a GPU"
 #                                # (10,000 req/s, 2 ms budget, a ~100M-parameter trainer)
 #
 # `run`'s steps, each under its own timeout, inside a 345 s deadline:

@@ -1,4 +1,4 @@
-//! What an adversarial pass broke (issue 32), one regression test each: settings out of any sane
+//! What an adversarial pass broke, one regression test each: settings out of any sane
 //! range (through the admin API, the config file, a repository's config.toml), a body of
 //! empty gzip members, outputs JSON cannot carry, a dual-stack listener's loopback
 //! clients, percent-encoded model names, and metric series of unloaded versions.

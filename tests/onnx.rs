@@ -56,6 +56,14 @@ fn make_models(python: &str, repo: &Path, which: &str) {
     assert!(ok, "make_onnx_models.py failed:\n{report}");
 }
 
+/// `mixed`'s graph as model `name`, version 1, with `config` as its config.pbtxt.
+fn mixed_with_config(root: &Path, name: &str, config: &str) {
+    std::fs::create_dir_all(root.join(name).join("1")).unwrap();
+    let graph = root.join(name).join("1/model.onnx");
+    std::fs::copy(root.join("mixed/1/model.onnx"), graph).unwrap();
+    std::fs::write(root.join(name).join("config.pbtxt"), config).unwrap();
+}
+
 /// The repository index's entry of `model`, once it has one.
 fn index_entry(server: &Server, model: &str) -> Option<serde_json::Value> {
     let index = server.post_json("/v2/repository/index", &serde_json::json!({}));
@@ -105,56 +113,20 @@ fn onnx_models_that_cannot_serve_say_why_and_the_others_serve() {
     .unwrap();
     // A config that names a datatype the graph does not have.
     let config = std::fs::read_to_string(root.join("mixed/config.pbtxt")).unwrap();
-    std::fs::create_dir_all(root.join("disagrees/1")).unwrap();
-    std::fs::copy(
-        root.join("mixed/1/model.onnx"),
-        root.join("disagrees/1/model.onnx"),
-    )
-    .unwrap();
-    std::fs::write(
-        root.join("disagrees/config.pbtxt"),
-        config
+    mixed_with_config(
+        root,
+        "disagrees",
+        &config
             .replace("\"mixed\"", "\"disagrees\"")
             .replacen("TYPE_FP32", "TYPE_INT32", 1),
-    )
-    .unwrap();
+    );
     // A syntax error on line 2, and a field the configuration has no place for.
-    std::fs::create_dir_all(root.join("typo/1")).unwrap();
-    std::fs::copy(
-        root.join("mixed/1/model.onnx"),
-        root.join("typo/1/model.onnx"),
-    )
-    .unwrap();
-    std::fs::write(
-        root.join("typo/config.pbtxt"),
-        "name: \"typo\"\nmax_batch_size: [\n",
-    )
-    .unwrap();
-    std::fs::create_dir_all(root.join("unknown/1")).unwrap();
-    std::fs::copy(
-        root.join("mixed/1/model.onnx"),
-        root.join("unknown/1/model.onnx"),
-    )
-    .unwrap();
-    std::fs::write(
-        root.join("unknown/config.pbtxt"),
-        "max_batch_size: 8\nmax_batch: 4\n",
-    )
-    .unwrap();
+    mixed_with_config(root, "typo", "name: \"typo\"\nmax_batch_size: [\n");
+    mixed_with_config(root, "unknown", "max_batch_size: 8\nmax_batch: 4\n");
     // A warm-up request of a shape the graph refuses: not ready, with ONNX Runtime's reason.
-    std::fs::create_dir_all(root.join("warmfail/1")).unwrap();
-    std::fs::copy(
-        root.join("mixed/1/model.onnx"),
-        root.join("warmfail/1/model.onnx"),
-    )
-    .unwrap();
     let warmup = "model_warmup [ { name: \"bad\" batch_size: 1 inputs { key: \"x\" value: \
                   { data_type: TYPE_FP32 dims: [ 5 ] zero_data: true } } } ]\n";
-    std::fs::write(
-        root.join("warmfail/config.pbtxt"),
-        format!("max_batch_size: 4\n{warmup}"),
-    )
-    .unwrap();
+    mixed_with_config(root, "warmfail", &format!("max_batch_size: 4\n{warmup}"));
     // An MLP of tandem's own, side by side.
     let ckpt = write_version(root, "mlp", 1, &[4, 8, 2], 3);
 

@@ -40,7 +40,7 @@ pub struct ModelMetadata {
     pub outputs: Vec<TensorSpec>,
 }
 
-/// The name of the MLP's only input and output, as DESIGN.md fixes them.
+/// The name of the MLP's only input and output, as docs/api.md gives them to clients.
 pub const INPUT_NAME: &str = "input-0";
 pub const OUTPUT_NAME: &str = "output-0";
 /// A text encoder's input (BYTES, one text per row) and output (FP32, one embedding per
