@@ -262,14 +262,12 @@ fn python_client_pauses_and_resumes(s: Setup) {
     );
 }
 
-#[test]
-fn rising_load_pauses_the_trainer_and_falling_load_lets_it_run_again() {
-    // A second, heavy model with a tight budget: real load, not a budget change, is what
-    // pushes it past its budget. One row a batch, each streaming 75 MB of weights (more
-    // than any cache here): a few hundred rows a second, so 3,000 req/s is far past it.
-    // Its settings go in before its weights: the repository is polled, and a version
-    // found first would load with the defaults (64 rows a batch, easily served).
-    let s = start();
+/// A second, heavy model with a tight budget: real load, not a budget change, is what
+/// pushes it past its budget. One row a batch, each streaming 75 MB of weights (more than
+/// any cache here): a few hundred rows a second, so 3,000 req/s is far past it. Its
+/// settings go in before its weights: the repository is polled, and a version found first
+/// would load with the defaults (64 rows a batch, easily served).
+fn add_heavy_model(s: &Setup) {
     std::fs::create_dir_all(s.repo.join("heavy")).unwrap();
     std::fs::write(
         s.repo.join("heavy/config.toml"),
@@ -284,6 +282,55 @@ fn rising_load_pauses_the_trainer_and_falling_load_lets_it_run_again() {
         s.server.get("/v2/models/heavy/config").json()["max_batch_size"],
         1
     );
+}
+
+/// The trainer pays first: under load rising step by step from idle to far past capacity,
+/// the real trainer is stopped before serving refuses anything, so that no refusal is
+/// counted while it computes (`tandem_requests_rejected_beside_trainer_total`), though
+/// past capacity requests are refused.
+#[test]
+fn under_rising_load_the_trainer_stops_before_the_first_refusal() {
+    let s = start();
+    add_heavy_model(&s);
+    let mut trainer = join_real_trainer(&s, "cpu", &[]);
+    wait_until("the trainer to compute", Duration::from_secs(15), || {
+        some_requests(&s.server, 2);
+        metric(&s.server, "tandem_trainer_samples_per_second", None).unwrap_or(0.0) > 0.0
+    });
+    let url = format!("http://{}", s.server.addr);
+    for rate in [25, 50, 100, 200, 400, 800, 1600, 3200] {
+        let status = Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .args(["bench", "load", "--url", &url, "--model", "heavy"])
+            .args(["--rate", &rate.to_string(), "--duration", "2"])
+            .args(["--connections", "64", "--shape", "poisson"])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let heavy = "model=\"heavy\"";
+    let refused = metric_sum(&s.server, "tandem_requests_rejected_total", heavy);
+    let beside = metric_sum(
+        &s.server,
+        "tandem_requests_rejected_beside_trainer_total",
+        heavy,
+    );
+    eprintln!("refused {refused}, of them beside a computing trainer {beside}");
+    assert!(refused > 0.0, "the load never went past capacity");
+    assert_eq!(
+        beside,
+        0.0,
+        "refused while the trainer computed:\n{}",
+        s.server.log()
+    );
+    trainer.kill().unwrap();
+    trainer.wait().unwrap();
+}
+
+#[test]
+fn rising_load_pauses_the_trainer_and_falling_load_lets_it_run_again() {
+    let s = start();
+    add_heavy_model(&s);
     let mut fake = fake_trainer(&s.socket, "well-behaved", None);
     let out = BufReader::new(fake.stdout.take().unwrap());
     let directives = std::sync::Arc::new(std::sync::Mutex::new(Vec::<serde_json::Value>::new()));

@@ -77,18 +77,18 @@ fn flood(server: &Server, model: &str, clients: usize, seconds: u64) -> (u64, u6
 fn each_refusal_is_counted_once_under_its_reason() {
     let (server, _repo) = start();
 
-    // The adaptive policy, overloaded: shed (and, when the front end falls behind, late).
+    // The adaptive policy, overloaded: shed (then refused at the closed door, and, when
+    // the front end falls behind, late or unread before parsing).
     let (ok, too_many, _) = flood(&server, "adaptive", 32, 4);
-    let (shed, late) = (
-        rejected(&server, "adaptive", "shed"),
-        rejected(&server, "adaptive", "late"),
+    let [shed, door_closed, late, unread, queue_full] =
+        ["shed", "door_closed", "late", "unread", "queue_full"]
+            .map(|reason| rejected(&server, "adaptive", reason));
+    eprintln!(
+        "adaptive: {ok} answered, {too_many} refused: shed {shed}, door_closed {door_closed}, \
+         late {late}, unread {unread}, queue_full {queue_full}"
     );
-    eprintln!("adaptive: {ok} answered, {too_many} refused: shed {shed}, late {late}");
     assert!(shed > 0, "nothing shed");
-    assert_eq!(
-        shed + late + rejected(&server, "adaptive", "queue_full"),
-        too_many
-    );
+    assert_eq!(shed + door_closed + late + unread + queue_full, too_many);
 
     // The static policy with room for two: the queue is full.
     let (_, full, timed_out) = flood(&server, "static", 8, 2);
@@ -99,6 +99,7 @@ fn each_refusal_is_counted_once_under_its_reason() {
     // Deadlines: one propagated with nothing left (refused before parsing), one of the
     // request's own that passes in the queue behind a batch.
     let expired_before = rejected(&server, "static", "expired");
+    let passed_before = rejected(&server, "static", "deadline_passed");
     let body = infer_body(&inputs(DIMS[0], 3), 1);
     let r = request(
         server.addr,
@@ -119,7 +120,11 @@ fn each_refusal_is_counted_once_under_its_reason() {
     let r = server.post_json("/v2/models/static/infer", &own);
     assert_eq!(r.status, 504, "{}", r.text());
     assert_eq!(blocker.join().unwrap().status, 200);
-    assert_eq!(rejected(&server, "static", "expired"), expired_before + 2);
+    assert_eq!(
+        rejected(&server, "static", "deadline_passed"),
+        passed_before + 1
+    );
+    assert_eq!(rejected(&server, "static", "expired"), expired_before + 1);
 
     // A client that leaves while its request waits behind two others: dropped before it
     // costs compute. The two must be queued first, which on busy cores a short sleep does

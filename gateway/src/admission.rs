@@ -118,25 +118,29 @@ impl Door {
     /// door is closed after a shed; the request is too late for its budget.
     pub fn check(&self, model: &str, arrival: &Arrival, now: Instant) -> Result<(), Refusal> {
         if arrival.deadline.is_some_and(|d| d <= now) {
-            return Err(Refusal::Expired {
+            return Err(Refusal::DeadlinePassed {
                 waited_ms: now.saturating_duration_since(arrival.arrived).as_millis() as u64,
             });
         }
         if let Some(retry_after) = self.shedding(now) {
-            return Err(Refusal::Shed {
+            return Err(Refusal::DoorClosed {
                 message: format!(
                     "over capacity: model {model:?} is shedding load; retry after the queue drains"
                 ),
                 retry_after,
             });
         }
-        if let Some(late) = self.too_late(arrival, now) {
-            return Err(Refusal::Late {
+        match self.too_late(arrival, now) {
+            Some(late @ Lateness::Unread(_)) => Err(Refusal::Unread {
                 message: late.message(model),
                 retry_after: LATE_RETRY_AFTER,
-            });
+            }),
+            Some(late @ Lateness::Queued(_)) => Err(Refusal::Late {
+                message: late.message(model),
+                retry_after: LATE_RETRY_AFTER,
+            }),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -230,7 +234,7 @@ mod tests {
         assert_eq!(d.check("m", &fresh, now), Ok(()));
         d.shed_for(ms(5), ms(300), now);
         let shed = d.check("m", &fresh, now + ms(4)).unwrap_err();
-        assert_eq!(shed.reason(), "shed");
+        assert_eq!(shed.reason(), "door_closed");
         assert_eq!(shed.retry_after(), Some(ms(300)));
         assert_eq!(d.check("m", &fresh, now + ms(6)), Ok(()));
         // A passed deadline wins over everything.
@@ -239,16 +243,20 @@ mod tests {
             ..fresh
         };
         d.shed_for(ms(5), ms(300), now);
-        assert_eq!(d.check("m", &expired, now).unwrap_err().reason(), "expired");
+        assert_eq!(
+            d.check("m", &expired, now).unwrap_err().reason(),
+            "deadline_passed"
+        );
         d.shed_for(Duration::ZERO, ms(300), now);
         d.set_horizon(Some(ms(10)));
         let unread = arrival(now - ms(20), now);
         let late = d.check("m", &unread, now).unwrap_err();
-        assert_eq!(late.reason(), "late");
+        assert_eq!(late.reason(), "unread");
         assert_eq!(late.retry_after(), Some(LATE_RETRY_AFTER));
         assert!(late.to_string().contains("sat 20.0 ms unread"), "{late}");
         d.set_earliest_answer(Some(now + ms(12)));
         let queued = d.check("m", &fresh, now).unwrap_err();
+        assert_eq!(queued.reason(), "late");
         assert!(
             queued.to_string().contains("12.0 ms after it arrived"),
             "{queued}"

@@ -11,7 +11,7 @@ use std::time::Duration;
 use http::StatusCode;
 use thiserror::Error;
 
-use crate::infer::{InferError, Refusal};
+use crate::infer::InferError;
 pub use crate::protocol::RequestError;
 use crate::registry::{Busy, LookupError};
 
@@ -109,9 +109,8 @@ impl ApiError {
             ApiError::Request(_) => StatusCode::BAD_REQUEST,
             ApiError::Lookup(_) | ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::Infer(e) => match e {
-                InferError::Refused(Refusal::Expired { .. }) | InferError::Timeout(_) => {
-                    StatusCode::GATEWAY_TIMEOUT
-                }
+                InferError::Refused(r) if r.timed_out() => StatusCode::GATEWAY_TIMEOUT,
+                InferError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
                 InferError::Refused(_) => StatusCode::TOO_MANY_REQUESTS,
                 InferError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
                 InferError::Model(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -170,6 +169,7 @@ mod tests {
 
     #[test]
     fn every_layer_maps_to_its_status() {
+        use crate::infer::Refusal;
         let refused = |r: Refusal| ApiError::from(InferError::from(r));
         let shed = refused(Refusal::Shed {
             message: "m".into(),

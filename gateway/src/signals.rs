@@ -1,10 +1,11 @@
 //! What each model version's serving reports about itself, lock-free, for readers that
 //! must never wait on it (the trainer coordinator): the budget, the observed p99 of the
-//! last two seconds, the queue, and counts of requests offered, completed and turned away.
+//! last two seconds, the queue, and counts of requests offered, completed, admitted late and
+//! turned away; and, written by the coordinator, whether a trainer computes beside it.
 //! (Admission's own shared state is [`crate::admission::Door`].)
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The instant the atomics count from (they hold nanoseconds after it).
@@ -31,6 +32,11 @@ pub struct Signals {
     completed: AtomicU64,
     /// Requests that reached this version, whatever became of them: the demand.
     offered: AtomicU64,
+    /// Requests admitted though predicted to finish past the budget: serving runs late, and
+    /// the trainer must give the device back before anything is refused.
+    admitted_late: AtomicU64,
+    /// Whether a co-located trainer holds an allowance (set by the coordinator).
+    trainer_computing: AtomicBool,
 }
 
 /// A consistent-enough reading of [`Signals`].
@@ -43,6 +49,7 @@ pub struct SignalsReading {
     pub turned_away: u64,
     pub completed: u64,
     pub offered: u64,
+    pub admitted_late: u64,
 }
 
 impl Signals {
@@ -72,6 +79,18 @@ impl Signals {
         self.completed.fetch_add(n, Ordering::Relaxed);
     }
 
+    pub fn add_admitted_late(&self) {
+        self.admitted_late.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn set_trainer_computing(&self, computing: bool) {
+        self.trainer_computing.store(computing, Ordering::Relaxed);
+    }
+
+    pub fn trainer_computing(&self) -> bool {
+        self.trainer_computing.load(Ordering::Relaxed)
+    }
+
     pub fn add_offered(&self) {
         self.offered.fetch_add(1, Ordering::Relaxed);
     }
@@ -92,6 +111,7 @@ impl Signals {
             turned_away: self.turned_away.load(Ordering::Relaxed),
             completed: self.completed.load(Ordering::Relaxed),
             offered: self.offered.load(Ordering::Relaxed),
+            admitted_late: self.admitted_late.load(Ordering::Relaxed),
         }
     }
 }

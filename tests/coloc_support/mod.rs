@@ -89,6 +89,15 @@ pub fn metric(server: &Server, name: &str, label: Option<&str>) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// The sum of every series of `name` whose labels contain `label`.
+pub fn metric_sum(server: &Server, name: &str, label: &str) -> f64 {
+    let text = server.get("/metrics").text();
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{') && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 pub fn wait_until(what: &str, within: Duration, f: impl FnMut() -> bool) {
     if !poll_until(within, f) {
         panic!("timed out waiting for {what}");

@@ -30,11 +30,20 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::ReleaseReason;
+use super::admission_budget::{AdmissionBudget, Late, Look};
 use super::latency::LatencyModel;
-use super::policy::{BatchPolicy, Decision, PolicyGauges, Shed};
+use super::policy::{Admitted, BatchPolicy, Candidate, Decision, PolicyGauges, Shed, ShedView};
 use super::state::QueueView;
 pub use super::tuning::AdaptiveTuning;
 use super::window::{LatencyWindow, RateEstimator};
+
+/// Requests the p99 must cover before admission reads it (to admit requests predicted
+/// late): fewer than the batching loop needs, since at a low rate the 2-s window holds few,
+/// and a p99 of 20 requests is their slowest, which errs towards refusing.
+const ADMISSION_MIN_SAMPLES: usize = 20;
+
+/// Priorities whose arrivals are told apart; less urgent ones count as the last.
+const MAX_PRIORITY_RATES: usize = 16;
 
 pub struct AdaptivePolicy {
     tuning: AdaptiveTuning,
@@ -42,6 +51,8 @@ pub struct AdaptivePolicy {
     max_rows: usize,
     model: LatencyModel,
     arrivals: RateEstimator,
+    /// Arrivals by priority (1 first), for what overtakes a less urgent request.
+    by_priority: Vec<RateEstimator>,
     window: LatencyWindow,
     headroom: f64,
     last_feedback: Option<Instant>,
@@ -50,6 +61,8 @@ pub struct AdaptivePolicy {
     shrunk_at: Option<Instant>,
     /// Whether `admit` refused a request since the feedback loop last looked.
     refused: bool,
+    /// What admission plans to (see `admission_budget.rs`).
+    admission: AdmissionBudget,
     /// When the running batch is expected to end (none running: in the past).
     busy_until: Option<Instant>,
     /// Whether batches wait to grow (see the module docs), with hysteresis.
@@ -92,11 +105,13 @@ impl AdaptivePolicy {
             max_rows: max_rows.max(1),
             model,
             arrivals: RateEstimator::new(tuning.arrival_tau),
+            by_priority: Vec::new(),
             window: LatencyWindow::recent(Duration::from_secs(2), 4096),
             headroom: tuning.headroom_start,
             last_feedback: None,
             shrunk_at: None,
             refused: false,
+            admission: AdmissionBudget::new(budget, tuning),
             busy_until: None,
             cpu_load: 0.0,
             response_delays: LatencyWindow::recent(Duration::from_millis(500), 2048),
@@ -117,20 +132,84 @@ impl AdaptivePolicy {
         self.budget.mul_f64(self.headroom)
     }
 
-    /// Time to serve `rows` rows in full batches, the last one at its high quantile.
-    fn drain_time(&self, rows: usize) -> Duration {
+    /// When `rows` rows queued now would be served: after the running batch, in full
+    /// batches, the last one at its high quantile. Under load the last batch does not leave with only
+    /// what is queued now: rows arriving until it starts join it (at the arrival rate, up to
+    /// a full batch), and it runs as long as its size.
+    fn finish(&self, rows: usize, now: Instant) -> Instant {
+        let busy = self.remaining_busy(now);
         if rows == 0 {
-            return Duration::ZERO;
+            return now + busy;
         }
         let full = (rows - 1) / self.max_rows;
+        let before_last = busy + self.model.predict_mean(self.max_rows) * full as u32;
         let last = rows - full * self.max_rows;
-        self.model.predict_mean(self.max_rows) * full as u32 + self.model.predict_high(last)
+        let joining = (self.arrivals.rate(now) * before_last.as_secs_f64()) as usize;
+        let last = (last + joining).min(self.max_rows);
+        now + before_last + self.model.predict_high(last)
+    }
+
+    /// Rows of more urgent priorities expected to arrive, and go before a request of
+    /// `priority`, while the `rows` ranked up to it are served: a low-priority request
+    /// admitted on the queue it sees alone would be overtaken, and late.
+    fn overtaking(&self, rows: usize, priority: u32, now: Instant) -> usize {
+        let urgent = (priority.max(1) as usize - 1).min(self.by_priority.len());
+        let rate: f64 = self.by_priority[..urgent].iter().map(|r| r.rate(now)).sum();
+        if rate <= 0.0 {
+            return 0;
+        }
+        let wait = self.finish(rows, now).saturating_duration_since(now);
+        (rate * wait.as_secs_f64()) as usize
     }
 
     fn remaining_busy(&self, now: Instant) -> Duration {
         self.busy_until
             .map(|t| t.saturating_duration_since(now))
             .unwrap_or_default()
+    }
+
+    /// The refusal of a request of `rows` behind `ahead`, answered at `answered` against
+    /// `deadline`. The door closes only while a request arriving fresh, with a whole budget
+    /// and a single row, would miss too: for as long as its finish is past its plan. The
+    /// queue only drains while the door is closed, so one arriving that much later fits.
+    /// One refused for the time it spent before admission, for its own short timeout, or
+    /// for its own size (a long text) says nothing about the next.
+    fn shed(
+        &self,
+        ahead: usize,
+        rows: usize,
+        arrived: Instant,
+        answered: Instant,
+        deadline: Instant,
+        now: Instant,
+    ) -> Shed {
+        let drain = self.finish(ahead, now).saturating_duration_since(now);
+        let fresh = self.finish(ahead + 1, now) + self.response_margin;
+        let plan = self.admission.planned();
+        let seen = ShedView {
+            waited: now.saturating_duration_since(arrived),
+            ahead,
+            rows,
+            busy: self.remaining_busy(now),
+            finish: answered.saturating_duration_since(now),
+            deadline: deadline.saturating_duration_since(now),
+            horizon: plan,
+            full_batch: self.model.predict_mean(self.max_rows),
+            spread: self.model.spread(),
+        };
+        Shed {
+            door_closed_for: fresh.saturating_duration_since(now + plan),
+            message: format!(
+                "over capacity: {} {} are queued ahead, predicted to be answered in {:.1} ms, past the {:.1} ms left of its budget; retry after the queue drains (~{:.0} ms)",
+                ahead,
+                self.unit,
+                seen.finish.as_secs_f64() * 1e3,
+                seen.deadline.as_secs_f64() * 1e3,
+                drain.as_secs_f64() * 1e3
+            ),
+            retry_after: drain,
+            seen: Box::new(seen),
+        }
     }
 
     /// Looks at the p99 every `feedback_every`: shrinks or grows the effective budget, and
@@ -145,7 +224,18 @@ impl AdaptivePolicy {
         }
         self.last_feedback = Some(now);
         let refused = std::mem::take(&mut self.refused);
-        let Some((p99, n)) = self.window.quantile(0.99, now) else {
+        let seen = self.window.quantile(0.99, now);
+        let since_shrink = self
+            .window
+            .quantile_arrived_after(0.99, self.admission.shrunk_at(), now)
+            .filter(|&(_, n)| n >= t.feedback_min_samples);
+        let look = Look {
+            p99: seen.filter(|&(_, n)| n >= ADMISSION_MIN_SAMPLES),
+            since_shrink: since_shrink.map(|(p99, _)| p99),
+            refused,
+        };
+        self.admission.feedback(look, now);
+        let Some((p99, n)) = seen else {
             return;
         };
         if n < t.feedback_min_samples {
@@ -277,54 +367,59 @@ impl BatchPolicy for AdaptivePolicy {
     fn admit(
         &mut self,
         queue: &QueueView,
-        ahead: usize,
-        rows: usize,
-        arrived: Instant,
-        deadline: Option<Instant>,
+        request: &Candidate,
         now: Instant,
-    ) -> Result<(), Shed> {
+    ) -> Result<Admitted, Shed> {
+        let Candidate {
+            ahead,
+            rows,
+            priority,
+            arrived,
+            deadline,
+        } = *request;
         // Alone in front of an idle device a request is always admitted: refusing it would
         // help nobody, and the batches it makes keep the latency model learning (a policy
         // that shed everything after a slowdown would never see the device recover).
         if queue.rows == 0 && self.remaining_busy(now).is_zero() {
-            return Ok(());
+            return Ok(Admitted::OnTime);
         }
+        // It waits behind the rows ranked before it (its own priority or more urgent), and
+        // is answered only after its batch ends and its response is written.
+        let ahead = ahead + self.overtaking(ahead + rows, priority, now);
+        let answered = self.finish(ahead + rows, now) + self.response_margin;
         // The budget counts from when the request reached the server, not from now.
-        let slo = arrived + self.effective_budget();
-        let deadline = deadline.map_or(slo, |d| d.min(slo));
-        // It is answered only after its batch ends and its response is written.
-        let deadline = deadline
-            .checked_sub(self.response_margin)
-            .unwrap_or(deadline);
-        // It waits behind the rows ranked before it (its own priority or more urgent).
-        let finish = now + self.remaining_busy(now) + self.drain_time(ahead + rows);
-        if finish <= deadline {
-            return Ok(());
+        let planned = arrived + self.admission.planned();
+        if answered <= deadline.map_or(planned, |d| d.min(planned)) {
+            self.admission.on_time();
+            return Ok(Admitted::OnTime);
+        }
+        if self.admission.late(answered, arrived, deadline) == Late::Admitted {
+            return Ok(Admitted::Late);
         }
         self.refused = true;
-        let drain = self.remaining_busy(now) + self.drain_time(queue.rows);
-        // Close the door only while a request arriving fresh, with a whole budget and a
-        // single row, would miss too: for as long as its finish is past its budget. The
-        // queue only drains while the door is closed, so one arriving that much later
-        // fits. One refused for the time it spent before admission, for its own short
-        // timeout, or for its own size (a long text) says nothing about the next.
-        let fresh_finish = now + self.remaining_busy(now) + self.drain_time(ahead + 1);
-        Err(Shed {
-            door_closed_for: fresh_finish.saturating_duration_since(now + self.effective_budget()),
-            message: format!(
-                "over capacity: {} {} are queued ahead, predicted to finish in {:.1} ms, past the {:.1} ms budget; retry after the queue drains (~{:.0} ms)",
-                ahead,
-                self.unit,
-                finish.saturating_duration_since(now).as_secs_f64() * 1e3,
-                deadline.saturating_duration_since(now).as_secs_f64() * 1e3,
-                drain.as_secs_f64() * 1e3
-            ),
-            retry_after: drain,
-        })
+        Err(self.shed(
+            ahead,
+            rows,
+            arrived,
+            answered,
+            deadline.map_or(planned, |d| d.min(planned)),
+            now,
+        ))
     }
 
-    fn observe_arrival(&mut self, rows: usize, now: Instant) {
+    fn observe_trainer(&mut self, computing: bool) {
+        self.admission.set_trainer_computing(computing);
+    }
+
+    fn observe_arrival(&mut self, rows: usize, priority: u32, now: Instant) {
         self.arrivals.record(rows, now);
+        let level = (priority.max(1) as usize - 1).min(MAX_PRIORITY_RATES - 1);
+        if self.by_priority.len() <= level {
+            let tau = self.tuning.arrival_tau;
+            self.by_priority
+                .resize_with(level + 1, || RateEstimator::new(tau));
+        }
+        self.by_priority[level].record(rows, now);
     }
 
     fn on_release(&mut self, rows: usize, now: Instant) {
@@ -361,10 +456,14 @@ impl BatchPolicy for AdaptivePolicy {
         };
     }
 
-    // The deadline `admit` plans to: the effective budget after arrival, less the response
-    // margin.
+    // The deadline `admit` plans to, less the response margin; none while `admit` may take
+    // a request predicted late on its allowance (it decides, once the request is parsed).
     fn admission_horizon(&self) -> Option<Duration> {
-        Some(self.effective_budget().saturating_sub(self.response_margin))
+        (!self.admission.lenient()).then(|| {
+            self.admission
+                .planned()
+                .saturating_sub(self.response_margin)
+        })
     }
 
     // `admit`'s finish for one row, while requests wait. With none waiting a newcomer's
@@ -377,7 +476,7 @@ impl BatchPolicy for AdaptivePolicy {
         if queue.rows == 0 {
             return None;
         }
-        Some(now + self.remaining_busy(now) + self.drain_time(ahead + 1))
+        Some(self.finish(ahead + 1, now))
     }
 
     fn gauges(&self) -> PolicyGauges {

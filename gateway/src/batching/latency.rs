@@ -42,6 +42,8 @@ pub struct LatencyModel {
 const ALPHA: f64 = 0.05;
 /// High quantile ≈ mean + K × mean absolute deviation (≈ p99 for roughly normal noise).
 const K_HIGH: f64 = 3.0;
+/// How far from its prediction one batch may move the model (see `observe`).
+const OUTLIER: f64 = 2.0;
 /// A batch is efficient once its cost per row is within this factor of a full batch's.
 const EFFICIENT_WITHIN: f64 = 1.1;
 /// Bands of predicted duration, each twice as long as the one before: below 125 µs, then
@@ -168,10 +170,14 @@ impl LatencyModel {
         }
         let base = self.base(rows);
         let predicted = base * self.scale;
-        let ratio = took.as_secs_f64() / base;
+        // A batch beyond OUTLIER times its prediction (either way) counts as if it were
+        // exactly that: a lasting slowdown still shows within a few dozen batches, while one
+        // slow batch (a page fault, a neighbour's burst) does not inflate every prediction
+        // after it, and with them the queue admission sees ahead of each request.
+        let ratio = (took.as_secs_f64() / base).clamp(self.scale / OUTLIER, self.scale * OUTLIER);
         // The first observations replace the warm-up guess quickly.
         let alpha = ALPHA.max(1.0 / (self.observations as f64 + 2.0));
-        let deviation = ((ratio - self.scale) / self.scale).abs().min(2.0);
+        let deviation = ((ratio - self.scale) / self.scale).abs();
         self.scale += alpha * (ratio - self.scale);
         self.spread += alpha * (deviation - self.spread);
         self.observations += 1;

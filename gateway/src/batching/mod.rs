@@ -14,6 +14,7 @@
 //! rows (one per text) are counted apart, against the largest batch in sequences.
 
 pub mod adaptive;
+mod admission_budget;
 mod busy;
 pub mod choice;
 pub mod cpu_load;
@@ -21,6 +22,7 @@ pub mod feedback;
 pub mod latency;
 pub mod load;
 pub mod policy;
+mod refusal_log;
 pub mod state;
 pub mod task;
 pub mod tuning;

@@ -20,6 +20,42 @@ pub enum Decision {
     Wait { until: Option<Instant> },
 }
 
+/// A request asking to be queued.
+#[derive(Clone, Copy, Debug)]
+pub struct Candidate {
+    /// Rows (or token-units) ranked before it in the queue, and its own.
+    pub ahead: usize,
+    pub rows: usize,
+    /// 1 is the highest.
+    pub priority: u32,
+    /// When it reached the server, and its own deadline, if it has one.
+    pub arrived: Instant,
+    pub deadline: Option<Instant>,
+}
+
+#[cfg(test)]
+impl Candidate {
+    /// A request of priority 1 and no deadline of its own.
+    pub fn new(ahead: usize, rows: usize, arrived: Instant) -> Candidate {
+        Candidate {
+            ahead,
+            rows,
+            priority: 1,
+            arrived,
+            deadline: None,
+        }
+    }
+}
+
+/// How a request was admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admitted {
+    /// Predicted to finish within the budget.
+    OnTime,
+    /// Predicted to finish past the budget, admitted on the allowance a p99 leaves.
+    Late,
+}
+
 /// Why a request is refused at the door, and when to come back.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Shed {
@@ -28,6 +64,28 @@ pub struct Shed {
     /// For how long to refuse requests arriving next before they are parsed (the batcher
     /// caps it at a few milliseconds); zero when the next request would fit.
     pub door_closed_for: Duration,
+    /// What the decision saw, for the refusal's log line.
+    pub seen: Box<ShedView>,
+}
+
+/// The figures behind a refusal: the queue ahead, the predicted finish and the deadline it
+/// was held against, and the latency model's estimate and spread.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ShedView {
+    /// How long ago the request arrived (read, parsed and queued since).
+    pub waited: Duration,
+    /// Rows (or token-units) ranked ahead of the request, and its own.
+    pub ahead: usize,
+    pub rows: usize,
+    /// Time left on the running batch, and the predicted finish counted from now.
+    pub busy: Duration,
+    pub finish: Duration,
+    /// Its deadline counted from now (past: zero), and the budget admission planned to.
+    pub deadline: Duration,
+    pub horizon: Duration,
+    /// The predicted mean of a full batch, and the model's relative spread.
+    pub full_batch: Duration,
+    pub spread: f64,
 }
 
 pub trait BatchPolicy: Send {
@@ -37,23 +95,24 @@ pub trait BatchPolicy: Send {
     /// With a worker free and requests waiting: release now, or wait.
     fn decide(&mut self, queue: &QueueView, now: Instant) -> Decision;
 
-    /// Whether to accept a request of `rows` rows that reached the server at `arrived`,
-    /// with `deadline`, into a queue in state `queue`, where `ahead` rows are ranked before
-    /// it. The static policy accepts everything the queue has room for.
+    /// Whether to accept `request` into a queue in state `queue`. The static policy accepts
+    /// everything the queue has room for.
     fn admit(
         &mut self,
         _queue: &QueueView,
-        _ahead: usize,
-        _rows: usize,
-        _arrived: Instant,
-        _deadline: Option<Instant>,
+        _request: &Candidate,
         _now: Instant,
-    ) -> Result<(), Shed> {
-        Ok(())
+    ) -> Result<Admitted, Shed> {
+        Ok(Admitted::OnTime)
     }
 
-    /// A request of `rows` rows was admitted.
-    fn observe_arrival(&mut self, _rows: usize, _now: Instant) {}
+    /// Whether a co-located trainer computes on this device: while it does, a policy
+    /// admits requests it predicts late (and the batcher tells the coordinator, which takes
+    /// the device back) rather than refuse them.
+    fn observe_trainer(&mut self, _computing: bool) {}
+
+    /// A request of `rows` rows and `priority` was admitted.
+    fn observe_arrival(&mut self, _rows: usize, _priority: u32, _now: Instant) {}
 
     /// A batch of `rows` rows left for the device.
     fn on_release(&mut self, _rows: usize, _now: Instant) {}

@@ -41,6 +41,8 @@ pub struct SimResult {
     /// Per arrival, in order: its priority and what happened.
     pub outcomes: Vec<(Duration, u32, Outcome)>,
     pub batches: Vec<(Duration, ReleaseReason, usize)>,
+    /// Requests admitted though predicted to finish past the budget.
+    pub admitted_late: u64,
 }
 
 impl SimResult {
@@ -131,6 +133,7 @@ struct Sim {
     t0: Instant,
     requests: mpsc::Sender<Pending>,
     result: Arc<Mutex<SimResult>>,
+    signals: Arc<crate::signals::Signals>,
     batcher: JoinHandle<()>,
     device: JoinHandle<()>,
 }
@@ -147,6 +150,7 @@ impl Sim {
         let (batch_tx, batch_rx) = mpsc::channel::<Batch>(1);
         let (_upd_tx, upd_rx) = mpsc::channel(1);
         let max_rows = policy.max_batch_rows();
+        let signals = Arc::new(crate::signals::Signals::default());
         let batcher = Batcher {
             model: "sim".into(),
             requests: req_rx,
@@ -157,7 +161,7 @@ impl Sim {
             updates: upd_rx,
             state: QueueState::new(capacity, max_rows),
             full_retry_after: Duration::from_secs(1),
-            signals: Default::default(),
+            signals: signals.clone(),
             door: Default::default(),
             budget: Duration::from_millis(100),
             cpu_load: None,
@@ -173,6 +177,7 @@ impl Sim {
             batcher: tokio::spawn(batcher.run()),
             device: tokio::spawn(device(batch_rx, done_tx, result.clone(), t0, latency)),
             result,
+            signals,
         }
     }
 
@@ -220,6 +225,7 @@ impl Sim {
         let _ = self.device.await;
         let mut r = std::mem::take(&mut *self.result.lock().unwrap());
         r.outcomes.sort_by_key(|(at, _, _)| *at);
+        r.admitted_late = self.signals.read().admitted_late;
         r
     }
 }

@@ -12,7 +12,8 @@ use super::cpu_load::CpuLoad;
 use super::feedback::ResponseLatencies;
 use super::latency::LatencyModel;
 use super::load::{self, CoresLoad, LoadMeter};
-use super::policy::{BatchPolicy, Decision};
+use super::policy::{Admitted, BatchPolicy, Candidate, Decision};
+use super::refusal_log::RefusalLog;
 use super::state::QueueState;
 use super::window::LatencyWindow;
 use super::{Batch, Pending, ReleaseReason};
@@ -193,6 +194,8 @@ struct Observed {
     last_refresh: Instant,
     /// Reused for each drain of the handlers' latencies.
     answered: Vec<super::feedback::Answered>,
+    refusals: RefusalLog,
+    admitted_late: metrics::Counter,
 }
 
 /// The loop's own state besides the queue.
@@ -215,6 +218,8 @@ impl Batcher {
             device_share: DeviceShare::default(),
             last_refresh: Instant::now(),
             answered: Vec::new(),
+            refusals: RefusalLog::default(),
+            admitted_late: metrics::counter!(names::REQUESTS_ADMITTED_LATE, "model" => self.model.clone()),
         };
         self.refresh(&metrics, &mut seen, Instant::now());
         let mut progress = Progress {
@@ -271,11 +276,11 @@ impl Batcher {
             },
             request = self.requests.recv(), if !progress.closed => match request {
                 Some(p) => {
-                    self.admit(p, &mut seen.load);
+                    self.admit(p, seen);
                     // Take whatever else is already waiting before deciding, so a burst is
                     // seen whole.
                     while let Ok(p) = self.requests.try_recv() {
-                        self.admit(p, &mut seen.load);
+                        self.admit(p, seen);
                     }
                 }
                 None => progress.closed = true,
@@ -432,21 +437,30 @@ impl Batcher {
         self.door.set_horizon(self.policy.admission_horizon());
     }
 
-    fn admit(&mut self, p: Pending, load: &mut LoadMeter) {
+    fn admit(&mut self, p: Pending, seen: &mut Observed) {
         let now = Instant::now();
         let ahead = self.state.rows_ahead(p.priority);
+        self.policy
+            .observe_trainer(self.signals.trainer_computing());
         let judged = match p.continues {
-            true => Ok(()),
-            false => (self.policy).admit(
-                &self.state.view(),
-                ahead,
-                p.rows,
-                p.enqueued,
-                p.deadline,
-                now,
-            ),
+            true => Ok(Admitted::OnTime),
+            false => {
+                let request = Candidate {
+                    ahead,
+                    rows: p.rows,
+                    priority: p.priority,
+                    arrived: p.enqueued,
+                    deadline: p.deadline,
+                };
+                (self.policy).admit(&self.state.view(), &request, now)
+            }
         };
+        if judged == Ok(Admitted::Late) {
+            self.signals.add_admitted_late();
+            seen.admitted_late.increment(1);
+        }
         if let Err(shed) = judged {
+            seen.refusals.refused(&self.model, &shed.seen, now);
             // Under overload, turn the next requests away before they are parsed (for at
             // most a few milliseconds): parsing requests only to refuse them would take the
             // CPU the admitted ones need.
@@ -462,11 +476,11 @@ impl Batcher {
             .into()));
             return;
         }
-        let rows = p.rows;
+        let (rows, priority) = (p.rows, p.priority);
         match self.state.push(p) {
             Ok(()) => {
-                self.policy.observe_arrival(rows, now);
-                load.admitted(rows);
+                self.policy.observe_arrival(rows, priority, now);
+                seen.load.admitted(rows);
             }
             Err(p) => {
                 let _ = p.reply.send(Err(Refusal::QueueFull {

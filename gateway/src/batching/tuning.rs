@@ -50,6 +50,27 @@ pub struct AdaptiveTuning {
     pub margin_quantile: f64,
     pub margin_every: Duration,
     pub margin_max_share: f64,
+    /// Admission (see `admission_budget.rs`): the share of the budget it plans to, between
+    /// these bounds; at a look that finds requests refused and the p99 over
+    /// `admit_shrink_above` of the budget it shrinks by as much as the p99 is over (to at
+    /// most `admit_shrink_most` and at least `shrink_least` of itself), and grows by
+    /// `grow_step` at a look
+    /// that finds the p99 under `admit_grow_below` of it, while nothing is refused or
+    /// `admit_hold` after it last shrank.
+    pub admit_share_max: f64,
+    pub admit_share_min: f64,
+    pub admit_shrink_above: f64,
+    pub admit_grow_below: f64,
+    pub admit_shrink_most: f64,
+    pub admit_hold: Duration,
+    /// Requests predicted to finish past the budget, but within `late_at_most` of it, are
+    /// admitted while the p99 is under `late_while_below` of the budget, on an allowance of
+    /// `late_share` of a request per request admitted on time, at most that share of the
+    /// requests the p99 covers saved up: half the 1% a p99 leaves, so that the late ones
+    /// cannot push it over.
+    pub late_while_below: f64,
+    pub late_at_most: f64,
+    pub late_share: f64,
     /// The arrival rate's time constant: a burst shows within a fraction of a second.
     pub arrival_tau: Duration,
 }
@@ -77,6 +98,15 @@ impl Default for AdaptiveTuning {
             margin_quantile: 0.95,
             margin_every: Duration::from_millis(50),
             margin_max_share: 0.3,
+            admit_share_max: 0.95,
+            admit_share_min: 0.2,
+            admit_shrink_above: 0.95,
+            admit_grow_below: 0.8,
+            admit_shrink_most: 0.5,
+            admit_hold: Duration::from_secs(3),
+            late_while_below: 0.8,
+            late_at_most: 2.0,
+            late_share: 0.005,
             arrival_tau: Duration::from_millis(500),
         }
     }

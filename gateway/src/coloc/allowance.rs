@@ -13,6 +13,9 @@ pub struct Pressure {
     pub worst_latency_ratio: f64,
     /// Some request was shed, refused or expired since the last reading.
     pub turning_away: bool,
+    /// Some request was admitted though predicted to finish past the budget: the next
+    /// ones would be refused, so training gives the device back first.
+    pub running_late: bool,
     /// The fullest queue, as a share of its capacity.
     pub queue_fill: f64,
 }
@@ -90,12 +93,14 @@ impl AllowanceController {
     /// Takes a reading; returns the allowance now in force.
     pub fn update(&mut self, p: Pressure, now: Instant) -> f64 {
         let t = self.thresholds;
-        if p.turning_away || p.worst_latency_ratio >= t.stop {
+        if p.turning_away || p.running_late || p.worst_latency_ratio >= t.stop {
             self.starting = false;
             self.allowance = 0.0;
             self.calm_since = None;
             self.reason = if p.turning_away {
                 "serving is turning requests away"
+            } else if p.running_late {
+                "serving is running late"
             } else {
                 "p99 near the budget"
             };

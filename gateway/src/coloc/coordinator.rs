@@ -59,7 +59,7 @@ pub struct Coordinator {
     last_tick: Instant,
     /// Serving's totals at the last tick: completions per model, and requests turned away.
     last_completed: BTreeMap<String, u64>,
-    last_turned_away: u64,
+    last_strain: Strain,
     allowance_gauge: Gauge,
     connected_gauge: Gauge,
 }
@@ -83,7 +83,7 @@ impl Coordinator {
             memory_error_logged: false,
             last_tick: Instant::now(),
             last_completed: BTreeMap::new(),
-            last_turned_away: 0,
+            last_strain: Strain::default(),
             allowance_gauge: metrics::gauge!(names::DEVICE_ALLOWANCE),
             connected_gauge: metrics::gauge!(names::TRAINERS_CONNECTED),
         }
@@ -199,6 +199,9 @@ impl Coordinator {
         // The tick's device time, lent in the share an active trainer had.
         let training = self.slots.joined().any(TrainerSlot::is_training);
         let lent = if training { self.allowance } else { 0.0 };
+        for v in self.context.registry.all() {
+            v.core.signals.set_trainer_computing(lent > 0.0);
+        }
         let elapsed = now.saturating_duration_since(self.last_tick);
         self.context.lent_time.add(elapsed.mul_f64(lent));
         self.last_tick = now;
@@ -230,13 +233,13 @@ impl Coordinator {
 
     /// Serving's headroom decides whether to lend; what serving uses caps how much.
     fn next_allowance(&mut self, now: Instant) -> f64 {
-        let (pressure, completed, turned_away) = read_pressure(
+        let (pressure, completed, strain) = read_pressure(
             &self.context.registry,
             &self.last_completed,
-            self.last_turned_away,
+            self.last_strain,
         );
         self.last_completed = completed;
-        self.last_turned_away = turned_away;
+        self.last_strain = strain;
         let headroom = self.controller.update(pressure, now);
         let idle = 1.0 - self.context.serving_share.sample(now);
         (headroom.min(idle) * 10.0).round() / 10.0
@@ -266,16 +269,23 @@ impl Coordinator {
     }
 }
 
+/// Requests turned away, and admitted though predicted late, across every version so far.
+#[derive(Clone, Copy, Debug, Default)]
+struct Strain {
+    turned_away: u64,
+    admitted_late: u64,
+}
+
 /// Serving's pressure across every loaded version, with the completion counts per model and
-/// the total turned away, for the next reading's deltas.
+/// the strain totals, for the next reading's deltas.
 fn read_pressure(
     registry: &Registry,
     last_completed: &BTreeMap<String, u64>,
-    last_turned_away: u64,
-) -> (Pressure, BTreeMap<String, u64>, u64) {
+    last: Strain,
+) -> (Pressure, BTreeMap<String, u64>, Strain) {
     let mut p = Pressure::default();
     let mut completed: BTreeMap<String, u64> = BTreeMap::new();
-    let mut turned_away = 0;
+    let mut strain = Strain::default();
     for v in registry.all() {
         let h = v.core.signals.read();
         if let (Some(p99), false) = (h.observed_p99, h.budget.is_zero()) {
@@ -288,10 +298,13 @@ fn read_pressure(
                 .queue_fill
                 .max(h.queue_depth as f64 / h.queue_capacity as f64);
         }
-        turned_away += h.turned_away;
+        strain.turned_away += h.turned_away;
+        strain.admitted_late += h.admitted_late;
         *completed.entry(v.name.clone()).or_default() += h.completed;
     }
     // A version unloaded between readings lowers the totals: never read that as pressure.
-    p.turning_away = turned_away > last_turned_away && !last_completed.is_empty();
-    (p, completed, turned_away)
+    let counted = !last_completed.is_empty();
+    p.turning_away = strain.turned_away > last.turned_away && counted;
+    p.running_late = strain.admitted_late > last.admitted_late && counted;
+    (p, completed, strain)
 }

@@ -40,26 +40,35 @@ pub struct Submission {
     pub continues: bool,
 }
 
-/// Handles to `tandem_requests_rejected_total{model, reason}`, made once per version:
-/// under overload refusals come by the thousand a second, and a counter looked up per
-/// refusal would allocate its labels each time.
+/// Handles to `tandem_requests_rejected_total{model, reason}`, and to the same counted
+/// apart while a co-located trainer still computes (serving should have squeezed it first),
+/// made once per version: under overload refusals come by the thousand a second, and a
+/// counter looked up per refusal would allocate its labels each time.
 #[derive(Clone)]
 pub struct RefusalCounters {
-    by_reason: [Counter; 5],
+    by_reason: [Counter; REASONS.len()],
+    beside_trainer: [Counter; REASONS.len()],
 }
 
 impl RefusalCounters {
     pub fn new(model: &str) -> RefusalCounters {
+        let family = |name: &'static str| {
+            REASONS.map(
+                |reason| metrics::counter!(name, "model" => model.to_string(), "reason" => reason),
+            )
+        };
         RefusalCounters {
-            by_reason: REASONS.map(|reason| {
-                metrics::counter!(names::REQUESTS_REJECTED, "model" => model.to_string(), "reason" => reason)
-            }),
+            by_reason: family(names::REQUESTS_REJECTED),
+            beside_trainer: family(names::REQUESTS_REJECTED_BESIDE_TRAINER),
         }
     }
 
-    pub fn count(&self, reason: &str) {
+    pub fn count(&self, reason: &str, trainer_computing: bool) {
         if let Some(i) = REASONS.iter().position(|r| *r == reason) {
             self.by_reason[i].increment(1);
+            if trainer_computing {
+                self.beside_trainer[i].increment(1);
+            }
         }
     }
 }
@@ -95,7 +104,8 @@ impl Core {
 
     /// Counts a refusal under its reason (and for the coordinator), once, and passes it on.
     fn refuse(&self, refusal: Refusal) -> InferError {
-        self.refusals.count(refusal.reason());
+        let training = self.signals.trainer_computing();
+        self.refusals.count(refusal.reason(), training);
         self.signals.add_turned_away(1);
         InferError::Refused(refusal)
     }

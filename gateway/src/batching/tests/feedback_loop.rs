@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::super::adaptive::AdaptivePolicy;
-use super::super::policy::BatchPolicy;
+use super::super::policy::{BatchPolicy, Candidate};
 use super::super::state::QueueView;
 use super::{MS, fast_model};
 
@@ -99,7 +99,11 @@ async fn while_refusing_a_p99_well_inside_the_budget_grows_the_effective_budget_
             head_rows: 1,
             head_at_output_limit: false,
         };
-        assert!(policy.admit(&queue, 10_000, 1, now, None, now).is_err());
+        assert!(
+            policy
+                .admit(&queue, &Candidate::new(10_000, 1, now), now)
+                .is_err()
+        );
     };
     for refuse in [false, true] {
         let mut policy = AdaptivePolicy::new(budget, 64, fast_model());

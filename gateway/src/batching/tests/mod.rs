@@ -2,13 +2,14 @@
 //! batcher task, queue and policies, a simulated device (see `sim`).
 
 mod feedback_loop;
+mod outliers;
 
 use std::time::Duration;
 
 use super::ReleaseReason;
 use super::adaptive::AdaptivePolicy;
 use super::latency::LatencyModel;
-use super::policy::{BatchPolicy, Decision, StaticPolicy};
+use super::policy::{BatchPolicy, Candidate, Decision, StaticPolicy};
 use super::sim::{Arrival, Outcome, poisson, simulate, simulate_closed_loop};
 use super::state::QueueView;
 
@@ -328,9 +329,13 @@ async fn the_budget_counts_from_arrival_not_from_admission() {
         head_rows: 16,
         head_at_output_limit: false,
     };
-    assert!(policy.admit(&queue, 16, 1, now, None, now).is_ok());
+    assert!(
+        policy
+            .admit(&queue, &Candidate::new(16, 1, now), now)
+            .is_ok()
+    );
     let shed = policy
-        .admit(&queue, 16, 1, now - MS * 90, None, now)
+        .admit(&queue, &Candidate::new(16, 1, now - MS * 90), now)
         .expect_err("a request that spent its budget before admission is shed");
     assert!(shed.message.contains("past the"), "{}", shed.message);
     // A fresh request would still fit: that refusal closes the door to nobody.
@@ -342,7 +347,7 @@ async fn a_shed_closes_the_door_when_fresh_requests_would_miss_too() {
     use super::state::QueueView;
     let mut policy = adaptive();
     let now = tokio::time::Instant::now();
-    // 96 rows queued: six full batches, about 108 ms, past the 80 ms effective budget.
+    // 96 rows queued: six full batches, about 108 ms, past the 95 ms admission plans to.
     let queue = QueueView {
         requests: 96,
         rows: 96,
@@ -352,14 +357,14 @@ async fn a_shed_closes_the_door_when_fresh_requests_would_miss_too() {
         head_at_output_limit: false,
     };
     let shed = policy
-        .admit(&queue, 96, 1, now, None, now)
+        .admit(&queue, &Candidate::new(96, 1, now), now)
         .expect_err("past the budget");
-    // Closed until a fresh request fits, as the queue drains: for how far past its 80 ms
-    // this one would end (behind six full batches, ~112 ms: ~32 ms), not for the whole
+    // Closed until a fresh request fits, as the queue drains: for how far past its 95 ms
+    // this one would end (behind six full batches, ~112 ms: ~17 ms), not for the whole
     // drain (the Retry-After), after which nothing waits.
-    assert_eq!(policy.admission_horizon(), Some(MS * 80));
+    assert_eq!(policy.admission_horizon(), Some(MS * 95));
     assert!(
-        shed.door_closed_for > MS * 25 && shed.door_closed_for < MS * 40,
+        shed.door_closed_for > MS * 10 && shed.door_closed_for < MS * 25,
         "closed for {:?}, drain {:?}",
         shed.door_closed_for,
         shed.retry_after
@@ -371,7 +376,7 @@ async fn a_request_refused_for_its_own_size_closes_the_door_to_nobody() {
     let mut policy = adaptive();
     let now = tokio::time::Instant::now();
     // Two rows queued (4 ms): one row more fits, but a 90-row request (a long text in
-    // token-units) would take ~92 ms, past the 80 ms effective budget, on its own.
+    // token-units) would take ~108 ms, past the 95 ms admission plans to, on its own.
     let queue = QueueView {
         requests: 2,
         rows: 2,
@@ -381,7 +386,7 @@ async fn a_request_refused_for_its_own_size_closes_the_door_to_nobody() {
         head_at_output_limit: false,
     };
     let shed = policy
-        .admit(&queue, 2, 90, now, None, now)
+        .admit(&queue, &Candidate::new(2, 90, now), now)
         .expect_err("a request too big for the budget behind a queue is refused");
     assert_eq!(shed.door_closed_for, Duration::ZERO);
     assert!(
@@ -389,11 +394,17 @@ async fn a_request_refused_for_its_own_size_closes_the_door_to_nobody() {
         "{}",
         shed.message
     );
-    assert!(policy.admit(&queue, 2, 1, now, None, now).is_ok());
+    assert!(
+        policy
+            .admit(&queue, &Candidate::new(2, 1, now), now)
+            .is_ok()
+    );
     // A text model's rows are token-units, and its refusals say so.
     let mut policy = AdaptivePolicy::new(BUDGET, MAX_ROWS, LatencyModel::from_warmup(&warmup()))
         .counting("token-units");
-    let shed = policy.admit(&queue, 2, 90, now, None, now).unwrap_err();
+    let shed = policy
+        .admit(&queue, &Candidate::new(2, 90, now), now)
+        .unwrap_err();
     assert!(
         shed.message.contains("2 token-units are queued ahead"),
         "{}",
@@ -463,7 +474,7 @@ async fn a_p99_near_the_budget_brings_back_the_short_wait() {
     let mut held_after = |latency: Duration| {
         for _ in 0..1000 {
             now += MS;
-            policy.observe_arrival(1, now);
+            policy.observe_arrival(1, 1, now);
             policy.observe_latency(latency, now);
         }
         let queue = QueueView {
