@@ -393,6 +393,11 @@ pub struct ServeArgs {
     #[arg(long = "model", value_name = "NAME=PATH", value_parser = parse_model)]
     pub models: Vec<(String, PathBuf)>,
 
+    /// Require `Authorization: Bearer KEY` on every inference route (repeatable; adds to
+    /// `api_keys` and `api_keys_file`). A key file keeps keys out of the process list.
+    #[arg(long = "api-key", value_name = "KEY")]
+    pub api_keys: Vec<String>,
+
     /// A model repository: DIR/<model>/<version>/model.safetensors.
     #[arg(long, env = "TANDEM_MODEL_REPOSITORY")]
     pub model_repository: Option<PathBuf>,

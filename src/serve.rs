@@ -164,6 +164,12 @@ fn build_config(args: &ServeArgs) -> anyhow::Result<Config> {
     if let Some(us) = args.max_queue_delay_us {
         config.defaults.max_queue_delay_us = us;
     }
+    for key in &args.api_keys {
+        let key =
+            gateway::config::ApiKey::parse(key).map_err(|e| anyhow::anyhow!("--api-key: {e}"))?;
+        config.api_keys.push(key);
+    }
+    config.read_api_keys_file()?;
     for (name, path) in &args.models {
         config
             .models

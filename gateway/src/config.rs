@@ -41,6 +41,12 @@ pub struct Config {
     pub admin: AdminConfig,
     pub coloc: ColocConfig,
     pub cost: CostConfig,
+    /// Keys every inference route requires as `Authorization: Bearer KEY` (none: open),
+    /// with those of `api_keys_file`, one a line, added at start and on SIGHUP.
+    pub api_keys: Vec<ApiKey>,
+    pub api_keys_file: Option<PathBuf>,
+    /// Whether `/metrics` requires a key too (health and readiness never do).
+    pub auth_metrics: bool,
 }
 
 /// The trainer coordinator (co-located training).
@@ -143,6 +149,9 @@ impl Default for Config {
             admin: AdminConfig::default(),
             coloc: ColocConfig::default(),
             cost: CostConfig::default(),
+            api_keys: Vec::new(),
+            api_keys_file: None,
+            auth_metrics: false,
         }
     }
 }
@@ -288,6 +297,9 @@ impl Config {
         if let Some(p) = &mut self.coloc.socket {
             resolve(p);
         }
+        if let Some(p) = &mut self.api_keys_file {
+            resolve(p);
+        }
         for m in self.models.values_mut() {
             if let Some(p) = &mut m.path {
                 resolve(p);
@@ -311,6 +323,15 @@ impl Config {
             s = o.apply(&s);
         }
         s
+    }
+
+    /// Adds the keys of `api_keys_file`, read now (at start, and on SIGHUP).
+    pub fn read_api_keys_file(&mut self) -> Result<(), ConfigError> {
+        if let Some(path) = &self.api_keys_file {
+            let keys = api_keys::read_file(path)?;
+            self.api_keys.extend(keys);
+        }
+        Ok(())
     }
 
     /// Checks what serde cannot: every number within its range, something to serve.
@@ -383,9 +404,12 @@ impl ColocConfig {
     }
 }
 
+mod api_keys;
 mod model;
 #[cfg(test)]
 mod tests;
+
+pub use api_keys::ApiKey;
 
 pub use model::{
     CpuPrecision, MAX_BATCH_SIZE, MAX_BATCH_TOKENS, MAX_MIN_DIMENSIONS, MAX_P99_MS,

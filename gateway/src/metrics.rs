@@ -26,6 +26,7 @@ pub const MODEL_VERSION_LOADED: &str = "tandem_model_version_loaded";
 pub const MODEL_LOADS: &str = "tandem_model_loads_total";
 pub const CONNECTIONS: &str = "tandem_http_connections";
 pub const CONNECTIONS_CUT: &str = "tandem_http_connections_cut_total";
+pub const HTTP_UNAUTHORIZED: &str = "tandem_http_unauthorized_total";
 pub const SLO_BUDGET: &str = "tandem_slo_p99_budget_seconds";
 pub const SLO_EFFECTIVE_BUDGET: &str = "tandem_slo_effective_budget_seconds";
 pub const OBSERVED_P99: &str = "tandem_observed_p99_seconds";

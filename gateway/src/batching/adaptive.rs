@@ -389,7 +389,8 @@ impl BatchPolicy for AdaptivePolicy {
         let answered = self.finish(ahead + rows, now) + self.response_margin;
         // The budget counts from when the request reached the server, not from now.
         let planned = arrived + self.admission.planned();
-        if answered <= deadline.map_or(planned, |d| d.min(planned)) {
+        let due = deadline.map_or(planned, |d| d.min(planned));
+        if answered <= due {
             self.admission.on_time();
             return Ok(Admitted::OnTime);
         }
@@ -397,14 +398,7 @@ impl BatchPolicy for AdaptivePolicy {
             return Ok(Admitted::Late);
         }
         self.refused = true;
-        Err(self.shed(
-            ahead,
-            rows,
-            arrived,
-            answered,
-            deadline.map_or(planned, |d| d.min(planned)),
-            now,
-        ))
+        Err(self.shed(ahead, rows, arrived, answered, due, now))
     }
 
     fn observe_trainer(&mut self, computing: bool) {

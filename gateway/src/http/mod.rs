@@ -7,6 +7,7 @@
 
 pub(crate) mod admin;
 mod arrival;
+mod auth;
 mod body;
 pub(crate) mod classify;
 pub(crate) mod cohere;

@@ -35,6 +35,9 @@ pub async fn handle(
         Err(e) => return error_response(&e),
     };
     let segments: Vec<&str> = decoded.iter().map(String::as_str).collect();
+    if let Some(refused) = super::auth::check(&state.config(), &method, &segments, req.headers()) {
+        return refused;
+    }
     // HEAD is GET without the body (RFC 9110 §9.3.2): routed as GET, and hyper, which
     // remembers the method it parsed, sends the headers and holds the body back.
     if method == Method::HEAD {

@@ -1,0 +1,162 @@
+//! API keys on the inference routes. With keys configured (`api_keys`, `--api-key`,
+//! `api_keys_file`), every route but health, readiness, `/metrics` (unless `auth_metrics`)
+//! and the admin API (its own token) requires `Authorization: Bearer KEY`, compared in
+//! constant time. A refusal is a 401 with `WWW-Authenticate: Bearer`, in the error shape of
+//! the route's own API, and counted by route family.
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Response, header};
+use http_body_util::Full;
+
+use super::error_response;
+use crate::config::{ApiKey, Config};
+use crate::error::ApiError;
+use crate::metrics as names;
+
+/// The APIs tandem speaks, each with its own error shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    V2,
+    OpenAi,
+    Tei,
+    Cohere,
+    Metrics,
+}
+
+impl Family {
+    fn as_str(self) -> &'static str {
+        match self {
+            Family::V2 => "v2",
+            Family::OpenAi => "openai",
+            Family::Tei => "tei",
+            Family::Cohere => "cohere",
+            Family::Metrics => "metrics",
+        }
+    }
+
+    fn error(self, e: ApiError) -> Response<Full<Bytes>> {
+        match self {
+            Family::OpenAi => super::embeddings::openai_error(&e),
+            Family::Tei => super::tei::answer_or_error(Err(e)),
+            Family::Cohere => super::cohere::cohere_error(&e),
+            Family::V2 | Family::Metrics => error_response(&e),
+        }
+    }
+}
+
+/// The family of a route that needs a key, or `None` for one that stays open.
+pub fn family(method: &Method, segments: &[&str], auth_metrics: bool) -> Option<Family> {
+    match segments {
+        ["admin", ..] | ["v2", "health", ..] | ["health"] => None,
+        [""] if method == Method::GET || method == Method::HEAD => None,
+        ["metrics"] => auth_metrics.then_some(Family::Metrics),
+        ["v1" | "v2", "rerank" | "embed"] => Some(Family::Cohere),
+        ["v1", ..] | ["embeddings"] => Some(Family::OpenAi),
+        ["v2", ..] => Some(Family::V2),
+        _ => Some(Family::Tei),
+    }
+}
+
+/// Whether `headers` carry one of `keys` as a bearer token; true when there are none. Every
+/// key is compared whole, so the time taken tells nothing of how much of one matched.
+pub fn authorized(keys: &[ApiKey], headers: &HeaderMap) -> bool {
+    if keys.is_empty() {
+        return true;
+    }
+    let Some(presented) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    keys.iter().fold(false, |found, key| {
+        found | constant_time_eq(presented.as_bytes(), key.as_bytes())
+    })
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The 401 of a request to a route of `family` without a valid key, counted.
+pub fn refuse(family: Family) -> Response<Full<Bytes>> {
+    metrics::counter!(names::HTTP_UNAUTHORIZED, "family" => family.as_str()).increment(1);
+    let e = ApiError::Unauthorized(
+        "a valid API key is required: send `Authorization: Bearer <key>`".into(),
+    );
+    let mut response = family.error(e);
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+/// `None` if the request may go on, else its 401.
+pub fn check(
+    config: &Config,
+    method: &Method,
+    segments: &[&str],
+    headers: &HeaderMap,
+) -> Option<Response<Full<Bytes>>> {
+    let family = family(method, segments, config.auth_metrics)?;
+    (!authorized(&config.api_keys, headers)).then(|| refuse(family))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(auth: Option<&str>) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        if let Some(a) = auth {
+            h.insert(header::AUTHORIZATION, HeaderValue::from_str(a).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn a_bearer_key_among_the_configured_ones_is_authorized() {
+        let keys = [ApiKey::new("alpha"), ApiKey::new("beta")];
+        assert!(authorized(&[], &headers(None)), "no keys: open");
+        assert!(authorized(&keys, &headers(Some("Bearer beta"))));
+        assert!(!authorized(&keys, &headers(Some("Bearer bet"))));
+        assert!(!authorized(&keys, &headers(Some("Bearer betaa"))));
+        assert!(!authorized(&keys, &headers(Some("beta"))));
+        assert!(!authorized(&keys, &headers(Some("Basic beta"))));
+        assert!(!authorized(&keys, &headers(None)));
+    }
+
+    #[test]
+    fn health_admin_and_metrics_stay_open_and_every_api_has_its_family() {
+        let get = Method::GET;
+        let post = Method::POST;
+        for open in [
+            &["v2", "health", "ready"][..],
+            &["health"],
+            &["admin", "slo"],
+            &[""],
+        ] {
+            assert_eq!(family(&get, open, false), None, "{open:?}");
+        }
+        assert_eq!(family(&get, &["metrics"], false), None);
+        assert_eq!(family(&get, &["metrics"], true), Some(Family::Metrics));
+        let cases: [(&[&str], Family); 8] = [
+            (&["v2", "models", "m", "infer"], Family::V2),
+            (&["v2", "models"], Family::V2),
+            (&["v1", "embeddings"], Family::OpenAi),
+            (&["embeddings"], Family::OpenAi),
+            (&["v1", "rerank"], Family::Cohere),
+            (&["v2", "embed"], Family::Cohere),
+            (&["embed"], Family::Tei),
+            (&[""], Family::Tei),
+        ];
+        for (segments, expected) in cases {
+            assert_eq!(
+                family(&post, segments, false),
+                Some(expected),
+                "{segments:?}"
+            );
+        }
+    }
+}
