@@ -398,6 +398,23 @@ pub struct ServeArgs {
     #[arg(long = "api-key", value_name = "KEY")]
     pub api_keys: Vec<String>,
 
+    /// Let browsers call tandem from these origins (`scheme://host[:port]`, comma-separated
+    /// or repeated; `*` for any): CORS preflights answered, CORS headers on responses.
+    #[arg(
+        long = "cors-allow-origin",
+        value_name = "ORIGIN",
+        value_delimiter = ','
+    )]
+    pub cors_allow_origins: Vec<String>,
+
+    /// Log lines as text, or as JSON objects one a line.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "TANDEM_LOG_FORMAT")]
+    pub log_format: LogFormat,
+
+    /// One log line per request: route, status, latency, request id, model.
+    #[arg(long)]
+    pub access_log: bool,
+
     /// A model repository: DIR/<model>/<version>/model.safetensors.
     #[arg(long, env = "TANDEM_MODEL_REPOSITORY")]
     pub model_repository: Option<PathBuf>,
@@ -549,4 +566,11 @@ pub struct TrainArgs {
     /// Write a JSON summary here at the end.
     #[arg(long)]
     pub json: Option<PathBuf>,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }

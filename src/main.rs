@@ -23,7 +23,11 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let cli = cli::Cli::parse();
-    init_tracing();
+    let format = match &cli.command {
+        cli::Command::Serve(args) => args.log_format,
+        _ => cli::LogFormat::Text,
+    };
+    init_tracing(format);
     match cli.command {
         cli::Command::Serve(args) => serve::run(args),
         cli::Command::Train(args) => train::run(args),
@@ -31,9 +35,9 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-/// Logs to stderr, filtered by `TANDEM_LOG` (`info` by default); the filter can be changed
-/// while the process runs (`PUT /admin/log`).
-fn init_tracing() {
+/// Logs to stderr, as text or as JSON objects one a line, filtered by `TANDEM_LOG` (`info`
+/// by default); the filter can be changed while the process runs (`PUT /admin/log`).
+fn init_tracing(format: cli::LogFormat) {
     use tracing_subscriber::prelude::*;
     use tracing_subscriber::{EnvFilter, fmt, reload};
     let filter = std::env::var("TANDEM_LOG")
@@ -41,13 +45,26 @@ fn init_tracing() {
         .and_then(|d| log_filter(&d).ok())
         .unwrap_or_else(|| EnvFilter::new("info"));
     let (filter, handle) = reload::Layer::new(filter);
+    let json = format == cli::LogFormat::Json;
+    let text = (!json).then(|| {
+        fmt::layer()
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+    });
+    // Event fields at the top level beside time, level and target; the request's span
+    // (its id, route, model) under "span".
+    let json = json.then(|| {
+        fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .with_writer(std::io::stderr)
+    });
     tracing_subscriber::registry()
         .with(filter)
-        .with(
-            fmt::layer()
-                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                .with_writer(std::io::stderr),
-        )
+        .with(text)
+        .with(json)
         .init();
     gateway::log_control::register(Box::new(ReloadableFilter(handle)));
 }

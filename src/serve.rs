@@ -170,6 +170,10 @@ fn build_config(args: &ServeArgs) -> anyhow::Result<Config> {
         config.api_keys.push(key);
     }
     config.read_api_keys_file()?;
+    config
+        .cors_allow_origins
+        .extend(args.cors_allow_origins.iter().cloned());
+    config.access_log |= args.access_log;
     for (name, path) in &args.models {
         config
             .models

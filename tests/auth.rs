@@ -2,7 +2,8 @@
 //! with a wrong one (401, `WWW-Authenticate: Bearer`, its own error shape) and serves one
 //! with a key from the flags or the key file; health, readiness and `/metrics` stay open;
 //! the key file is read again on SIGHUP; a key file with an empty line stops the start with
-//! a clear error; the openai client, given the key, works unchanged.
+//! a clear error; the openai client, tritonclient and huggingface_hub, given the key, work
+//! unchanged.
 
 mod common;
 
@@ -182,16 +183,18 @@ fn a_key_file_with_an_empty_line_stops_the_start_with_a_clear_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--api-key"));
 }
 
-/// The openai client, given the key as its `api_key`, works unchanged; a wrong one raises
-/// its `AuthenticationError`.
+/// Real clients, given the key their own way, work unchanged; a wrong one is refused as
+/// each reports it: the openai client's `api_key` (`AuthenticationError`), tritonclient's
+/// `headers` (`InferenceServerException` with status 401), huggingface_hub's `token`
+/// (`HfHubHTTPError` with status 401).
 #[test]
-fn the_openai_client_sends_its_api_key() {
+fn real_clients_send_their_api_key() {
     let Ok(python) = std::env::var("TANDEM_PYTHON") else {
         assert!(
             std::env::var_os("TANDEM_REQUIRE_TOOLS").is_none(),
             "TANDEM_PYTHON not set (scripts/test.sh sets it)"
         );
-        kernels::cuda::report_skip("the_openai_client_sends_its_api_key", "no TANDEM_PYTHON");
+        kernels::cuda::report_skip("real_clients_send_their_api_key", "no TANDEM_PYTHON");
         return;
     };
     let s = start();
@@ -207,6 +210,30 @@ try:
     sys.exit("no error with a wrong key")
 except openai.AuthenticationError as e:
     assert e.status_code == 401, e
+
+import numpy as np
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+triton = httpclient.InferenceServerClient(url)
+x = httpclient.InferInput("input-0", [1, 4], "FP32")
+x.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+answer = triton.infer("mlp", [x], headers={"Authorization": "Bearer from-flag"})
+assert answer.as_numpy("output-0").shape == (1, 3)
+try:
+    triton.infer("mlp", [x], headers={"Authorization": "Bearer wrong"})
+    sys.exit("tritonclient: no error with a wrong key")
+except InferenceServerException as e:
+    assert e.status() == "401", e.status()
+
+from huggingface_hub import InferenceClient
+from huggingface_hub.errors import HfHubHTTPError
+hf = InferenceClient(model=f"http://{url}", token="from-file")
+assert hf.feature_extraction("a cat").shape[-1] > 0
+try:
+    InferenceClient(model=f"http://{url}", token="wrong").feature_extraction("a cat")
+    sys.exit("huggingface_hub: no error with a wrong key")
+except HfHubHTTPError as e:
+    assert e.response.status_code == 401, e
 print("ok")
 "#;
     let out = Command::new(python)

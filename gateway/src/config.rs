@@ -47,6 +47,10 @@ pub struct Config {
     pub api_keys_file: Option<PathBuf>,
     /// Whether `/metrics` requires a key too (health and readiness never do).
     pub auth_metrics: bool,
+    /// Origins a browser may call tandem from (`*`: any); none: no CORS headers.
+    pub cors_allow_origins: Vec<String>,
+    /// One log line per request (target `access`, level info).
+    pub access_log: bool,
 }
 
 /// The trainer coordinator (co-located training).
@@ -152,6 +156,8 @@ impl Default for Config {
             api_keys: Vec::new(),
             api_keys_file: None,
             auth_metrics: false,
+            cors_allow_origins: Vec::new(),
+            access_log: false,
         }
     }
 }
@@ -199,6 +205,8 @@ pub struct Limits {
     pub max_body_bytes: usize,
     /// Open connections at most; further ones wait in the listen backlog.
     pub max_connections: usize,
+    /// Requests in flight at once on one HTTP/2 connection.
+    pub max_concurrent_streams: u32,
     /// A client must send its request headers within this time.
     pub header_read_timeout_ms: u64,
     /// And then its whole body within this time (408 and the connection closed otherwise).
@@ -220,6 +228,7 @@ impl Default for Limits {
         Limits {
             max_body_bytes: 16 << 20,
             max_connections: 1024,
+            max_concurrent_streams: 256,
             header_read_timeout_ms: 10_000,
             body_read_timeout_ms: 30_000,
             response_write_timeout_ms: 30_000,
@@ -336,6 +345,7 @@ impl Config {
 
     /// Checks what serde cannot: every number within its range, something to serve.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        cors::validate(&self.cors_allow_origins)?;
         self.defaults.validate("defaults")?;
         for (name, o) in &self.models {
             o.apply(&self.defaults)
@@ -364,6 +374,12 @@ impl Limits {
         let r = Ranges("limits");
         r.int("max_body_bytes", self.max_body_bytes as u64, 1024, 1 << 30)?;
         r.int("max_connections", self.max_connections as u64, 1, 100_000)?;
+        r.int(
+            "max_concurrent_streams",
+            u64::from(self.max_concurrent_streams),
+            1,
+            10_000,
+        )?;
         r.int(
             "header_read_timeout_ms",
             self.header_read_timeout_ms,
@@ -405,6 +421,7 @@ impl ColocConfig {
 }
 
 mod api_keys;
+mod cors;
 mod model;
 #[cfg(test)]
 mod tests;

@@ -209,6 +209,15 @@ pub fn infer_body(input: &[f32], rows: usize) -> serde_json::Value {
     })
 }
 
+/// The bound address in the `listening` line, logged as text or as JSON.
+fn listening_on(line: &str) -> Option<String> {
+    if let Some(rest) = line.split("listening addr=").nth(1) {
+        return Some(rest.trim().to_string());
+    }
+    let json: serde_json::Value = serde_json::from_str(line).ok()?;
+    (json["message"] == "listening").then(|| json["addr"].as_str().map(str::to_string))?
+}
+
 /// The real `tandem serve`, on a free port, with its log collected.
 pub struct Server {
     child: Child,
@@ -273,8 +282,8 @@ impl Server {
         let sink = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("listening addr=").nth(1) {
-                    let _ = tx.send(rest.trim().to_string());
+                if let Some(addr) = listening_on(&line) {
+                    let _ = tx.send(addr);
                 }
                 let mut l = sink.lock().unwrap();
                 l.push_str(&line);

@@ -33,6 +33,10 @@ const MAX_AGE: Duration = Duration::from_secs(10);
 pub struct ArrivalClock(Mutex<Option<Instant>>);
 
 impl ArrivalClock {
+    pub const fn new() -> ArrivalClock {
+        ArrivalClock(Mutex::new(None))
+    }
+
     fn record(&self, at: Instant) {
         let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
         *slot = Some(slot.map_or(at, |t| t.min(at)));

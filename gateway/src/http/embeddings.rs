@@ -83,6 +83,7 @@ pub async fn openai(
         .await
         .and_then(|(received, request)| {
             let version = state.registry.resolve(&request.model, None)?;
+            super::access::record_model(&version.name);
             Ok((received, request, version))
         });
     let on = async |version: Arc<ModelVersion>, received, request| {

@@ -45,6 +45,7 @@ pub async fn infer(
     let label = if resolved.is_ok() { model } else { "_unknown" };
     let response = match resolved {
         Ok(v) => {
+            super::access::record_model(&v.name);
             let result = infer_on(state, &v, req, clock, started).await;
             if result.is_err() {
                 v.stats.failed(started.elapsed());

@@ -5,6 +5,7 @@
 //! configured time; on shutdown the listener closes and every connection finishes its
 //! in-flight request first.
 
+mod access;
 pub(crate) mod admin;
 mod arrival;
 mod auth;
@@ -21,6 +22,7 @@ mod matryoshka;
 mod models;
 mod openai_models;
 mod repository;
+mod request_id;
 mod routes;
 mod similarity;
 pub(crate) mod tei;
@@ -36,14 +38,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
-use http_body_util::Full;
-use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use http_body_util::{Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tower::ServiceBuilder;
+use tracing::Instrument;
 
 use crate::config::Config;
 use crate::error::ApiError;
@@ -51,6 +55,7 @@ use crate::metrics as names;
 use crate::registry::Registry;
 use crate::shutdown::Shutdown;
 
+use access::Edge;
 use arrival::{ArrivalClock, TimestampedStream};
 pub use limit::BodyLimitLayer;
 use write_stall::{WriteStallLimit, is_write_stall};
@@ -133,6 +138,7 @@ pub async fn serve(
     // Connection-level limits are read once: a reload does not change a bound socket.
     let limits = state.config().limits.clone();
     let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let edge = Arc::new(Edge::new(&state.config()));
     let mut tasks = tokio::task::JoinSet::new();
     let mut accepts = Accepts::default();
     loop {
@@ -155,6 +161,7 @@ pub async fn serve(
             metrics_only,
             peer,
             shutdown: shutdown.clone(),
+            edge: edge.clone(),
         };
         tasks.spawn(async move {
             connection.serve(stream).await;
@@ -206,11 +213,13 @@ struct Connection {
     metrics_only: bool,
     peer: std::net::SocketAddr,
     shutdown: Shutdown,
+    edge: Arc<Edge>,
 }
 
 impl Connection {
-    /// HTTP/1.1 with keep-alive: the header timeout, the write-stall limit, the body limit
-    /// and panics caught per request; on shutdown, the in-flight request finishes first.
+    /// HTTP/1.1 with keep-alive, or HTTP/2 by prior knowledge: the header timeout, the
+    /// write-stall limit, the body limit, CORS and panics caught per request; on shutdown,
+    /// the in-flight requests finish first.
     async fn serve(mut self, stream: TcpStream) {
         let _ = stream.set_nodelay(true);
         let clock = Arc::new(ArrivalClock::default());
@@ -218,46 +227,119 @@ impl Connection {
             TimestampedStream::new(stream, clock.clone()),
             self.limits.response_write_timeout(),
         );
-        let (state, metrics_only, peer) = (self.state.clone(), self.metrics_only, self.peer);
+        let started = Arc::new(AtomicBool::new(false));
+        let (state, edge) = (self.state.clone(), self.edge.clone());
+        let context = (clock, edge.clone(), self.metrics_only, self.peer);
+        let first = started.clone();
         let service = ServiceBuilder::new()
             .layer(tower_http::catch_panic::CatchPanicLayer::custom(
                 panic_response,
             ))
+            .option_layer(edge.cors.clone())
             .layer(BodyLimitLayer {
                 limit: self.limits.max_body_bytes,
             })
             .service_fn(move |req| {
-                let (state, clock) = (state.clone(), clock.clone());
-                async move {
-                    let response = routes::handle(state, req, metrics_only, peer, &clock).await;
-                    // Whatever this request left unclaimed is not the next one's.
-                    clock.take();
-                    Ok::<_, Infallible>(response)
-                }
+                first.store(true, Ordering::Relaxed);
+                let answer = Self::answer(req, state.clone(), context.clone());
+                async move { Ok::<_, Infallible>(answer.await) }
             });
         let connections = metrics::gauge!(names::CONNECTIONS);
         connections.increment(1.0);
-        let conn = http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(self.limits.header_read_timeout())
-            .keep_alive(true)
-            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+        let builder = protocols(&self.limits);
+        let conn =
+            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
         tokio::pin!(conn);
-        tokio::select! {
-            served = conn.as_mut() => {
-                if let Err(e) = served {
-                    count_cut(&e);
-                    tracing::debug!(peer = %self.peer, error = %e, "connection closed");
+        // HTTP/1's header timeout starts once the protocol is known; a client that sends
+        // nothing at all is cut off here.
+        let silent = tokio::time::sleep(self.limits.header_read_timeout());
+        tokio::pin!(silent);
+        let mut watching = true;
+        loop {
+            tokio::select! {
+                served = conn.as_mut() => {
+                    if let Err(e) = served {
+                        count_cut(&*e);
+                        tracing::debug!(peer = %self.peer, error = %e, "connection closed");
+                    }
+                    break;
                 }
-            }
-            _ = self.shutdown.wait() => {
-                conn.as_mut().graceful_shutdown();
-                let _ = conn.as_mut().await;
+                _ = silent.as_mut(), if watching => {
+                    watching = false;
+                    if started.load(Ordering::Relaxed) {
+                        continue;
+                    }
+                    metrics::counter!(names::CONNECTIONS_CUT, "reason" => "header_timeout")
+                        .increment(1);
+                    break;
+                }
+                _ = self.shutdown.wait() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.as_mut().await;
+                    break;
+                }
             }
         }
         connections.decrement(1.0);
     }
+
+    /// One request: its id and span, the routes, the access log line.
+    async fn answer(
+        req: http::Request<Limited<Incoming>>,
+        state: Arc<AppState>,
+        context: (Arc<ArrivalClock>, Arc<Edge>, bool, std::net::SocketAddr),
+    ) -> Response<Full<Bytes>> {
+        let (clock, edge, metrics_only, peer) = context;
+        let id = request_id::of(req.headers());
+        let span = access::span(&req, &id);
+        let began = tokio::time::Instant::now();
+        // An HTTP/2 connection carries many requests at once: the bytes read since the
+        // last request are not this one's alone, so its handler keeps its own clock.
+        let arrival = match req.version() {
+            http::Version::HTTP_2 => &UNSTAMPED,
+            _ => &*clock,
+        };
+        let mut response = routes::handle(state, req, metrics_only, peer, arrival)
+            .instrument(span.clone())
+            .await;
+        // Whatever this request left unclaimed is not the next one's.
+        arrival.take();
+        response.headers_mut().insert(request_id::HEADER, id);
+        if edge.access_log {
+            span.in_scope(|| access::log(response.status(), began.elapsed()));
+        }
+        response
+    }
 }
+
+/// A clock no stream records into: HTTP/2 handlers fall back to their own.
+static UNSTAMPED: ArrivalClock = ArrivalClock::new();
+
+/// HTTP/1.1 and HTTP/2 by prior knowledge, with the limits of `limits`. HTTP/2's defences
+/// against stream floods (rapid reset, CVE-2023-44487) and CONTINUATION floods are h2's,
+/// 0.4.4 and later; the header list is bounded here.
+fn protocols(limits: &crate::config::Limits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout())
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .max_header_list_size(MAX_HEADER_LIST_BYTES)
+        .max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
+        .keep_alive_interval(Some(limits.header_read_timeout()))
+        .keep_alive_timeout(limits.header_read_timeout());
+    builder
+}
+
+/// An HTTP/2 request's headers, decoded, at most (HTTP/1's own bound is hyper's buffer).
+const MAX_HEADER_LIST_BYTES: u32 = 64 << 10;
+/// Streams a client may open and reset before the server has seen them, at most.
+const MAX_PENDING_RESETS: usize = 20;
 
 /// Waits for open connections to finish, at most `grace`; then closes the rest.
 async fn drain(mut tasks: tokio::task::JoinSet<()>, grace: std::time::Duration) {
@@ -275,8 +357,11 @@ async fn drain(mut tasks: tokio::task::JoinSet<()>, grace: std::time::Duration) 
 
 /// Counts a connection the server cut off for a slow client (other errors, such as a
 /// client resetting its connection, are the client's own doing and only logged).
-fn count_cut(e: &hyper::Error) {
-    let reason = if e.is_timeout() {
+fn count_cut(e: &(dyn std::error::Error + 'static)) {
+    let timed_out = e
+        .downcast_ref::<hyper::Error>()
+        .is_some_and(hyper::Error::is_timeout);
+    let reason = if timed_out {
         "header_timeout"
     } else if is_write_stall(e) {
         "write_stall"

@@ -69,6 +69,12 @@ pub(crate) fn served_text_version(
     state: &AppState,
     named: Option<&str>,
 ) -> Result<Arc<ModelVersion>, ApiError> {
+    let served = text_version(state, named)?;
+    super::access::record_model(&served.name);
+    Ok(served)
+}
+
+fn text_version(state: &AppState, named: Option<&str>) -> Result<Arc<ModelVersion>, ApiError> {
     if let Some(m) = named {
         return Ok(state.registry.resolve(m, None)?);
     }
