@@ -407,6 +407,33 @@ pub struct ServeArgs {
     )]
     pub cors_allow_origins: Vec<String>,
 
+    /// Serve TLS with this certificate chain (PEM), on every listener; read again on SIGHUP.
+    #[arg(
+        long,
+        value_name = "PEM",
+        requires = "tls_key",
+        env = "TANDEM_TLS_CERT"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The certificate's private key (PEM).
+    #[arg(
+        long,
+        value_name = "PEM",
+        requires = "tls_cert",
+        env = "TANDEM_TLS_KEY"
+    )]
+    pub tls_key: Option<PathBuf>,
+
+    /// Require clients to present a certificate signed by one of these CAs (PEM).
+    #[arg(
+        long,
+        value_name = "PEM",
+        requires = "tls_cert",
+        env = "TANDEM_TLS_CLIENT_CA"
+    )]
+    pub tls_client_ca: Option<PathBuf>,
+
     /// Log lines as text, or as JSON objects one a line.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "TANDEM_LOG_FORMAT")]
     pub log_format: LogFormat,

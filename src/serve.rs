@@ -174,6 +174,13 @@ fn build_config(args: &ServeArgs) -> anyhow::Result<Config> {
         .cors_allow_origins
         .extend(args.cors_allow_origins.iter().cloned());
     config.access_log |= args.access_log;
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        config.tls = Some(gateway::config::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: args.tls_client_ca.clone(),
+        });
+    }
     for (name, path) in &args.models {
         config
             .models

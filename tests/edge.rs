@@ -6,7 +6,6 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -278,18 +277,9 @@ fn an_unknown_log_format_or_a_bad_origin_stops_the_start_with_a_clear_error() {
     let dir = TempDir::new("edge-bad");
     let repo = dir.path().join("models");
     write_version(&repo, "mlp", 1, &DIMS, 1);
+    let repo = repo.to_str().unwrap();
     let fails = |args: &[&str], says: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--model-repository"])
-            .arg(&repo)
-            .args(args)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{args:?} started");
-        for s in says {
-            assert!(stderr.contains(s), "{args:?}: {stderr}");
-        }
+        assert_start_fails(&[&["--model-repository", repo], args].concat(), says)
     };
     fails(&["--log-format", "yaml"], &["--log-format", "text", "json"]);
     fails(

@@ -51,6 +51,19 @@ pub struct Config {
     pub cors_allow_origins: Vec<String>,
     /// One log line per request (target `access`, level info).
     pub access_log: bool,
+    /// TLS on every listener (none: plain text).
+    pub tls: Option<TlsFiles>,
+}
+
+/// A certificate chain and its key, PEM; with `client_ca`, clients must present a
+/// certificate it signed.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
 }
 
 /// The trainer coordinator (co-located training).
@@ -158,6 +171,7 @@ impl Default for Config {
             auth_metrics: false,
             cors_allow_origins: Vec::new(),
             access_log: false,
+            tls: None,
         }
     }
 }
@@ -308,6 +322,13 @@ impl Config {
         }
         if let Some(p) = &mut self.api_keys_file {
             resolve(p);
+        }
+        if let Some(tls) = &mut self.tls {
+            resolve(&mut tls.cert);
+            resolve(&mut tls.key);
+            if let Some(p) = &mut tls.client_ca {
+                resolve(p);
+            }
         }
         for m in self.models.values_mut() {
             if let Some(p) = &mut m.path {

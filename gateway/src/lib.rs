@@ -40,6 +40,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+pub use http::tls::TlsError;
 use kernels::{DeviceSpec, Selection};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
@@ -73,6 +74,8 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     #[error("cannot bind the metrics listener {addr}: {source}")]
     MetricsListen {
         addr: std::net::SocketAddr,
@@ -140,6 +143,10 @@ impl Gateway {
             }
             None => (None, None),
         };
+        let tls = match &config.tls {
+            Some(files) => Some(Arc::new(http::tls::Tls::load(files)?)),
+            None => None,
+        };
         let state = Arc::new(AppState {
             registry: Arc::new(Registry::default()),
             config: std::sync::RwLock::new(config.clone()),
@@ -147,6 +154,7 @@ impl Gateway {
             ready: false.into(),
             draining: false.into(),
             repository: control.clone(),
+            tls,
         });
         let (stop, _) = watch::channel(false);
         let mut gateway = Gateway {
@@ -376,6 +384,20 @@ async fn sample_busy(busy: Arc<BusyMeter>, device: String) {
     }
 }
 
+/// Reads the TLS files again; the listeners keep the mode they started in.
+fn reload_tls(state: &AppState, files: Option<&config::TlsFiles>) {
+    match (&state.tls, files) {
+        (Some(tls), Some(files)) => match tls.reload(files) {
+            Ok(()) => tracing::info!("TLS certificate and key read again"),
+            Err(e) => {
+                tracing::error!(error = %e, "TLS reload failed; keeping the certificate in force")
+            }
+        },
+        (None, None) => {}
+        _ => tracing::warn!("turning TLS on or off takes a restart; the listeners keep their mode"),
+    }
+}
+
 /// Validates and installs a reloaded configuration; every loaded version switches to its new
 /// settings. Returns the new configuration, or `None` (logged) if it is invalid.
 fn apply_reload(state: &AppState, new: Config) -> Option<Arc<Config>> {
@@ -383,6 +405,7 @@ fn apply_reload(state: &AppState, new: Config) -> Option<Arc<Config>> {
         tracing::error!(error = %e, "config reload rejected; keeping the running configuration");
         return None;
     }
+    reload_tls(state, new.tls.as_ref());
     let new = Arc::new(new);
     state.set_config(new.clone());
     for v in state.registry.all() {

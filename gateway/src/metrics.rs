@@ -27,6 +27,7 @@ pub const MODEL_LOADS: &str = "tandem_model_loads_total";
 pub const CONNECTIONS: &str = "tandem_http_connections";
 pub const CONNECTIONS_CUT: &str = "tandem_http_connections_cut_total";
 pub const HTTP_UNAUTHORIZED: &str = "tandem_http_unauthorized_total";
+pub const TLS_FAILED: &str = "tandem_http_tls_handshakes_failed_total";
 pub const SLO_BUDGET: &str = "tandem_slo_p99_budget_seconds";
 pub const SLO_EFFECTIVE_BUDGET: &str = "tandem_slo_effective_budget_seconds";
 pub const OBSERVED_P99: &str = "tandem_observed_p99_seconds";
@@ -82,6 +83,7 @@ const HELP: &[(&str, Kind, bool, &str)] = &[
     (PROCESS_CONTEXT_SWITCHES, Kind::Counter, false, "Context switches of the server process, every thread, waits and preemptions."),
     (MODEL_LOADS, Kind::Counter, false, "Model version loads, by outcome (ok, error)."),
     (CONNECTIONS, Kind::Gauge, false, "Open HTTP connections."),
+    (TLS_FAILED, Kind::Counter, false, "TLS handshakes that failed, by reason: handshake (no common protocol or cipher, an untrusted or missing client certificate, plain HTTP sent to a TLS listener), timeout (not done within limits.header_read_timeout_ms)."),
     (CONNECTIONS_CUT, Kind::Counter, false, "HTTP connections the server closed on a client, by reason: header_timeout (no complete request head within limits.header_read_timeout_ms, idle keep-alive connections included), write_stall (nothing of a response read within limits.response_write_timeout_ms). A stalled body is answered 408 and counted in tandem_requests_total."),
     (SLO_BUDGET, Kind::Gauge, true, "The model's p99 latency budget (the adaptive policy meets it; the trainer coordinator holds serving to it under any policy)."),
     (SLO_EFFECTIVE_BUDGET, Kind::Gauge, true, "The share of the budget the queue and device may use, as the feedback loop set it."),

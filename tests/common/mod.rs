@@ -209,6 +209,22 @@ pub fn infer_body(input: &[f32], rows: usize) -> serde_json::Value {
     })
 }
 
+/// Runs `tandem serve --listen 127.0.0.1:0 --device cpu ARGS`, which must fail to start
+/// with an error that says each of `says`.
+pub fn assert_start_fails<S: AsRef<std::ffi::OsStr>>(args: &[S], says: &[&str]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--device", "cpu"])
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let shown: Vec<_> = args.iter().map(|a| a.as_ref().to_string_lossy()).collect();
+    assert!(!out.status.success(), "{shown:?} started");
+    for s in says {
+        assert!(stderr.contains(s), "{shown:?}: no {s:?} in {stderr}");
+    }
+}
+
 /// The bound address in the `listening` line, logged as text or as JSON.
 fn listening_on(line: &str) -> Option<String> {
     if let Some(rest) = line.split("listening addr=").nth(1) {

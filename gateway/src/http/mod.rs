@@ -29,6 +29,7 @@ pub(crate) mod tei;
 pub(crate) mod text;
 pub(crate) mod text_common;
 mod text_request;
+pub mod tls;
 mod tokens;
 mod write_stall;
 
@@ -72,6 +73,8 @@ pub struct AppState {
     pub draining: AtomicBool,
     /// The repository's index, load and unload (`None` without a model repository).
     pub repository: Option<Arc<crate::repository_control::RepositoryControl>>,
+    /// TLS on the listeners (`None`: plain text).
+    pub tls: Option<Arc<tls::Tls>>,
 }
 
 impl AppState {
@@ -217,16 +220,35 @@ struct Connection {
 }
 
 impl Connection {
-    /// HTTP/1.1 with keep-alive, or HTTP/2 by prior knowledge: the header timeout, the
-    /// write-stall limit, the body limit, CORS and panics caught per request; on shutdown,
-    /// the in-flight requests finish first.
-    async fn serve(mut self, stream: TcpStream) {
+    /// Plain text, or TLS once its handshake completes within the header timeout.
+    async fn serve(self, stream: TcpStream) {
         let _ = stream.set_nodelay(true);
         let clock = Arc::new(ArrivalClock::default());
-        let stream = WriteStallLimit::new(
-            TimestampedStream::new(stream, clock.clone()),
-            self.limits.response_write_timeout(),
-        );
+        let stream = TimestampedStream::new(stream, clock.clone());
+        let Some(tls) = self.state.tls.clone() else {
+            return self.serve_io(stream, clock).await;
+        };
+        let handshake = tls.acceptor().accept(stream);
+        match tokio::time::timeout(self.limits.header_read_timeout(), handshake).await {
+            Ok(Ok(secured)) => self.serve_io(secured, clock).await,
+            Ok(Err(e)) => {
+                metrics::counter!(names::TLS_FAILED, "reason" => "handshake").increment(1);
+                tracing::debug!(peer = %self.peer, error = %e, "TLS handshake failed");
+            }
+            Err(_) => {
+                metrics::counter!(names::TLS_FAILED, "reason" => "timeout").increment(1);
+            }
+        }
+    }
+
+    /// HTTP/1.1 with keep-alive, or HTTP/2 (by ALPN, or by prior knowledge in plain text):
+    /// the header timeout, the write-stall limit, the body limit, CORS and panics caught per
+    /// request; on shutdown, the in-flight requests finish first.
+    async fn serve_io<S>(mut self, io: S, clock: Arc<ArrivalClock>)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let stream = WriteStallLimit::new(io, self.limits.response_write_timeout());
         let started = Arc::new(AtomicBool::new(false));
         let (state, edge) = (self.state.clone(), self.edge.clone());
         let context = (clock, edge.clone(), self.metrics_only, self.peer);
