@@ -434,6 +434,14 @@ pub struct ServeArgs {
     )]
     pub tls_client_ca: Option<PathBuf>,
 
+    /// Export each request's spans over OTLP/HTTP to this collector (`http://host:4318`).
+    #[arg(long, value_name = "URL", env = "TANDEM_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
+    /// The `service.name` of the exported spans (default `tandem`).
+    #[arg(long, value_name = "NAME", env = "OTEL_SERVICE_NAME")]
+    pub otlp_service_name: Option<String>,
+
     /// Log lines as text, or as JSON objects one a line.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "TANDEM_LOG_FORMAT")]
     pub log_format: LogFormat,

@@ -174,6 +174,12 @@ fn build_config(args: &ServeArgs) -> anyhow::Result<Config> {
         .cors_allow_origins
         .extend(args.cors_allow_origins.iter().cloned());
     config.access_log |= args.access_log;
+    if let Some(url) = &args.otlp_endpoint {
+        config.otlp_endpoint = Some(url.clone());
+    }
+    if let Some(name) = &args.otlp_service_name {
+        config.otlp_service_name = name.clone();
+    }
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         config.tls = Some(gateway::config::TlsFiles {
             cert: cert.clone(),

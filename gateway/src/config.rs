@@ -53,6 +53,11 @@ pub struct Config {
     pub access_log: bool,
     /// TLS on every listener (none: plain text).
     pub tls: Option<TlsFiles>,
+    /// An OpenTelemetry collector's base URL (`http://host:4318`): each request's spans
+    /// are exported to it over OTLP/HTTP. None: no traces.
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` the spans carry.
+    pub otlp_service_name: String,
 }
 
 /// A certificate chain and its key, PEM; with `client_ca`, clients must present a
@@ -172,6 +177,8 @@ impl Default for Config {
             cors_allow_origins: Vec::new(),
             access_log: false,
             tls: None,
+            otlp_endpoint: None,
+            otlp_service_name: "tandem".into(),
         }
     }
 }

@@ -23,6 +23,7 @@ mod infer;
 mod loader;
 pub mod log_control;
 mod metrics;
+mod otlp;
 mod outcome;
 pub mod protocol;
 mod registry;
@@ -76,6 +77,8 @@ pub enum StartError {
     },
     #[error(transparent)]
     Tls(#[from] TlsError),
+    #[error(transparent)]
+    Otlp(#[from] otlp::OtlpError),
     #[error("cannot bind the metrics listener {addr}: {source}")]
     MetricsListen {
         addr: std::net::SocketAddr,
@@ -147,6 +150,13 @@ impl Gateway {
             Some(files) => Some(Arc::new(http::tls::Tls::load(files)?)),
             None => None,
         };
+        let traces = match &config.otlp_endpoint {
+            Some(endpoint) => Some(Arc::new(otlp::Traces::start(
+                endpoint,
+                &config.otlp_service_name,
+            )?)),
+            None => None,
+        };
         let state = Arc::new(AppState {
             registry: Arc::new(Registry::default()),
             config: std::sync::RwLock::new(config.clone()),
@@ -155,6 +165,7 @@ impl Gateway {
             draining: false.into(),
             repository: control.clone(),
             tls,
+            traces,
         });
         let (stop, _) = watch::channel(false);
         let mut gateway = Gateway {
@@ -330,6 +341,10 @@ impl Gateway {
         }
         for sampler in &self.samplers {
             sampler.abort();
+        }
+        if let Some(traces) = self.state.traces.clone() {
+            // The exporter's thread sends through this runtime: flush from off it.
+            let _ = tokio::task::spawn_blocking(move || traces.flush()).await;
         }
         tracing::info!("stopped");
     }

@@ -150,7 +150,9 @@ async fn infer_on(
     let queued = std::time::Instant::now();
     let rows = submission.outputs;
     let wait = config.limits.request_timeout();
+    super::trace::queued(arrival.arrived);
     let mut completed = version.core.submit(submission, &arrival, wait).await?;
+    super::trace::answered(completed.queue_time, completed.compute_time);
     let width = version.info.output_width;
     completed.output = text::normalized(completed.output, width, normalize);
     let encoded = match &version.info.input {

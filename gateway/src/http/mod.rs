@@ -31,6 +31,7 @@ pub(crate) mod text_common;
 mod text_request;
 pub mod tls;
 mod tokens;
+mod trace;
 mod write_stall;
 
 use std::convert::Infallible;
@@ -75,6 +76,8 @@ pub struct AppState {
     pub repository: Option<Arc<crate::repository_control::RepositoryControl>>,
     /// TLS on the listeners (`None`: plain text).
     pub tls: Option<Arc<tls::Tls>>,
+    /// Traces exported over OTLP (`None`: off).
+    pub traces: Option<Arc<crate::otlp::Traces>>,
 }
 
 impl AppState {
@@ -314,18 +317,34 @@ impl Connection {
         let (clock, edge, metrics_only, peer) = context;
         let id = request_id::of(req.headers());
         let span = access::span(&req, &id);
-        let began = tokio::time::Instant::now();
+        let began = std::time::Instant::now();
+        // Scrapes of the metrics listener are not traced.
+        let traces = state.traces.clone().filter(|_| !metrics_only);
+        let traced = traces.as_ref().map(|_| {
+            let target = (req.method().to_string(), req.uri().path().to_string());
+            (trace::parent(req.headers()), target)
+        });
         // An HTTP/2 connection carries many requests at once: the bytes read since the
         // last request are not this one's alone, so its handler keeps its own clock.
         let arrival = match req.version() {
             http::Version::HTTP_2 => &UNSTAMPED,
             _ => &*clock,
         };
-        let mut response = routes::handle(state, req, metrics_only, peer, arrival)
-            .instrument(span.clone())
-            .await;
+        let handler =
+            routes::handle(state, req, metrics_only, peer, arrival).instrument(span.clone());
+        let (mut response, phases) = trace::recording(traces.is_some(), handler).await;
         // Whatever this request left unclaimed is not the next one's.
         arrival.take();
+        if let (Some(traces), Some((parent, (method, path)))) = (&traces, &traced) {
+            let answered = trace::Answered {
+                method,
+                path,
+                request_id: id.to_str().unwrap_or_default(),
+                status: response.status().as_u16(),
+                began,
+            };
+            trace::export(traces, parent, answered, phases);
+        }
         response.headers_mut().insert(request_id::HEADER, id);
         if edge.access_log {
             span.in_scope(|| access::log(response.status(), began.elapsed()));

@@ -169,7 +169,9 @@ pub(super) async fn run(
     let answers = submissions
         .into_iter()
         .map(|s| version.core.submit(s, arrival, wait));
+    super::trace::queued(arrival.arrived);
     let completed = joined(all(answers.collect()).await?);
+    super::trace::answered(completed.queue_time, completed.compute_time);
     record(version, arrival, queued, rows, &completed);
     let (values, width) = matryoshka::cut(completed.output, width, dimensions);
     // The batcher's queue time counts from arrival; the time before submission is not
