@@ -78,11 +78,14 @@ const HELP: &[(&str, Kind, bool, &str)] = &[
     (BATCH_ROWS, Kind::Histogram, false, "Rows in each batch run (a text model's: texts)."),
     (BATCHES, Kind::Counter, false, "Batches run, by the reason the batcher released them (full, deadline, timer, idle)."),
     (QUEUE_DEPTH, Kind::Gauge, false, "Requests waiting in the model's queue."),
-    (REQUESTS_REJECTED, Kind::Counter, false, "Requests turned away, each counted once, by reason: shed (predicted to miss its deadline), late (refused before parsing), queue_full, expired (its deadline passed before its batch), abandoned (its client left first)."),
+    (REQUESTS_REJECTED, Kind::Counter, false, "Requests turned away, each counted once, by reason: shed (predicted to miss its deadline), door_closed (refused unparsed just after a shed), late (refused unparsed: the queue ahead ends past its budget), unread (refused unparsed: it sat in its socket past its budget), queue_full, expired (its deadline passed before its batch), deadline_passed (its propagated deadline had passed on arrival), abandoned (its client left first)."),
+    (REQUESTS_REJECTED_BESIDE_TRAINER, Kind::Counter, false, "Requests turned away while a co-located trainer held an allowance, by reason (also counted in tandem_requests_rejected_total): serving should have taken the device back first."),
+    (REQUESTS_ADMITTED_LATE, Kind::Counter, false, "Requests admitted though predicted to finish past the budget: on the 1% a p99 leaves, or while a trainer computes (which the coordinator then stops)."),
     (DEVICE_BUSY_RATIO, Kind::Gauge, false, "Share of the last second the device spent running batches."),
     (PROCESS_CONTEXT_SWITCHES, Kind::Counter, false, "Context switches of the server process, every thread, waits and preemptions."),
     (MODEL_LOADS, Kind::Counter, false, "Model version loads, by outcome (ok, error)."),
     (CONNECTIONS, Kind::Gauge, false, "Open HTTP connections."),
+    (HTTP_UNAUTHORIZED, Kind::Counter, false, "Requests refused 401 for a missing or wrong API key, by API family (v2, openai, tei, cohere, metrics)."),
     (TLS_FAILED, Kind::Counter, false, "TLS handshakes that failed, by reason: handshake (no common protocol or cipher, an untrusted or missing client certificate, plain HTTP sent to a TLS listener), timeout (not done within limits.header_read_timeout_ms)."),
     (CONNECTIONS_CUT, Kind::Counter, false, "HTTP connections the server closed on a client, by reason: header_timeout (no complete request head within limits.header_read_timeout_ms, idle keep-alive connections included), write_stall (nothing of a response read within limits.response_write_timeout_ms). A stalled body is answered 408 and counted in tandem_requests_total."),
     (SLO_BUDGET, Kind::Gauge, true, "The model's p99 latency budget (the adaptive policy meets it; the trainer coordinator holds serving to it under any policy)."),
@@ -181,6 +184,23 @@ fn escape_label(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every metric name this file declares has its help text: promtool and dashboards
+    /// read it, and a name without one is easy to add by accident.
+    #[test]
+    fn every_declared_metric_has_help_text() {
+        let described: Vec<&str> = HELP.iter().map(|(name, ..)| *name).collect();
+        let declared = include_str!("metrics.rs").lines().filter_map(|l| {
+            let (name, value) = l.strip_prefix("pub const ")?.split_once(": &str = \"")?;
+            Some((name, value.strip_suffix("\";")?))
+        });
+        for (name, value) in declared {
+            assert!(
+                described.contains(&value) || value == MODEL_VERSION_LOADED,
+                "{name} ({value}) has no help text in HELP"
+            );
+        }
+    }
 
     #[test]
     fn loaded_versions_render_with_escaped_labels() {
