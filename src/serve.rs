@@ -170,9 +170,9 @@ fn build_config(args: &ServeArgs) -> anyhow::Result<Config> {
         config.api_keys.push(key);
     }
     config.read_api_keys_file()?;
-    config
-        .cors_allow_origins
-        .extend(args.cors_allow_origins.iter().cloned());
+    if !args.cors_allow_origins.is_empty() {
+        config.cors_allow_origins = args.cors_allow_origins.clone();
+    }
     config.access_log |= args.access_log;
     if let Some(url) = &args.otlp_endpoint {
         config.otlp_endpoint = Some(url.clone());
@@ -184,7 +184,9 @@ fn build_config(args: &ServeArgs) -> anyhow::Result<Config> {
         config.tls = Some(gateway::config::TlsFiles {
             cert: cert.clone(),
             key: key.clone(),
-            client_ca: args.tls_client_ca.clone(),
+            // A client CA from the file stays unless the flag names another.
+            client_ca: (args.tls_client_ca.clone())
+                .or_else(|| config.tls.as_ref().and_then(|t| t.client_ca.clone())),
         });
     }
     for (name, path) in &args.models {

@@ -90,6 +90,7 @@ fn http2_by_prior_knowledge_serves_concurrent_requests_within_the_limits() {
                 send(&mut h2, "/v2/models/mlp/infer", &[], body.as_bytes()).await
             })
         });
+        let answers: Vec<_> = answers.collect();
         let mut ids = std::collections::HashSet::new();
         for answer in answers {
             let (parts, bytes) = answer.await.unwrap().unwrap();
@@ -114,7 +115,7 @@ fn http2_by_prior_knowledge_serves_concurrent_requests_within_the_limits() {
             .unwrap();
         assert_eq!(parts.status, 413);
 
-        // A header list past 64 KiB is refused; the connection, or the next, still serves.
+        // A header list past 64 KiB is refused 431; the connection still serves.
         let big = "x".repeat(80 << 10);
         let mut h2c2 = h2.clone();
         match send(
@@ -126,13 +127,29 @@ fn http2_by_prior_knowledge_serves_concurrent_requests_within_the_limits() {
         .await
         {
             Ok((parts, _)) => assert_eq!(parts.status, 431),
-            Err(e) => eprintln!("oversized headers refused: {e}"),
+            Err(e) => panic!("oversized headers: {e}"),
         }
-        let mut fresh = h2c(s.server.addr).await;
-        let (parts, _) = send(&mut fresh, "/v2/models/mlp/infer", &[], body.as_bytes())
+        let (parts, _) = send(&mut h2c2, "/v2/models/mlp/infer", &[], body.as_bytes())
             .await
             .unwrap();
         assert_eq!(parts.status, 200);
+        // HEAD over HTTP/2: GET's headers, no body (a body would be a protocol error).
+        let head = http::Request::head("http://localhost/v2/health/ready")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let mut h2h = h2.clone();
+        h2h.ready().await.unwrap();
+        let answer = h2h.send_request(head).await.unwrap();
+        assert_eq!(answer.status(), 200);
+        assert!(
+            answer
+                .into_body()
+                .collect()
+                .await
+                .unwrap()
+                .to_bytes()
+                .is_empty()
+        );
     });
     // HTTP/1.1 on the same listener, as before.
     let r = s
@@ -171,6 +188,12 @@ fn request_ids_are_echoed_or_made_and_json_log_lines_carry_them() {
         assert_eq!(id.len(), 36, "{id}");
         assert_eq!(&id[14..15], "7", "UUID v7: {id}");
     }
+    // An answer from the body limit carries its id too.
+    let head = "POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+                x-request-id: too-big-1\r\nContent-Length: 20000000\r\n\r\n";
+    let r = raw(s.server.addr, head.as_bytes()).unwrap();
+    assert_eq!(r.status, 413);
+    assert_eq!(r.header("x-request-id"), Some("too-big-1"));
     // An error is answered with its id too.
     let r = request(
         s.server.addr,
@@ -244,6 +267,18 @@ fn cors_preflights_are_answered_before_any_key_is_asked_for() {
     assert!(headers.contains("authorization"), "{headers}");
     let other = preflight("https://evil.example");
     assert_eq!(other.header("access-control-allow-origin"), None);
+    // The admin API answers no browser.
+    let admin = [
+        ("Origin", "https://app.example".to_string()),
+        ("Access-Control-Request-Method", "PUT".into()),
+    ];
+    let r = request(s.server.addr, "OPTIONS", "/admin/log", &admin, b"");
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        None,
+        "{}",
+        r.text()
+    );
 
     // The request itself still needs its key, and carries the CORS headers either way.
     let body = infer_body(&inputs(4, 1), 1).to_string();
@@ -293,15 +328,15 @@ fn an_unknown_log_format_or_a_bad_origin_stops_the_start_with_a_clear_error() {
 }
 
 #[test]
-fn a_connection_that_sends_nothing_is_cut_after_the_header_timeout() {
+fn silent_and_idle_connections_are_closed_after_the_header_timeout() {
     use std::io::{Read, Write};
-    let s = start("silent", "[limits]\nheader_read_timeout_ms = 300\n", &[]);
-    // A connection that has sent a request lives past the timeout.
+    let s = start("silent", "[limits]\nheader_read_timeout_ms = 1000\n", &[]);
+    // A connection that goes on sending requests lives past the timeout.
     let mut kept = std::net::TcpStream::connect(s.server.addr).unwrap();
     kept.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     let ask = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n";
-    for _ in 0..3 {
+    for _ in 0..8 {
         kept.write_all(ask).unwrap();
         let mut answer = [0u8; 512];
         let n = kept.read(&mut answer).unwrap();
@@ -329,4 +364,22 @@ fn a_connection_that_sends_nothing_is_cut_after_the_header_timeout() {
         &["reason=\"header_timeout\""],
     );
     assert!(cut >= 1.0, "{cut}");
+
+    // An HTTP/2 connection idle for the timeout is closed (GOAWAY), though it answers pings.
+    runtime().block_on(async {
+        let tcp = tokio::net::TcpStream::connect(s.server.addr).await.unwrap();
+        let (mut h2, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+            .keep_alive_interval(Duration::from_millis(200))
+            .timer(hyper_util::rt::TokioTimer::new())
+            .handshake(TokioIo::new(tcp))
+            .await
+            .unwrap();
+        let conn = tokio::spawn(conn);
+        let body = infer_body(&inputs(4, 1), 1).to_string();
+        let path = "/v2/models/mlp/infer";
+        let (parts, _) = send(&mut h2, path, &[], body.as_bytes()).await.unwrap();
+        assert_eq!(parts.status, 200);
+        let closed = tokio::time::timeout(Duration::from_secs(5), conn).await;
+        assert!(closed.is_ok(), "an idle HTTP/2 connection stayed open");
+    });
 }

@@ -249,7 +249,7 @@ impl Default for Limits {
         Limits {
             max_body_bytes: 16 << 20,
             max_connections: 1024,
-            max_concurrent_streams: 256,
+            max_concurrent_streams: 100,
             header_read_timeout_ms: 10_000,
             body_read_timeout_ms: 30_000,
             response_write_timeout_ms: 30_000,

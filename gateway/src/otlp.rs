@@ -69,7 +69,10 @@ impl Traces {
 
     /// Sends what is still buffered (at shutdown).
     pub fn flush(&self) {
-        if let Err(e) = self.provider.shutdown() {
+        if let Err(e) = self
+            .provider
+            .shutdown_with_timeout(EXPORT_TIMEOUT + Duration::from_secs(1))
+        {
             tracing::warn!(error = %e, "could not export the last traces");
         }
     }

@@ -66,7 +66,7 @@ pub fn authorized(keys: &[ApiKey], headers: &HeaderMap) -> bool {
     let Some(presented) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(bearer_token)
     else {
         return false;
     };
@@ -75,8 +75,20 @@ pub fn authorized(keys: &[ApiKey], headers: &HeaderMap) -> bool {
     })
 }
 
+/// The token of `Bearer TOKEN`; the scheme's name is case-insensitive (RFC 9110 §11.1).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token)
+}
+
+/// Equal bytes, compared over the longer of the two whatever they hold, so that the time
+/// taken tells neither how much matched nor (past the presented length) the key's length.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    let n = a.len().max(b.len());
+    let differ = (0..n).fold(u8::from(a.len() != b.len()), |acc, i| {
+        acc | (a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0))
+    });
+    std::hint::black_box(differ) == 0
 }
 
 /// The 401 of a request to a route of `family` without a valid key, counted.
@@ -123,6 +135,12 @@ mod tests {
         assert!(!authorized(&keys, &headers(Some("Bearer bet"))));
         assert!(!authorized(&keys, &headers(Some("Bearer betaa"))));
         assert!(!authorized(&keys, &headers(Some("beta"))));
+        assert!(
+            authorized(&keys, &headers(Some("bearer beta"))),
+            "scheme case"
+        );
+        assert!(!authorized(&keys, &headers(Some("Bearer "))));
+        assert!(!authorized(&keys, &headers(Some("Bearer alph"))));
         assert!(!authorized(&keys, &headers(Some("Basic beta"))));
         assert!(!authorized(&keys, &headers(None)));
     }

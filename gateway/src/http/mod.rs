@@ -13,6 +13,7 @@ mod body;
 pub(crate) mod classify;
 pub(crate) mod cohere;
 pub(crate) mod cohere_embed;
+mod connection;
 pub(crate) mod content_coding;
 pub(crate) mod embeddings;
 mod infer;
@@ -34,33 +35,24 @@ mod tokens;
 mod trace;
 mod write_stall;
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
-use http_body_util::{Full, Limited};
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
+use http_body_util::Full;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
-use tower::ServiceBuilder;
-use tracing::Instrument;
 
 use crate::config::Config;
 use crate::error::ApiError;
-use crate::metrics as names;
 use crate::registry::Registry;
 use crate::shutdown::Shutdown;
 
 use access::Edge;
-use arrival::{ArrivalClock, TimestampedStream};
+use connection::Connection;
 pub use limit::BodyLimitLayer;
-use write_stall::{WriteStallLimit, is_write_stall};
 
 /// What every request handler can reach.
 pub struct AppState {
@@ -212,176 +204,6 @@ impl Accepts {
     }
 }
 
-/// One accepted connection and what serving it needs.
-struct Connection {
-    state: Arc<AppState>,
-    limits: crate::config::Limits,
-    metrics_only: bool,
-    peer: std::net::SocketAddr,
-    shutdown: Shutdown,
-    edge: Arc<Edge>,
-}
-
-impl Connection {
-    /// Plain text, or TLS once its handshake completes within the header timeout.
-    async fn serve(self, stream: TcpStream) {
-        let _ = stream.set_nodelay(true);
-        let clock = Arc::new(ArrivalClock::default());
-        let stream = TimestampedStream::new(stream, clock.clone());
-        let Some(tls) = self.state.tls.clone() else {
-            return self.serve_io(stream, clock).await;
-        };
-        let handshake = tls.acceptor().accept(stream);
-        match tokio::time::timeout(self.limits.header_read_timeout(), handshake).await {
-            Ok(Ok(secured)) => self.serve_io(secured, clock).await,
-            Ok(Err(e)) => {
-                metrics::counter!(names::TLS_FAILED, "reason" => "handshake").increment(1);
-                tracing::debug!(peer = %self.peer, error = %e, "TLS handshake failed");
-            }
-            Err(_) => {
-                metrics::counter!(names::TLS_FAILED, "reason" => "timeout").increment(1);
-            }
-        }
-    }
-
-    /// HTTP/1.1 with keep-alive, or HTTP/2 (by ALPN, or by prior knowledge in plain text):
-    /// the header timeout, the write-stall limit, the body limit, CORS and panics caught per
-    /// request; on shutdown, the in-flight requests finish first.
-    async fn serve_io<S>(mut self, io: S, clock: Arc<ArrivalClock>)
-    where
-        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    {
-        let stream = WriteStallLimit::new(io, self.limits.response_write_timeout());
-        let started = Arc::new(AtomicBool::new(false));
-        let (state, edge) = (self.state.clone(), self.edge.clone());
-        let context = (clock, edge.clone(), self.metrics_only, self.peer);
-        let first = started.clone();
-        let service = ServiceBuilder::new()
-            .layer(tower_http::catch_panic::CatchPanicLayer::custom(
-                panic_response,
-            ))
-            .option_layer(edge.cors.clone())
-            .layer(BodyLimitLayer {
-                limit: self.limits.max_body_bytes,
-            })
-            .service_fn(move |req| {
-                first.store(true, Ordering::Relaxed);
-                let answer = Self::answer(req, state.clone(), context.clone());
-                async move { Ok::<_, Infallible>(answer.await) }
-            });
-        let connections = metrics::gauge!(names::CONNECTIONS);
-        connections.increment(1.0);
-        let builder = protocols(&self.limits);
-        let conn =
-            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
-        tokio::pin!(conn);
-        // HTTP/1's header timeout starts once the protocol is known; a client that sends
-        // nothing at all is cut off here.
-        let silent = tokio::time::sleep(self.limits.header_read_timeout());
-        tokio::pin!(silent);
-        let mut watching = true;
-        loop {
-            tokio::select! {
-                served = conn.as_mut() => {
-                    if let Err(e) = served {
-                        count_cut(&*e);
-                        tracing::debug!(peer = %self.peer, error = %e, "connection closed");
-                    }
-                    break;
-                }
-                _ = silent.as_mut(), if watching => {
-                    watching = false;
-                    if started.load(Ordering::Relaxed) {
-                        continue;
-                    }
-                    metrics::counter!(names::CONNECTIONS_CUT, "reason" => "header_timeout")
-                        .increment(1);
-                    break;
-                }
-                _ = self.shutdown.wait() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.as_mut().await;
-                    break;
-                }
-            }
-        }
-        connections.decrement(1.0);
-    }
-
-    /// One request: its id and span, the routes, the access log line.
-    async fn answer(
-        req: http::Request<Limited<Incoming>>,
-        state: Arc<AppState>,
-        context: (Arc<ArrivalClock>, Arc<Edge>, bool, std::net::SocketAddr),
-    ) -> Response<Full<Bytes>> {
-        let (clock, edge, metrics_only, peer) = context;
-        let id = request_id::of(req.headers());
-        let span = access::span(&req, &id);
-        let began = std::time::Instant::now();
-        // Scrapes of the metrics listener are not traced.
-        let traces = state.traces.clone().filter(|_| !metrics_only);
-        let traced = traces.as_ref().map(|_| {
-            let target = (req.method().to_string(), req.uri().path().to_string());
-            (trace::parent(req.headers()), target)
-        });
-        // An HTTP/2 connection carries many requests at once: the bytes read since the
-        // last request are not this one's alone, so its handler keeps its own clock.
-        let arrival = match req.version() {
-            http::Version::HTTP_2 => &UNSTAMPED,
-            _ => &*clock,
-        };
-        let handler =
-            routes::handle(state, req, metrics_only, peer, arrival).instrument(span.clone());
-        let (mut response, phases) = trace::recording(traces.is_some(), handler).await;
-        // Whatever this request left unclaimed is not the next one's.
-        arrival.take();
-        if let (Some(traces), Some((parent, (method, path)))) = (&traces, &traced) {
-            let answered = trace::Answered {
-                method,
-                path,
-                request_id: id.to_str().unwrap_or_default(),
-                status: response.status().as_u16(),
-                began,
-            };
-            trace::export(traces, parent, answered, phases);
-        }
-        response.headers_mut().insert(request_id::HEADER, id);
-        if edge.access_log {
-            span.in_scope(|| access::log(response.status(), began.elapsed()));
-        }
-        response
-    }
-}
-
-/// A clock no stream records into: HTTP/2 handlers fall back to their own.
-static UNSTAMPED: ArrivalClock = ArrivalClock::new();
-
-/// HTTP/1.1 and HTTP/2 by prior knowledge, with the limits of `limits`. HTTP/2's defences
-/// against stream floods (rapid reset, CVE-2023-44487) and CONTINUATION floods are h2's,
-/// 0.4.4 and later; the header list is bounded here.
-fn protocols(limits: &crate::config::Limits) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout())
-        .keep_alive(true);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(limits.max_concurrent_streams)
-        .max_header_list_size(MAX_HEADER_LIST_BYTES)
-        .max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
-        .keep_alive_interval(Some(limits.header_read_timeout()))
-        .keep_alive_timeout(limits.header_read_timeout());
-    builder
-}
-
-/// An HTTP/2 request's headers, decoded, at most (HTTP/1's own bound is hyper's buffer).
-const MAX_HEADER_LIST_BYTES: u32 = 64 << 10;
-/// Streams a client may open and reset before the server has seen them, at most.
-const MAX_PENDING_RESETS: usize = 20;
-
 /// Waits for open connections to finish, at most `grace`; then closes the rest.
 async fn drain(mut tasks: tokio::task::JoinSet<()>, grace: std::time::Duration) {
     if tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} })
@@ -394,27 +216,4 @@ async fn drain(mut tasks: tokio::task::JoinSet<()>, grace: std::time::Duration) 
         );
         tasks.abort_all();
     }
-}
-
-/// Counts a connection the server cut off for a slow client (other errors, such as a
-/// client resetting its connection, are the client's own doing and only logged).
-fn count_cut(e: &(dyn std::error::Error + 'static)) {
-    let timed_out = e
-        .downcast_ref::<hyper::Error>()
-        .is_some_and(hyper::Error::is_timeout);
-    let reason = if timed_out {
-        "header_timeout"
-    } else if is_write_stall(e) {
-        "write_stall"
-    } else {
-        return;
-    };
-    metrics::counter!(names::CONNECTIONS_CUT, "reason" => reason).increment(1);
-}
-
-/// A handler that panicked answers 500 like any other failure; the connection lives on.
-fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response<Full<Bytes>> {
-    error_response(&ApiError::Internal(
-        "internal error while handling the request".into(),
-    ))
 }
