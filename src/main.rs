@@ -24,7 +24,7 @@ fn main() -> anyhow::Result<()> {
     }
     let cli = cli::Cli::parse();
     let format = match &cli.command {
-        cli::Command::Serve(args) => args.log_format,
+        cli::Command::Serve(args) => args.edge.log_format,
         _ => cli::LogFormat::Text,
     };
     init_tracing(format);

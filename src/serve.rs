@@ -8,7 +8,7 @@ use gateway::Config;
 use gateway::config::{CpuPrecision, DEFAULT_CONFIG, ModelOverrides, PolicyKind};
 use tokio::sync::{mpsc, watch};
 
-use crate::cli::{CpuPrecisionArg, PolicyArg, ServeArgs};
+use crate::cli::{CpuPrecisionArg, EdgeArgs, PolicyArg, ServeArgs};
 
 /// On SIGHUP, builds the configuration again — file, flags, environment — and hands it to
 /// the gateway.
@@ -164,31 +164,7 @@ fn build_config(args: &ServeArgs) -> anyhow::Result<Config> {
     if let Some(us) = args.max_queue_delay_us {
         config.defaults.max_queue_delay_us = us;
     }
-    for key in &args.api_keys {
-        let key =
-            gateway::config::ApiKey::parse(key).map_err(|e| anyhow::anyhow!("--api-key: {e}"))?;
-        config.api_keys.push(key);
-    }
-    config.read_api_keys_file()?;
-    if !args.cors_allow_origins.is_empty() {
-        config.cors_allow_origins = args.cors_allow_origins.clone();
-    }
-    config.access_log |= args.access_log;
-    if let Some(url) = &args.otlp_endpoint {
-        config.otlp_endpoint = Some(url.clone());
-    }
-    if let Some(name) = &args.otlp_service_name {
-        config.otlp_service_name = name.clone();
-    }
-    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
-        config.tls = Some(gateway::config::TlsFiles {
-            cert: cert.clone(),
-            key: key.clone(),
-            // A client CA from the file stays unless the flag names another.
-            client_ca: (args.tls_client_ca.clone())
-                .or_else(|| config.tls.as_ref().and_then(|t| t.client_ca.clone())),
-        });
-    }
+    apply_edge(&args.edge, &mut config)?;
     for (name, path) in &args.models {
         config
             .models
@@ -206,6 +182,36 @@ fn build_config(args: &ServeArgs) -> anyhow::Result<Config> {
     }
     config.validate()?;
     Ok(config)
+}
+
+/// API keys (the key file read now), CORS, the access log, traces and TLS from the flags.
+fn apply_edge(edge: &EdgeArgs, config: &mut Config) -> anyhow::Result<()> {
+    for key in &edge.api_keys {
+        let key =
+            gateway::config::ApiKey::parse(key).map_err(|e| anyhow::anyhow!("--api-key: {e}"))?;
+        config.api_keys.push(key);
+    }
+    config.read_api_keys_file()?;
+    if !edge.cors_allow_origins.is_empty() {
+        config.cors_allow_origins = edge.cors_allow_origins.clone();
+    }
+    config.access_log |= edge.access_log;
+    if let Some(url) = &edge.otlp_endpoint {
+        config.otlp_endpoint = Some(url.clone());
+    }
+    if let Some(name) = &edge.otlp_service_name {
+        config.otlp_service_name = name.clone();
+    }
+    if let (Some(cert), Some(key)) = (&edge.tls_cert, &edge.tls_key) {
+        config.tls = Some(gateway::config::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            // A client CA from the file stays unless the flag names another.
+            client_ca: (edge.tls_client_ca.clone())
+                .or_else(|| config.tls.as_ref().and_then(|t| t.client_ca.clone())),
+        });
+    }
+    Ok(())
 }
 
 async fn wait_for_signal() {
