@@ -176,7 +176,7 @@ fn assert_client_error(e: impl Into<ApiError>) {
         status.is_client_error(),
         "input refused with {status} (not a 4xx): {e}"
     );
-    let (tei, _) = crate::http::text_common::tei_kind(&e);
+    let (tei, _) = crate::http::errors::tei_kind(&e);
     assert!(tei.is_client_error(), "TEI's routes refuse with {tei}: {e}");
 }
 

@@ -4,16 +4,14 @@
 use models::{EncodeError, PackedTokens, TextTokenizer, Truncation};
 
 use super::{ApiError, assert_client_error, fixtures};
-use crate::http::classify::{self, PredictRequest, RerankRequest};
 use crate::http::cohere::{self, ApiVersion};
-use crate::http::cohere_embed;
-use crate::http::embeddings::{self, OpenAiRequest};
-use crate::http::tei::TeiRequest;
-use crate::http::text;
-use crate::http::text_common::truncation;
+use crate::http::openai::OpenAiRequest;
+use crate::http::tei::{self, PredictRequest, RerankRequest, TeiRequest, truncation};
+use crate::infer::input::Input;
+use crate::infer::tokenize;
 use crate::protocol::json_de;
 
-/// Tokenizes as `http::text` does, with the WordPiece tokenizer: a text too long (with
+/// Tokenizes as `infer::tokenize` does, with the WordPiece tokenizer: a text too long (with
 /// truncation off) is a 400; a tokenizer failure would be a 500, so there must be none.
 pub(super) fn tokenize_all(texts: &[String], truncation: Truncation) -> PackedTokens {
     tokenize_with(&fixtures().tokenizer, texts, truncation)
@@ -64,8 +62,8 @@ fn tokenize_with(
 
 /// `POST /v1/embeddings`, `/embed`, `/predict`, `/rerank` and Cohere's `/v2/embed` and
 /// `/v2/rerank` bodies (the same bytes as each), read with the handlers' own types and
-/// checks (`http::embeddings`, `http::classify`, `http::cohere*`), then tokenized and
-/// checked as the handlers do (`http::text`): OpenAI's and Cohere's rerank truncating, TEI's
+/// checks (`http::openai`, `http::tei`, `http::cohere`), then tokenized and checked as the
+/// core does (`infer::tokenize`): OpenAI's and Cohere's rerank truncating, TEI's
 /// and Cohere's embed as the request says. A refused body must be a client error.
 pub fn embeddings_json(data: &[u8]) {
     if let Ok(r) = json_de::from_slice::<OpenAiRequest>(data)
@@ -74,41 +72,38 @@ pub fn embeddings_json(data: &[u8]) {
             None | Some("float") | Some("base64")
         )
     {
-        encode_inputs(embeddings::inputs("input", r.input), Ok(Truncation::Right));
+        encode_inputs(r.input.checked("input"), Ok(Truncation::Right));
     }
     if let Ok(r) = json_de::from_slice::<TeiRequest>(data) {
         let truncation = truncation(r.truncate, r.truncation_direction.as_deref());
-        encode_inputs(embeddings::inputs("inputs", r.inputs), truncation);
+        encode_inputs(r.inputs.checked("inputs"), truncation);
     }
     if let Ok(r) = json_de::from_slice::<PredictRequest>(data) {
         let truncation = truncation(r.truncate, r.truncation_direction.as_deref());
-        encode_inputs(classify::predict_inputs(r.inputs), truncation);
+        encode_inputs(tei::predict_inputs(r.inputs), truncation);
     }
     if let Ok(r) = json_de::from_slice::<RerankRequest>(data) {
         let truncation = truncation(r.truncate, r.truncation_direction.as_deref());
-        encode_inputs(classify::rerank_inputs(&r), truncation);
+        encode_inputs(tei::rerank_inputs(&r), truncation);
     }
     cohere_json(data);
 }
 
 fn cohere_json(data: &[u8]) {
-    if let Ok(r) = json_de::from_slice::<cohere_embed::EmbedRequest>(data) {
-        let kinds = cohere_embed::kinds(r.embedding_types.as_deref(), ApiVersion::V2);
+    if let Ok(r) = json_de::from_slice::<cohere::EmbedRequest>(data) {
+        let kinds = cohere::kinds(r.embedding_types.as_deref(), ApiVersion::V2);
         if let Err(e) = kinds {
             assert_client_error(e);
         }
-        let truncation = cohere_embed::truncation(r.truncate.as_deref());
-        encode_inputs(cohere_embed::texts(&r), truncation);
+        let truncation = cohere::truncation(r.truncate.as_deref());
+        encode_inputs(cohere::texts(&r), truncation);
     }
     if let Ok(r) = json_de::from_slice::<cohere::CohereRequest>(data) {
         encode_inputs(cohere::rerank_inputs(&r), Ok(Truncation::Right));
     }
 }
 
-fn encode_inputs(
-    inputs: Result<Vec<text::Input>, ApiError>,
-    truncation: Result<Truncation, ApiError>,
-) {
+fn encode_inputs(inputs: Result<Vec<Input>, ApiError>, truncation: Result<Truncation, ApiError>) {
     let f = fixtures();
     let (inputs, truncation) = match (inputs, truncation) {
         (Ok(inputs), Ok(t)) if inputs.len() <= f.settings.max_batch_size => (inputs, t),
@@ -118,13 +113,13 @@ fn encode_inputs(
     let texts: Vec<String> = inputs
         .iter()
         .filter_map(|i| match i {
-            text::Input::Text(t) => Some(t.clone()),
-            text::Input::Ids(_) | text::Input::Pair(..) => None,
+            Input::Text(t) => Some(t.clone()),
+            Input::Ids(_) | Input::Pair(..) => None,
         })
         .collect();
     tokenize_all(&texts, truncation);
     pairs_fit(&inputs, truncation);
-    match text::encode_all(&f.tokenizer, &f.text, &inputs, truncation) {
+    match tokenize::encode_all(&f.tokenizer, &f.text, &inputs, truncation) {
         Ok(packed) => {
             assert_eq!(packed.sequences(), inputs.len());
             assert!(packed.lengths().all(|n| n >= 1 && n <= f.text.max_seq_len));
@@ -141,10 +136,10 @@ fn encode_inputs(
 
 /// A pair cut to the limit keeps both its texts' special tokens and some of each, and is
 /// refused only with truncation off.
-fn pairs_fit(inputs: &[text::Input], truncation: Truncation) {
+fn pairs_fit(inputs: &[Input], truncation: Truncation) {
     let f = fixtures();
     for input in inputs {
-        let text::Input::Pair(a, b) = input else {
+        let Input::Pair(a, b) = input else {
             continue;
         };
         match f.tokenizer.encode_pair(a, b, truncation) {

@@ -39,7 +39,7 @@ pub fn span<B>(req: &Request<B>, id: &HeaderValue) -> tracing::Span {
 /// Names the model on the current request's span.
 pub fn record_model(name: &str) {
     tracing::Span::current().record("model", name);
-    super::trace::model(name);
+    crate::infer::phases::model(name);
 }
 
 /// The access log line of an answered request, inside its span.

@@ -16,7 +16,8 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{AppState, json_response};
+use super::AppState;
+use super::errors::json_response;
 use crate::config::{ModelOverrides, ModelSettings, PolicyKind};
 use crate::error::ApiError;
 
@@ -44,27 +45,25 @@ impl SloChange {
     }
 }
 
-const MAX_ADMIN_BODY: usize = 64 * 1024;
-
 pub async fn handle(
     state: &AppState,
     req: Request<Limited<Incoming>>,
     peer: std::net::SocketAddr,
     segments: &[String],
 ) -> Result<Response<Full<Bytes>>, ApiError> {
-    authorize(state, &req, peer)?;
+    super::auth::authorize_admin(state, &req, peer)?;
     let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
     match (req.method().clone(), segs.as_slice()) {
         (Method::GET, ["admin", "models"]) => Ok(list(state)),
         (Method::GET, ["admin", "models", m, "slo"]) => show(state, m),
         (Method::PUT, ["admin", "models", m, "slo"]) => {
             let m = m.to_string();
-            let body = read_body(state, req).await?;
+            let body = super::body::read_admin_body(state, req).await?;
             change(state, &m, &body)
         }
         (Method::GET, ["admin", "log"]) => show_log_filter(),
         (Method::PUT, ["admin", "log"]) => {
-            let body = read_body(state, req).await?;
+            let body = super::body::read_admin_body(state, req).await?;
             change_log_filter(&body)
         }
         (method, ["admin", "models"]) => Err(ApiError::MethodNotAllowed {
@@ -132,62 +131,6 @@ fn change_log_filter(body: &[u8]) -> Result<Response<Full<Bytes>>, ApiError> {
         .map_err(|e| ApiError::invalid(format!("invalid log filter {directives:?}: {e}")))?;
     let body = json!({ "filter": filter.current() });
     Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
-}
-
-pub(super) fn authorize<B>(
-    state: &AppState,
-    req: &Request<B>,
-    peer: std::net::SocketAddr,
-) -> Result<(), ApiError> {
-    match &state.config().admin.token {
-        Some(token) => {
-            let presented = req
-                .headers()
-                .get(http::header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "));
-            if presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes())) {
-                Ok(())
-            } else {
-                Err(ApiError::Unauthorized(
-                    "a valid `Authorization: Bearer <token>` is required".into(),
-                ))
-            }
-        }
-        // A dual-stack listener (`[::]:PORT`) sees an IPv4 loopback client as
-        // `::ffff:127.0.0.1`: compare the canonical address.
-        None if peer.ip().to_canonical().is_loopback() => Ok(()),
-        None => Err(ApiError::Forbidden(format!(
-            "only loopback clients may use it (you are {}); set [admin] token to allow others",
-            peer.ip().to_canonical()
-        ))),
-    }
-}
-
-/// Compares without an early exit, so response time does not reveal the matching prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-pub(super) async fn read_body(
-    state: &AppState,
-    req: Request<Limited<Incoming>>,
-) -> Result<Bytes, ApiError> {
-    let limits = state.config().limits.clone();
-    let coding = super::content_coding::coding(req.headers())?;
-    let body = super::body::read_body(
-        req.into_body(),
-        limits.max_body_bytes,
-        limits.body_read_timeout(),
-    )
-    .await?;
-    let body = super::content_coding::decode(body, coding, MAX_ADMIN_BODY).await?;
-    if body.len() > MAX_ADMIN_BODY {
-        return Err(ApiError::BodyTooLarge {
-            limit: MAX_ADMIN_BODY,
-        });
-    }
-    Ok(body)
 }
 
 fn settings_json(model: &str, versions: &[u64], s: &ModelSettings) -> serde_json::Value {

@@ -5,10 +5,11 @@
 //! the route's own API, and counted by route family.
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Response, header};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, header};
 use http_body_util::Full;
 
-use super::error_response;
+use super::AppState;
+use super::errors::{cohere_error, error_response, openai_error, tei_error};
 use crate::config::{ApiKey, Config};
 use crate::error::ApiError;
 use crate::metrics as names;
@@ -36,9 +37,9 @@ impl Family {
 
     fn error(self, e: ApiError) -> Response<Full<Bytes>> {
         match self {
-            Family::OpenAi => super::embeddings::openai_error(&e),
-            Family::Tei => super::tei::answer_or_error(Err(e)),
-            Family::Cohere => super::cohere::cohere_error(&e),
+            Family::OpenAi => openai_error(&e),
+            Family::Tei => tei_error(&e),
+            Family::Cohere => cohere_error(&e),
             Family::V2 | Family::Metrics => error_response(&e),
         }
     }
@@ -73,6 +74,38 @@ pub fn authorized(keys: &[ApiKey], headers: &HeaderMap) -> bool {
     keys.iter().fold(false, |found, key| {
         found | constant_time_eq(presented.as_bytes(), key.as_bytes())
     })
+}
+
+/// Whether a request may use the admin API (and the repository's load and unload): the
+/// admin token as a bearer token where one is set, else only from loopback.
+pub fn authorize_admin<B>(
+    state: &AppState,
+    req: &Request<B>,
+    peer: std::net::SocketAddr,
+) -> Result<(), ApiError> {
+    match &state.config().admin.token {
+        Some(token) => {
+            let presented = req
+                .headers()
+                .get(http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(bearer_token);
+            if presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes())) {
+                Ok(())
+            } else {
+                Err(ApiError::Unauthorized(
+                    "a valid `Authorization: Bearer <token>` is required".into(),
+                ))
+            }
+        }
+        // A dual-stack listener (`[::]:PORT`) sees an IPv4 loopback client as
+        // `::ffff:127.0.0.1`: compare the canonical address.
+        None if peer.ip().to_canonical().is_loopback() => Ok(()),
+        None => Err(ApiError::Forbidden(format!(
+            "only loopback clients may use it (you are {}); set [admin] token to allow others",
+            peer.ip().to_canonical()
+        ))),
+    }
 }
 
 /// The token of `Bearer TOKEN`; the scheme's name is case-insensitive (RFC 9110 §11.1).

@@ -21,8 +21,9 @@ use tracing::Instrument;
 
 use super::access::{self, Edge};
 use super::arrival::{ArrivalClock, TimestampedStream};
+use super::errors::error_response;
 use super::write_stall::{WriteStallLimit, is_write_stall};
-use super::{AppState, BodyLimitLayer, error_response, request_id, routes, trace};
+use super::{AppState, BodyLimitLayer, request_id, routes, trace};
 use crate::error::ApiError;
 use crate::metrics as names;
 use crate::shutdown::Shutdown;
@@ -218,9 +219,9 @@ where
         (trace::parent(req.headers()), target)
     });
     let handler = answer(req).instrument(span.clone());
-    let (mut response, phases) = trace::recording(traces.is_some(), handler).await;
+    let (mut response, phases) = crate::infer::phases::recording(traces.is_some(), handler).await;
     if let (Some(traces), Some((parent, (method, path)))) = (&traces, &traced) {
-        let answered = trace::Answered {
+        let answered = trace::Finished {
             method,
             path,
             request_id: id.to_str().unwrap_or_default(),

@@ -11,7 +11,7 @@ use http::{Request, Response};
 use http_body_util::{Full, Limited};
 use tower::{Layer, Service};
 
-use super::error_response;
+use super::errors::error_response;
 use crate::error::ApiError;
 
 #[derive(Clone, Copy, Debug)]

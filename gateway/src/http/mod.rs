@@ -10,43 +10,31 @@ pub(crate) mod admin;
 mod arrival;
 mod auth;
 mod body;
-pub(crate) mod classify;
 pub(crate) mod cohere;
-pub(crate) mod cohere_embed;
 mod connection;
 pub(crate) mod content_coding;
-pub(crate) mod embeddings;
-mod infer;
-mod inputs;
+mod count;
+pub(crate) mod errors;
+mod head;
 mod limit;
-mod matryoshka;
-mod models;
-mod openai_models;
-mod repository;
+pub(crate) mod openai;
 mod request_id;
 mod routes;
-mod similarity;
 pub(crate) mod tei;
-pub(crate) mod text;
-pub(crate) mod text_common;
-mod text_request;
+mod text_handler;
 pub mod tls;
-mod tokens;
 mod trace;
+mod v2;
 mod write_stall;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use bytes::Bytes;
-use http::{Response, StatusCode, header};
-use http_body_util::Full;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 use crate::config::Config;
-use crate::error::ApiError;
 use crate::registry::Registry;
 use crate::shutdown::Shutdown;
 
@@ -80,6 +68,11 @@ impl AppState {
             .clone()
     }
 
+    /// The longest a request waits for its answer, as configured now.
+    pub fn request_timeout(&self) -> std::time::Duration {
+        self.config().limits.request_timeout()
+    }
+
     pub fn set_config(&self, config: Arc<Config>) {
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = config;
     }
@@ -87,41 +80,6 @@ impl AppState {
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire) && !self.draining.load(Ordering::Acquire)
     }
-}
-
-/// `{"error": ...}` with the status (and `Retry-After`, `Allow`) the error maps to.
-pub fn error_response(e: &ApiError) -> Response<Full<Bytes>> {
-    let mut resp = json_response(e.status(), e.body());
-    if let Some(secs) = e.retry_after_secs() {
-        resp.headers_mut().insert(header::RETRY_AFTER, secs.into());
-    }
-    if let Some(allow) = e.allow() {
-        resp.headers_mut()
-            .insert(header::ALLOW, header::HeaderValue::from_static(allow));
-    }
-    if matches!(e, ApiError::UnsupportedEncoding(_)) {
-        resp.headers_mut().insert(
-            header::ACCEPT_ENCODING,
-            header::HeaderValue::from_static(content_coding::ACCEPTED),
-        );
-    }
-    if e.closes_connection() {
-        resp.headers_mut().insert(
-            header::CONNECTION,
-            header::HeaderValue::from_static("close"),
-        );
-    }
-    resp
-}
-
-pub fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("application/json"),
-    );
-    resp
 }
 
 /// Serves `listener` until shutdown, then lets open connections finish their in-flight

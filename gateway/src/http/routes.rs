@@ -9,7 +9,9 @@ use http_body_util::{Full, Limited};
 use hyper::body::Incoming;
 
 use super::arrival::ArrivalClock;
-use super::{AppState, error_response, models};
+use super::errors::{error_response, openai_error, tei_error};
+use super::v2 as models;
+use super::{AppState, cohere, openai, tei, v2};
 use crate::error::ApiError;
 
 /// Routes a request: its path's segments percent-decoded, HEAD answered as GET, and a 405
@@ -65,7 +67,7 @@ pub async fn handle(
     };
     // OpenAI's clients read errors on its routes in OpenAI's shape, a 404 or 405 included.
     result.unwrap_or_else(|e| match segments.first() {
-        Some(&"v1" | &"embeddings") => super::embeddings::openai_error(&e),
+        Some(&"v1" | &"embeddings") => openai_error(&e),
         _ => error_response(&e),
     })
 }
@@ -92,10 +94,10 @@ fn read(state: &AppState, metrics_only: bool, segments: &[&str]) -> Option<Answe
         (_, ["v2", "models", m, "versions", v, "config"]) => {
             models::model_config(state, m, Some(v))
         }
-        (_, ["info"]) => Ok(super::tei::answer_or_error(super::tei::info(state))),
-        (_, ["health"] | [""]) => Ok(super::tei::answer_or_error(models::health_ready(state))),
-        (_, ["v1", "models"]) => Ok(super::openai_models::list(state)),
-        (_, ["v1", "models", m]) => super::openai_models::retrieve(state, m),
+        (_, ["info"]) => Ok(answer_or_tei_error(tei::info(state))),
+        (_, ["health"] | [""]) => Ok(answer_or_tei_error(models::health_ready(state))),
+        (_, ["v1", "models"]) => Ok(openai::list(state)),
+        (_, ["v1", "models", m]) => openai::retrieve(state, m),
         (_, ["v2", "models", m, "ready"]) => models::model_ready(state, m, None),
         (_, ["v2", "models", m, "versions", v, "ready"]) => models::model_ready(state, m, Some(v)),
         _ => return None,
@@ -113,48 +115,46 @@ async fn write(
     let post = req.method() == Method::POST;
     Some(match (post, segments) {
         (true, ["v2", "models", m, "infer"]) => {
-            return Some(Ok(super::infer::infer(state, m, None, req, arrival).await));
+            return Some(Ok(v2::infer(state, m, None, req, arrival).await));
         }
         (true, ["v2", "models", m, "versions", v, "infer"]) => {
             let v = Some(v.to_string());
-            return Some(Ok(super::infer::infer(state, m, v, req, arrival).await));
+            return Some(Ok(v2::infer(state, m, v, req, arrival).await));
         }
         // TEI serves OpenAI's route without `/v1` too, for clients whose base URL lacks it.
         (true, ["v1", "embeddings"] | ["embeddings"]) => {
-            Ok(super::embeddings::openai(state, req, arrival).await)
+            Ok(openai::embeddings(state, req, arrival).await)
         }
-        (true, ["embed"]) => Ok(super::tei::post_embed(state, req, arrival).await),
-        (true, ["embed_all"]) => Ok(super::tei::post_embed_all(state, req, arrival).await),
-        (true, ["embed_sparse"]) => Ok(super::tei::post_embed_sparse(state, req, arrival).await),
-        (true, ["similarity"]) => Ok(super::similarity::post_similarity(state, req, arrival).await),
-        (true, ["predict"]) => Ok(super::classify::predict(state, req, arrival).await),
-        (true, ["rerank"]) => Ok(super::classify::rerank(state, req, arrival).await),
+        (true, ["embed"]) => Ok(tei::post_embed(state, req, arrival).await),
+        (true, ["embed_all"]) => Ok(tei::post_embed_all(state, req, arrival).await),
+        (true, ["embed_sparse"]) => Ok(tei::post_embed_sparse(state, req, arrival).await),
+        (true, ["similarity"]) => Ok(tei::post_similarity(state, req, arrival).await),
+        (true, ["predict"]) => Ok(tei::predict(state, req, arrival).await),
+        (true, ["rerank"]) => Ok(tei::rerank(state, req, arrival).await),
         (true, ["v1", "rerank"]) => {
-            let api = super::cohere::ApiVersion::V1;
-            Ok(super::cohere::rerank(state, req, arrival, api).await)
+            let api = cohere::ApiVersion::V1;
+            Ok(cohere::rerank(state, req, arrival, api).await)
         }
         (true, ["v2", "rerank"]) => {
-            let api = super::cohere::ApiVersion::V2;
-            Ok(super::cohere::rerank(state, req, arrival, api).await)
+            let api = cohere::ApiVersion::V2;
+            Ok(cohere::rerank(state, req, arrival, api).await)
         }
         (true, ["v1", "embed"]) => {
-            let api = super::cohere::ApiVersion::V1;
-            Ok(super::cohere_embed::embed(state, req, arrival, api).await)
+            let api = cohere::ApiVersion::V1;
+            Ok(cohere::embed(state, req, arrival, api).await)
         }
         (true, ["v2", "embed"]) => {
-            let api = super::cohere::ApiVersion::V2;
-            Ok(super::cohere_embed::embed(state, req, arrival, api).await)
+            let api = cohere::ApiVersion::V2;
+            Ok(cohere::embed(state, req, arrival, api).await)
         }
         // `/invocations` is SageMaker's name for the root, as TEI routes it.
-        (true, [""] | ["invocations"]) => Ok(super::tei::post_root(state, req, arrival).await),
-        (true, ["tokenize"]) => Ok(super::tokens::tokenize(state, req, arrival).await),
-        (true, ["decode"]) => Ok(super::tokens::decode(state, req, arrival).await),
-        (true, ["v2", "repository", "index"]) => super::repository::index(state, req).await,
-        (true, ["v2", "repository", "models", m, "load"]) => {
-            super::repository::load(state, m, req, peer).await
-        }
+        (true, [""] | ["invocations"]) => Ok(tei::post_root(state, req, arrival).await),
+        (true, ["tokenize"]) => Ok(tei::tokenize(state, req, arrival).await),
+        (true, ["decode"]) => Ok(tei::decode(state, req, arrival).await),
+        (true, ["v2", "repository", "index"]) => v2::index(state, req).await,
+        (true, ["v2", "repository", "models", m, "load"]) => v2::load(state, m, req, peer).await,
         (true, ["v2", "repository", "models", m, "unload"]) => {
-            super::repository::unload(state, m, req, peer).await
+            v2::unload(state, m, req, peer).await
         }
         (_, ["admin", ..]) => {
             let segments: Vec<String> = segments.iter().map(|s| s.to_string()).collect();
@@ -221,4 +221,9 @@ fn not_found(method: &Method, path: &str) -> ApiError {
         method: method.to_string(),
         path: path.to_string(),
     }
+}
+
+/// TEI's answers other than embeddings: its error shape for whatever went wrong.
+fn answer_or_tei_error(result: Result<Response<Full<Bytes>>, ApiError>) -> Response<Full<Bytes>> {
+    result.unwrap_or_else(|e| tei_error(&e))
 }

@@ -1,11 +1,10 @@
-//! A request's trace: its phases timed as it goes (into a task-local record, only while
-//! traces are exported), and its spans made once it is answered — `request` (continuing a
+//! A request's trace: its spans made once it is answered, from the phases the core noted
+//! ([`crate::infer::phases`]) — `request` (continuing a
 //! W3C `traceparent`), and under it `admission` (reading, parsing, admitting), `queue`
 //! (waiting for a batch), `batch` (the batch until this request's answer is back, with
 //! `forward` inside it) and `write` (encoding the answer).
 
-use std::cell::RefCell;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use http::HeaderMap;
 use opentelemetry::propagation::TextMapPropagator;
@@ -13,55 +12,8 @@ use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 
+use crate::infer::phases::Phases;
 use crate::otlp::Traces;
-
-/// When a request passed each point, as far as it got.
-#[derive(Default)]
-pub struct Phases {
-    model: Option<String>,
-    /// The arrival its handler counted from, and when it was queued.
-    queued: Option<(Instant, Instant)>,
-    /// When its answer came back from the batch, how long it queued (from arrival) and
-    /// how long the forward pass took.
-    answered: Option<(Instant, Duration, Duration)>,
-}
-
-tokio::task_local! {
-    static PHASES: RefCell<Phases>;
-}
-
-/// Runs `handler` with a record of its phases, if traces are exported.
-pub async fn recording<F: std::future::Future>(on: bool, handler: F) -> (F::Output, Phases) {
-    if !on {
-        return (handler.await, Phases::default());
-    }
-    let (output, phases) = PHASES
-        .scope(RefCell::new(Phases::default()), async {
-            let output = handler.await;
-            (output, PHASES.with(|p| p.take()))
-        })
-        .await;
-    (output, phases)
-}
-
-fn note(f: impl FnOnce(&mut Phases)) {
-    let _ = PHASES.try_with(|p| f(&mut p.borrow_mut()));
-}
-
-/// The request's model, once resolved.
-pub fn model(name: &str) {
-    note(|p| p.model = Some(name.to_string()));
-}
-
-/// The request goes to its queue now; its handler counts from `arrival`.
-pub fn queued(arrival: Instant) {
-    note(|p| p.queued = Some((arrival, Instant::now())));
-}
-
-/// The request's answer is back from its batch.
-pub fn answered(queue_time: Duration, compute_time: Duration) {
-    note(|p| p.answered = Some((Instant::now(), queue_time, compute_time)));
-}
 
 /// The context a `traceparent` header continues; a root if there is none, or it does not
 /// parse (then with a warning, at most one a second).
@@ -88,7 +40,7 @@ fn warn_malformed(given: &http::HeaderValue) {
 }
 
 /// What the request span says of the request besides its phases.
-pub struct Answered<'a> {
+pub struct Finished<'a> {
     pub method: &'a str,
     pub path: &'a str,
     pub request_id: &'a str,
@@ -97,7 +49,7 @@ pub struct Answered<'a> {
 }
 
 /// Makes the request's spans, now that it is answered.
-pub fn export(traces: &Traces, parent: &Context, request: Answered<'_>, phases: Phases) {
+pub fn export(traces: &Traces, parent: &Context, request: Finished<'_>, phases: Phases) {
     let (now, wall) = (Instant::now(), SystemTime::now());
     let at = |t: Instant| wall - now.saturating_duration_since(t);
     let start = phases

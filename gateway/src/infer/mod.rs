@@ -1,13 +1,29 @@
-//! The inference core: what stands between the HTTP handlers and a model version's batcher
-//! (as TEI's `infer.rs` stands between its router and its queue). One [`Core`] per loaded
-//! version owns admission — the refusals before parsing ([`crate::admission`]), the predicted-miss
-//! shed and the deadlines the batcher applies — submission into the bounded queue, and the
-//! wait for the answer. Every refusal is counted here, once, under its reason: the handler
-//! sees only `Result`s.
+//! The inference core: what stands between a protocol's handlers (HTTP's APIs today) and a
+//! model version's batcher, as TEI's `infer.rs` stands between its router and its queue.
+//! A handler only turns its wire format into a core request and the core's answer into its
+//! wire format; everything between is here, for every API alike:
 //!
-//! A handler's way through: [`Core::admit_unparsed`] with the request's arrival, then
-//! decoding and validation (not here), then [`Core::submit`], then [`Core::answered`] once
+//! - [`Core`], one per loaded version: admission (the refusals before parsing,
+//!   [`crate::admission`]; the predicted-miss shed and the deadlines the batcher applies),
+//!   submission into the bounded queue, the wait for the answer, every refusal counted once
+//!   under its reason;
+//! - [`validated`]: a request validated against the model's signature, run;
+//! - [`text`]: a text request checked against the task, [`tokenize`]d, split into batches,
+//!   run, and post-processed ([`dimensions`], normalising; [`scores`] for a classifier);
+//! - [`record`]: an answered request's latency back to the batcher and into the statistics;
+//! - [`phases`]: the points a request passed, for its trace.
+//!
+//! The way through: [`Core::admit_unparsed`] with the request's arrival, then decoding (the
+//! protocol's) and validation, then [`validated::run`] or [`text::run`], then [`record`] once
 //! the response is ready.
+
+pub mod dimensions;
+pub mod input;
+pub mod phases;
+pub mod scores;
+pub mod text;
+pub mod tokenize;
+pub mod validated;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +38,9 @@ pub use crate::outcome::{InferError, REASONS, Refusal};
 use crate::batching::feedback::{Answered, ResponseLatencies};
 use crate::batching::{Completed, Payload, Pending};
 use crate::metrics as names;
+use crate::registry::ModelVersion;
 use crate::signals::Signals;
+use crate::stats::RequestTimes;
 
 /// What the core needs to submit a validated request.
 #[derive(Debug)]
@@ -169,4 +187,35 @@ impl Core {
     pub fn answered(&self, answered: Answered) {
         self.responses.record(answered);
     }
+}
+
+/// A request is answered (its response written as soon as the handler returns, on this
+/// task): the latency the client sees, less the wire, goes to the feedback loop and the
+/// statistics. `queued` is when it was submitted; `rows` the rows (or texts) it ran.
+pub fn record(
+    version: &ModelVersion,
+    arrival: &Arrival,
+    queued: std::time::Instant,
+    rows: usize,
+    completed: &Completed,
+) {
+    let latency = arrival.arrived.elapsed();
+    let after_compute = latency.saturating_sub(completed.queue_time + completed.compute_time);
+    version.core.answered(Answered {
+        latency,
+        after_compute,
+    });
+    // The worker's queue time counts from arrival; the stats split off decoding.
+    let input = queued.saturating_duration_since(arrival.arrived);
+    version.stats.succeeded(
+        rows,
+        completed.tokens,
+        RequestTimes {
+            total: latency,
+            input,
+            queue: completed.queue_time.saturating_sub(input),
+            infer: completed.compute_time,
+            output: after_compute,
+        },
+    );
 }

@@ -1,8 +1,10 @@
-//! The Open Inference Protocol v2 wire format: request DTOs as they arrive (JSON, or JSON
+//! The wire formats: the Open Inference Protocol v2's request DTOs as they arrive (JSON, or JSON
 //! plus Triton's binary tensor extension) and responses as they leave. Nothing here knows
 //! a model: [`crate::validate`] turns a decoded request into a `ValidRequest`.
 
+pub mod base64;
 pub mod binary;
+pub mod bounded;
 pub mod datatype;
 mod error;
 mod input_tensor;
@@ -10,6 +12,7 @@ pub mod json;
 pub mod json_de;
 pub mod response;
 pub mod tensor_response;
+pub mod text_inputs;
 
 use serde::Deserialize;
 

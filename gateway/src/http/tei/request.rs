@@ -1,6 +1,7 @@
-//! The bodies of `/predict` and `/rerank`, read straight into what the handlers take, with
-//! their arrays kept only up to [`MAX_TEXTS`] elements and the rest only counted: a body of
-//! millions of tiny texts costs no more than a few times its own bytes.
+//! The bodies of TEI's routes, read straight into what the handlers take, and TEI's
+//! truncation parameters. Arrays are kept only up to [`MAX_TEXTS`] elements and the rest
+//! only counted: a body of millions of tiny texts costs no more than a few times its own
+//! bytes.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -8,7 +9,12 @@ use std::marker::PhantomData;
 use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use crate::http::inputs::MAX_TEXTS;
+use models::Truncation;
+
+use crate::error::ApiError;
+use crate::infer::input::MAX_TEXTS;
+use crate::protocol::bounded::{Bounded, BoundedVisitor};
+use crate::protocol::text_inputs::Inputs;
 
 /// The visitor methods for JSON values that are not strings, arrays or objects: each is
 /// `$other`.
@@ -34,6 +40,66 @@ macro_rules! other_scalars {
             Ok($other)
         }
     };
+}
+
+/// TEI's request, with `model` as tandem's own addition for servers of several models.
+/// Other fields are ignored, as TEI ignores them: clients send some (LangChain's
+/// `parameters`, `huggingface_hub`'s `encoding_format`).
+#[derive(Debug, Deserialize)]
+pub(crate) struct TeiRequest {
+    pub(crate) inputs: Inputs,
+    #[serde(default)]
+    pub(crate) normalize: Option<bool>,
+    #[serde(default)]
+    pub(crate) truncate: Option<bool>,
+    /// TEI's `Right` (the default: keep the start) or `Left` (keep the end).
+    #[serde(default)]
+    pub(crate) truncation_direction: Option<String>,
+    /// The prompt put before each text, by its name in the model's folder.
+    #[serde(default)]
+    pub(crate) prompt_name: Option<String>,
+    /// TEI's Matryoshka cut, for a model served to be cut ([`crate::infer::dimensions`]).
+    #[serde(default)]
+    pub(crate) dimensions: Option<u64>,
+    #[serde(default)]
+    pub(crate) model: Option<String>,
+}
+
+/// TEI's `/embed_all` and `/embed_sparse` request: [`TeiRequest`] without what only dense
+/// pooled embeddings take (`normalize`, `dimensions`).
+#[derive(Debug, Deserialize)]
+pub(super) struct EmbedAllRequest {
+    pub(super) inputs: Inputs,
+    #[serde(default)]
+    pub(super) truncate: Option<bool>,
+    #[serde(default)]
+    pub(super) truncation_direction: Option<String>,
+    #[serde(default)]
+    pub(super) prompt_name: Option<String>,
+    #[serde(default)]
+    pub(super) model: Option<String>,
+}
+
+/// Whether TEI's routes cut an over-long input when a request does not say: TEI's default
+/// since 1.9 (`--auto-truncate`).
+pub const TRUNCATE_BY_DEFAULT: bool = true;
+/// What TEI's `truncate` (on unless a request says, [`TRUNCATE_BY_DEFAULT`]) and
+/// `truncation_direction` (`Right`, the default, cuts the end off; `Left` the start) ask
+/// of an over-long input.
+pub fn truncation(truncate: Option<bool>, direction: Option<&str>) -> Result<Truncation, ApiError> {
+    let cut = match direction {
+        None | Some("Right" | "right") => Truncation::Right,
+        Some("Left" | "left") => Truncation::Left,
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "truncation_direction {other:?}: \"Right\" cuts the end off, \"Left\" the start"
+            )));
+        }
+    };
+    Ok(match truncate.unwrap_or(TRUNCATE_BY_DEFAULT) {
+        true => cut,
+        false => Truncation::Refuse,
+    })
 }
 
 /// TEI's predict request; `parameters` is what `huggingface_hub` sends beside `inputs`,
@@ -80,43 +146,6 @@ pub(crate) struct RerankRequest {
     pub(super) return_text: bool,
     #[serde(default)]
     pub(super) model: Option<String>,
-}
-
-/// An array of which the first [`MAX_TEXTS`] elements are kept; `count` says how many it had.
-pub(crate) struct Bounded<T> {
-    pub(crate) items: Vec<T>,
-    pub(crate) count: usize,
-}
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Bounded<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Bounded<T>, D::Error> {
-        d.deserialize_seq(BoundedVisitor(PhantomData))
-    }
-}
-
-struct BoundedVisitor<T>(PhantomData<T>);
-
-impl<'de, T: Deserialize<'de>> Visitor<'de> for BoundedVisitor<T> {
-    type Value = Bounded<T>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an array")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Bounded<T>, A::Error> {
-        let mut items = Vec::new();
-        while items.len() < MAX_TEXTS {
-            match seq.next_element::<T>()? {
-                Some(item) => items.push(item),
-                None => break,
-            }
-        }
-        let mut count = items.len();
-        while seq.next_element::<IgnoredAny>()?.is_some() {
-            count += 1;
-        }
-        Ok(Bounded { items, count })
-    }
 }
 
 /// `inputs` of a predict request as TEI reads them: a text, a pair (an array of one or two
@@ -278,43 +307,6 @@ impl<'de> Visitor<'de> for TextVisitor {
     other_scalars!(Text(None));
 }
 
-/// A Cohere document: a string, or an object with its text under `text` (other fields
-/// skipped unread).
-pub(crate) struct Document(pub(crate) String);
-
-impl<'de> Deserialize<'de> for Document {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Document, D::Error> {
-        d.deserialize_any(DocumentVisitor)
-    }
-}
-
-struct DocumentVisitor;
-
-impl<'de> Visitor<'de> for DocumentVisitor {
-    type Value = Document;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a document: a string, or an object with a \"text\" string")
-    }
-
-    fn visit_str<E>(self, s: &str) -> Result<Document, E> {
-        Ok(Document(s.to_owned()))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Document, A::Error> {
-        let mut text = None;
-        while let Some(key) = map.next_key::<String>()? {
-            if key == "text" && text.is_none() {
-                text = Some(map.next_value::<String>()?);
-            } else {
-                map.next_value::<IgnoredAny>()?;
-            }
-        }
-        text.map(Document)
-            .ok_or_else(|| serde::de::Error::missing_field("text"))
-    }
-}
-
 fn skip_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
     while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
     Ok(())
@@ -388,17 +380,5 @@ mod tests {
             (MAX_TEXTS, MAX_TEXTS + 1)
         );
         assert!(json_de::from_slice::<RerankRequest>(br#"{"query": "q", "texts": "a"}"#).is_err());
-        let docs = br#"["a", {"text": "b", "title": [1, [2]]}, {"title": "c", "text": "d"}]"#;
-        let docs = json_de::from_slice::<Bounded<Document>>(docs).unwrap();
-        let texts: Vec<&str> = docs.items.iter().map(|d| d.0.as_str()).collect();
-        assert_eq!(texts, ["a", "b", "d"]);
-        for bad in [
-            &br#"[{"title": "a"}]"#[..],
-            br#"[3]"#,
-            br#"[{"text": 3}]"#,
-            br#"[["a"]]"#,
-        ] {
-            assert!(json_de::from_slice::<Bounded<Document>>(bad).is_err());
-        }
     }
 }

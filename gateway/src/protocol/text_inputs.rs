@@ -9,13 +9,8 @@ use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-/// The most inputs one request may hold, as OpenAI allows; a model's `max_batch_size` may
-/// allow fewer.
-pub const MAX_TEXTS: usize = 2048;
-
-/// The most token ids of one input kept: past it they are only counted, as a text's tokens
-/// are.
-pub const MAX_IDS: usize = models::encoder::TOKEN_COUNT_LIMIT;
+use crate::error::ApiError;
+pub use crate::infer::input::{Input, MAX_IDS, MAX_TEXTS, TokenIds};
 
 /// The visitor methods for JSON values that are not strings, arrays or objects: each is
 /// `$none`, whatever its value, except the integers `$int` takes.
@@ -43,59 +38,6 @@ macro_rules! scalars {
     };
 }
 
-/// Token ids a client made with the model's own tokenizer, special tokens included.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct TokenIds {
-    /// The first [`MAX_IDS`] of them.
-    pub ids: Vec<u32>,
-    /// How many the request held.
-    pub count: usize,
-    /// The last of them, kept or not.
-    pub last: Option<u32>,
-}
-
-impl TokenIds {
-    fn push(&mut self, id: u32) {
-        self.count += 1;
-        self.last = Some(id);
-        if self.ids.len() < MAX_IDS {
-            self.ids.push(id);
-        }
-    }
-
-    /// Whether they end with `suffix`: in full where every id was kept, by the last id
-    /// otherwise.
-    pub fn ends_with(&self, suffix: &[u32]) -> bool {
-        if self.count == self.ids.len() {
-            self.ids.ends_with(suffix)
-        } else {
-            suffix.last().is_none_or(|&s| self.last == Some(s))
-        }
-    }
-}
-
-/// One input of a text model.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Input {
-    Text(String),
-    Ids(TokenIds),
-    /// Two texts as one sequence (`[CLS] a [SEP] b [SEP]`), as a cross-encoder scores a
-    /// query and a passage; built by the classification endpoints, never parsed here. The
-    /// pairs of one query share it.
-    Pair(std::sync::Arc<str>, String),
-}
-
-impl Input {
-    /// The characters of its text (both texts of a pair); none for token ids.
-    pub fn chars(&self) -> usize {
-        match self {
-            Input::Text(t) => t.chars().count(),
-            Input::Ids(_) => 0,
-            Input::Pair(a, b) => a.chars().count() + b.chars().count(),
-        }
-    }
-}
-
 /// What `input(s)` held.
 #[derive(Debug, PartialEq)]
 pub enum Inputs {
@@ -105,6 +47,34 @@ pub enum Inputs {
     /// A number, an object, or an array with anything but strings, ids or arrays of ids in
     /// it (ids are integers from 0 to 2³² - 1), or with ids beside other inputs.
     Invalid,
+}
+
+impl Inputs {
+    /// The inputs of `field` (`input`, `inputs`): at least one, no text empty.
+    pub fn checked(self, field: &str) -> Result<Vec<Input>, ApiError> {
+        let inputs = match self {
+            Inputs::List(inputs) => inputs,
+            Inputs::TooMany(n) => {
+                return Err(ApiError::too_large(format!(
+                    "{field} holds {n} texts; a request takes at most {MAX_TEXTS}"
+                )));
+            }
+            Inputs::Invalid => {
+                return Err(ApiError::invalid(format!(
+                    "{field} must be a string, an array of token ids, or an array of strings and \
+                     arrays of token ids (integers from 0)"
+                )));
+            }
+        };
+        if inputs.is_empty() {
+            return Err(ApiError::empty(format!("{field} holds no text")));
+        }
+        let empty = |input: &Input| matches!(input, Input::Text(t) if t.is_empty());
+        if let Some(i) = inputs.iter().position(empty) {
+            return Err(ApiError::empty(format!("{field}: text {i} is empty")));
+        }
+        Ok(inputs)
+    }
 }
 
 impl<'de> Deserialize<'de> for Inputs {

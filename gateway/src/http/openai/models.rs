@@ -10,8 +10,9 @@ use http::{Response, StatusCode};
 use http_body_util::Full;
 use serde_json::{Value, json};
 
-use super::{AppState, json_response};
 use crate::error::ApiError;
+use crate::http::AppState;
+use crate::http::errors::json_response;
 use crate::registry::{LookupError, ModelVersion};
 
 /// `GET /v1/models`: every text encoder loaded, by name.

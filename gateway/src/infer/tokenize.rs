@@ -1,7 +1,6 @@
-//! What every text endpoint (v2 with BYTES, OpenAI's embeddings, TEI's embed) does with its
-//! inputs: tokenize texts (off the runtime's threads when they are long), check token ids
-//! sent as they are, size both in token-units for the batcher, and normalise what comes
-//! back.
+//! What every text request (v2 with BYTES, OpenAI's embeddings, TEI's and Cohere's routes)
+//! does with its inputs: tokenize texts (off the runtime's threads when they are long),
+//! check token ids sent as they are, and size both in token-units for the batcher.
 
 use std::time::Duration;
 
@@ -13,8 +12,7 @@ use crate::infer::Submission;
 use crate::metrics as names;
 use crate::registry::{ModelVersion, TextModel};
 
-use super::inputs::MAX_IDS;
-pub use super::inputs::{Input, TokenIds};
+use super::input::{Input, MAX_IDS, TokenIds};
 
 /// Texts longer than this in all are tokenized on the blocking pool: a few sentences cost
 /// tens of microseconds, a book's worth milliseconds the runtime's threads owe others.
@@ -339,12 +337,4 @@ fn cut_ids(
         }
     };
     Ok(kept)
-}
-
-/// L2-normalises each embedding (rows of `width`), when asked to.
-pub fn normalized(mut embeddings: Vec<f32>, width: usize, normalize: bool) -> Vec<f32> {
-    if normalize {
-        models::l2_normalize_rows(&mut embeddings, width);
-    }
-    embeddings
 }

@@ -6,9 +6,10 @@ use http::{Response, StatusCode, header};
 use http_body_util::Full;
 use serde_json::json;
 
-use super::{AppState, json_response};
 use crate::config::PolicyKind;
 use crate::error::ApiError;
+use crate::http::AppState;
+use crate::http::errors::json_response;
 use crate::metrics as names;
 use crate::registry::LookupError;
 

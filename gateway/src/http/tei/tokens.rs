@@ -15,13 +15,15 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::arrival::ArrivalClock;
-use super::inputs::{Input, Inputs, MAX_TEXTS, TokenIds};
-use super::text_common::{served_text_version, tei_error};
-use super::text_request::receive;
-use super::{AppState, content_coding, text};
 use crate::error::ApiError;
+use crate::http::arrival::ArrivalClock;
+use crate::http::errors::tei_error;
+use crate::http::text_handler::{receive, served_text_version};
+use crate::http::{AppState, content_coding};
+use crate::infer::input::{Input, MAX_TEXTS, TokenIds};
+use crate::infer::tokenize;
 use crate::protocol::json_de;
+use crate::protocol::text_inputs::Inputs;
 
 fn yes() -> bool {
     true
@@ -91,14 +93,14 @@ async fn answer_tokenize(
     let request: TokenizeRequest =
         json_de::from_slice(&body).map_err(|e| ApiError::unreadable("tokenize", e))?;
     let version = served_text_version(state, request.model.as_deref())?;
-    let model = text::text_model(&version)?;
+    let model = tokenize::text_model(&version)?;
     let mut inputs = texts_only(request.inputs)?;
-    text::apply_prompt(model, &mut inputs, request.prompt_name.as_deref())?;
-    let bytes = inputs.iter().map(text::text_bytes).sum();
+    tokenize::apply_prompt(model, &mut inputs, request.prompt_name.as_deref())?;
+    let bytes = inputs.iter().map(tokenize::text_bytes).sum();
     let tokenizer = model.tokenizer.clone();
     let special = request.add_special_tokens;
     let answer = move || every_token(&tokenizer, &inputs, special);
-    text::inline_or_blocking(bytes, answer).await
+    tokenize::inline_or_blocking(bytes, answer).await
 }
 
 /// The inputs, which must be texts (an empty one is only its special tokens): at least one,
@@ -171,11 +173,11 @@ async fn answer_decode(
     let request: DecodeRequest =
         json_de::from_slice(&body).map_err(|e| ApiError::unreadable("decode", e))?;
     let version = served_text_version(state, request.model.as_deref())?;
-    let model = text::text_model(&version)?;
+    let model = tokenize::text_model(&version)?;
     let sequences = ids_only(request.ids, model.input.vocab_size)?;
     let (tokenizer, skip) = (model.tokenizer.clone(), request.skip_special_tokens);
     let bytes = sequences.iter().map(|ids| 4 * ids.ids.len()).sum();
-    text::inline_or_blocking(bytes, move || every_text(&tokenizer, &sequences, skip)).await
+    tokenize::inline_or_blocking(bytes, move || every_text(&tokenizer, &sequences, skip)).await
 }
 
 /// The text of every array of ids, as TEI's JSON.

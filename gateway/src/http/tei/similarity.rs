@@ -15,15 +15,18 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::arrival::ArrivalClock;
-use super::classify::Bounded;
-use super::embeddings::inputs;
-use super::inputs::{Input, Inputs, MAX_TEXTS};
-use super::text_common::{served_text_version, tei_error, truncation};
-use super::text_request::{Ask, Received, Served, Task, answer_read, receive, run};
-use super::{AppState, content_coding};
+use super::request::truncation;
 use crate::error::ApiError;
+use crate::http::arrival::ArrivalClock;
+use crate::http::errors::tei_error;
+use crate::http::text_handler::{Received, Served, answer_read, receive, served_text_version};
+use crate::http::{AppState, content_coding};
+use crate::infer::dimensions::Asked;
+use crate::infer::input::{Input, MAX_TEXTS};
+use crate::infer::text::{Task, TextRequest, run};
+use crate::protocol::bounded::Bounded;
 use crate::protocol::json_de;
+use crate::protocol::text_inputs::Inputs;
 use crate::registry::ModelVersion;
 
 /// TEI's similarity request; other fields are ignored, as TEI ignores them.
@@ -112,15 +115,15 @@ async fn similarities(
     let texts = std::iter::once(source_sentence).chain(sentences.items);
     let parameters = request.parameters.unwrap_or_default();
     let direction = parameters.truncation_direction.as_deref();
-    let ask = Ask {
-        inputs: inputs("inputs", Inputs::List(texts.map(Input::Text).collect()))?,
+    let ask = TextRequest {
+        inputs: Inputs::List(texts.map(Input::Text).collect()).checked("inputs")?,
         truncation: truncation(parameters.truncate, direction)?,
         normalize: Some(true),
         prompt_name: parameters.prompt_name,
         task: Task::Embed,
-        dimensions: super::matryoshka::Asked::NONE,
+        dimensions: Asked::NONE,
     };
-    let e = run(state, version, &received.arrival, ask).await?;
+    let e = run(version, &received.arrival, ask, state.request_timeout()).await?;
     let mut rows = e.values.chunks_exact(e.width.max(1));
     let source = rows.next().unwrap_or_default();
     let body = json!(cosines(source, rows)).to_string().into_bytes();

@@ -17,8 +17,9 @@ use http_body_util::{Full, Limited};
 use hyper::body::Incoming;
 use serde::Deserialize;
 
-use super::{AppState, json_response};
 use crate::error::ApiError;
+use crate::http::AppState;
+use crate::http::errors::json_response;
 use crate::registry::LookupError;
 use crate::repository_control::{RepositoryControl, VersionState};
 
@@ -39,7 +40,7 @@ pub async fn index(
     state: &AppState,
     req: Request<Limited<Incoming>>,
 ) -> Result<Response<Full<Bytes>>, ApiError> {
-    let body = super::admin::read_body(state, req).await?;
+    let body = crate::http::body::read_admin_body(state, req).await?;
     let request: IndexRequest = parse_optional(&body, "repository index request")?;
     let mut entries = state
         .repository
@@ -137,8 +138,8 @@ async fn read_change(
     peer: std::net::SocketAddr,
     what: &str,
 ) -> Result<ChangeRequest, ApiError> {
-    super::admin::authorize(state, &req, peer)?;
-    let body = super::admin::read_body(state, req).await?;
+    crate::http::auth::authorize_admin(state, &req, peer)?;
+    let body = crate::http::body::read_admin_body(state, req).await?;
     parse_optional(&body, what)
 }
 

@@ -9,24 +9,23 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, header};
+use http::{Request, Response};
 use http_body_util::{Full, Limited};
 use hyper::body::Incoming;
 use models::Truncation;
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use super::arrival::ArrivalClock;
-use super::classify::{
-    Activation, Bounded, Document, classify, pairs, require_one_label, rerank_scores,
-};
-use super::inputs::Input;
-pub(super) use super::tei::Named;
-use super::tei::serve_named;
-use super::text_request::{Received, Served};
-use super::{AppState, error_response};
+use super::document::Document;
+use super::{ApiVersion, serve};
 use crate::error::ApiError;
+use crate::http::AppState;
+use crate::http::arrival::ArrivalClock;
+use crate::http::text_handler::{Named, Received, Served};
+use crate::infer::input::Input;
+use crate::infer::scores::{Activation, pairs, require_one_label, rerank_scores};
+use crate::infer::text::classify;
+use crate::protocol::bounded::Bounded;
 use crate::registry::ModelVersion;
 
 #[derive(Deserialize)]
@@ -42,23 +41,6 @@ pub(crate) struct CohereRequest {
     return_documents: bool,
 }
 
-/// Which of Cohere's API versions a request came through, for `meta.api_version`.
-#[derive(Clone, Copy)]
-pub enum ApiVersion {
-    V1,
-    V2,
-}
-
-impl ApiVersion {
-    /// As `meta.api_version.version` gives it.
-    pub(super) fn as_str(self) -> &'static str {
-        match self {
-            ApiVersion::V1 => "1",
-            ApiVersion::V2 => "2",
-        }
-    }
-}
-
 /// `POST /v1/rerank` and `POST /v2/rerank`.
 pub async fn rerank(
     state: &AppState,
@@ -70,18 +52,6 @@ pub async fn rerank(
         rerank_on(state, &version, received, request, api).await
     };
     serve::<CohereRequest>(state, req, clock, "rerank", on).await
-}
-
-/// Reads a request to one of Cohere's routes as `T` and answers it with `on`, as
-/// [`serve_named`] does, with errors in Cohere's shape.
-pub(super) async fn serve<T: DeserializeOwned + Named>(
-    state: &AppState,
-    req: Request<Limited<Incoming>>,
-    clock: &ArrivalClock,
-    what: &str,
-    on: impl AsyncFnOnce(Arc<ModelVersion>, Received, T) -> Result<Served, ApiError>,
-) -> Response<Full<Bytes>> {
-    serve_named(state, req, clock, what, cohere_error, on).await
 }
 
 impl Named for CohereRequest {
@@ -100,7 +70,8 @@ async fn rerank_on(
     require_one_label(version)?;
     let documents = &request.documents;
     let inputs = rerank_inputs(&request)?;
-    let out = classify(state, version, &received, inputs, Truncation::Right).await?;
+    let wait = state.request_timeout();
+    let out = classify(version, &received.arrival, inputs, Truncation::Right, wait).await?;
     let mut ranked = rerank_scores(&out.values, Activation::Sigmoid);
     ranked.truncate(request.top_n.unwrap_or(ranked.len()));
     let results: Vec<serde_json::Value> = ranked
@@ -131,16 +102,4 @@ pub(crate) fn rerank_inputs(request: &CohereRequest) -> Result<Vec<Input>, ApiEr
     let documents = &request.documents;
     let texts = documents.items.iter().map(|d| d.0.clone());
     pairs(&request.query, texts, documents.count)
-}
-
-/// An error as Cohere's API gives it: `{"message": ...}`.
-pub(super) fn cohere_error(e: &ApiError) -> Response<Full<Bytes>> {
-    let mut response = error_response(e);
-    let body = json!({"message": e.to_string()});
-    *response.body_mut() = Full::new(Bytes::from(body.to_string()));
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
 }

@@ -24,15 +24,18 @@ use models::Truncation;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::AppState;
-use super::arrival::ArrivalClock;
-use super::classify::Bounded;
-use super::cohere::{ApiVersion, Named, serve};
-use super::embeddings::{encode_base64, inputs};
-use super::inputs::{Input, Inputs, MAX_TEXTS};
-use super::text::text_model;
-use super::text_request::{Ask, Outputs, Received, Served, Task, run};
+use super::{ApiVersion, serve};
 use crate::error::ApiError;
+use crate::http::AppState;
+use crate::http::arrival::ArrivalClock;
+use crate::http::text_handler::{Named, Received, Served};
+use crate::infer::dimensions::Asked;
+use crate::infer::input::{Input, MAX_TEXTS};
+use crate::infer::text::{Task, TextAnswer, TextRequest, run};
+use crate::infer::tokenize::text_model;
+use crate::protocol::base64::encode_base64;
+use crate::protocol::bounded::Bounded;
+use crate::protocol::text_inputs::Inputs;
 use crate::registry::ModelVersion;
 
 #[derive(Deserialize)]
@@ -156,18 +159,18 @@ async fn embed_on(
 ) -> Result<Served, ApiError> {
     let kinds = kinds(request.embedding_types.as_deref(), api)?;
     check_limits(version, &request)?;
-    let ask = Ask {
+    let ask = TextRequest {
         inputs: texts(&request)?,
         truncation: truncation(request.truncate.as_deref())?,
         normalize: None,
         prompt_name: prompt_for(version, request.input_type.as_deref())?,
         task: Task::Embed,
-        dimensions: super::matryoshka::Asked {
+        dimensions: Asked {
             field: "output_dimension",
             size: request.output_dimension,
         },
     };
-    let e = run(state, version, &received.arrival, ask).await?;
+    let e = run(version, &received.arrival, ask, state.request_timeout()).await?;
     let meta = e.meta;
     let texts = request.texts.map(|t| t.items).unwrap_or_default();
     let body = body(e, &texts, kinds, api).to_string().into_bytes();
@@ -181,7 +184,7 @@ pub(crate) fn texts(request: &EmbedRequest) -> Result<Vec<Input>, ApiError> {
         n if n > MAX_TEXTS => Inputs::TooMany(n),
         _ => Inputs::List(texts.items.iter().cloned().map(Input::Text).collect()),
     };
-    inputs("texts", listed)
+    listed.checked("texts")
 }
 
 /// What a request asks for: `None` for version 1's plain floats.
@@ -208,7 +211,7 @@ pub(crate) fn kinds(
 }
 
 /// Refuses what only Cohere's own service does: images, a tighter token limit than the
-/// model's. (Another embedding size is [`super::matryoshka`]'s to judge.)
+/// model's. (Another embedding size is [`crate::infer::dimensions`]' to judge.)
 fn check_limits(version: &ModelVersion, request: &EmbedRequest) -> Result<(), ApiError> {
     if request.images.is_some() || request.inputs.is_some() {
         return Err(ApiError::invalid(
@@ -267,7 +270,7 @@ fn prompt_for(
 }
 
 /// Cohere's answer: `id`, the embeddings, the texts they are of, and the tokens billed.
-fn body(e: Outputs, texts: &[String], kinds: Option<Vec<Kind>>, api: ApiVersion) -> Value {
+fn body(e: TextAnswer, texts: &[String], kinds: Option<Vec<Kind>>, api: ApiVersion) -> Value {
     let rows = e.values.chunks_exact(e.width.max(1));
     let (response_type, embeddings) = match kinds {
         None => ("embeddings_floats", json!(rows.collect::<Vec<_>>())),
