@@ -5,7 +5,7 @@ The bodies are those of tests/malformed.rs, tests/arrays.rs, tests/admin.rs and
 tests/text_serving.rs (rebuilt here for the bundled digits model, 64 values a row, and for
 a text model named by its input `text`), config/example-request.json, the bundled
 config/models/digits/1/model.safetensors, the messages of tests/python/fake_trainer.py and a
-synthetic encoder folder as models/src/encoder/synthetic.rs writes one. Standard library
+synthetic encoder folder as models/src/encoder/synthetic/mod.rs writes one. Standard library
 only; deterministic, so rerunning it changes no file. Run from anywhere:
 
     python3 fuzz/seeds.py
@@ -354,7 +354,7 @@ def checkpoint():
     return write("checkpoint", bodies)
 
 
-# models/src/encoder/synthetic.rs, default spec (max_seq_length 48)
+# models/src/encoder/synthetic/mod.rs, default spec (max_seq_length 48)
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = ("a the man woman is are was eating eat food bread piece of and in on to with for it "
          "this that cat dog runs run fast slow big small red blue green one two three . , ! ? ' - "

@@ -1,7 +1,7 @@
 """Which `tandem` subcommands and flags exist, and which ones an artifact uses.
 
 The truth is the binary's own `--help` (clap prints every long flag); without a binary,
-src/cli.rs is read instead (the fields of its `Args` structs become `--kebab-case` flags).
+src/cli/mod.rs is read instead (the fields of its `Args` structs become `--kebab-case` flags).
 """
 
 import re
@@ -24,14 +24,14 @@ def from_binary(binary: str) -> dict:
 
 
 def from_source() -> dict:
-    """Long flags of ServeArgs and TrainArgs in src/cli.rs."""
-    text = (REPO / "src" / "cli.rs").read_text()
+    """Long flags of ServeArgs and TrainArgs in src/cli/mod.rs."""
+    text = (REPO / "src" / "cli" / "mod.rs").read_text()
     structs = {"serve": "ServeArgs", "train": "TrainArgs"}
     flags = {}
     for sub, struct in structs.items():
         body = re.search(r"pub struct %s \{(.*?)\n\}" % struct, text, re.S)
         if not body:
-            raise RuntimeError(f"src/cli.rs: no struct {struct}")
+            raise RuntimeError(f"src/cli/mod.rs: no struct {struct}")
         found = {"help"}
         # Each field with #[arg(...)] attributes; `long = "x"` renames it.
         for attrs, name in re.findall(r"((?:#\[arg\([^\]]*\)\]\s*)+)pub (\w+):", body.group(1)):

@@ -10,7 +10,7 @@ reads present in a live scrape of tandem serve).
 
 --scrape is the text of GET /metrics from a running server that has served requests and
 has a trainer connected (tests/operations.rs makes one); without it the metric names are
-not checked. --tandem is the binary whose --help lists the flags (else src/cli.rs is
+not checked. --tandem is the binary whose --help lists the flags (else src/cli/mod.rs is
 read). A missing external tool (promtool, kubectl or kustomize, cargo) skips the checks
 that need it, unless --require-tools (or TANDEM_REQUIRE_TOOLS) is given.
 
@@ -100,7 +100,7 @@ def check_flags(ctx, report):
         report.note(f"flags from {ctx.args.tandem} --help")
     else:
         ctx.flags = flagmod.from_source()
-        report.note("flags from src/cli.rs (no --tandem binary given)")
+        report.note("flags from src/cli/mod.rs (no --tandem binary given)")
     for sub in flagmod.SUBCOMMANDS:
         if not ctx.flags.get(sub):
             report.fail(f"found no flags of `tandem {sub}`")

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::lifecycle::registry::Registry;
 use crate::metrics as names;
-use crate::registry::Registry;
 use crate::shutdown::Shutdown;
 
 /// Device time lent to training so far, in nanoseconds: the coordinator adds each tick's

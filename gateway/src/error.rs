@@ -4,7 +4,7 @@
 //! only HTTP can get wrong. [`ApiError::status`], [`ApiError::body`] and
 //! [`ApiError::retry_after`] map an error to what the client sees (the foreign APIs' shapes
 //! wrap them; TEI's routes use TEI's codes, `http::tei`); the metrics `reason` of a refusal
-//! is [`crate::infer::Refusal::reason`].
+//! is [`crate::infer::outcome::Refusal::reason`].
 
 use std::time::Duration;
 
@@ -12,8 +12,8 @@ use http::StatusCode;
 use thiserror::Error;
 
 use crate::infer::InferError;
+use crate::lifecycle::registry::{Busy, LookupError};
 pub use crate::protocol::RequestError;
-use crate::registry::{Busy, LookupError};
 
 #[derive(Debug, Error)]
 pub enum ApiError {
@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn every_layer_maps_to_its_status() {
-        use crate::infer::Refusal;
+        use crate::infer::outcome::Refusal;
         let refused = |r: Refusal| ApiError::from(InferError::from(r));
         let shed = refused(Refusal::Shed {
             message: "m".into(),

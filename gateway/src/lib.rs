@@ -8,7 +8,6 @@
 //! the binary, the benches and the fuzz targets reach: the configuration, the log filter,
 //! the co-location guardian, and the v2 request decoder.
 
-mod admission;
 mod backends;
 mod batching;
 mod coloc;
@@ -20,17 +19,12 @@ mod error;
 pub mod fuzzing;
 mod http;
 mod infer;
-mod loader;
+mod lifecycle;
 pub mod log_control;
 mod metrics;
 mod otlp;
-mod outcome;
 pub mod protocol;
-mod registry;
-mod repository;
-mod repository_control;
 mod shutdown;
-mod signals;
 mod stats;
 pub mod triton;
 mod usage;
@@ -51,10 +45,10 @@ use batching::BusyMeter;
 pub use coloc::guardian;
 pub use config::Config;
 use http::AppState;
-use loader::LoadSpec;
-use registry::Registry;
-use repository::Watcher;
-use repository_control::{PassRequest, RepositoryControl};
+use lifecycle::loader::{self, LoadSpec};
+use lifecycle::registry::Registry;
+use lifecycle::repository::Watcher;
+use lifecycle::repository_control::{self, PassRequest, RepositoryControl};
 use shutdown::Shutdown;
 
 #[derive(Debug, thiserror::Error)]

@@ -33,7 +33,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::outcome::InferError;
+use crate::infer::outcome::InferError;
 
 pub use busy::BusyMeter;
 

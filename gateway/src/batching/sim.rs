@@ -17,7 +17,7 @@ use super::policy::BatchPolicy;
 use super::state::QueueState;
 use super::task::{Batcher, WorkerDone};
 use super::{Batch, Completed, Pending, ReleaseReason};
-use crate::outcome::{InferError, Refusal};
+use crate::infer::outcome::{InferError, Refusal};
 
 /// One scripted request.
 #[derive(Clone, Debug)]
@@ -133,7 +133,7 @@ struct Sim {
     t0: Instant,
     requests: mpsc::Sender<Pending>,
     result: Arc<Mutex<SimResult>>,
-    signals: Arc<crate::signals::Signals>,
+    signals: Arc<crate::infer::signals::Signals>,
     batcher: JoinHandle<()>,
     device: JoinHandle<()>,
 }
@@ -150,7 +150,7 @@ impl Sim {
         let (batch_tx, batch_rx) = mpsc::channel::<Batch>(1);
         let (_upd_tx, upd_rx) = mpsc::channel(1);
         let max_rows = policy.max_batch_rows();
-        let signals = Arc::new(crate::signals::Signals::default());
+        let signals = Arc::new(crate::infer::signals::Signals::default());
         let batcher = Batcher {
             model: "sim".into(),
             requests: req_rx,

@@ -17,10 +17,10 @@ use super::refusal_log::RefusalLog;
 use super::state::QueueState;
 use super::window::LatencyWindow;
 use super::{Batch, Pending, ReleaseReason};
-use crate::admission::Door;
+use crate::infer::admission::Door;
+use crate::infer::outcome::{InferError, Refusal};
+use crate::infer::signals::Signals;
 use crate::metrics as names;
-use crate::outcome::{InferError, Refusal};
-use crate::signals::Signals;
 
 /// A worker's report that it finished a batch and is free again.
 #[derive(Debug)]

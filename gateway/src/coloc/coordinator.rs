@@ -22,8 +22,8 @@ use super::trainer_slot::Outbound;
 use super::trainer_slot::{Lending, Terms, TrainerSlot};
 use crate::config::ColocConfig;
 use crate::cost::LentTime;
+use crate::lifecycle::registry::Registry;
 use crate::metrics as names;
-use crate::registry::Registry;
 
 /// What the coordinator is given to run with.
 pub struct Context {

@@ -5,8 +5,8 @@ use http::Response;
 use http_body_util::Full;
 use tokio::time::Instant;
 
+use crate::lifecycle::registry::ModelVersion;
 use crate::metrics as names;
-use crate::registry::ModelVersion;
 
 /// Counts an inference request of any API, whatever its outcome:
 /// `tandem_requests_total{model, code}` and its duration, under `_unknown` when no model was

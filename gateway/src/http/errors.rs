@@ -129,8 +129,9 @@ mod tests {
     use http::header;
 
     use super::*;
-    use crate::infer::{InferError, Refusal};
-    use crate::registry::LookupError;
+    use crate::infer::InferError;
+    use crate::infer::outcome::Refusal;
+    use crate::lifecycle::registry::LookupError;
 
     fn shed() -> ApiError {
         let refusal = Refusal::Shed {

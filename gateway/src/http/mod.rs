@@ -35,7 +35,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 use crate::config::Config;
-use crate::registry::Registry;
+use crate::lifecycle::registry::Registry;
 use crate::shutdown::Shutdown;
 
 use access::Edge;
@@ -53,7 +53,7 @@ pub struct AppState {
     /// Shutdown has begun: readiness answers 503.
     pub draining: AtomicBool,
     /// The repository's index, load and unload (`None` without a model repository).
-    pub repository: Option<Arc<crate::repository_control::RepositoryControl>>,
+    pub repository: Option<Arc<crate::lifecycle::repository_control::RepositoryControl>>,
     /// TLS on the listeners (`None`: plain text).
     pub tls: Option<Arc<tls::Tls>>,
     /// Traces exported over OTLP (`None`: off).

@@ -15,8 +15,8 @@ use super::head::{arrival_of, read_head};
 use super::{AppState, body, content_coding};
 use crate::error::ApiError;
 use crate::infer::text::Metadata;
+use crate::lifecycle::registry::{LookupError, ModelVersion};
 use crate::protocol::json_de;
-use crate::registry::{LookupError, ModelVersion};
 
 /// What serving took, as TEI's headers tell it, in whole milliseconds as TEI gives them.
 fn write_metadata(meta: &Metadata, headers: &mut HeaderMap) {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::input::{Input, MAX_TEXTS};
 use super::tokenize::text_model;
 use crate::error::ApiError;
-use crate::registry::ModelVersion;
+use crate::lifecycle::registry::ModelVersion;
 
 /// How logits become scores.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use super::input::Input;
 use super::{Arrival, Submission, dimensions, phases, record, tokenize};
 use crate::batching::Completed;
 use crate::error::ApiError;
-use crate::registry::ModelVersion;
+use crate::lifecycle::registry::ModelVersion;
 
 /// What a text request asks for, whichever API it came through.
 pub struct TextRequest {

@@ -9,8 +9,8 @@ use models::{EncodeError, PackedTokens, TextInput, TextTokenizer, Truncation};
 use crate::batching::Payload;
 use crate::error::ApiError;
 use crate::infer::Submission;
+use crate::lifecycle::registry::{ModelVersion, TextModel};
 use crate::metrics as names;
-use crate::registry::{ModelVersion, TextModel};
 
 use super::input::{Input, MAX_IDS, TokenIds};
 

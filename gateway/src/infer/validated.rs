@@ -9,7 +9,7 @@ use super::text::normalized;
 use super::{Arrival, Submission, phases, tokenize};
 use crate::batching::{Completed, Payload};
 use crate::error::ApiError;
-use crate::registry::ModelVersion;
+use crate::lifecycle::registry::ModelVersion;
 use crate::validate::ValidInput;
 
 /// What a validated request came to.

@@ -19,8 +19,8 @@ use tokio::time::Instant;
 
 use crate::batching::task::WorkerDone;
 use crate::batching::{Batch as Released, BusyMeter, Completed, Payload, Pending, Reply};
+use crate::infer::outcome::{InferError, Refusal};
 use crate::metrics as names;
-use crate::outcome::{InferError, Refusal};
 
 /// What a replica reports once its model is loaded and warmed up.
 #[derive(Clone, Debug)]

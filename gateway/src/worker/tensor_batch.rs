@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::{Replies, WorkerSpec};
 use crate::batching::task::WorkerDone;
 use crate::batching::{Completed, Payload, Pending};
-use crate::outcome::InferError;
+use crate::infer::outcome::InferError;
 
 /// What decides whether two requests can share a forward pass: each input's name and
 /// shape past the batch dimension.

@@ -33,10 +33,10 @@ use crate::infer::dimensions::Asked;
 use crate::infer::input::{Input, MAX_TEXTS};
 use crate::infer::text::{Task, TextAnswer, TextRequest, run};
 use crate::infer::tokenize::text_model;
+use crate::lifecycle::registry::ModelVersion;
 use crate::protocol::base64::encode_base64;
 use crate::protocol::bounded::Bounded;
 use crate::protocol::text_inputs::Inputs;
-use crate::registry::ModelVersion;
 
 #[derive(Deserialize)]
 pub(crate) struct EmbedRequest {

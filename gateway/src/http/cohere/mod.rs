@@ -18,7 +18,7 @@ use crate::http::AppState;
 use crate::http::arrival::ArrivalClock;
 use crate::http::errors::cohere_error;
 use crate::http::text_handler::{Named, Received, Served, serve_named};
-use crate::registry::ModelVersion;
+use crate::lifecycle::registry::ModelVersion;
 pub use embed::embed;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use embed::{EmbedRequest, kinds, texts, truncation};

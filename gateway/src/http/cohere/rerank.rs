@@ -25,8 +25,8 @@ use crate::http::text_handler::{Named, Received, Served};
 use crate::infer::input::Input;
 use crate::infer::scores::{Activation, pairs, require_one_label, rerank_scores};
 use crate::infer::text::classify;
+use crate::lifecycle::registry::ModelVersion;
 use crate::protocol::bounded::Bounded;
-use crate::registry::ModelVersion;
 
 #[derive(Deserialize)]
 pub(crate) struct CohereRequest {

@@ -28,10 +28,10 @@ use crate::http::text_handler::{Received, Served, answer_read, receive};
 use crate::http::{AppState, content_coding};
 use crate::infer::dimensions::Asked;
 use crate::infer::text::{Task, TextAnswer, TextRequest, run};
+use crate::lifecycle::registry::ModelVersion;
 use crate::protocol::base64::encode_base64;
 use crate::protocol::json_de;
 use crate::protocol::text_inputs::Inputs;
-use crate::registry::ModelVersion;
 
 /// OpenAI's request; other fields (`user`) are accepted and ignored, as OpenAI does.
 #[derive(Debug, Deserialize)]

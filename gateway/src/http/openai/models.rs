@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::error::ApiError;
 use crate::http::AppState;
 use crate::http::errors::json_response;
-use crate::registry::{LookupError, ModelVersion};
+use crate::lifecycle::registry::{LookupError, ModelVersion};
 
 /// `GET /v1/models`: every text encoder loaded, by name.
 pub fn list(state: &AppState) -> Response<Full<Bytes>> {

@@ -34,8 +34,8 @@ use crate::infer::input::Input;
 use crate::infer::scores::{self, Activation, checked, labelled, pairs, require_one_label};
 use crate::infer::text::{TextAnswer, classify};
 use crate::infer::tokenize::text_model;
+use crate::lifecycle::registry::ModelVersion;
 use crate::protocol::json_de;
-use crate::registry::ModelVersion;
 
 /// `POST /predict`, and `POST /` for a classifier.
 pub async fn predict(

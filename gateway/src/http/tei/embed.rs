@@ -21,8 +21,8 @@ use crate::http::text_handler::{
 use crate::http::{AppState, content_coding};
 use crate::infer::dimensions::Asked;
 use crate::infer::text::{Task, TextAnswer, TextRequest, run};
+use crate::lifecycle::registry::ModelVersion;
 use crate::protocol::json_de;
-use crate::registry::ModelVersion;
 
 /// `POST /embed`.
 pub async fn post_embed(

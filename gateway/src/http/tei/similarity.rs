@@ -24,10 +24,10 @@ use crate::http::{AppState, content_coding};
 use crate::infer::dimensions::Asked;
 use crate::infer::input::{Input, MAX_TEXTS};
 use crate::infer::text::{Task, TextRequest, run};
+use crate::lifecycle::registry::ModelVersion;
 use crate::protocol::bounded::Bounded;
 use crate::protocol::json_de;
 use crate::protocol::text_inputs::Inputs;
-use crate::registry::ModelVersion;
 
 /// TEI's similarity request; other fields are ignored, as TEI ignores them.
 #[derive(Deserialize)]

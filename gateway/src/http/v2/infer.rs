@@ -17,9 +17,9 @@ use crate::http::errors::error_response;
 use crate::http::head::{BINARY_HEADER, Head, arrival_of, read_head};
 use crate::http::{body, content_coding};
 use crate::infer::{self, validated, validated::Ran};
+use crate::lifecycle::registry::ModelVersion;
 use crate::protocol::response::{self, Encoded, ResponseFields};
 use crate::protocol::{InferRequest, binary, json_de, tensor_response};
-use crate::registry::ModelVersion;
 use crate::validate::{Signature, ValidRequest, validate};
 
 /// Answers one infer request, counting it under its model and status.

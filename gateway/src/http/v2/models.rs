@@ -10,8 +10,8 @@ use crate::config::PolicyKind;
 use crate::error::ApiError;
 use crate::http::AppState;
 use crate::http::errors::json_response;
+use crate::lifecycle::registry::LookupError;
 use crate::metrics as names;
-use crate::registry::LookupError;
 
 pub fn empty(status: StatusCode) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::new()));

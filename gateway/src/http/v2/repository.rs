@@ -20,8 +20,8 @@ use serde::Deserialize;
 use crate::error::ApiError;
 use crate::http::AppState;
 use crate::http::errors::json_response;
-use crate::registry::LookupError;
-use crate::repository_control::{RepositoryControl, VersionState};
+use crate::lifecycle::registry::LookupError;
+use crate::lifecycle::repository_control::{RepositoryControl, VersionState};
 
 #[derive(Debug, Default, Deserialize)]
 struct IndexRequest {
@@ -51,7 +51,7 @@ pub async fn index(
     for name in state.registry.model_names() {
         if !entries.iter().any(|e| e.name == name) {
             for v in state.registry.versions(&name) {
-                entries.push(crate::repository_control::IndexEntry {
+                entries.push(crate::lifecycle::repository_control::IndexEntry {
                     name: name.clone(),
                     version: v,
                     state: VersionState::Ready,

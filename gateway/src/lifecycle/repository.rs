@@ -5,7 +5,7 @@
 //! newest `keep_versions` (or gone from disk, or outside a config.pbtxt's version_policy)
 //! are unloaded, and a version that fails to load is logged and not retried until its file
 //! or its config.pbtxt changes — the previous version keeps serving.
-//! A model the operator unloads through the repository API ([`crate::repository_control`])
+//! A model the operator unloads through the repository API ([`crate::lifecycle::repository_control`])
 //! is held out, new versions included, until it is loaded again.
 
 use std::collections::{BTreeMap, HashMap};
@@ -15,9 +15,9 @@ use std::time::SystemTime;
 
 use crate::batching::BusyMeter;
 use crate::config::{Config, ModelOverrides};
-use crate::loader::{self, LoadSpec};
-use crate::registry::Registry;
-use crate::repository_control::{IndexEntry, RepositoryControl, VersionState};
+use crate::lifecycle::loader::{self, LoadSpec};
+use crate::lifecycle::registry::Registry;
+use crate::lifecycle::repository_control::{IndexEntry, RepositoryControl, VersionState};
 
 pub const MODEL_FILE: &str = "model.safetensors";
 

@@ -18,8 +18,8 @@ use crate::batching::state::QueueState;
 use crate::batching::task::{Batcher, WorkerDone};
 use crate::config::ModelSettings;
 use crate::infer::{Core, Door};
+use crate::lifecycle::registry::{ModelVersion, TextModel};
 use crate::metrics as names;
-use crate::registry::{ModelVersion, TextModel};
 use crate::worker::{self, ReplicaInfo, WorkerSpec};
 
 pub struct LoadSpec {
@@ -243,7 +243,7 @@ fn start_batcher(
     max_outputs: usize,
 ) -> Channels {
     let s = &spec.settings;
-    let signals = Arc::new(crate::signals::Signals::default());
+    let signals = Arc::new(crate::infer::signals::Signals::default());
     let door = Arc::new(Door::default());
     let responses = Arc::new(crate::batching::feedback::ResponseLatencies::default());
     let (req_tx, req_rx) = mpsc::channel(s.queue_capacity);

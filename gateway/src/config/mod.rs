@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// The configuration `tandem serve` runs with when given no arguments.
-pub const DEFAULT_CONFIG: &str = include_str!("../../config/tandem.toml");
+pub const DEFAULT_CONFIG: &str = include_str!("../../../config/tandem.toml");
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]

@@ -2,7 +2,7 @@
 //! must never wait on it (the trainer coordinator): the budget, the observed p99 of the
 //! last two seconds, the queue, and counts of requests offered, completed, admitted late and
 //! turned away; and, written by the coordinator, whether a trainer computes beside it.
-//! (Admission's own shared state is [`crate::admission::Door`].)
+//! (Admission's own shared state is [`crate::infer::admission::Door`].)
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

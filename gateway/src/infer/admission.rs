@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::outcome::Refusal;
+use crate::infer::outcome::Refusal;
 
 /// The instant the door's atomics count from (nanoseconds after it).
 fn epoch() -> Instant {
