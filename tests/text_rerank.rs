@@ -11,7 +11,7 @@ use common::classify::*;
 use common::text::skip;
 use common::*;
 use models::encoder::family::Family;
-use models::encoder::projection::DenseActivation;
+use models::encoder::dense_module::DenseActivation;
 use models::encoder::synthetic::{SyntheticDense, SyntheticSpec, write_synthetic};
 use serde_json::{Value, json};
 

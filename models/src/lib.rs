@@ -11,8 +11,10 @@
 pub mod checkpoint;
 pub mod encoder;
 mod error;
+pub mod folder;
 pub mod mlp;
 pub mod rng;
+pub mod text;
 pub mod train;
 
 pub use checkpoint::{Checkpoint, LayerWeights, WeightData};

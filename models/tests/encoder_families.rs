@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use kernels::{DType, Device};
+use models::encoder::dense_module::DenseActivation;
 use models::encoder::family::Family;
-use models::encoder::projection::DenseActivation;
 use models::encoder::synthetic::SyntheticSpec;
 use models::encoder::{Encoder, Pooling, TextTokenizer};
 

@@ -3,8 +3,8 @@
 //! configurations and weights built by hand that do not belong together.
 
 use kernels::Device;
+use models::encoder::dense_module::DenseActivation;
 use models::encoder::family::Family;
-use models::encoder::projection::DenseActivation;
 use models::encoder::{Encoder, EncoderConfig, EncoderWeights};
 
 mod support;

@@ -148,7 +148,7 @@ fn the_model_seam_counts_a_row_per_kept_state() {
 /// serve them.
 #[test]
 fn token_states_are_refused_where_the_outputs_are_not_states() {
-    use models::encoder::projection::DenseActivation;
+    use models::encoder::dense_module::DenseActivation;
     let with_dense = SyntheticSpec {
         dense: vec![dense(16, true, DenseActivation::Tanh)],
         ..SyntheticSpec::default()

@@ -42,7 +42,7 @@ pub fn synthetic(dir: &Path, seed: u64) {
 
 /// The synthetic BERT with a Dense module after pooling (32 wide to 12, tanh).
 pub fn synthetic_with_dense(dir: &Path, seed: u64) {
-    use models::encoder::projection::DenseActivation;
+    use models::encoder::dense_module::DenseActivation;
     use models::encoder::synthetic::SyntheticDense;
     let spec = SyntheticSpec {
         seed,

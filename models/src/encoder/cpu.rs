@@ -13,11 +13,13 @@ use kernels::cpu::{
     PackedLinear, RelativeBias, add_layer_norm, biased_attention,
 };
 
-use super::config::{EncoderConfig, Pooling};
 use super::family::fill_bias_table;
 use super::groups::{Group, Grouped};
-use super::packed::PackedTokens;
+use super::weights::packed_for;
 use super::weights::{Dense, Embeddings, EncoderWeights, Norm};
+use crate::encoder::spec::EncoderConfig;
+use crate::text::packed::PackedTokens;
+use crate::text::pooling::Pooling;
 use crate::{LoadError, ModelError};
 
 pub(super) struct CpuEncoder {
@@ -67,22 +69,6 @@ struct Scratch {
     attention: AttentionScratch,
     /// Each token's row of the position table.
     positions: Vec<u32>,
-}
-
-/// A dense layer's weights laid out in panels for the CPU's kernels, for f32 products.
-pub(super) fn packed(d: &Dense) -> Result<PackedLinear, LoadError> {
-    packed_for(d, MatmulPrecision::F32)
-}
-
-/// A dense layer's weights laid out in panels for products in `precision`.
-pub(super) fn packed_for(d: &Dense, precision: MatmulPrecision) -> Result<PackedLinear, LoadError> {
-    Ok(PackedLinear::with_precision(
-        d.weight.host(),
-        &d.bias,
-        d.inputs,
-        d.outputs,
-        precision,
-    )?)
 }
 
 impl CpuEncoder {

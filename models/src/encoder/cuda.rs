@@ -17,10 +17,11 @@ use kernels::cuda::encoder::{
 };
 use kernels::cuda::linear::Linear;
 
-use super::config::{EncoderConfig, Pooling};
 use super::family::fill_bias_table;
-use super::packed::PackedTokens;
 use super::weights::{Dense, EncoderWeights};
+use crate::encoder::spec::EncoderConfig;
+use crate::text::packed::PackedTokens;
+use crate::text::pooling::Pooling;
 use crate::{LoadError, ModelError};
 
 pub(super) struct CudaEncoder {

@@ -7,8 +7,8 @@
 use kernels::cpu::with_pool_awake;
 use rayon::prelude::*;
 
-use super::packed::PackedTokens;
 use crate::ModelError;
+use crate::text::packed::PackedTokens;
 
 /// A group of sequences, the state its forward pass runs in, and its rows of output.
 #[derive(Default)]

@@ -16,12 +16,14 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::config::{EncoderConfig, Pooling, read_json};
 use super::modern::{
     Gate, LayerBiases, ModernBertParams, ModernLayer, ModernWeights, NormPlacement, Ntk,
     post_norm_layers,
 };
 use super::weights::{Dense, Embeddings, Found};
+use crate::encoder::spec::EncoderConfig;
+use crate::folder::read_json;
+use crate::text::pooling::Pooling;
 use crate::{LoadError, WeightData};
 
 /// GTE's own keys, with its configuration's defaults.

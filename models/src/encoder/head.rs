@@ -10,7 +10,7 @@
 use kernels::Activation;
 use kernels::cpu::{NormParams, PackedLinear, add_layer_norm, gelu_in_place};
 
-use super::cpu::packed;
+use super::weights::packed;
 use super::weights::{ClassifierWeights, HeadActivation, Norm};
 use crate::{LoadError, ModelError};
 

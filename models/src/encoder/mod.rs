@@ -27,23 +27,22 @@
 pub mod config;
 mod cpu;
 mod cuda;
+pub mod dense_module;
 pub mod family;
 mod groups;
 mod gte;
 mod head;
+mod load;
 pub mod modern;
 mod modern_cpu;
 mod modern_cuda;
 mod modules;
 mod nomic;
-pub mod packed;
 pub mod projection;
-pub mod prompts;
-mod rotary;
 mod serving;
 mod sparse;
+pub mod spec;
 pub mod synthetic;
-pub mod tokenizer;
 pub mod weights;
 
 use std::path::Path;
@@ -51,12 +50,13 @@ use std::path::Path;
 use family::Family;
 use kernels::Device;
 
-pub use config::{EncoderConfig, Pooling, SparsePooling};
-pub use packed::PackedTokens;
-pub use prompts::Prompts;
-pub use tokenizer::{
+pub use crate::text::packed::PackedTokens;
+pub use crate::text::pooling::{Pooling, SparsePooling};
+pub use crate::text::prompts::Prompts;
+pub use crate::text::tokenizer::{
     EncodeError, Encoded, PairPart, TOKEN_COUNT_LIMIT, TextTokenizer, Token, Truncation,
 };
+pub use spec::EncoderConfig;
 pub use weights::EncoderWeights;
 
 use crate::{LoadError, LoadOptions, MatmulPrecision, ModelError};
@@ -192,8 +192,9 @@ impl Encoder {
     ) -> Result<Encoder, LoadError> {
         let config = EncoderConfig::read(dir)?;
         refuse_cpu_only_on_gpu(&config, device)?;
-        config::required(dir, "tokenizer.json")?;
-        let weights = EncoderWeights::read(&config::required(dir, "model.safetensors")?, &config)?;
+        crate::folder::required(dir, "tokenizer.json")?;
+        let weights =
+            EncoderWeights::read(&crate::folder::required(dir, "model.safetensors")?, &config)?;
         Encoder::with_options(config, weights, device, options)
     }
 

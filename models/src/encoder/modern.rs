@@ -9,75 +9,13 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::config::{EncoderConfig, Pooling, read_json};
+use super::spec::EncoderConfig;
+pub use super::spec::{Gate, LayerBiases, ModernBertParams, NormPlacement, Ntk};
 use super::weights::{ClassifierWeights, Dense, Embeddings, Found, HeadActivation, Norm};
+pub use super::weights::{ModernLayer, ModernWeights};
+use crate::folder::read_json;
+use crate::text::pooling::Pooling;
 use crate::{LoadError, WeightData};
-
-/// How a ModernBERT's layers attend and where its positions come from. NomicBERT and GTE
-/// run on the same layers (a fused `Wqkv`, rotary queries and keys, a gated feed-forward)
-/// and are described here too (`nomic`, `gte`): every layer global, their norms after each
-/// residual sum, their own gate and biases, and GTE's scaled rotary frequencies.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ModernBertParams {
-    /// Per layer: whether it attends to the whole sequence; the others attend to the
-    /// tokens at most [`window`](Self::window) positions away.
-    pub global: Vec<bool>,
-    /// `local_attention / 2`.
-    pub window: usize,
-    /// The rotary base of the global layers and of the sliding-window ones.
-    pub global_theta: f64,
-    pub local_theta: f64,
-    /// GTE's NTK scaling of every rotary frequency (`rope_scaling` `{"type": "ntk"}`).
-    pub ntk: Option<Ntk>,
-    /// A classifier's head pools this way (`classifier_pooling`) ...
-    pub classifier_pooling: Pooling,
-    /// ... and its dense layer has a bias (`classifier_bias`).
-    pub classifier_bias: bool,
-    /// Where a layer's norms sit: ModernBERT's before attention and the feed-forward,
-    /// NomicBERT's after each residual sum (BERT's order).
-    pub norms: NormPlacement,
-    /// What the feed-forward's gated half goes through.
-    pub gate: Gate,
-    /// Which dense layers have biases (ModernBERT's none).
-    pub biases: LayerBiases,
-}
-
-/// GTE's fixed NTK-aware scaling of rotary frequencies, as its code computes them for
-/// every position: with `mixed_b` absent, frequency `k` is `1 / (θ·factor)^(2k / d)`
-/// divided by `factor^(2 / d)`; with it, `1 / θ^(2k / d)` divided by
-/// `exp(ln(factor) · ((k + 1) / (d / 2))^mixed_b)`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Ntk {
-    pub factor: f64,
-    pub mixed_b: Option<f64>,
-}
-
-/// Which of a layer's dense products add a bias (NomicBERT's config flags; ModernBERT has
-/// none).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LayerBiases {
-    /// `Wqkv` and the attention's output.
-    pub attention: bool,
-    pub mlp_in: bool,
-    pub mlp_out: bool,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NormPlacement {
-    /// `x += f(norm(x))`, with a final norm after the last layer.
-    Before,
-    /// `x = norm(x + f(x))`, and no final norm.
-    After,
-}
-
-/// The activation of the gated feed-forward: `Wo · (act(a) ⊙ g)` for `[a, g] = Wi · x`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Gate {
-    /// GELU with the exact error function (ModernBERT; NomicBERT's `geglu`; GTE's `gelu`).
-    Gelu,
-    /// SiLU (NomicBERT's `swiglu`, GTE's `silu`).
-    Silu,
-}
 
 #[derive(Deserialize)]
 struct ModernJson {
@@ -303,32 +241,6 @@ fn thetas(json: &ModernJson) -> Result<(f64, f64), String> {
             LOCAL_THETA,
         )?,
     ))
-}
-
-/// A ModernBERT layer's weights: `x += Wo·attention(rotary(Wqkv·norm(x)))`, then
-/// `x += Wo·(gelu(a) ⊙ g)` with `[a, g] = Wi·norm(x)`. No biases: they are zeros. A
-/// NomicBERT layer's are the same matrices (with biases where its config says), its norms
-/// applied after each sum instead ([`NormPlacement::After`]).
-#[derive(Clone, Debug, PartialEq)]
-pub struct ModernLayer {
-    /// Before attention: None in ModernBERT's first layer, whose attention reads the
-    /// normalised embeddings as they are. After it: NomicBERT's `norm1`.
-    pub attention_norm: Option<Norm>,
-    /// `[3 · hidden, hidden]`: queries, keys, values.
-    pub qkv: Dense,
-    pub attention_out: Dense,
-    pub mlp_norm: Norm,
-    /// `[2 · intermediate, hidden]`: the half through the gate's activation, then the half
-    /// it multiplies.
-    pub mlp_in: Dense,
-    pub mlp_out: Dense,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct ModernWeights {
-    pub layers: Vec<ModernLayer>,
-    /// ModernBERT's; NomicBERT has none.
-    pub final_norm: Option<Norm>,
 }
 
 /// A ModernBERT's tensors: `embeddings.tok_embeddings` and `embeddings.norm`, then

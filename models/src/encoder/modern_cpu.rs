@@ -16,13 +16,14 @@ use kernels::cpu::{
     add_layer_norm, biased_attention, gelu_in_place, silu_in_place,
 };
 
-use super::config::EncoderConfig;
-use super::cpu::{attention_input, packed_for, pool};
+use super::cpu::{attention_input, pool};
 use super::groups::{Group, Grouped};
 use super::modern::{Gate, ModernBertParams, ModernLayer, ModernWeights, NormPlacement};
-use super::packed::PackedTokens;
-use super::rotary::Rotary;
+use super::weights::packed_for;
 use super::weights::{Dense, Embeddings, Norm};
+use crate::encoder::spec::EncoderConfig;
+use crate::text::packed::PackedTokens;
+use crate::text::rotary::Rotary;
 use crate::{LoadError, ModelError};
 
 pub(super) struct ModernCpuEncoder {

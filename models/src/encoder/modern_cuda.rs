@@ -17,12 +17,13 @@ use kernels::cuda::encoder::{
 };
 use kernels::cuda::linear::Linear;
 
-use super::config::{EncoderConfig, Pooling};
 use super::cuda::upload_tokens;
 use super::modern::{Gate, ModernBertParams, ModernWeights, NormPlacement, Ntk};
-use super::packed::PackedTokens;
-use super::rotary::Rotary;
 use super::weights::{Dense, Embeddings, Norm};
+use crate::encoder::spec::EncoderConfig;
+use crate::text::packed::PackedTokens;
+use crate::text::pooling::Pooling;
+use crate::text::rotary::Rotary;
 use crate::{LoadError, ModelError};
 
 pub(super) struct ModernCudaEncoder {

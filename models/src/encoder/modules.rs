@@ -7,9 +7,10 @@ use std::path::{Component, Path};
 
 use serde::Deserialize;
 
-use super::config::{Pooling, SparsePooling, read_json};
-use super::projection::DenseModule;
+use super::dense_module::DenseModule;
 use crate::LoadError;
+use crate::folder::read_json;
+use crate::text::pooling::{Pooling, SparsePooling};
 
 #[derive(Deserialize)]
 struct ModuleJson {

@@ -14,13 +14,15 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::config::{EncoderConfig, Pooling, read_json};
 use super::modern::{
     Gate, LayerBiases, ModernBertParams, ModernLayer, ModernWeights, NormPlacement,
     post_norm_layers,
 };
 use super::weights::{Embeddings, Found, stack};
 use crate::LoadError;
+use crate::encoder::spec::EncoderConfig;
+use crate::folder::read_json;
+use crate::text::pooling::Pooling;
 
 /// NomicBERT's own keys, with the defaults of the Hugging Face code nomic-embed-text-v1.5
 /// ships (`configuration_hf_nomic_bert.py`) where a key may be absent.

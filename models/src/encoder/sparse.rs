@@ -10,10 +10,10 @@
 use kernels::Activation;
 use kernels::cpu::{NormParams, PackedLinear, add_layer_norm};
 
-use super::config::SparsePooling;
-use super::cpu::packed;
-use super::packed::PackedTokens;
+use super::weights::packed;
 use super::weights::{MaskedLmWeights, Norm};
+use crate::text::packed::PackedTokens;
+use crate::text::pooling::SparsePooling;
 use crate::{LoadError, ModelError};
 
 /// Tokens whose logits are computed at once: 64 × 30,522 logits are 7.8 MB.

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use kernels::{DType, Device};
 use models::LoadOptions;
-use models::encoder::projection::DenseActivation;
+use models::encoder::dense_module::DenseActivation;
 use models::encoder::synthetic::{SyntheticDense, SyntheticSpec};
 use models::encoder::{Encoded, Encoder, PackedTokens, Pooling, TextTokenizer};
 use models::rng::SplitMix64;

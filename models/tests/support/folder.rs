@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use kernels::Device;
 use models::encoder::Encoder;
+use models::encoder::dense_module::DenseActivation;
 use models::encoder::family::Family;
-use models::encoder::projection::DenseActivation;
 use models::encoder::synthetic::{SyntheticDense, SyntheticSpec, write_synthetic};
 use safetensors::SafeTensors;
 use safetensors::tensor::TensorView;

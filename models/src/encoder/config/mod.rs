@@ -8,82 +8,21 @@
 //! Reading never touches the weights.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 
 use super::family::{Family, RELATIVE_BUCKETS};
-use super::modern::ModernBertParams;
 use super::modules::{HeadModules, read_head_modules, read_sparse_modules};
-use super::packed::PackedTokens;
-use super::projection::DenseModule;
+use super::spec::{EncoderConfig, first_position};
 use crate::LoadError;
-use crate::SlidingWindow;
+use crate::folder::{read_json, required};
+use crate::text::pooling::Pooling;
 use family_layers::FamilyLayers;
 use max_seq_len::read_max_seq_len;
 
 mod family_layers;
 mod max_seq_len;
-
-/// How token states become one vector per sequence.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Pooling {
-    /// The mean over every token of the sequence, special tokens included.
-    Mean,
-    /// The state of the first token (`[CLS]`).
-    Cls,
-}
-
-/// How a sparse encoder (SPLADE) turns its masked-language head's logits into one weight a
-/// vocabulary entry: `log(1 + relu(logit))` of every token, then their maximum or their sum
-/// over the sequence (sentence-transformers' `SpladePooling`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SparsePooling {
-    Max,
-    Sum,
-}
-
-/// A validated encoder configuration.
-#[derive(Clone, Debug, PartialEq)]
-pub struct EncoderConfig {
-    pub family: Family,
-    /// The padding token's id: a RoBERTa model numbers positions after it.
-    pub pad_token_id: u32,
-    pub vocab_size: usize,
-    pub hidden: usize,
-    pub layers: usize,
-    pub heads: usize,
-    pub intermediate: usize,
-    /// Rows of the position table, the ones a family skips included.
-    pub max_position_embeddings: usize,
-    /// Rows of the token type table; 0 for a model that reads no type ids (a GTE without
-    /// one).
-    pub type_vocab_size: usize,
-    pub layer_norm_eps: f32,
-    /// The longest sequence served, in tokens (special ones included).
-    pub max_seq_len: usize,
-    pub pooling: Pooling,
-    /// sentence-transformers `Dense` modules after pooling, in order; the last one's
-    /// `out_features` is the embedding's width.
-    pub dense: Vec<DenseModule>,
-    /// Whether the folder's modules end with `Normalize`.
-    pub normalize: bool,
-    /// A sequence classifier's labels in output order (`id2label`); empty for an encoder
-    /// of embeddings. A classifier's head reads the `[CLS]` state, so its pooling is `Cls`
-    /// (a ModernBERT's may be `Mean`).
-    pub labels: Vec<String>,
-    /// A classifier whose labels are independent (`problem_type`
-    /// `"multi_label_classification"`): each is scored by its own sigmoid, not a softmax.
-    pub multi_label: bool,
-    /// ModernBERT's (and NomicBERT's and GTE's) attention windows, rotary bases and layer form; None
-    /// for BERT's families.
-    pub modern: Option<ModernBertParams>,
-    /// A sparse encoder's pooling (`BertForMaskedLM` read as SPLADE): its embeddings have a
-    /// weight a vocabulary entry, from the masked-language head; `pooling`, `dense` and
-    /// `normalize` do not apply.
-    pub sparse: Option<SparsePooling>,
-}
 
 /// `config.json` as transformers writes it for BERT and RoBERTa, for DistilBERT under its
 /// own names (`dim`, `n_layers`, ...) and for NomicBERT under GPT-2's (`n_embd`, `n_layer`,
@@ -273,95 +212,6 @@ impl EncoderConfig {
             sparse,
         })
     }
-
-    /// What makes it a model served on the CPU only, if anything: a sparse encoder's head
-    /// runs on the host over every token's state, which only the CPU's encoders keep, and
-    /// NomicBERT's and GTE's layers have no CUDA kernels.
-    pub fn cpu_only(&self) -> Option<&'static str> {
-        if self.sparse.is_some() {
-            Some("a sparse encoder (BertForMaskedLM, SPLADE)")
-        } else if self.family == Family::NomicBert {
-            Some("a NomicBERT encoder")
-        } else if self.family == Family::Gte {
-            Some("a GTE encoder")
-        } else {
-            None
-        }
-    }
-
-    /// Whether it is a sequence classifier rather than an encoder of embeddings.
-    pub fn is_classifier(&self) -> bool {
-        !self.labels.is_empty()
-    }
-
-    /// FLOPs of one layer's dense products for one token: `2 × (4h² + 2hi)` for BERT's
-    /// families, and `2 × (4h² + 3hi)` for ModernBERT, whose gated feed-forward has a third
-    /// matrix of `h · i`.
-    pub fn dense_flops_per_token(&self) -> u64 {
-        let (h, i) = (self.hidden as u64, self.intermediate as u64);
-        let ffn_matrices = if self.modern.is_some() { 3 } else { 2 };
-        2 * (4 * h * h + ffn_matrices * h * i)
-    }
-
-    /// ModernBERT's local layers: its window and their share of the layers.
-    pub fn sliding_window(&self) -> Option<SlidingWindow> {
-        let m = self.modern.as_ref()?;
-        let local = m.global.iter().filter(|global| !**global).count();
-        (local > 0).then(|| SlidingWindow {
-            window: m.window,
-            share: local as f64 / m.global.len() as f64,
-        })
-    }
-
-    /// Values per head.
-    pub fn head_dim(&self) -> usize {
-        self.hidden / self.heads
-    }
-
-    /// The row of the position table of a sequence's first token (when it is not padding):
-    /// 0 for BERT and DistilBERT, `pad_token_id + 1` for RoBERTa and MPNet.
-    pub fn first_position(&self) -> usize {
-        first_position(self.family, self.pad_token_id)
-    }
-
-    /// The row of the position table of each token of a packed batch, into `out` (cleared
-    /// first).
-    pub fn batch_position_ids(&self, tokens: &PackedTokens, out: &mut Vec<u32>) {
-        out.clear();
-        out.reserve(tokens.tokens());
-        for seq in 0..tokens.sequences() {
-            self.position_ids(&tokens.ids[tokens.range(seq)], out);
-        }
-    }
-
-    /// The row of the position table of each of a sequence's tokens, appended to `out`. BERT
-    /// counts from 0. RoBERTa and MPNet count from `pad_token_id + 1`, and a padding token inside a
-    /// sequence takes the row `pad_token_id` and does not advance the count, as
-    /// transformers' `create_position_ids_from_input_ids` does.
-    pub fn position_ids(&self, ids: &[u32], out: &mut Vec<u32>) {
-        if !self.family.positions_after_padding() {
-            out.extend(0..ids.len() as u32);
-            return;
-        }
-        let pad = self.pad_token_id;
-        let mut next = pad;
-        out.extend(ids.iter().map(|&id| {
-            if id == pad {
-                pad
-            } else {
-                next += 1;
-                next
-            }
-        }));
-    }
-}
-
-fn first_position(family: Family, pad_token_id: u32) -> usize {
-    if family.positions_after_padding() {
-        pad_token_id as usize + 1
-    } else {
-        0
-    }
 }
 
 /// How many tokens a sequence may have for every position to have a row: a RoBERTa table's
@@ -382,27 +232,6 @@ fn usable_positions(
             ),
         }),
     }
-}
-
-/// `dir/file`, or an error naming it when it is absent.
-pub(crate) fn required(dir: &Path, file: &str) -> Result<PathBuf, LoadError> {
-    let path = dir.join(file);
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(LoadError::MissingFile { path })
-    }
-}
-
-pub(super) fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    serde_json::from_str(&text).map_err(|e| LoadError::Config {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })
 }
 
 /// The family of the folder's `model_type`, and whether its `architectures` name an encoder

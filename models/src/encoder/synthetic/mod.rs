@@ -12,10 +12,10 @@ use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 use serde_json::json;
 
-use super::config::{Pooling, SparsePooling};
+use super::dense_module::DenseActivation;
 use super::family::{Family, RELATIVE_BUCKETS};
-use super::projection::DenseActivation;
 use crate::rng::SplitMix64;
+use crate::text::pooling::{Pooling, SparsePooling};
 
 mod modern;
 mod tokenizers;

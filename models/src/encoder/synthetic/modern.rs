@@ -5,8 +5,8 @@
 use serde_json::json;
 
 use super::{Drawn, SyntheticSpec};
-use crate::encoder::config::Pooling;
 use crate::encoder::nomic::GATED_MULTIPLE;
+use crate::text::pooling::Pooling;
 
 /// A ModernBERT's `config.json` as transformers writes it (old keys), with the spec's window
 /// (by default 8: 4 tokens each side, so that short texts feel it), and every other layer global; a

@@ -23,11 +23,10 @@ use kernels::DType;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 
-use super::config::EncoderConfig;
-use super::family::{Family, RELATIVE_BUCKETS};
-use super::modern::{self, ModernWeights};
-use super::projection::DenseModule;
-use super::{gte, nomic};
+use kernels::cpu::{MatmulPrecision, PackedLinear};
+
+use super::family::Family;
+use super::spec::EncoderConfig;
 use crate::{LoadError, WeightData};
 use names::{canonical_name, is_ignored};
 
@@ -165,6 +164,32 @@ fn layer_names(family: Family) -> &'static LayerNames {
     }
 }
 
+/// A ModernBERT layer's weights: `x += Wo·attention(rotary(Wqkv·norm(x)))`, then
+/// `x += Wo·(gelu(a) ⊙ g)` with `[a, g] = Wi·norm(x)`. No biases: they are zeros. A
+/// NomicBERT layer's are the same matrices (with biases where its config says), its norms
+/// applied after each sum instead ([`NormPlacement::After`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModernLayer {
+    /// Before attention: None in ModernBERT's first layer, whose attention reads the
+    /// normalised embeddings as they are. After it: NomicBERT's `norm1`.
+    pub attention_norm: Option<Norm>,
+    /// `[3 · hidden, hidden]`: queries, keys, values.
+    pub qkv: Dense,
+    pub attention_out: Dense,
+    pub mlp_norm: Norm,
+    /// `[2 · intermediate, hidden]`: the half through the gate's activation, then the half
+    /// it multiplies.
+    pub mlp_in: Dense,
+    pub mlp_out: Dense,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModernWeights {
+    pub layers: Vec<ModernLayer>,
+    /// ModernBERT's; NomicBERT has none.
+    pub final_norm: Option<Norm>,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct EncoderWeights {
     pub embeddings: Embeddings,
@@ -184,100 +209,7 @@ pub struct EncoderWeights {
     pub dense: Vec<Dense>,
 }
 
-impl EncoderWeights {
-    /// Reads and validates `path` against `config`, and the Dense modules `config` names
-    /// from their folders beside it.
-    pub fn read(path: &Path, config: &EncoderConfig) -> Result<EncoderWeights, LoadError> {
-        let bytes = read_file(path)?;
-        let tensors = parse(path, &bytes)?;
-        let mut found = Found::index(path, &tensors, config)?;
-        let (embeddings, layers, modern, classifier) = match (config.family, &config.modern) {
-            (Family::ModernBert, Some(params)) => {
-                let (embeddings, modern, classifier) =
-                    modern::read_weights(&mut found, config, params)?;
-                (embeddings, Vec::new(), Some(modern), classifier)
-            }
-            (Family::NomicBert, Some(params)) => {
-                let (embeddings, layers) = nomic::read_weights(&mut found, config, params)?;
-                (embeddings, Vec::new(), Some(layers), None)
-            }
-            (Family::Gte, Some(_)) => {
-                let (embeddings, layers) = gte::read_weights(&mut found, config)?;
-                let classifier = match config.is_classifier() {
-                    true => Some(found.classifier(config)?),
-                    false => None,
-                };
-                (embeddings, Vec::new(), Some(layers), classifier)
-            }
-            (Family::ModernBert | Family::NomicBert | Family::Gte, None) => {
-                return Err(LoadError::Inconsistent(
-                    "a ModernBERT, NomicBERT or GTE configuration without its parameters".into(),
-                ));
-            }
-            _ => {
-                let layers = (0..config.layers)
-                    .map(|i| found.layer(i, config))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let classifier = match config.is_classifier() {
-                    true => Some(found.classifier(config)?),
-                    false => None,
-                };
-                (found.embeddings(config)?, layers, None, classifier)
-            }
-        };
-        let masked_lm = match config.sparse {
-            Some(_) => Some(found.masked_lm(config, &embeddings)?),
-            None => None,
-        };
-        let relative_bias = match config.family {
-            Family::Mpnet => Some(found.f32(
-                "encoder.relative_attention_bias.weight",
-                &[RELATIVE_BUCKETS, config.heads],
-            )?),
-            _ => None,
-        };
-        found.refuse_leftovers()?;
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let dense = (config.dense.iter())
-            .map(|m| read_dense_module(dir, m))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(EncoderWeights {
-            embeddings,
-            layers,
-            classifier,
-            masked_lm,
-            relative_bias,
-            modern,
-            dense,
-        })
-    }
-}
-
-/// A Dense module's `linear.weight` `[out, in]` and, if it has one, `linear.bias`, from
-/// `model.safetensors` in its folder; nothing else may be there.
-fn read_dense_module(dir: &Path, m: &DenseModule) -> Result<Dense, LoadError> {
-    let folder = dir.join(&m.path);
-    let path = folder.join("model.safetensors");
-    if !path.is_file() && folder.join("pytorch_model.bin").is_file() {
-        return Err(LoadError::Unsupported {
-            path: folder.join("pytorch_model.bin"),
-            what: "a PyTorch pickle".into(),
-            supported: "a Dense module's weights are read from model.safetensors only",
-        });
-    }
-    let bytes = read_file(&path)?;
-    let tensors = parse(&path, &bytes)?;
-    let mut found = Found {
-        path: path.clone(),
-        tensors: tensors.iter().map(|(n, v)| (n.to_string(), v)).collect(),
-    };
-    let mut dense = found.linear("linear", m.in_features, m.out_features, m.bias)?;
-    found.refuse_leftovers()?;
-    dense.weight = WeightData::F32(dense.weight.to_f32());
-    Ok(dense)
-}
-
-fn read_file(path: &Path) -> Result<Vec<u8>, LoadError> {
+pub(super) fn read_file(path: &Path) -> Result<Vec<u8>, LoadError> {
     std::fs::read(path).map_err(|source| match source.kind() {
         std::io::ErrorKind::NotFound => LoadError::MissingFile {
             path: path.to_path_buf(),
@@ -289,7 +221,7 @@ fn read_file(path: &Path) -> Result<Vec<u8>, LoadError> {
     })
 }
 
-fn parse<'a>(path: &Path, bytes: &'a [u8]) -> Result<SafeTensors<'a>, LoadError> {
+pub(super) fn parse<'a>(path: &Path, bytes: &'a [u8]) -> Result<SafeTensors<'a>, LoadError> {
     SafeTensors::deserialize(bytes).map_err(|e| LoadError::Format {
         path: path.to_path_buf(),
         reason: e.to_string(),
@@ -298,12 +230,12 @@ fn parse<'a>(path: &Path, bytes: &'a [u8]) -> Result<SafeTensors<'a>, LoadError>
 
 /// The file's tensors by canonical name, taken out as the encoder asks for them.
 pub(super) struct Found<'a> {
-    path: PathBuf,
-    tensors: HashMap<String, TensorView<'a>>,
+    pub(super) path: PathBuf,
+    pub(super) tensors: HashMap<String, TensorView<'a>>,
 }
 
 impl<'a> Found<'a> {
-    fn index(
+    pub(super) fn index(
         path: &Path,
         file: &'a SafeTensors<'a>,
         config: &EncoderConfig,
@@ -329,7 +261,11 @@ impl<'a> Found<'a> {
     }
 
     /// The tensor `name`, checked to have `shape`.
-    fn take(&mut self, name: &str, shape: &[usize]) -> Result<TensorView<'a>, LoadError> {
+    pub(super) fn take(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+    ) -> Result<TensorView<'a>, LoadError> {
         let view = self
             .tensors
             .remove(name)
@@ -363,7 +299,12 @@ impl<'a> Found<'a> {
         })
     }
 
-    fn dense(&mut self, prefix: &str, inputs: usize, outputs: usize) -> Result<Dense, LoadError> {
+    pub(super) fn dense(
+        &mut self,
+        prefix: &str,
+        inputs: usize,
+        outputs: usize,
+    ) -> Result<Dense, LoadError> {
         self.linear(prefix, inputs, outputs, true)
     }
 
@@ -390,7 +331,7 @@ impl<'a> Found<'a> {
         })
     }
 
-    fn embeddings(&mut self, c: &EncoderConfig) -> Result<Embeddings, LoadError> {
+    pub(super) fn embeddings(&mut self, c: &EncoderConfig) -> Result<Embeddings, LoadError> {
         let h = c.hidden;
         Ok(Embeddings {
             word: self.f32("embeddings.word_embeddings.weight", &[c.vocab_size, h])?,
@@ -409,7 +350,7 @@ impl<'a> Found<'a> {
         })
     }
 
-    fn layer(&mut self, i: usize, c: &EncoderConfig) -> Result<LayerWeights, LoadError> {
+    pub(super) fn layer(&mut self, i: usize, c: &EncoderConfig) -> Result<LayerWeights, LoadError> {
         let (h, inter) = (c.hidden, c.intermediate);
         let n = layer_names(c.family);
         let name = |part: &str| format!("{}.{i}.{part}", n.prefix);
@@ -426,7 +367,7 @@ impl<'a> Found<'a> {
         })
     }
 
-    fn classifier(&mut self, c: &EncoderConfig) -> Result<ClassifierWeights, LoadError> {
+    pub(super) fn classifier(&mut self, c: &EncoderConfig) -> Result<ClassifierWeights, LoadError> {
         let h = c.hidden;
         let widened = |mut d: Dense| {
             d.weight = WeightData::F32(d.weight.to_f32());
@@ -458,7 +399,7 @@ impl<'a> Found<'a> {
     /// BERT's masked-language head. Its decoder's weight is the word embeddings' unless the
     /// checkpoint stores its own; its bias is `cls.predictions.bias`, which transformers
     /// ties to `cls.predictions.decoder.bias` (a checkpoint may store both, equal).
-    fn masked_lm(
+    pub(super) fn masked_lm(
         &mut self,
         c: &EncoderConfig,
         embeddings: &Embeddings,
@@ -499,7 +440,7 @@ impl<'a> Found<'a> {
     }
 
     /// Refuses the first tensor (in name order) that nothing asked for.
-    fn refuse_leftovers(self) -> Result<(), LoadError> {
+    pub(super) fn refuse_leftovers(self) -> Result<(), LoadError> {
         match self.tensors.into_keys().min() {
             Some(name) => Err(LoadError::UnexpectedEncoderTensor {
                 path: self.path,
@@ -580,4 +521,20 @@ fn check_finite(name: &str, values: &[f32]) -> Result<(), LoadError> {
         }),
         None => Ok(()),
     }
+}
+
+/// A dense layer's weights laid out in panels for the CPU's kernels, for f32 products.
+pub(super) fn packed(d: &Dense) -> Result<PackedLinear, LoadError> {
+    packed_for(d, MatmulPrecision::F32)
+}
+
+/// A dense layer's weights laid out in panels for products in `precision`.
+pub(super) fn packed_for(d: &Dense, precision: MatmulPrecision) -> Result<PackedLinear, LoadError> {
+    Ok(PackedLinear::with_precision(
+        d.weight.host(),
+        &d.bias,
+        d.inputs,
+        d.outputs,
+        precision,
+    )?)
 }

@@ -1,8 +1,8 @@
 //! How a checkpoint's tensor names are read: without the family's prefix, old spellings
 //! modernised, and the tensors a model does not use set aside.
 
-use crate::encoder::config::EncoderConfig;
 use crate::encoder::family::Family;
+use crate::encoder::spec::EncoderConfig;
 
 /// The name without the family's `prefix`, with old LayerNorm spellings (`gamma`, `beta`)
 /// modernised.

@@ -18,8 +18,8 @@ use tokenizers::{PostProcessor, Tokenizer, TruncationDirection};
 
 pub use inspect::Token;
 
-use super::config::required;
 use crate::LoadError;
+use crate::folder::required;
 use pieces::{piece_end, piece_start};
 
 /// One tokenized input: ids and token type ids (0 for the first text, 1 for the second of

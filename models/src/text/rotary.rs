@@ -1,13 +1,22 @@
 //! Rotary position embeddings (ModernBERT's, NomicBERT's, GTE's): per position, a cosine
 //! and a sine for each pair of a head's values.
 
-use super::modern::Ntk;
-use super::packed::PackedTokens;
+use crate::text::packed::PackedTokens;
+
+/// GTE's fixed NTK-aware scaling of rotary frequencies, as its code computes them for
+/// every position: with `mixed_b` absent, frequency `k` is `1 / (θ·factor)^(2k / d)`
+/// divided by `factor^(2 / d)`; with it, `1 / θ^(2k / d)` divided by
+/// `exp(ln(factor) · ((k + 1) / (d / 2))^mixed_b)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Ntk {
+    pub factor: f64,
+    pub mixed_b: Option<f64>,
+}
 
 /// Rotary embeddings' cosines and sines, `[position][head_dim / 2]`, as transformers
 /// computes them in f32: frequency `k` is `1 / θ^(2k / head_dim)`, unless scaled ([`Ntk`]).
 #[derive(Default)]
-pub(super) struct Rotary {
+pub(crate) struct Rotary {
     cos: Vec<f32>,
     sin: Vec<f32>,
     half: usize,
@@ -16,7 +25,7 @@ pub(super) struct Rotary {
 impl Rotary {
     /// Makes the tables cover positions `0..span` (keeping larger ones); returns whether
     /// they changed.
-    pub(super) fn fill(
+    pub(crate) fn fill(
         &mut self,
         theta: f64,
         ntk: Option<Ntk>,
@@ -37,14 +46,14 @@ impl Rotary {
     }
 
     /// `[position][head_dim / 2]` cosines and sines.
-    pub(super) fn tables(&self) -> (&[f32], &[f32]) {
+    pub(crate) fn tables(&self) -> (&[f32], &[f32]) {
         (&self.cos, &self.sin)
     }
 
     /// Turns every head's query and key of each token (the first two thirds of its `qkv`
     /// row) by its position in its sequence: value `j` of the first half with value `j` of
     /// the second, by frequency `j` (transformers' `rotate_half`).
-    pub(super) fn apply(
+    pub(crate) fn apply(
         &self,
         qkv: &mut [f32],
         tokens: &PackedTokens,
