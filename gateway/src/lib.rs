@@ -36,7 +36,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 pub use http::tls::TlsError;
-use kernels::{DeviceSpec, Selection};
+use models::{DeviceSpec, Selection};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -56,7 +56,7 @@ pub enum StartError {
     #[error(transparent)]
     Config(#[from] config::ConfigError),
     #[error("device: {0}")]
-    Device(#[from] kernels::KernelError),
+    Device(#[from] models::KernelError),
     #[error("model {model:?} failed to load from {path}: {reason}")]
     Model {
         model: String,
@@ -111,7 +111,7 @@ pub async fn run_with_reload(
 struct Gateway {
     config: Arc<Config>,
     state: Arc<AppState>,
-    device: kernels::Device,
+    device: models::Device,
     busy: Arc<BusyMeter>,
     /// Load and unload through the HTTP API reach the repository watcher this way.
     control: Option<Arc<RepositoryControl>>,

@@ -9,6 +9,7 @@
 //! CPU or a GPU through `kernels`.
 
 pub mod checkpoint;
+pub mod device;
 pub mod encoder;
 mod error;
 pub mod folder;
@@ -23,7 +24,7 @@ pub use encoder::{
 };
 pub use error::{LoadError, ModelError};
 pub use kernels::cpu::MatmulPrecision;
-pub use kernels::{Device, DeviceSpec};
+pub use kernels::{DType, Device, DeviceSpec, KernelError, Selection};
 pub use mlp::Mlp;
 
 /// A named tensor of a model's signature, in the Open Inference Protocol's terms.

@@ -7,7 +7,7 @@ mod warmup;
 
 use std::path::{Path, PathBuf};
 
-use kernels::Device;
+use models::Device;
 
 use crate::triton::ModelConfig;
 

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use kernels::Device;
+use models::Device;
 use models::{Batch, InputKind, ModelError, ModelMetadata};
 use seam::{Signature, Tensor, TensorSpec};
 

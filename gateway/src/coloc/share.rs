@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use kernels::cuda::{CudaDevice, MemoryInfo};
+use models::device::{CudaDevice, MemoryInfo};
 use tokio::time::Instant;
 
 /// How much of the device serving is using right now, so that training is lent only what
@@ -21,12 +21,12 @@ pub struct ServingShare {
 }
 
 impl ServingShare {
-    pub fn new(device: &kernels::Device, busy: Arc<crate::batching::BusyMeter>) -> ServingShare {
+    pub fn new(device: &models::Device, busy: Arc<crate::batching::BusyMeter>) -> ServingShare {
         ServingShare {
             cpu: !device.is_cuda(),
             gpu: match device {
-                kernels::Device::Cuda(d) => Some(d.clone()),
-                kernels::Device::Cpu => None,
+                models::Device::Cuda(d) => Some(d.clone()),
+                models::Device::Cpu => None,
             },
             busy,
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()) as f64,
@@ -60,7 +60,7 @@ impl ServingShare {
 
     /// The GPU's free and total memory, every process's use counted; `None` on a CPU or
     /// when the driver does not answer (logged once a minute at most by the caller).
-    pub fn memory(&self) -> Option<Result<MemoryInfo, kernels::KernelError>> {
+    pub fn memory(&self) -> Option<Result<MemoryInfo, models::KernelError>> {
         self.gpu.as_ref().map(|d| d.memory_info())
     }
 }

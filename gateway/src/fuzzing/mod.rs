@@ -139,7 +139,7 @@ fn fixtures() -> &'static Fixtures {
                 type_vocab_size: encoder.type_vocab_size,
                 normalize_by_default: true,
                 pooling: encoder.pooling,
-                precision: kernels::DType::F32,
+                precision: models::DType::F32,
                 attention_per_token_pair: 0.01,
                 sliding_window: None,
                 labels: Vec::new(),

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kernels::Device;
+use models::Device;
 use models::encoder::Prompts;
 use models::{InputKind, TextInput, TextTokenizer};
 use tokio::sync::mpsc;

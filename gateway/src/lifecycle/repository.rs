@@ -178,7 +178,7 @@ pub struct Watcher {
     pub root: PathBuf,
     pub config: Arc<Config>,
     pub registry: Arc<Registry>,
-    pub device: kernels::Device,
+    pub device: models::Device,
     pub busy: Arc<BusyMeter>,
     /// The operator's holds, and where each pass publishes the index.
     pub control: Arc<RepositoryControl>,
@@ -192,7 +192,7 @@ impl Watcher {
         root: PathBuf,
         config: Arc<Config>,
         registry: Arc<Registry>,
-        device: kernels::Device,
+        device: models::Device,
         busy: Arc<BusyMeter>,
         control: Arc<RepositoryControl>,
     ) -> Watcher {

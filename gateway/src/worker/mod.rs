@@ -101,7 +101,7 @@ fn load_and_serve<L>(
     };
     if model.splits_layers_over_threads() {
         // Before warm-up, so that the latency model learns the pinned pool's times.
-        if let Err(e) = kernels::cpu::affinity::pin_pool_one_thread_per_core() {
+        if let Err(e) = models::device::pin_pool_one_thread_per_core() {
             tracing::warn!(model = %spec.model_label, error = %e, "compute threads left floating: cannot pin them one per core");
         }
     }

@@ -247,8 +247,8 @@ mod tests {
     /// for every batch size; one within it runs all five.
     #[test]
     fn timed_rounds_stop_once_the_budget_is_spent() {
-        let checkpoint = models::Checkpoint::random(&[256, 256, 8], kernels::DType::F32, 3);
-        let mut mlp = models::Mlp::new(&checkpoint, &kernels::Device::Cpu).unwrap();
+        let checkpoint = models::Checkpoint::random(&[256, 256, 8], models::DType::F32, 3);
+        let mut mlp = models::Mlp::new(&checkpoint, &models::Device::Cpu).unwrap();
         let all = warm_up_within(&mut mlp, 64, 64, Duration::from_secs(60)).unwrap();
         assert_eq!(all.timed_rounds, ROUNDS);
         let spent = warm_up_within(&mut mlp, 64, 64, Duration::ZERO).unwrap();
@@ -266,7 +266,7 @@ mod tests {
             type_vocab_size: 2,
             normalize_by_default: true,
             pooling: models::encoder::Pooling::Mean,
-            precision: kernels::DType::F32,
+            precision: models::DType::F32,
             attention_per_token_pair: 0.0,
             sliding_window: None,
             labels: Vec::new(),

@@ -71,9 +71,9 @@ pub fn info(state: &AppState) -> Result<Response<Full<Bytes>>, ApiError> {
     let settings = version.settings();
     let model_type = model_type(&text.input);
     let dtype = match text.input.precision {
-        kernels::DType::F32 => "float32",
-        kernels::DType::F16 => "float16",
-        kernels::DType::BF16 => "bfloat16",
+        models::DType::F32 => "float32",
+        models::DType::F16 => "float16",
+        models::DType::BF16 => "bfloat16",
     };
     let body = json!({
         "model_id": version.name,
