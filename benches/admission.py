@@ -3,7 +3,7 @@
 
 The model is the 784→1024→1024→10 f32 MLP (scripts/make_mlp.py, seed 1) served with
 `tandem serve --device cpu --p99-ms B`, one server per budget and neighbour, driven open loop
-by `tandem bench load` (Poisson arrivals, single-row JSON requests, keep-alive connections
+by `tandem-bench load` (Poisson arrivals, single-row JSON requests, keep-alive connections
 for twice a budget's worth of requests in flight (128 to 1,024), latency from each request's
 scheduled send time) in steps of --step-s seconds at
 fractions of the server's capacity. Capacity is measured first, alone, as the 200s per second
@@ -25,7 +25,7 @@ Per budget and neighbour it reports each step, and two figures:
 --baseline BIN runs every configuration a second time with another tandem binary (e.g. an
 earlier commit's), alternating which goes first per configuration.
 
-    cargo build --release
+    cargo build --release -p tandem -p tandem-bench
     .venv/bin/python benches/admission.py [--budgets 10,50] [--neighbours none,busy,train]
         [--steps 0.1,0.3,0.5,0.7,0.9,1.1,1.3] [--step-s 8] [--baseline BIN] [--json OUT]
 """
@@ -43,6 +43,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TANDEM = ROOT / "target/release/tandem"
+TANDEM_BENCH = ROOT / "target/release/tandem-bench"
 
 
 def metrics(url):
@@ -112,7 +113,7 @@ def connections(rate, budget_ms):
 
 def load(url, rate, seconds, out, conns=128):
     subprocess.run(
-        [str(TANDEM), "bench", "load", "--url", url, "--model", "mlp", "--rate", str(rate),
+        [str(TANDEM_BENCH), "load", "--url", url, "--model", "mlp", "--rate", str(rate),
          "--duration", str(seconds), "--shape", "poisson", "--connections", str(conns),
          "--json", str(out)],
         check=True, stdout=subprocess.DEVNULL)

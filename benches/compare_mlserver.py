@@ -2,7 +2,7 @@
 """tandem against Seldon MLServer 1.7.1 (adaptive batching on) on the same MLP and machine.
 
 Starts both servers (MLServer through benches/peers/mlserver.sh, which makes its venv),
-then runs `tandem bench sweep` against each in turn, --rounds times (tandem, MLServer,
+then runs `tandem-bench sweep` against each in turn, --rounds times (tandem, MLServer,
 tandem, MLServer, ...), with single-row JSON requests, and reports goodput at p99 <= 50 ms:
 the most requests per second answered 200 within 50 ms in a run whose 200s keep their p99
 within it, per round, with the median and best of each server and their ratios, and a 90%
@@ -31,6 +31,7 @@ import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TANDEM = os.path.join(ROOT, "target", "release", "tandem")
+TANDEM_BENCH = os.path.join(ROOT, "target", "release", "tandem-bench")
 
 
 def wait_ready(url, proc, what):
@@ -47,7 +48,7 @@ def wait_ready(url, proc, what):
 
 
 def sweep(url, lo, hi, args, out):
-    subprocess.run([TANDEM, "bench", "sweep", "--url", url, "--model", "mlp",
+    subprocess.run([TANDEM_BENCH, "sweep", "--url", url, "--model", "mlp",
                     "--budget-ms", "50", "--duration", str(args.duration),
                     "--min-rate", str(lo), "--max-rate", str(hi), "--cooldown", "1",
                     "--json", out], check=True, stdout=subprocess.DEVNULL)
@@ -62,7 +63,7 @@ def host_gflops(model, out, batch=128, evict_mib=0):
     keep of the last-level cache then moves with the neighbours' use of it, which is what a
     serving process feels and the hot probe does not (docs/performance.md, "Goodput over
     HTTP")."""
-    subprocess.run([TANDEM, "bench", "forward", "--model", model, "--batch", str(batch),
+    subprocess.run([TANDEM_BENCH, "forward", "--model", model, "--batch", str(batch),
                     "--seconds", "2", "--device", "cpu", "--evict-mib", str(evict_mib),
                     "--json", out], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

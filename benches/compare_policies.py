@@ -2,7 +2,7 @@
 """Adaptive batching against the static policy at three max_queue_delay settings.
 
 For each budget (10 ms, 50 ms) and load shape (constant, poisson, burst), offers a grid of
-rates and, at each rate, runs `tandem bench load` for every policy back to back on one
+rates and, at each rate, runs `tandem-bench load` for every policy back to back on one
 server (switching policy through the admin API) — interleaved, so every policy sees the
 same moment of a noisy shared machine. Reports goodput at p99 <= budget: the most requests
 per second answered 200 within the budget in a run whose 200s keep their p99 within it
@@ -39,6 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # TANDEM_BIN: another build of the server to measure (A/B runs of two builds take turns);
 # the load generator is always this checkout's.
 DEFAULT_TANDEM = os.path.join(ROOT, "target", "release", "tandem")
+TANDEM_BENCH = os.path.join(ROOT, "target", "release", "tandem-bench")
 TANDEM = os.environ.get("TANDEM_BIN", DEFAULT_TANDEM)
 
 
@@ -116,7 +117,7 @@ def refusals(args):
 
 def load(url, model, shape, budget, rate, args, out):
     def run(duration, json_out):
-        cmd = [DEFAULT_TANDEM, "bench", "load", "--url", url, "--model", model, "--shape", shape,
+        cmd = [TANDEM_BENCH, "load", "--url", url, "--model", model, "--shape", shape,
                "--budget-ms", str(budget), "--duration", str(duration), "--rate", str(rate),
                "--connections", str(args.connections), "--json", json_out]
         if args.propagate_deadline:

@@ -14,9 +14,9 @@ mkdir -p "$out"
 scripts/setup-python.sh
 model="$out/mlp-784-1024-1024-10.safetensors"
 [ -f "$model" ] || python3 scripts/make_mlp.py --dims 784,1024,1024,10 --seed 1 "$model"
-cargo build --release --quiet
+cargo build --release --quiet -p tandem -p tandem-bench
 for round in 1 2; do
-  target/release/tandem bench forward --model "$model" --device cpu --threads "$threads" \
+  target/release/tandem-bench forward --model "$model" --device cpu --threads "$threads" \
     --batch "$batches" --seconds "$seconds" --json "$out/tandem-$round.json"
   .venv/bin/python benches/numpy_mlp.py --model "$model" --threads "$threads" \
     --batch "$batches" --seconds "$seconds" --json "$out/numpy-$round.json"

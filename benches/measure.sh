@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# One measured `tandem bench load` run with the server's side of it: what the client saw
+# One measured `tandem-bench load` run with the server's side of it: what the client saw
 # (rate answered, goodput within the budget, p50, p99) and what the server spent (CPU time
 # and context switches per request from /proc/<pid>, rows per batch and refusals by reason
 # from /metrics). The building block of benches/ab.sh; usable alone.
 #
-#     benches/measure.sh [tandem bench load flags]      # e.g. --rate 6500 --duration 8
+#     benches/measure.sh [tandem-bench load flags]      # e.g. --rate 6500 --duration 8
 #
-# Flags go to `tandem bench load` as they are (--rate, --duration, --shape, --connections,
+# Flags go to `tandem-bench load` as they are (--rate, --duration, --shape, --connections,
 # --bodies, --budget-ms, --rows, --binary, ...); --url, --model and --json are set here.
 #
 # Environment:
@@ -15,7 +15,7 @@
 #                    --device cpu --model-repository REPO SERVE (SERVE default "--p99-ms 50"),
 #                    and its warm-up's efficient batch is reported too.
 #   TANDEM_BIN       the server's binary (default target/release/tandem); the load
-#                    generator is always this checkout's target/release/tandem.
+#                    generator is always this checkout's target/release/tandem-bench.
 #   REPO, MODEL      default target/bench-serve/repo and mlp (the 784→1024→1024→10 f32 MLP,
 #                    made here if missing).
 #   WARMUP           seconds of the same load before the measured run, not measured (default 1).
@@ -30,7 +30,7 @@
 # Prints a summary on stderr and, as the last line of stdout, `key=value` pairs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-loadgen=target/release/tandem
+loadgen=target/release/tandem-bench
 bin=${TANDEM_BIN:-target/release/tandem}
 repo=${REPO:-target/bench-serve/repo}
 model=${MODEL:-mlp}
@@ -113,7 +113,7 @@ if [ -n "${NEIGHBOUR:-}" ]; then
   sleep 0.5
 fi
 
-load=("$loadgen" bench load --url "$url" --model "$model" "${args[@]}")
+load=("$loadgen" load --url "$url" --model "$model" "${args[@]}")
 if [ "$warmup" != 0 ]; then
   "${load[@]}" --duration "$warmup" >/dev/null 2>&1
 fi

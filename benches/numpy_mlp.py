@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The same MLP forward pass in numpy (OpenBLAS), timed like `tandem bench forward`.
+"""The same MLP forward pass in numpy (OpenBLAS), timed like `tandem-bench forward`.
 
 Reads a tandem safetensors checkpoint with the standard library and numpy only, runs
 x @ W.T + b with ReLU between layers, and prints and writes the same table. Set the BLAS

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Pools the rounds of several `tandem bench coloc` runs of one load shape: the managed
+"""Pools the rounds of several `tandem-bench coloc` runs of one load shape: the managed
 trainer's p99 over serving alone's (ratio of medians), with a 90% bootstrap interval drawn
 in pairs of rounds (`ratio_interval`, as compare_mlserver.py reports it), and the share of
 resampled ratios at or under the goal's 1.07x.
 
     python3 benches/pool_coloc.py constant-1.json constant-2.json ...
 
-The files are `tandem bench coloc --json` output of one load shape.
+The files are `tandem-bench coloc --json` output of one load shape.
 """
 import argparse
 import json
@@ -39,7 +39,7 @@ def share_within_goal(top, bottom, resamples=4000, seed=7):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("runs", nargs="+", help="`tandem bench coloc --json` files of one shape")
+    p.add_argument("runs", nargs="+", help="`tandem-bench coloc --json` files of one shape")
     args = p.parse_args()
     runs = [rounds_of(f) for f in args.runs]
     alone = [v for a, _ in runs for v in a]

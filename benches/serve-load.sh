@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Serving over HTTP on this machine, load generator included (it shares the cores):
 #  1. the highest rate at which single-row requests to the 784→1024→1024→10 f32 MLP keep
-#     p99 <= 50 ms (`tandem bench sweep`, JSON requests, 128 keep-alive connections);
+#     p99 <= 50 ms (`tandem-bench sweep`, JSON requests, 128 keep-alive connections);
 #  2. the gateway's own overhead: p50 of an infer on a 1-layer 4→4 model at 500 req/s,
 #     with no batching delay for that model (its config.toml sets max_queue_delay_us = 0),
 #     measured by the client from the request's scheduled send time to its last byte.
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 out=${OUT_DIR:-target/bench-serve}
 duration=${DURATION:-5}
 mkdir -p "$out/repo/mlp/1" "$out/repo/tiny/1"
-cargo build --release --quiet
+cargo build --release --quiet -p tandem -p tandem-bench
 [ -f "$out/repo/mlp/1/model.safetensors" ] ||
   python3 scripts/make_mlp.py --dims 784,1024,1024,10 --seed 1 "$out/repo/mlp/1/model.safetensors"
 [ -f "$out/repo/tiny/1/model.safetensors" ] ||
@@ -32,9 +32,9 @@ done
 url="http://$addr"
 
 echo "== gateway overhead: tiny 4→4 model, 500 req/s"
-target/release/tandem bench load --url "$url" --model tiny --rate 500 --duration "$duration" \
+target/release/tandem-bench load --url "$url" --model tiny --rate 500 --duration "$duration" \
   --json "$out/overhead.json"
 echo
 echo "== highest rate with p99 <= 50 ms: 784→1024→1024→10, single-row JSON requests"
-target/release/tandem bench sweep --url "$url" --model mlp --budget-ms 50 \
+target/release/tandem-bench sweep --url "$url" --model mlp --budget-ms 50 \
   --min-rate 1000 --max-rate 40000 --duration "$duration" --json "$out/sweep.json" | grep -E '^=>|^highest'

@@ -46,11 +46,12 @@ sanitized=(numerics training)
 build() {
   set -e
   rm -rf "$stage" && mkdir -p "$stage/tests"
-  cargo build --release --quiet
+  cargo build --release --quiet -p tandem -p tandem-bench
   local target
   target=$(cargo metadata --format-version 1 --no-deps |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
   strip -o "$stage/tandem" "$target/release/tandem"
+  strip -o "$stage/tandem-bench" "$target/release/tandem-bench"
   cargo test --release --workspace --no-run --message-format=json 2>/dev/null |
     python3 -c '
 import json, sys
@@ -211,7 +212,7 @@ setup() {
   # Where the test binaries look for the tandem binary and the repository's files.
   local root target; root=$(cat "$stage/root"); target=$(cat "$stage/target")
   if [ "$root" != "$PWD" ] && [ ! -e "$root" ]; then mkdir -p "$(dirname "$root")"; ln -s "$PWD" "$root"; fi
-  mkdir -p "$target/release" && cp "$stage/tandem" "$target/release/tandem"
+  mkdir -p "$target/release" && cp "$stage/tandem" "$stage/tandem-bench" "$target/release/"
   mkdir -p /tmp/gpu-repo/mlp/1 && cp "$stage/mlp-f32.safetensors" /tmp/gpu-repo/mlp/1/model.safetensors
 }
 
@@ -297,10 +298,10 @@ sanitizer() {
 forward() {
   local failed=0
   for dtype in f32 f16 bf16; do
-    "$stage/tandem" bench forward --model "$stage/mlp-$dtype.safetensors" --device cuda:0 \
+    "$stage/tandem-bench" forward --model "$stage/mlp-$dtype.safetensors" --device cuda:0 \
       --batch 1,8,32,128,512,2048 --seconds 0.5 --json "$out/forward-cuda-$dtype.json" || failed=1
   done
-  "$stage/tandem" bench forward --model "$stage/mlp-f32.safetensors" --device cpu \
+  "$stage/tandem-bench" forward --model "$stage/mlp-f32.safetensors" --device cpu \
     --batch 1,128 --seconds 0.5 --json "$out/forward-cpu-f32.json" || true
   return $failed
 }
@@ -316,7 +317,7 @@ serve_sweep() {
     kill -0 "$server" 2>/dev/null || { echo "the server on cuda:0 exited"; tail -20 "$out/serve-18000.log"; return 1; }
     sleep 0.2
   done
-  "$stage/tandem" bench sweep --url http://127.0.0.1:18000 --model mlp \
+  "$stage/tandem-bench" sweep --url http://127.0.0.1:18000 --model mlp \
     --budget-ms 10 --duration 2 --min-rate 1000 --max-rate 100000 --precision 0.15 \
     --cooldown 0.5 --threads 4 --connections 256 --json "$out/sweep-cuda.json"
   local rc=$?
@@ -328,7 +329,7 @@ coloc_once() {
   local best rate
   best=$(python3 -c "import json; print(int(json.load(open('$out/sweep-cuda.json'))['best_goodput_rps'] or 2000))" 2>/dev/null || echo 2000)
   rate=$((best / 2 < 20000 ? best / 2 : 20000))
-  "$stage/tandem" bench coloc --device cuda:0 --model-repository /tmp/gpu-repo \
+  "$stage/tandem-bench" coloc --device cuda:0 --model-repository /tmp/gpu-repo \
     --model mlp --rate "$rate" --shape constant --budget-ms 10 --rounds 1 --duration 5 \
     --json "$out/coloc-cuda-constant.json"
 }
@@ -356,7 +357,7 @@ coloc() {
   deadline=$((SECONDS + 345))
   step env 15 environment || true
   for shape in constant burst; do
-    step "coloc-$shape" 165 "$stage/tandem" bench coloc --device cuda:0 \
+    step "coloc-$shape" 165 "$stage/tandem-bench" coloc --device cuda:0 \
       --model-repository /tmp/gpu-repo --model mlp --rate "${RATE:-10000}" --shape "$shape" \
       --budget-ms "${BUDGET:-2}" --rounds "${ROUNDS:-1}" --duration 8 \
       --train-dims 4096,8192,8192,10 --train-batch 1024 \

@@ -1,6 +1,6 @@
-//! The `tandem` binary: `serve`, `train` and `bench`.
+//! The `tandem` binary: `serve` and `train` (the benchmarks are `tandem-bench`, a crate of
+//! their own under `benches/`).
 
-mod bench;
 mod cli;
 mod serve;
 mod train;
@@ -31,7 +31,6 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         cli::Command::Serve(args) => serve::run(args),
         cli::Command::Train(args) => train::run(args),
-        cli::Command::Bench(args) => bench::run(args),
     }
 }
 

@@ -1,4 +1,4 @@
-//! `tandem bench sweep` and `bench load` against a real server: what they report, and that
+//! `tandem-bench sweep` and `tandem-bench load` against a real server: what they report, and that
 //! a failing rate is confirmed before the search gives up on it.
 
 mod common;
@@ -9,13 +9,8 @@ use common::*;
 
 fn sweep(server: &Server, dir: &TempDir, budget_ms: &str, max_rate: &str) -> serde_json::Value {
     let json = dir.path().join(format!("sweep-{budget_ms}.json"));
-    let status = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args([
-            "bench",
-            "sweep",
-            "--url",
-            &format!("http://{}", server.addr),
-        ])
+    let status = Command::new(common::tandem_bench())
+        .args(["sweep", "--url", &format!("http://{}", server.addr)])
         .args([
             "--model",
             "m",
@@ -50,9 +45,9 @@ fn report_of(mut cmd: Command, json: &std::path::Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap()
 }
 
-/// Runs `tandem ARGS`, which must fail with an error that names `flag`.
+/// Runs `tandem-bench ARGS`, which must fail with an error that names `flag`.
 fn refused(args: &[&str], flag: &str) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+    let out = Command::new(common::tandem_bench())
         .args(args)
         .output()
         .unwrap();
@@ -96,9 +91,7 @@ fn a_sweep_finds_the_highest_passing_rate_and_confirms_failures() {
     // A body count out of range is refused before any load is sent.
     let addr = format!("http://{}", server.addr);
     refused(
-        &[
-            "bench", "load", "--url", &addr, "--model", "m", "--bodies", "0",
-        ],
+        &["load", "--url", &addr, "--model", "m", "--bodies", "0"],
         "--bodies",
     );
 
@@ -112,8 +105,8 @@ fn bench_forward_reports_every_batch_size_and_what_it_evicted() {
     write_version(dir.path(), "m", 1, &[16, 32, 4], 1);
     let model = dir.path().join("m/1/model.safetensors");
     let json = dir.path().join("forward.json");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tandem"));
-    cmd.args(["bench", "forward", "--device", "cpu", "--batch", "1,3"])
+    let mut cmd = Command::new(common::tandem_bench());
+    cmd.args(["forward", "--device", "cpu", "--batch", "1,3"])
         .args(["--seconds", "0.05", "--evict-mib", "1", "--model"])
         .arg(&model);
     let report = report_of(cmd, &json);
@@ -134,7 +127,6 @@ fn bench_forward_reports_every_batch_size_and_what_it_evicted() {
     // An eviction larger than the flag allows is refused before anything runs.
     let model = model.to_str().unwrap();
     let args = [
-        "bench",
         "forward",
         "--device",
         "cpu",
@@ -158,8 +150,8 @@ fn bench_load_sends_a_text_model_the_file_s_texts() {
     std::fs::write(&texts, "a cat runs fast\nthe big red dog, é\n\nx\n").unwrap();
     let json = repo.path().join("load.json");
     let addr = format!("http://{}", server.addr);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tandem"));
-    cmd.args(["bench", "load", "--url", &addr, "--model", "enc"])
+    let mut cmd = Command::new(common::tandem_bench());
+    cmd.args(["load", "--url", &addr, "--model", "enc"])
         .args([
             "--rate",
             "40",
@@ -182,7 +174,6 @@ fn bench_load_sends_a_text_model_the_file_s_texts() {
     std::fs::write(&texts, "\n \n").unwrap();
     refused(
         &[
-            "bench",
             "load",
             "--url",
             &addr,

@@ -299,8 +299,8 @@ fn under_rising_load_the_trainer_stops_before_the_first_refusal() {
     });
     let url = format!("http://{}", s.server.addr);
     for rate in [25, 50, 100, 200, 400, 800, 1600, 3200] {
-        let status = Command::new(env!("CARGO_BIN_EXE_tandem"))
-            .args(["bench", "load", "--url", &url, "--model", "heavy"])
+        let status = Command::new(common::tandem_bench())
+            .args(["load", "--url", &url, "--model", "heavy"])
             .args(["--rate", &rate.to_string(), "--duration", "2"])
             .args(["--connections", "64", "--shape", "poisson"])
             .stdout(Stdio::null())
@@ -359,9 +359,8 @@ fn rising_load_pauses_the_trainer_and_falling_load_lets_it_run_again() {
     }
     // Rising load: far more than the heavy model can serve.
     let before_load = directives.lock().unwrap().len();
-    let mut load = Command::new(env!("CARGO_BIN_EXE_tandem"))
+    let mut load = Command::new(common::tandem_bench())
         .args([
-            "bench",
             "load",
             "--url",
             &format!("http://{}", s.server.addr),

@@ -46,8 +46,8 @@ fn start(coloc: bool) -> (Server, TempDir) {
 }
 
 fn load(server: &Server, seconds: u64) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["bench", "load", "--url", &format!("http://{}", server.addr)])
+    Command::new(common::tandem_bench())
+        .args(["load", "--url", &format!("http://{}", server.addr)])
         .args(["--model", "m", "--rate", "200", "--connections", "8"])
         .args(["--duration", &seconds.to_string()])
         .stdout(Stdio::null())

@@ -24,8 +24,8 @@ fn ratio(server: &Server) -> f64 {
 }
 
 fn offer(server: &Server, rate: f64, seconds: u64) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["bench", "load", "--url", &format!("http://{}", server.addr)])
+    Command::new(common::tandem_bench())
+        .args(["load", "--url", &format!("http://{}", server.addr)])
         .args(["--model", "big", "--rate", &format!("{rate:.0}")])
         .args(["--duration", &seconds.to_string(), "--connections", "128"])
         .stdout(Stdio::null())

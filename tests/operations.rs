@@ -1,7 +1,7 @@
 //! The operations kit (deploy/) against the real thing: `tandem serve` started with the
 //! configuration the Kubernetes manifests ship, a real Prometheus (Debian's `prometheus`
 //! package) scraping it every second with deploy/prometheus's rules loaded, and load from
-//! `tandem bench load`. Prometheus's HTTP API must then give the QPS, the p99 and the cost
+//! `tandem-bench load`. Prometheus's HTTP API must then give the QPS, the p99 and the cost
 //! per inference the load implies, and the KEDA trigger's exact query a value; and
 //! deploy/checks/run.py passes with this server's live scrape, so a metric renamed in the
 //! gateway fails the build wherever a rule, the dashboard or an autoscaler reads it.
@@ -275,9 +275,8 @@ fn deploy_artifacts_hold_against_a_live_server_and_prometheus() {
 
     let report = tmp.path().join("load.json");
     let started = now_s();
-    let load = Command::new(env!("CARGO_BIN_EXE_tandem"))
+    let load = Command::new(common::tandem_bench())
         .args([
-            "bench",
             "load",
             "--url",
             &format!("http://{}", server.addr),

@@ -69,9 +69,8 @@ fn three_times_overload_for_a_minute_is_shed_and_recovered_from() {
     eprintln!("capacity {capacity:.0} req/s; offering {rate:.0} req/s for 60 s");
 
     let report = repo.path().join("load.json");
-    let mut load = Command::new(env!("CARGO_BIN_EXE_tandem"))
+    let mut load = Command::new(common::tandem_bench())
         .args([
-            "bench",
             "load",
             "--url",
             &format!("http://{}", server.addr),

@@ -1,4 +1,4 @@
-//! `tandem bench soak` for two minutes, as CI runs it: the real binary starts its own
+//! `tandem-bench soak` for two minutes, as CI runs it: the real binary starts its own
 //! server and runs every fault of the full soak (docs/soak.md) on a faster schedule. The
 //! command judges the run and fails on any violation; this test also reads its report, so
 //! that a fault that silently stopped happening fails too.
@@ -15,15 +15,8 @@ fn two_minutes_under_faults_lose_nothing_and_grow_nothing() {
     let dir = TempDir::new("soak");
     let json = dir.path().join("soak.json");
     let started = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args([
-            "bench",
-            "soak",
-            "--duration",
-            "120",
-            "--warmup-share",
-            "0.25",
-        ])
+    let out = Command::new(common::tandem_bench())
+        .args(["soak", "--duration", "120", "--warmup-share", "0.25"])
         .args(["--dims", "64,128,128,10", "--budget-ms", "50"])
         // Correctness is judged as strictly as in the full soak: no 5xx, nothing lost, no
         // growth beyond the same tolerances. Latency is judged with room for neighbours:
@@ -51,7 +44,7 @@ fn two_minutes_under_faults_lose_nothing_and_grow_nothing() {
         .arg("--json")
         .arg(&json)
         .output()
-        .expect("run tandem bench soak");
+        .expect("run tandem-bench soak");
     let output = format!(
         "{}\n{}",
         String::from_utf8_lossy(&out.stdout),

@@ -10,8 +10,8 @@ use std::process::Command;
 use common::classify::*;
 use common::text::skip;
 use common::*;
-use models::encoder::family::Family;
 use models::encoder::dense_module::DenseActivation;
+use models::encoder::family::Family;
 use models::encoder::synthetic::{SyntheticDense, SyntheticSpec, write_synthetic};
 use serde_json::{Value, json};
 

@@ -18,6 +18,18 @@ use models::Checkpoint;
 pub mod classify;
 pub mod text;
 
+/// `tandem-bench`, the benchmarks' binary, which cargo builds beside `tandem` when the
+/// workspace's tests run (its own package's test asks for it).
+pub fn tandem_bench() -> PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_tandem")).with_file_name("tandem-bench");
+    assert!(
+        path.is_file(),
+        "{} is not built: run the workspace's tests (scripts/test.sh), or cargo build -p tandem-bench",
+        path.display()
+    );
+    path
+}
+
 /// A temporary folder removed on drop.
 pub struct TempDir(pub PathBuf);
 

@@ -15,7 +15,7 @@
 //! batch streams them again; on 4 KiB pages a 7 MB layer spans ~1,800 pages, more than the
 //! TLB holds, and the page walks of that stream come on top of its misses, which 2 MiB pages
 //! remove. It matters for small batches whose weights were evicted between calls, and not
-//! when they stay hot (`tandem bench forward --evict-mib`). The price is at most one partly
+//! when they stay hot (`tandem-bench forward --evict-mib`). The price is at most one partly
 //! used huge page per buffer; where the kernel gives no huge pages the advice changes nothing.
 
 use std::alloc::{self, Layout};

@@ -3,7 +3,7 @@
 //! Two layouts, for two uses. Serving runs [`PackedLinear`]: a model's weights never change
 //! once loaded, so they are rearranged at load into panels of 16 outputs for a register-tiled
 //! kernel that needs no horizontal sums (`packed`), which does more per instruction than the
-//! kernels below (`tandem bench forward`). Training runs
+//! kernels below (`tandem-bench forward`). Training runs
 //! [`Linear`], whose `[out, in]` f32 matrix (PyTorch's layout, on a cache line:
 //! [`AlignedVec`]; f16 and bf16 are widened with `half`) the optimiser updates in place;
 //! its forward call picks a kernel by batch size: up to

@@ -7,7 +7,7 @@
 //! k-major (`[panel][k][16]`). Then a register tile of up to six rows × 16 outputs takes,
 //! per input feature, two weight vectors and one broadcast input value per row — twelve
 //! multiply-adds for eight loads at six rows, with no horizontal sums — and each panel is one
-//! sequential stream. The benchmark that compares it with `Linear`'s kernels is `tandem bench
+//! sequential stream. The benchmark that compares it with `Linear`'s kernels is `tandem-bench
 //! forward`, alternating builds (`benches/ab.sh`); the gain is largest where the weights stay
 //! in cache, since in a serving process the kernel waits on its weight loads.
 //!
@@ -41,7 +41,7 @@ const ROW_BLOCK: usize = 48;
 /// the cores with the HTTP threads, and the scheduler takes a core from one of them now
 /// and then; with one piece each, the others then wait at the end of the layer for the
 /// one that was preempted, while with four they take over what it has not started. The
-/// benchmark that supports it: two servers side by side past saturation, `tandem bench
+/// benchmark that supports it: two servers side by side past saturation, `tandem-bench
 /// load --rate 20000 --bodies 64` on each in turn.
 const PIECES_PER_THREAD: usize = 4;
 

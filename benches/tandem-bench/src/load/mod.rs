@@ -1,4 +1,4 @@
-//! `tandem bench load`: an open-loop load generator. Send times are fixed in advance
+//! `tandem-bench load`: an open-loop load generator. Send times are fixed in advance
 //! (constant spacing, Poisson, a step, or bursts), each request's latency is measured from
 //! its scheduled send time, so time spent queueing anywhere — in the server or in a client
 //! that could not keep up — shows in the percentiles (no coordinated omission). Latencies

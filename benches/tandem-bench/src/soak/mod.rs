@@ -1,4 +1,4 @@
-//! `tandem bench soak`: a server at about 70% of its capacity for a long time while things
+//! `tandem-bench soak`: a server at about 70% of its capacity for a long time while things
 //! go wrong around it, and the checks that its clients never noticed and that nothing in
 //! it grows.
 //!

@@ -1,4 +1,4 @@
-//! What `tandem bench load` sends: the request bodies (`--bodies` of them, each with its
+//! What `tandem-bench load` sends: the request bodies (`--bodies` of them, each with its
 //! own random rows, as JSON or Triton's binary extension, or its own lines of a file of
 //! texts) and each whole HTTP request.
 

@@ -1,4 +1,4 @@
-//! When `tandem bench load` sends: the schedule of send times for each load shape, fixed
+//! When `tandem-bench load` sends: the schedule of send times for each load shape, fixed
 //! in advance from a seed, and the thread that paces it.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! `tandem bench forward`: latency and throughput of the MLP's forward pass in this process, per
+//! `tandem-bench forward`: latency and throughput of the MLP's forward pass in this process, per
 //! batch size — the ceiling that serving over HTTP is measured against.
 
 use std::time::{Duration, Instant};

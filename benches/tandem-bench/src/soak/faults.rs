@@ -17,7 +17,7 @@ use models::rng::SplitMix64;
 use serde::Serialize;
 
 use super::{Stop, metrics_value, scrape_blocking};
-use crate::bench::serve_process::tandem;
+use crate::serve_process::tandem;
 
 /// The config file of a server the soak started, in the versions SIGHUP takes it through.
 pub struct ConfigFile {

@@ -1,4 +1,4 @@
-//! `tandem bench coloc`: what co-located training costs serving, and what it gets.
+//! `tandem-bench coloc`: what co-located training costs serving, and what it gets.
 //!
 //! Starts `tandem serve` on the repository, then runs the same load (a) alone, (b) beside
 //! an unmanaged trainer (normal priority, every core, deaf to directives) and (c) beside a

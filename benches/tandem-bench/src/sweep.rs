@@ -1,4 +1,4 @@
-//! `tandem bench sweep`: goodput at p99 ≤ budget — the most requests per second answered
+//! `tandem-bench sweep`: goodput at p99 ≤ budget — the most requests per second answered
 //! 200 within the budget, over runs whose 200s keep their p99 within it and where nothing
 //! failed (429s, load shed at the door, are allowed; they are not goodput). Rates are found
 //! by doubling, then bisecting, over `bench load` runs; a failing rate is run again

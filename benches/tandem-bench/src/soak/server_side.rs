@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::{MODEL_LOADS_TOTAL, REQUESTS_TOTAL, Target, metrics_by_label, scrape_blocking};
-use crate::bench::serve_process::ServeProcess;
+use crate::serve_process::ServeProcess;
 
 /// What the server said of itself: its own count of answers by status over the run, its
 /// version loads, and whether it was still there at the end.

@@ -1,4 +1,5 @@
-//! The `tandem serve` a bench starts for itself: this binary, from a config file the bench
+//! The `tandem serve` a bench starts for itself: the `tandem` beside this binary, from a
+//! config file the bench
 //! wrote, on a free port, its log in a file; killed when dropped. Also what the benches
 //! read of a process from /proc.
 
@@ -11,9 +12,18 @@ use anyhow::Context;
 
 use super::cores;
 
-/// This binary: benches start servers and trainers of the same build as themselves.
+/// The `tandem` to start servers and trainers from: `TANDEM_BIN` if set, else the one
+/// beside this binary (the same build's, in cargo's target folder), else `tandem` on the
+/// `PATH`.
 pub fn tandem() -> PathBuf {
-    std::env::current_exe().unwrap_or_else(|_| PathBuf::from("tandem"))
+    if let Some(bin) = std::env::var_os("TANDEM_BIN") {
+        return PathBuf::from(bin);
+    }
+    let beside = std::env::current_exe().map(|exe| exe.with_file_name("tandem"));
+    match beside {
+        Ok(path) if path.is_file() => path,
+        _ => PathBuf::from("tandem"),
+    }
 }
 
 pub struct ServeProcess {

@@ -17,7 +17,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::{Stop, metrics_value};
-use crate::bench::server::get;
+use crate::server::get;
 
 /// One second's reading. A figure the soak cannot read (no pid for a server at `--url`) is
 /// `None`.

@@ -1,5 +1,7 @@
-//! `tandem bench`: scenarios that print a table and write JSON.
+//! `tandem-bench`: scenarios that print a table and write JSON. A crate of its own, so that
+//! the `tandem` binary links none of the load generator, its histograms or its plots.
 
+mod cli;
 mod coloc;
 mod cores;
 mod forward;
@@ -15,10 +17,17 @@ mod sweep;
 
 use anyhow::Context;
 
-use crate::cli::{BenchCommand, LoadArgs};
+use clap::Parser;
 
-pub fn run(command: BenchCommand) -> anyhow::Result<()> {
-    match command {
+use cli::{BenchCommand, LoadArgs};
+
+fn main() -> anyhow::Result<()> {
+    let filter = std::env::var("TANDEM_LOG").unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .init();
+    match cli::Cli::parse().command {
         BenchCommand::Forward(args) => forward::run(args),
         BenchCommand::Load(args) => run_load(args),
         BenchCommand::Sweep(args) => sweep::run(args),
@@ -27,7 +36,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
     }
 }
 
-/// `tandem bench load`: one run, printed, and written as JSON with its timeline plotted
+/// `tandem-bench load`: one run, printed, and written as JSON with its timeline plotted
 /// beside it.
 fn run_load(args: LoadArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()

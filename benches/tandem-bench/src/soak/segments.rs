@@ -9,8 +9,8 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::load_args;
-use crate::bench::load::{LoadOptions, Measured, measure_with};
 use crate::cli::SoakArgs;
+use crate::load::{LoadOptions, Measured, measure_with};
 
 /// The load of one run and its segments.
 #[derive(Debug, Serialize)]
