@@ -349,7 +349,7 @@ run() {
   return $failed
 }
 
-# Issue 33's scenario: serving at RATE (10,000 req/s) with a BUDGET (2 ms) p99, alone,
+# The co-location scenario on a GPU: serving at RATE (10,000 req/s) with a BUDGET (2 ms) p99, alone,
 # beside an unmanaged trainer of ~100M parameters and beside a managed one, constant and
 # burst load, one round each (about 2 x 150 s).
 coloc() {

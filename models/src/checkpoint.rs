@@ -331,7 +331,8 @@ fn parse_name(name: &str) -> Option<(usize, bool)> {
     }
 }
 
-fn decode_weight(name: &str, view: &TensorView<'_>) -> Result<WeightData, LoadError> {
+/// A tensor's values in its stored precision (f32, f16 or bf16; another is refused by name).
+pub(crate) fn decode_weight(name: &str, view: &TensorView<'_>) -> Result<WeightData, LoadError> {
     let data = view.data();
     Ok(match view.dtype() {
         Dtype::F32 => WeightData::F32(
@@ -358,7 +359,8 @@ fn decode_weight(name: &str, view: &TensorView<'_>) -> Result<WeightData, LoadEr
     })
 }
 
-fn check_finite(name: &str, values: &[f32]) -> Result<(), LoadError> {
+/// Refuses a NaN or an infinity, naming the tensor and the value's index.
+pub(crate) fn check_finite(name: &str, values: &[f32]) -> Result<(), LoadError> {
     match values.iter().position(|v| !v.is_finite()) {
         Some(index) => Err(LoadError::NonFinite {
             name: name.to_string(),

@@ -126,7 +126,10 @@ impl SlidingWindow {
     /// The pairs of tokens (a token with itself included) at most `window` apart in a
     /// sequence of `n`: the scores such a layer weighs.
     pub fn pairs(&self, n: usize) -> u64 {
-        let m = self.window.min(n.saturating_sub(1)) as u64;
+        if n == 0 {
+            return 0;
+        }
+        let m = self.window.min(n - 1) as u64;
         let n = n as u64;
         n + m * (2 * n - m - 1)
     }

@@ -13,6 +13,7 @@ pub mod json_de;
 pub mod response;
 pub mod tensor_response;
 pub mod text_inputs;
+pub mod visit;
 
 use serde::Deserialize;
 

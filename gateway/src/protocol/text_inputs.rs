@@ -9,34 +9,9 @@ use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
+use super::visit::{scalars, skip_map};
 use crate::error::ApiError;
 pub use crate::infer::input::{Input, MAX_IDS, MAX_TEXTS, TokenIds};
-
-/// The visitor methods for JSON values that are not strings, arrays or objects: each is
-/// `$none`, whatever its value, except the integers `$int` takes.
-macro_rules! scalars {
-    ($none:expr, $int:expr) => {
-        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-
-        fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
-            Ok(u64::try_from(v).map_or($none, $int))
-        }
-
-        fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
-            Ok($int(v))
-        }
-
-        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-
-        fn visit_unit<E>(self) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-    };
-}
 
 /// What `input(s)` held.
 #[derive(Debug, PartialEq)]
@@ -220,11 +195,6 @@ impl<'de> Visitor<'de> for IdVisitor {
     }
 
     scalars!(Id(None), |v| Id(u32::try_from(v).ok()));
-}
-
-fn skip_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
-    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-    Ok(())
 }
 
 #[cfg(test)]

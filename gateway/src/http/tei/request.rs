@@ -15,32 +15,7 @@ use crate::error::ApiError;
 use crate::infer::input::MAX_TEXTS;
 use crate::protocol::bounded::{Bounded, BoundedVisitor};
 use crate::protocol::text_inputs::Inputs;
-
-/// The visitor methods for JSON values that are not strings, arrays or objects: each is
-/// `$other`.
-macro_rules! other_scalars {
-    ($other:expr) => {
-        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-            Ok($other)
-        }
-
-        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-            Ok($other)
-        }
-
-        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-            Ok($other)
-        }
-
-        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-            Ok($other)
-        }
-
-        fn visit_unit<E>(self) -> Result<Self::Value, E> {
-            Ok($other)
-        }
-    };
-}
+use crate::protocol::visit::{scalars, skip_map};
 
 /// TEI's request, with `model` as tandem's own addition for servers of several models.
 /// Other fields are ignored, as TEI ignores them: clients send some (LangChain's
@@ -211,7 +186,7 @@ impl<'de> Visitor<'de> for PredictVisitor {
         skip_map(map).map(|_| PredictInputs::Invalid)
     }
 
-    other_scalars!(PredictInputs::Invalid);
+    scalars!(PredictInputs::Invalid, |_| PredictInputs::Invalid);
 }
 
 /// One element of a predict array: a string, a text or pair written as an array, or
@@ -270,7 +245,7 @@ impl<'de> Visitor<'de> for ElementVisitor {
         skip_map(map).map(|_| Element::Other)
     }
 
-    other_scalars!(Element::Other);
+    scalars!(Element::Other, |_| Element::Other);
 }
 
 /// An element of a pair: a string, or `None` for anything else (skipped unread).
@@ -304,12 +279,7 @@ impl<'de> Visitor<'de> for TextVisitor {
         skip_map(map).map(|_| Text(None))
     }
 
-    other_scalars!(Text(None));
-}
-
-fn skip_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
-    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-    Ok(())
+    scalars!(Text(None), |_| Text(None));
 }
 
 #[cfg(test)]

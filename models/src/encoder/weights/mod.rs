@@ -20,13 +20,13 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use kernels::DType;
-use safetensors::tensor::TensorView;
-use safetensors::{Dtype, SafeTensors};
-
 use kernels::cpu::{MatmulPrecision, PackedLinear};
+use safetensors::SafeTensors;
+use safetensors::tensor::TensorView;
 
 use super::family::Family;
 use super::spec::EncoderConfig;
+use crate::checkpoint::{check_finite, decode_weight};
 use crate::{LoadError, WeightData};
 use names::{canonical_name, is_ignored};
 
@@ -287,7 +287,7 @@ impl<'a> Found<'a> {
     /// A tensor widened to f32.
     pub(super) fn f32(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
         let view = self.take(name, shape)?;
-        let values = decode(name, &view)?.to_f32();
+        let values = decode_weight(name, &view)?.to_f32();
         check_finite(name, &values)?;
         Ok(values)
     }
@@ -318,7 +318,7 @@ impl<'a> Found<'a> {
     ) -> Result<Dense, LoadError> {
         let name = format!("{prefix}.weight");
         let view = self.take(&name, &[outputs, inputs])?;
-        let weight = decode(&name, &view)?;
+        let weight = decode_weight(&name, &view)?;
         check_finite(&name, &weight.to_f32())?;
         Ok(Dense {
             inputs,
@@ -481,45 +481,6 @@ pub(super) fn stack(parts: &[Dense]) -> Dense {
         outputs: parts.iter().map(|d| d.outputs).sum(),
         weight,
         bias: parts.iter().flat_map(|d| d.bias.iter().copied()).collect(),
-    }
-}
-
-/// The tensor's values in their stored precision; F32, F16 and BF16 only.
-fn decode(name: &str, view: &TensorView<'_>) -> Result<WeightData, LoadError> {
-    let data = view.data();
-    Ok(match view.dtype() {
-        Dtype::F32 => WeightData::F32(
-            data.chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-        ),
-        Dtype::F16 => WeightData::F16(
-            data.chunks_exact(2)
-                .map(|b| half::f16::from_le_bytes([b[0], b[1]]))
-                .collect(),
-        ),
-        Dtype::BF16 => WeightData::BF16(
-            data.chunks_exact(2)
-                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]))
-                .collect(),
-        ),
-        other => {
-            return Err(LoadError::UnsupportedDtype {
-                name: name.to_string(),
-                dtype: format!("{other:?}"),
-            });
-        }
-    })
-}
-
-fn check_finite(name: &str, values: &[f32]) -> Result<(), LoadError> {
-    match values.iter().position(|v| !v.is_finite()) {
-        Some(index) => Err(LoadError::NonFinite {
-            name: name.to_string(),
-            index,
-            value: values[index],
-        }),
-        None => Ok(()),
     }
 }
 

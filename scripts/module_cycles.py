@@ -9,7 +9,7 @@ files). Every
 strongly connected set of more than one module is a circle, printed with its members; the
 exit status is 1 when there is one.
 
-    scripts/module-cycles.py [CRATE_DIR ...]   (default: every crate of the workspace)
+    scripts/module_cycles.py [CRATE_DIR ...]   (default: every crate of the workspace)
 """
 
 import re
