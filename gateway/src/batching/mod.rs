@@ -108,7 +108,7 @@ impl ReleaseReason {
 
 /// Requests released together, in the order the queue ranked them.
 #[derive(Debug)]
-pub struct Batch {
+pub struct Released {
     pub requests: Vec<Pending>,
     // Read by the simulated device of the batcher's tests.
     #[cfg_attr(not(test), allow(dead_code))]

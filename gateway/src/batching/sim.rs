@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use super::policy::BatchPolicy;
 use super::state::QueueState;
 use super::task::{Batcher, WorkerDone};
-use super::{Batch, Completed, Pending, ReleaseReason};
+use super::{Completed, Pending, ReleaseReason, Released};
 use crate::infer::outcome::{InferError, Refusal};
 
 /// One scripted request.
@@ -147,7 +147,7 @@ impl Sim {
         let t0 = Instant::now();
         let (req_tx, req_rx) = mpsc::channel(capacity.max(1));
         let (done_tx, done_rx) = mpsc::channel(4);
-        let (batch_tx, batch_rx) = mpsc::channel::<Batch>(1);
+        let (batch_tx, batch_rx) = mpsc::channel::<Released>(1);
         let (_upd_tx, upd_rx) = mpsc::channel(1);
         let max_rows = policy.max_batch_rows();
         let signals = Arc::new(crate::infer::signals::Signals::default());
@@ -232,7 +232,7 @@ impl Sim {
 
 /// What a worker thread does, with scripted compute time.
 async fn device(
-    mut batches: mpsc::Receiver<Batch>,
+    mut batches: mpsc::Receiver<Released>,
     done_tx: mpsc::Sender<WorkerDone>,
     log: Arc<Mutex<SimResult>>,
     t0: Instant,

@@ -16,7 +16,7 @@ use super::policy::{Admitted, BatchPolicy, Candidate, Decision};
 use super::refusal_log::RefusalLog;
 use super::state::QueueState;
 use super::window::LatencyWindow;
-use super::{Batch, Pending, ReleaseReason};
+use super::{Pending, ReleaseReason, Released};
 use crate::infer::admission::Door;
 use crate::infer::outcome::{InferError, Refusal};
 use crate::infer::signals::Signals;
@@ -34,11 +34,11 @@ pub struct WorkerDone {
 /// Where released batches go: the worker threads' channel, or a simulated device in tests.
 pub trait BatchSink: Send {
     /// Hands a batch over without blocking, or gives it back if nobody can take it.
-    fn send(&self, batch: Batch) -> Result<(), Batch>;
+    fn send(&self, batch: Released) -> Result<(), Released>;
 }
 
-impl BatchSink for std::sync::mpsc::SyncSender<Batch> {
-    fn send(&self, batch: Batch) -> Result<(), Batch> {
+impl BatchSink for std::sync::mpsc::SyncSender<Released> {
+    fn send(&self, batch: Released) -> Result<(), Released> {
         self.try_send(batch).map_err(|e| match e {
             std::sync::mpsc::TrySendError::Full(b)
             | std::sync::mpsc::TrySendError::Disconnected(b) => b,
@@ -46,8 +46,8 @@ impl BatchSink for std::sync::mpsc::SyncSender<Batch> {
     }
 }
 
-impl BatchSink for mpsc::Sender<Batch> {
-    fn send(&self, batch: Batch) -> Result<(), Batch> {
+impl BatchSink for mpsc::Sender<Released> {
+    fn send(&self, batch: Released) -> Result<(), Released> {
         self.try_send(batch).map_err(|e| match e {
             mpsc::error::TrySendError::Full(b) | mpsc::error::TrySendError::Closed(b) => b,
         })
@@ -350,7 +350,7 @@ impl Batcher {
             // The histogram counts what users count: rows, or a text model's texts (its
             // token-units have their own histogram in tokens).
             metrics.batch(reason, requests.iter().map(|p| p.outputs).sum());
-            let batch = Batch {
+            let batch = Released {
                 requests,
                 rows,
                 reason,

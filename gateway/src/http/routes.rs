@@ -46,14 +46,14 @@ pub async fn handle(
         *req.method_mut() = Method::GET;
     }
     let result = if req.method() == Method::GET {
-        read(&state, metrics_only, &segments)
+        get(&state, metrics_only, &segments)
     } else {
         None
     };
     let result = match result {
         Some(r) => r,
         None if metrics_only => Err(not_found(&method, &path)),
-        None => match write(&state, req, peer, arrival, &segments).await {
+        None => match post(&state, req, peer, arrival, &segments).await {
             Some(r) => r,
             None => Err(match allowed_methods(&segments) {
                 Some(allow) => ApiError::MethodNotAllowed {
@@ -76,7 +76,7 @@ type Answer = Result<Response<Full<Bytes>>, ApiError>;
 
 /// The GET routes (`None`: not one of them). A metrics-only listener answers `/metrics`
 /// alone.
-fn read(state: &AppState, metrics_only: bool, segments: &[&str]) -> Option<Answer> {
+fn get(state: &AppState, metrics_only: bool, segments: &[&str]) -> Option<Answer> {
     Some(match (metrics_only, segments) {
         (_, ["metrics"]) => Ok(models::metrics(state)),
         (true, _) => return None,
@@ -105,7 +105,7 @@ fn read(state: &AppState, metrics_only: bool, segments: &[&str]) -> Option<Answe
 }
 
 /// Inference, the repository extension and the admin API (`None`: no such route).
-async fn write(
+async fn post(
     state: &AppState,
     req: Request<Limited<Incoming>>,
     peer: std::net::SocketAddr,
@@ -194,22 +194,22 @@ fn percent_decode(segment: &str) -> Result<String, ApiError> {
 /// The methods routed at this path, for a 405's `Allow` header; `None` where nothing is
 /// (a 404). `/admin/` answers its own.
 fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
-    const READ: &str = "GET, HEAD";
+    const GET: &str = "GET, HEAD";
     match segments {
-        ["metrics"] | ["v2"] | ["v2", "health", "live" | "ready"] => Some(READ),
-        ["v1", "models"] | ["v1", "models", _] => Some(READ),
+        ["metrics"] | ["v2"] | ["v2", "health", "live" | "ready"] => Some(GET),
+        ["v1", "models"] | ["v1", "models", _] => Some(GET),
         ["v2", "repository", "index"] | ["v1", "embeddings"] | ["embed"] => Some("POST"),
         ["embed_all"] | ["embed_sparse"] => Some("POST"),
         ["embeddings"] | ["invocations"] | ["similarity"] => Some("POST"),
         ["tokenize"] | ["decode"] | ["predict"] | ["rerank"] => Some("POST"),
         ["v1" | "v2", "rerank" | "embed"] => Some("POST"),
-        ["info"] | ["health"] => Some(READ),
+        ["info"] | ["health"] => Some(GET),
         [""] => Some("GET, HEAD, POST"),
         ["v2", "repository", "models", _, "load" | "unload"] => Some("POST"),
-        ["v2", "models", _] | ["v2", "models", _, "versions", _] => Some(READ),
+        ["v2", "models", _] | ["v2", "models", _, "versions", _] => Some(GET),
         ["v2", "models", _, last] | ["v2", "models", _, "versions", _, last] => match *last {
             "infer" => Some("POST"),
-            "ready" | "config" | "stats" => Some(READ),
+            "ready" | "config" | "stats" => Some(GET),
             _ => None,
         },
         _ => None,

@@ -89,7 +89,7 @@ async fn load_validated(
 /// The replicas' side, once all are warmed up: their batch channel and what they report.
 struct Replicas {
     count: usize,
-    batches: std::sync::mpsc::SyncSender<crate::batching::Batch>,
+    batches: std::sync::mpsc::SyncSender<crate::batching::Released>,
     done: mpsc::Receiver<WorkerDone>,
     info: ReplicaInfo,
 }

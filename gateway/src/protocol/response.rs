@@ -40,7 +40,7 @@ struct BinaryParameters {
 
 /// An encoded response: the body, and the JSON header's length when binary data follows it
 /// (the value of the `Inference-Header-Content-Length` response header).
-pub struct Encoded {
+pub struct EncodedResponse {
     pub body: Vec<u8>,
     pub header_len: Option<usize>,
 }
@@ -58,7 +58,7 @@ pub fn encode(
     fields: &ResponseFields<'_>,
     outputs: &[OutputRequest],
     values: &[f32],
-) -> Result<Encoded, InferError> {
+) -> Result<EncodedResponse, InferError> {
     let any_binary = outputs.iter().any(|o| o.binary);
     // JSON has no infinity or NaN (serde_json would write `null`, which no client reads as
     // a number): such an output is a model failure in JSON, and travels as binary data.
@@ -92,7 +92,7 @@ pub fn encode(
     serde_json::to_writer(&mut body, &response)
         .map_err(|e| InferError::Model(format!("cannot encode the response: {e}")))?;
     if !any_binary {
-        return Ok(Encoded {
+        return Ok(EncodedResponse {
             body,
             header_len: None,
         });
@@ -101,7 +101,7 @@ pub fn encode(
     for _ in outputs.iter().filter(|o| o.binary) {
         encode_f32(values, &mut body);
     }
-    Ok(Encoded {
+    Ok(EncodedResponse {
         body,
         header_len: Some(header_len),
     })

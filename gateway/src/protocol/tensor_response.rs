@@ -5,7 +5,7 @@
 use seam::{DataType, Tensor, TensorData};
 use serde_json::{Value, json};
 
-use super::response::{Encoded, OutputRequest};
+use super::response::{EncodedResponse, OutputRequest};
 use crate::infer::InferError;
 
 /// The model's identity in a response.
@@ -19,7 +19,7 @@ pub fn encode(
     who: &Identity<'_>,
     requested: &[OutputRequest],
     tensors: &[Tensor],
-) -> Result<Encoded, InferError> {
+) -> Result<EncodedResponse, InferError> {
     let mut outputs = Vec::with_capacity(requested.len());
     let mut binary = Vec::new();
     for o in requested {
@@ -48,14 +48,14 @@ pub fn encode(
     let mut body = serde_json::to_vec(&response)
         .map_err(|e| InferError::Model(format!("cannot encode the response: {e}")))?;
     if requested.iter().all(|o| !o.binary) {
-        return Ok(Encoded {
+        return Ok(EncodedResponse {
             body,
             header_len: None,
         });
     }
     let header_len = body.len();
     body.extend_from_slice(&binary);
-    Ok(Encoded {
+    Ok(EncodedResponse {
         body,
         header_len: Some(header_len),
     })

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::batching::task::WorkerDone;
-use crate::batching::{Batch as Released, BusyMeter, Completed, Payload, Pending, Reply};
+use crate::batching::{BusyMeter, Completed, Payload, Pending, Released, Reply};
 use crate::infer::outcome::{InferError, Refusal};
 use crate::metrics as names;
 

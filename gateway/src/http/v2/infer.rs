@@ -18,7 +18,7 @@ use crate::http::head::{BINARY_HEADER, Head, arrival_of, read_head};
 use crate::http::{body, content_coding};
 use crate::infer::{self, validated, validated::Ran};
 use crate::lifecycle::registry::ModelVersion;
-use crate::protocol::response::{self, Encoded, ResponseFields};
+use crate::protocol::response::{self, EncodedResponse, ResponseFields};
 use crate::protocol::{InferRequest, binary, json_de, tensor_response};
 use crate::validate::{Signature, ValidRequest, validate};
 
@@ -115,7 +115,7 @@ fn encode(
     outputs: &[response::OutputRequest],
     rows: usize,
     completed: &Completed,
-) -> Result<Encoded, ApiError> {
+) -> Result<EncodedResponse, ApiError> {
     let version_label = version.version.to_string();
     let fields = ResponseFields {
         model_name: &version.name,
@@ -132,7 +132,7 @@ fn encode_tensors(
     id: Option<&str>,
     outputs: &[response::OutputRequest],
     completed: &Completed,
-) -> Result<Encoded, ApiError> {
+) -> Result<EncodedResponse, ApiError> {
     let version_label = version.version.to_string();
     let who = tensor_response::Identity {
         model_name: &version.name,
@@ -144,7 +144,10 @@ fn encode_tensors(
 
 /// The response, compressed when the client asked for it and it is worth it. The binary
 /// header's length counts the uncompressed body, as Triton's does.
-async fn respond(encoded: Encoded, coding: content_coding::Coding) -> Response<Full<Bytes>> {
+async fn respond(
+    encoded: EncodedResponse,
+    coding: content_coding::Coding,
+) -> Response<Full<Bytes>> {
     let content_type = match encoded.header_len {
         Some(_) => "application/octet-stream",
         None => "application/json",

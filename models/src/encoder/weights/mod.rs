@@ -51,7 +51,7 @@ pub struct Norm {
 /// One transformer layer. Query, key and value are one matrix `[3 * hidden, hidden]`
 /// (queries, then keys, then values), so a single product makes all three.
 #[derive(Clone, Debug, PartialEq)]
-pub struct LayerWeights {
+pub struct BertLayer {
     pub qkv: Dense,
     pub attention_out: Dense,
     pub attention_norm: Norm,
@@ -193,7 +193,7 @@ pub struct ModernWeights {
 #[derive(Clone, Debug, PartialEq)]
 pub struct EncoderWeights {
     pub embeddings: Embeddings,
-    pub layers: Vec<LayerWeights>,
+    pub layers: Vec<BertLayer>,
     /// Set for a classifier.
     pub classifier: Option<ClassifierWeights>,
     /// Set for a sparse encoder.
@@ -350,14 +350,14 @@ impl<'a> Found<'a> {
         })
     }
 
-    pub(super) fn layer(&mut self, i: usize, c: &EncoderConfig) -> Result<LayerWeights, LoadError> {
+    pub(super) fn layer(&mut self, i: usize, c: &EncoderConfig) -> Result<BertLayer, LoadError> {
         let (h, inter) = (c.hidden, c.intermediate);
         let n = layer_names(c.family);
         let name = |part: &str| format!("{}.{i}.{part}", n.prefix);
         let q = self.dense(&name(n.query), h, h)?;
         let k = self.dense(&name(n.key), h, h)?;
         let v = self.dense(&name(n.value), h, h)?;
-        Ok(LayerWeights {
+        Ok(BertLayer {
             qkv: stack(&[q, k, v]),
             attention_out: self.dense(&name(n.attention_out), h, h)?,
             attention_norm: self.norm(&name(n.attention_norm), h)?,
