@@ -42,6 +42,7 @@ pub mod projection;
 mod serving;
 mod sparse;
 pub mod spec;
+#[cfg(any(test, feature = "test-support"))]
 pub mod synthetic;
 pub mod weights;
 
