@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes the fuzz targets' seed corpus, fuzz/corpus/<target>/, from what the tests send.
 
-The bodies are those of tests/malformed.rs, tests/arrays.rs, tests/admin.rs and
-tests/text_serving.rs (rebuilt here for the bundled digits model, 64 values a row, and for
+The bodies are those of tests/api/malformed.rs, tests/api/arrays.rs, tests/api/admin.rs and
+tests/api/text_serving.rs (rebuilt here for the bundled digits model, 64 values a row, and for
 a text model named by its input `text`), config/example-request.json, the bundled
 config/models/digits/1/model.safetensors, the messages of tests/python/fake_trainer.py and a
 synthetic encoder folder as models/src/encoder/synthetic/mod.rs writes one. Standard library
@@ -106,13 +106,13 @@ def infer_json():
         + b"]" * 200 + b"}]}",
         b'{"inputs":[{"name":"input-0","datatype":"FP32","shape":[1,64],"data":[0.1234567890123456789e-5,'
         b'-1.5E+3,2e-308,1.7976931348623157e308,-0.0,"\\u00e9\\ud83d\\ude00",null]}]}',
-        # tests/arrays.rs: objects given as arrays
+        # tests/api/arrays.rs: objects given as arrays
         dumps([]),
         dumps([None, [tensor("FP32", [1, W], ROW)]]),
         dumps({"inputs": [["input-0", "FP32", [1, W], {}, ROW]]}),
         dumps(request(tensor("FP32", [1, W], ok), outputs=[["output-0"]])),
         dumps(request(tensor("FP32", [1, W], ok), parameters=[])),
-        # text models: tests/text_serving.rs
+        # text models: tests/api/text_serving.rs
         dumps(request(tensor("BYTES", [2], ["a man is eating food .", "the cat runs"], name="text"))),
         dumps(request(tensor("BYTES", [3, 1], [["a man is eating food ."], ["the cat runs"], ["one"]],
                              name="text"), parameters={"normalize": False})),

@@ -1,15 +1,15 @@
 //! `tandem-bench sweep` and `tandem-bench load` against a real server: what they report, and that
 //! a failing rate is confirmed before the search gives up on it.
 
-mod common;
+mod support;
 
 use std::process::{Command, Stdio};
 
-use common::*;
+use support::*;
 
 fn sweep(server: &Server, dir: &TempDir, budget_ms: &str, max_rate: &str) -> serde_json::Value {
     let json = dir.path().join(format!("sweep-{budget_ms}.json"));
-    let status = Command::new(common::tandem_bench())
+    let status = Command::new(support::tandem_bench())
         .args(["sweep", "--url", &format!("http://{}", server.addr)])
         .args([
             "--model",
@@ -47,7 +47,7 @@ fn report_of(mut cmd: Command, json: &std::path::Path) -> serde_json::Value {
 
 /// Runs `tandem-bench ARGS`, which must fail with an error that names `flag`.
 fn refused(args: &[&str], flag: &str) {
-    let out = Command::new(common::tandem_bench())
+    let out = Command::new(support::tandem_bench())
         .args(args)
         .output()
         .unwrap();
@@ -105,7 +105,7 @@ fn bench_forward_reports_every_batch_size_and_what_it_evicted() {
     write_version(dir.path(), "m", 1, &[16, 32, 4], 1);
     let model = dir.path().join("m/1/model.safetensors");
     let json = dir.path().join("forward.json");
-    let mut cmd = Command::new(common::tandem_bench());
+    let mut cmd = Command::new(support::tandem_bench());
     cmd.args(["forward", "--device", "cpu", "--batch", "1,3"])
         .args(["--seconds", "0.05", "--evict-mib", "1", "--model"])
         .arg(&model);
@@ -143,14 +143,14 @@ fn bench_forward_reports_every_batch_size_and_what_it_evicted() {
 #[test]
 fn bench_load_sends_a_text_model_the_file_s_texts() {
     let repo = TempDir::new("bench-texts");
-    common::text::synthetic(&repo.path().join("enc/1"), 7);
+    support::text::synthetic(&repo.path().join("enc/1"), 7);
     std::fs::write(repo.path().join("enc/config.toml"), "p99_ms = 2000\n").unwrap();
     let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
     let texts = repo.path().join("texts.txt");
     std::fs::write(&texts, "a cat runs fast\nthe big red dog, é\n\nx\n").unwrap();
     let json = repo.path().join("load.json");
     let addr = format!("http://{}", server.addr);
-    let mut cmd = Command::new(common::tandem_bench());
+    let mut cmd = Command::new(support::tandem_bench());
     cmd.args(["load", "--url", &addr, "--model", "enc"])
         .args([
             "--rate",

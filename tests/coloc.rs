@@ -3,15 +3,14 @@
 //! and relaxed through the admin API while requests flow, which is the signal the
 //! coordinator acts on.
 
-mod coloc_support;
-mod common;
+mod support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use coloc_support::*;
-use common::*;
+use support::coloc::*;
+use support::*;
 
 #[test]
 fn the_real_trainer_steps_aside_when_budgets_tighten_and_returns_after() {
@@ -299,7 +298,7 @@ fn under_rising_load_the_trainer_stops_before_the_first_refusal() {
     });
     let url = format!("http://{}", s.server.addr);
     for rate in [25, 50, 100, 200, 400, 800, 1600, 3200] {
-        let status = Command::new(common::tandem_bench())
+        let status = Command::new(support::tandem_bench())
             .args(["load", "--url", &url, "--model", "heavy"])
             .args(["--rate", &rate.to_string(), "--duration", "2"])
             .args(["--connections", "64", "--shape", "poisson"])
@@ -359,7 +358,7 @@ fn rising_load_pauses_the_trainer_and_falling_load_lets_it_run_again() {
     }
     // Rising load: far more than the heavy model can serve.
     let before_load = directives.lock().unwrap().len();
-    let mut load = Command::new(common::tandem_bench())
+    let mut load = Command::new(support::tandem_bench())
         .args([
             "load",
             "--url",

@@ -2,14 +2,13 @@
 //! it, are not stopped for rejoining mid-step, and are continued by the guardian when the
 //! gateway that stopped them is killed (or its guardian is).
 
-mod coloc_support;
-mod common;
+mod support;
 
 use std::process::Child;
 use std::time::Duration;
 
-use coloc_support::*;
-use common::*;
+use support::coloc::*;
+use support::*;
 
 /// A gateway killed (SIGKILL: nothing of it runs) while it holds a trainer stopped: its
 /// guardian process continues the trainer, which would otherwise stay frozen for good.

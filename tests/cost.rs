@@ -5,12 +5,12 @@
 //! over the gauge's window `w` — under steady load, with the coordinator off, and on with a
 //! trainer borrowing the device.
 
-mod common;
+mod support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use support::*;
 
 const DIMS: [usize; 3] = [64, 128, 10];
 const WINDOW_S: u64 = 16;
@@ -46,7 +46,7 @@ fn start(coloc: bool) -> (Server, TempDir) {
 }
 
 fn load(server: &Server, seconds: u64) -> Child {
-    Command::new(common::tandem_bench())
+    Command::new(support::tandem_bench())
         .args(["load", "--url", &format!("http://{}", server.addr)])
         .args(["--model", "m", "--rate", "200", "--connections", "8"])
         .args(["--duration", &seconds.to_string()])

@@ -3,11 +3,11 @@
 //! Without a CUDA device each test says on stderr that it is skipped; scripts/gpu-check.sh
 //! runs them on one and fails if any is skipped there.
 
-mod common;
+mod support;
 
 use std::sync::Arc;
 
-use common::*;
+use support::*;
 use kernels::DType;
 use models::Checkpoint;
 

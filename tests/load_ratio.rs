@@ -2,12 +2,12 @@
 //! 1 at 0.3x of what the model serves within its budget, at least 1.5 within 10 s of a step
 //! to 2x, and under 1 within 30 s of the step ending — what a KEDA trigger at 1 needs.
 
-mod common;
+mod support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use support::*;
 
 /// A model whose batches stream ~75 MB of weights: a few hundred rows a second on two
 /// cores, so that twice that is within the load generator's reach.
@@ -24,7 +24,7 @@ fn ratio(server: &Server) -> f64 {
 }
 
 fn offer(server: &Server, rate: f64, seconds: u64) -> Child {
-    Command::new(common::tandem_bench())
+    Command::new(support::tandem_bench())
         .args(["load", "--url", &format!("http://{}", server.addr)])
         .args(["--model", "big", "--rate", &format!("{rate:.0}")])
         .args(["--duration", &seconds.to_string(), "--connections", "128"])

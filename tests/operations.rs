@@ -10,7 +10,7 @@
 //! elsewhere a missing tool skips the test with a reason, unless TANDEM_REQUIRE_TOOLS is
 //! set.
 
-mod common;
+mod support;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::*;
+use support::*;
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 /// The configuration in the tandem-config ConfigMap of deploy/k8s/base.
@@ -275,7 +275,7 @@ fn deploy_artifacts_hold_against_a_live_server_and_prometheus() {
 
     let report = tmp.path().join("load.json");
     let started = now_s();
-    let load = Command::new(common::tandem_bench())
+    let load = Command::new(support::tandem_bench())
         .args([
             "load",
             "--url",

@@ -3,12 +3,12 @@
 //! budget, memory stays flat, and normal service returns within two seconds of the load
 //! ending.
 
-mod common;
+mod support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use support::*;
 
 /// A model whose batches stream ~75 MB of weights: a few hundred rows per second on two
 /// cores, so that three times that is within reach of the load generator.
@@ -69,7 +69,7 @@ fn three_times_overload_for_a_minute_is_shed_and_recovered_from() {
     eprintln!("capacity {capacity:.0} req/s; offering {rate:.0} req/s for 60 s");
 
     let report = repo.path().join("load.json");
-    let mut load = Command::new(common::tandem_bench())
+    let mut load = Command::new(support::tandem_bench())
         .args([
             "load",
             "--url",

@@ -3,13 +3,13 @@
 //! can drive — shed by the adaptive policy, refused unparsed as late, the queue full, the
 //! deadline passed (propagated and the request's own), and a client that left (abandoned).
 
-mod common;
+mod support;
 
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::*;
+use support::*;
 use serde_json::json;
 
 /// Batches that stream ~75 MB of weights: tens of milliseconds each on two cores.

@@ -4,12 +4,12 @@
 //! only get 400, the refusal is counted as `late`, and once the load ends the server
 //! parses and serves as before.
 
-mod common;
+mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::*;
+use support::*;
 
 /// Slow batches (~75 MB of weights streamed per batch, a few milliseconds each): 64
 /// closed-loop clients want 16 batches at once, three times what fits in a 20 ms budget

@@ -3,19 +3,19 @@
 //! command judges the run and fails on any violation; this test also reads its report, so
 //! that a fault that silently stopped happening fails too.
 
-mod common;
+mod support;
 
 use std::process::Command;
 use std::time::Instant;
 
-use common::TempDir;
+use support::TempDir;
 
 #[test]
 fn two_minutes_under_faults_lose_nothing_and_grow_nothing() {
     let dir = TempDir::new("soak");
     let json = dir.path().join("soak.json");
     let started = Instant::now();
-    let out = Command::new(common::tandem_bench())
+    let out = Command::new(support::tandem_bench())
         .args(["soak", "--duration", "120", "--warmup-share", "0.25"])
         .args(["--dims", "64,128,128,10", "--budget-ms", "50"])
         // Correctness is judged as strictly as in the full soak: no 5xx, nothing lost, no

@@ -3,13 +3,12 @@
 //! service (new versions included) without failing the requests it was answering, and a
 //! load brings it back; load and unload answer whom the admin API answers.
 
-mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 use serde_json::json;
 
 const DIMS: [usize; 3] = [8, 16, 3];

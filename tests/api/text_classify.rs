@@ -5,13 +5,12 @@
 //! models/tests/encoder_classifier.rs), so a pair tokenized or packed wrongly on the way
 //! would show.
 
-mod common;
 
 use std::process::Command;
 
-use common::classify::*;
-use common::text::skip;
-use common::*;
+use crate::support::classify::*;
+use crate::support::text::skip;
+use crate::support::*;
 use models::Truncation;
 use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
 use serde_json::{Value, json};

@@ -16,6 +16,7 @@ use kernels::DType;
 use models::Checkpoint;
 
 pub mod classify;
+pub mod coloc;
 pub mod text;
 
 /// `tandem-bench`, the benchmarks' binary, which cargo builds beside `tandem` when the

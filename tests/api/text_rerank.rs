@@ -3,13 +3,12 @@
 //! XLM-RoBERTa reranker and encoder, as bge-reranker and multilingual-e5 are. Scores are
 //! checked against the same synthetic model run in-process.
 
-mod common;
 
 use std::process::Command;
 
-use common::classify::*;
-use common::text::skip;
-use common::*;
+use crate::support::classify::*;
+use crate::support::text::skip;
+use crate::support::*;
 use models::encoder::dense_module::DenseActivation;
 use models::encoder::family::Family;
 use models::encoder::synthetic::{SyntheticDense, SyntheticSpec, write_synthetic};

@@ -3,12 +3,11 @@
 //! makes the Python environment; elsewhere a missing tool skips the test with a reason,
 //! unless TANDEM_REQUIRE_TOOLS is set.
 
-mod common;
 
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use common::*;
+use crate::support::*;
 
 fn skip_or_fail(test: &str, reason: &str) {
     assert!(

@@ -3,9 +3,8 @@
 //! reach — infer, the admin API, the repository extension — an array (empty, positional or
 //! nested) gets a 400 that says an object was expected, and changes nothing.
 
-mod common;
 
-use common::*;
+use crate::support::*;
 use serde_json::{Value, json};
 
 const DIMS: [usize; 3] = [8, 16, 3];

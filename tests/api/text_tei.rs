@@ -3,10 +3,9 @@
 //! `/info`, `/health`, `/tokenize` and `/decode`, TEI's status codes and error types, and
 //! the `x-*` headers that say what an answer took. A synthetic BERT needs no download.
 
-mod common;
 
-use common::text::*;
-use common::*;
+use crate::support::text::*;
+use crate::support::*;
 use serde_json::json;
 
 /// TEI's `/similarity`: the cosine of the source sentence with each other, from the same

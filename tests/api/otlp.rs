@@ -5,7 +5,6 @@
 //! a malformed `traceparent` starts a new trace with a warning and the request is served;
 //! an endpoint tandem cannot use stops the start.
 
-mod common;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -13,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::*;
+use crate::support::*;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;

@@ -6,13 +6,12 @@
 //! (onnx.helper, no downloads). Needs TANDEM_PYTHON and ORT_DYLIB_PATH, which
 //! scripts/test.sh sets; without them the tests skip, unless TANDEM_REQUIRE_TOOLS is set.
 
-mod common;
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 
 fn skip_or_fail(test: &str, reason: &str) {
     assert!(

@@ -6,12 +6,11 @@
 //! A tiny synthetic BERT needs no download. The APIs as clients call them are in
 //! tests/text_apis.rs.
 
-mod common;
 
 use std::time::Duration;
 
-use common::text::*;
-use common::*;
+use crate::support::text::*;
+use crate::support::*;
 use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
 use serde_json::{Value, json};
 

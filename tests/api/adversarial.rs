@@ -3,12 +3,11 @@
 //! empty gzip members, outputs JSON cannot carry, a dual-stack listener's loopback
 //! clients, percent-encoded model names, and metric series of unloaded versions.
 
-mod common;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 use serde_json::json;
 
 const DIMS: [usize; 3] = [8, 16, 3];

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::common::*;
+use super::*;
 
 pub const DIMS: [usize; 3] = [64, 32, 10];
 

@@ -1,11 +1,10 @@
 //! Cohere's embed API (`/v1/embed`, `/v2/embed`) as Cohere's SDK calls it, against the
 //! embeddings `/v1/embeddings` gives. A synthetic BERT needs no download.
 
-mod common;
 
 use std::process::Command;
 
-use common::text::*;
+use crate::support::text::*;
 use serde_json::{Value, json};
 
 /// Cohere's embed API on `/v1/embed` and `/v2/embed`: the embeddings `/v1/embeddings`

@@ -1,11 +1,10 @@
 //! Live budgets for operators: the admin API changes a model's SLO while it serves, SIGHUP
 //! reloads the config file, and only loopback clients (or token holders) get in.
 
-mod common;
 
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 use serde_json::json;
 
 const DIMS: [usize; 3] = [8, 16, 3];

@@ -4,13 +4,12 @@
 //! published pair through each. A synthetic BERT needs no download; MiniLM's absence is a
 //! SKIPPED test (a failure with TANDEM_REQUIRE_TOOLS set).
 
-mod common;
 
 use std::path::Path;
 use std::process::Command;
 
-use common::text::*;
-use common::*;
+use crate::support::text::*;
+use crate::support::*;
 use serde_json::{Value, json};
 
 /// Token ids made with the model's own tokenizer give what their text gives, alone or beside

@@ -2,9 +2,8 @@
 //! right 4xx with a JSON `{"error": ...}` naming the problem, and the server answers the
 //! next valid request correctly.
 
-mod common;
 
-use common::*;
+use crate::support::*;
 use serde_json::{Value, json};
 
 const DIMS: [usize; 3] = [12, 16, 4];

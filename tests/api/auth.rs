@@ -5,13 +5,12 @@
 //! a clear error; the openai client, tritonclient and huggingface_hub, given the key, work
 //! unchanged.
 
-mod common;
 
 use std::process::Command;
 use std::time::Duration;
 
-use common::text::*;
-use common::*;
+use crate::support::text::*;
+use crate::support::*;
 use serde_json::{Value, json};
 
 struct Setup {

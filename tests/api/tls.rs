@@ -4,7 +4,6 @@
 //! keeps serving, an unusable file keeps the one in force); client certificates required
 //! with a client CA; missing, unreadable or mismatched files stop the start clearly.
 
-mod common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -12,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::*;
+use crate::support::*;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};

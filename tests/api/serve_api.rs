@@ -1,9 +1,8 @@
 //! End-to-end: the real binary on 127.0.0.1:0, every endpoint of the v2 protocol, and
 //! outputs compared with the float64 reference.
 
-mod common;
 
-use common::*;
+use crate::support::*;
 use serde_json::json;
 
 const DIMS: [usize; 3] = [12, 24, 5];

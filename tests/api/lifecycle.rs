@@ -1,13 +1,12 @@
 //! Lifecycle under load: hot-loading new versions fails no request, a corrupt version is
 //! ignored while the previous one keeps serving, and SIGTERM loses no in-flight request.
 
-mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 
 const DIMS: [usize; 3] = [16, 32, 6];
 
@@ -354,7 +353,7 @@ fn core_list(list: &str) -> Vec<usize> {
 
 #[test]
 fn a_text_encoders_compute_threads_are_pinned_one_per_core() {
-    let (server, _repo) = common::text::start_synthetic();
+    let (server, _repo) = crate::support::text::start_synthetic();
     let threads = thread_cores(server.pid());
     let all = &threads
         .iter()

@@ -3,13 +3,12 @@
 //! on JSON log lines with the route, model, status and latency; CORS preflights answered
 //! before any key is asked for; bad settings stop the start with a clear error.
 
-mod common;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::*;
+use crate::support::*;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::Value;
