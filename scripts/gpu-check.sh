@@ -36,7 +36,7 @@ stage=.gpu
 # Test binaries with CUDA tests, and the filter that selects them (empty: all of them).
 declare -A cuda_tests=(
   [kernels]=cuda [nvrtc]="" [numerics]=cuda [training]=cuda [encoder]=cuda
-  [encoder_classifier]=cuda [encoder_families]=cuda [digits]=cuda [cuda]=cuda [coloc]=on_cuda
+  [digits]=cuda [cuda]=cuda [coloc]=on_cuda
 )
 # Tests left out on the GPU machine: all-MiniLM-L6-v2's folder does not travel there.
 declare -A cuda_skips=([encoder]=minilm)

@@ -7,9 +7,8 @@ use models::encoder::dense_module::DenseActivation;
 use models::encoder::family::Family;
 use models::encoder::{Encoder, EncoderConfig, EncoderWeights};
 
-mod support;
 
-use support::folder::{Folder, assert_contains, modernbert, with_dense};
+use crate::support::folder::{Folder, assert_contains, modernbert, with_dense};
 
 #[test]
 fn dense_modules_load_and_set_the_embedding_width() {

@@ -8,10 +8,9 @@ use models::encoder::family::Family;
 use models::encoder::synthetic::{NomicSpec, SyntheticSpec};
 use models::encoder::{Encoder, Pooling};
 
-mod support;
 
-use support::embeddings::{check_synthetic, check_synthetic_packing};
-use support::folder::{Folder, assert_contains};
+use crate::support::embeddings::{check_synthetic, check_synthetic_packing};
+use crate::support::folder::{Folder, assert_contains};
 
 fn nomic(nomic: NomicSpec) -> SyntheticSpec {
     SyntheticSpec {

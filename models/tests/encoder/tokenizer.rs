@@ -6,7 +6,6 @@
 //! wrapper itself promises: padding and truncation replaced, refusals that say how long the
 //! input was.
 
-mod support;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -15,8 +14,8 @@ use std::process::{Command, Stdio};
 use models::encoder::family::Family;
 use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
 use models::encoder::{EncodeError, Encoded, TOKEN_COUNT_LIMIT, TextTokenizer, Truncation};
-use support::minilm_dir;
-use support::parity::{python_for, python_ids};
+use crate::support::minilm_dir;
+use crate::support::parity::{python_for, python_ids};
 
 const TEXTS: &[&str] = &[
     "A man is eating food.",
@@ -169,7 +168,7 @@ fn ids_match_python_tokenizers_for_xlm_roberta_sentencepiece() {
     let Some(python) = python_for(test) else {
         return;
     };
-    let dir = support::synthetic(
+    let dir = crate::support::synthetic(
         "parity-xlmr",
         &SyntheticSpec {
             family: Family::Roberta,
@@ -186,7 +185,7 @@ fn ids_match_python_tokenizers_for_roberta_byte_level_bpe() {
     let Some(python) = python_for(test) else {
         return;
     };
-    let dir = support::TempDir::new("parity-roberta-bpe");
+    let dir = crate::support::TempDir::new("parity-roberta-bpe");
     let corpus: Vec<String> = TEXTS
         .iter()
         .chain(PAIRS.iter().flat_map(|(a, b)| [a, b]))

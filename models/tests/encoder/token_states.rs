@@ -9,13 +9,12 @@ use models::encoder::synthetic::SyntheticSpec;
 use models::encoder::{Encoded, Encoder, PackedTokens, Pooling};
 use models::{Batch, Model, ModelError};
 
-mod support;
 
-use support::embeddings::{
+use crate::support::embeddings::{
     ask_transformers, cosine, dense, random_sequences, reference, reference_states,
     synthetic_sequences, worst_relative_difference,
 };
-use support::{python, synthetic};
+use crate::support::{python, synthetic};
 
 /// `seqs` packed, those at even positions keeping their every state.
 fn every_other_keeps_states(seqs: &[Encoded]) -> PackedTokens {

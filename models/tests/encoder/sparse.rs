@@ -7,11 +7,10 @@ use kernels::Device;
 use models::encoder::synthetic::SyntheticSpec;
 use models::encoder::{Encoder, SparsePooling};
 
-mod support;
 
-use support::embeddings::{ask_reference, ask_transformers, cosine, embed, synthetic_sequences};
-use support::folder::{Folder, assert_contains, copy_tensor};
-use support::{python, synthetic};
+use crate::support::embeddings::{ask_reference, ask_transformers, cosine, embed, synthetic_sequences};
+use crate::support::folder::{Folder, assert_contains, copy_tensor};
+use crate::support::{python, synthetic};
 
 fn sparse(pooling: SparsePooling) -> SyntheticSpec {
     SyntheticSpec {

@@ -10,9 +10,8 @@ use models::encoder::Encoder;
 use models::encoder::synthetic::SyntheticSpec;
 use models::{LoadOptions, MatmulPrecision};
 
-mod support;
 
-use support::{precision, synthetic};
+use crate::support::{precision, synthetic};
 
 const BF16X3: LoadOptions = LoadOptions {
     cpu_precision: MatmulPrecision::Bf16x3,

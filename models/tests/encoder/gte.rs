@@ -8,10 +8,9 @@ use models::encoder::family::Family;
 use models::encoder::synthetic::{GteSpec, SyntheticSpec};
 use models::encoder::{Encoder, Pooling};
 
-mod support;
 
-use support::embeddings::{check_synthetic, check_synthetic_packing, embed, synthetic_sequences};
-use support::folder::{Folder, assert_contains, copy_tensor};
+use crate::support::embeddings::{check_synthetic, check_synthetic_packing, embed, synthetic_sequences};
+use crate::support::folder::{Folder, assert_contains, copy_tensor};
 
 fn gte(gte: GteSpec) -> SyntheticSpec {
     SyntheticSpec {

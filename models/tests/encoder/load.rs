@@ -8,11 +8,10 @@ use models::encoder::family::Family;
 use models::encoder::synthetic::SyntheticSpec;
 use models::encoder::{Encoder, Pooling, is_encoder_dir};
 
-mod support;
 
 use std::path::Path;
 
-use support::folder::{Folder, Tensor, assert_contains, spec};
+use crate::support::folder::{Folder, Tensor, assert_contains, spec};
 
 #[test]
 fn a_synthetic_folder_loads_with_what_its_configs_say() {

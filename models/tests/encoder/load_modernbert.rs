@@ -6,9 +6,8 @@ use models::encoder::family::Family;
 use models::encoder::synthetic::SyntheticSpec;
 use models::encoder::{Encoder, Pooling};
 
-mod support;
 
-use support::folder::{Folder, assert_contains, copy_tensor, modernbert};
+use crate::support::folder::{Folder, assert_contains, copy_tensor, modernbert};
 
 /// ModernBERT: global attention every other layer (the synthetic config's
 /// `global_attn_every_n_layers: 2`), a window of `local_attention / 2`, the rotary bases;

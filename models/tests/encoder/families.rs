@@ -11,13 +11,12 @@ use models::encoder::family::Family;
 use models::encoder::synthetic::SyntheticSpec;
 use models::encoder::{Encoder, Pooling, TextTokenizer};
 
-mod support;
 
-use support::embeddings::{
+use crate::support::embeddings::{
     SYNTHETIC_TEXTS, assert_cosines, check_synthetic, check_synthetic_packing, cosine, dense,
     embed, encode_all, random_sequences, reference, synthetic_sequences, worst_relative_difference,
 };
-use support::{on_every_device, python, run_script, synthetic};
+use crate::support::{on_every_device, python, run_script, synthetic};
 
 // LaBSE's shape: CLS, a Dense module with tanh, normalised; then a chain of two modules
 // (ReLU to a wider layer, then one without bias or activation to a narrower one).

@@ -7,10 +7,9 @@ use kernels::Device;
 use models::encoder::synthetic::SyntheticSpec;
 use models::encoder::{Encoder, SparsePooling};
 
-mod support;
 
-use support::embeddings::{embed, random_sequences};
-use support::folder::{Folder, assert_contains, with_dense};
+use crate::support::embeddings::{embed, random_sequences};
+use crate::support::folder::{Folder, assert_contains, with_dense};
 
 /// Rewrites the folder's configuration as sentence-transformers 6 saves it: module types
 /// renamed by `rename`, no `max_seq_length`, the limit given as the tokenizer's.

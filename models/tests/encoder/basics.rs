@@ -11,13 +11,12 @@ use models::encoder::family::Family;
 use models::encoder::synthetic::SyntheticSpec;
 use models::encoder::{Encoded, Encoder, PackedTokens, Pooling, TextTokenizer, l2_normalize_rows};
 
-mod support;
 
-use support::embeddings::{
+use crate::support::embeddings::{
     assert_cosines, check_synthetic, check_synthetic_packing, embed, encode_all, pack,
     random_sequences, reference, worst_relative_difference,
 };
-use support::{TempDir, minilm_dir, on_every_device, python, run_python, synthetic};
+use crate::support::{TempDir, minilm_dir, on_every_device, python, run_python, synthetic};
 
 const SENTENCES: [&str; 12] = [
     "A man is eating food.",

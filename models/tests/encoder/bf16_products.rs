@@ -9,9 +9,8 @@ use models::encoder::Encoder;
 use models::encoder::synthetic::SyntheticSpec;
 use models::{LoadOptions, MatmulPrecision};
 
-mod support;
 
-use support::{precision, synthetic};
+use crate::support::{precision, synthetic};
 
 const BF16: LoadOptions = LoadOptions {
     cpu_precision: MatmulPrecision::Bf16,

@@ -12,10 +12,9 @@ use models::encoder::family::Family;
 use models::encoder::synthetic::{GteSpec, SyntheticSpec};
 use models::encoder::{Encoded, Encoder, PackedTokens, TextTokenizer};
 
-mod support;
 
-use support::embeddings::ask_reference;
-use support::{on_every_device, python, run_script, synthetic};
+use crate::support::embeddings::ask_reference;
+use crate::support::{on_every_device, python, run_script, synthetic};
 
 const TEXTS: [&str; 3] = [
     "a man is eating food.",
