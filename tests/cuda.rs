@@ -7,9 +7,9 @@ mod support;
 
 use std::sync::Arc;
 
-use support::*;
 use kernels::DType;
 use models::Checkpoint;
+use support::*;
 
 const DIMS: [usize; 4] = [64, 256, 128, 10];
 

@@ -9,8 +9,8 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use support::*;
 use serde_json::json;
+use support::*;
 
 /// Batches that stream ~75 MB of weights: tens of milliseconds each on two cores.
 const DIMS: [usize; 4] = [512, 4096, 4096, 10];

@@ -1,7 +1,6 @@
 //! Live budgets for operators: the admin API changes a model's SLO while it serves, SIGHUP
 //! reloads the config file, and only loopback clients (or token holders) get in.
 
-
 use std::time::Duration;
 
 use crate::support::*;

@@ -3,7 +3,6 @@
 //! empty gzip members, outputs JSON cannot carry, a dual-stack listener's loopback
 //! clients, percent-encoded model names, and metric series of unloaded versions.
 
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 

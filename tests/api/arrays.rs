@@ -3,7 +3,6 @@
 //! reach — infer, the admin API, the repository extension — an array (empty, positional or
 //! nested) gets a 400 that says an object was expected, and changes nothing.
 
-
 use crate::support::*;
 use serde_json::{Value, json};
 

@@ -5,7 +5,6 @@
 //! a clear error; the openai client, tritonclient and huggingface_hub, given the key, work
 //! unchanged.
 
-
 use std::process::Command;
 use std::time::Duration;
 

@@ -3,12 +3,11 @@
 //! on JSON log lines with the route, model, status and latency; CORS preflights answered
 //! before any key is asked for; bad settings stop the start with a clear error.
 
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::Bytes;
 use crate::support::*;
+use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::Value;

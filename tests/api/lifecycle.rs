@@ -1,7 +1,6 @@
 //! Lifecycle under load: hot-loading new versions fails no request, a corrupt version is
 //! ignored while the previous one keeps serving, and SIGTERM loses no in-flight request.
 
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};

@@ -2,7 +2,6 @@
 //! right 4xx with a JSON `{"error": ...}` naming the problem, and the server answers the
 //! next valid request correctly.
 
-
 use crate::support::*;
 use serde_json::{Value, json};
 

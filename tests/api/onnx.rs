@@ -6,7 +6,6 @@
 //! (onnx.helper, no downloads). Needs TANDEM_PYTHON and ORT_DYLIB_PATH, which
 //! scripts/test.sh sets; without them the tests skip, unless TANDEM_REQUIRE_TOOLS is set.
 
-
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;

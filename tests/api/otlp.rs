@@ -5,14 +5,13 @@
 //! a malformed `traceparent` starts a new trace with a warning and the request is served;
 //! an endpoint tandem cannot use stops the start.
 
-
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use crate::support::*;
+use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;

@@ -3,7 +3,6 @@
 //! service (new versions included) without failing the requests it was answering, and a
 //! load brings it back; load and unload answer whom the admin API answers.
 
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

@@ -1,7 +1,6 @@
 //! End-to-end: the real binary on 127.0.0.1:0, every endpoint of the v2 protocol, and
 //! outputs compared with the float64 reference.
 
-
 use crate::support::*;
 use serde_json::json;
 

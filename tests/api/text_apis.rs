@@ -4,7 +4,6 @@
 //! published pair through each. A synthetic BERT needs no download; MiniLM's absence is a
 //! SKIPPED test (a failure with TANDEM_REQUIRE_TOOLS set).
 
-
 use std::path::Path;
 use std::process::Command;
 

@@ -5,7 +5,6 @@
 //! models/tests/encoder_classifier.rs), so a pair tokenized or packed wrongly on the way
 //! would show.
 
-
 use std::process::Command;
 
 use crate::support::classify::*;

@@ -1,7 +1,6 @@
 //! Cohere's embed API (`/v1/embed`, `/v2/embed`) as Cohere's SDK calls it, against the
 //! embeddings `/v1/embeddings` gives. A synthetic BERT needs no download.
 
-
 use std::process::Command;
 
 use crate::support::text::*;

@@ -3,7 +3,6 @@
 //! XLM-RoBERTa reranker and encoder, as bge-reranker and multilingual-e5 are. Scores are
 //! checked against the same synthetic model run in-process.
 
-
 use std::process::Command;
 
 use crate::support::classify::*;

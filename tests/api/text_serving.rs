@@ -6,7 +6,6 @@
 //! A tiny synthetic BERT needs no download. The APIs as clients call them are in
 //! tests/text_apis.rs.
 
-
 use std::time::Duration;
 
 use crate::support::text::*;

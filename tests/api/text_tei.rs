@@ -3,7 +3,6 @@
 //! `/info`, `/health`, `/tokenize` and `/decode`, TEI's status codes and error types, and
 //! the `x-*` headers that say what an answer took. A synthetic BERT needs no download.
 
-
 use crate::support::text::*;
 use crate::support::*;
 use serde_json::json;

@@ -4,14 +4,13 @@
 //! keeps serving, an unusable file keeps the one in force); client certificates required
 //! with a client CA; missing, unreadable or mismatched files stop the start clearly.
 
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use crate::support::*;
+use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};

@@ -3,7 +3,6 @@
 //! makes the Python environment; elsewhere a missing tool skips the test with a reason,
 //! unless TANDEM_REQUIRE_TOOLS is set.
 
-
 use std::io::Write;
 use std::process::{Command, Stdio};
 

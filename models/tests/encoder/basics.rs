@@ -11,7 +11,6 @@ use models::encoder::family::Family;
 use models::encoder::synthetic::SyntheticSpec;
 use models::encoder::{Encoded, Encoder, PackedTokens, Pooling, TextTokenizer, l2_normalize_rows};
 
-
 use crate::support::embeddings::{
     assert_cosines, check_synthetic, check_synthetic_packing, embed, encode_all, pack,
     random_sequences, reference, worst_relative_difference,

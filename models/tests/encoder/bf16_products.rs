@@ -9,7 +9,6 @@ use models::encoder::Encoder;
 use models::encoder::synthetic::SyntheticSpec;
 use models::{LoadOptions, MatmulPrecision};
 
-
 use crate::support::{precision, synthetic};
 
 const BF16: LoadOptions = LoadOptions {

@@ -10,7 +10,6 @@ use models::encoder::Encoder;
 use models::encoder::synthetic::SyntheticSpec;
 use models::{LoadOptions, MatmulPrecision};
 
-
 use crate::support::{precision, synthetic};
 
 const BF16X3: LoadOptions = LoadOptions {

@@ -12,7 +12,6 @@ use models::encoder::family::Family;
 use models::encoder::synthetic::{GteSpec, SyntheticSpec};
 use models::encoder::{Encoded, Encoder, PackedTokens, TextTokenizer};
 
-
 use crate::support::embeddings::ask_reference;
 use crate::support::{on_every_device, python, run_script, synthetic};
 

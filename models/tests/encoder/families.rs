@@ -11,7 +11,6 @@ use models::encoder::family::Family;
 use models::encoder::synthetic::SyntheticSpec;
 use models::encoder::{Encoder, Pooling, TextTokenizer};
 
-
 use crate::support::embeddings::{
     SYNTHETIC_TEXTS, assert_cosines, check_synthetic, check_synthetic_packing, cosine, dense,
     embed, encode_all, random_sequences, reference, synthetic_sequences, worst_relative_difference,

@@ -8,8 +8,9 @@ use models::encoder::family::Family;
 use models::encoder::synthetic::{GteSpec, SyntheticSpec};
 use models::encoder::{Encoder, Pooling};
 
-
-use crate::support::embeddings::{check_synthetic, check_synthetic_packing, embed, synthetic_sequences};
+use crate::support::embeddings::{
+    check_synthetic, check_synthetic_packing, embed, synthetic_sequences,
+};
 use crate::support::folder::{Folder, assert_contains, copy_tensor};
 
 fn gte(gte: GteSpec) -> SyntheticSpec {

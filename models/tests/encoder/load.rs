@@ -8,7 +8,6 @@ use models::encoder::family::Family;
 use models::encoder::synthetic::SyntheticSpec;
 use models::encoder::{Encoder, Pooling, is_encoder_dir};
 
-
 use std::path::Path;
 
 use crate::support::folder::{Folder, Tensor, assert_contains, spec};

@@ -7,7 +7,6 @@ use models::encoder::dense_module::DenseActivation;
 use models::encoder::family::Family;
 use models::encoder::{Encoder, EncoderConfig, EncoderWeights};
 
-
 use crate::support::folder::{Folder, assert_contains, modernbert, with_dense};
 
 #[test]

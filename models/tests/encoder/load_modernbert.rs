@@ -6,7 +6,6 @@ use models::encoder::family::Family;
 use models::encoder::synthetic::SyntheticSpec;
 use models::encoder::{Encoder, Pooling};
 
-
 use crate::support::folder::{Folder, assert_contains, copy_tensor, modernbert};
 
 /// ModernBERT: global attention every other layer (the synthetic config's

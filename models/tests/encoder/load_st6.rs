@@ -7,7 +7,6 @@ use kernels::Device;
 use models::encoder::synthetic::SyntheticSpec;
 use models::encoder::{Encoder, SparsePooling};
 
-
 use crate::support::embeddings::{embed, random_sequences};
 use crate::support::folder::{Folder, assert_contains, with_dense};
 

@@ -8,7 +8,6 @@ use models::encoder::family::Family;
 use models::encoder::synthetic::{NomicSpec, SyntheticSpec};
 use models::encoder::{Encoder, Pooling};
 
-
 use crate::support::embeddings::{check_synthetic, check_synthetic_packing};
 use crate::support::folder::{Folder, assert_contains};
 

@@ -7,8 +7,9 @@ use kernels::Device;
 use models::encoder::synthetic::SyntheticSpec;
 use models::encoder::{Encoder, SparsePooling};
 
-
-use crate::support::embeddings::{ask_reference, ask_transformers, cosine, embed, synthetic_sequences};
+use crate::support::embeddings::{
+    ask_reference, ask_transformers, cosine, embed, synthetic_sequences,
+};
 use crate::support::folder::{Folder, assert_contains, copy_tensor};
 use crate::support::{python, synthetic};
 

@@ -9,7 +9,6 @@ use models::encoder::synthetic::SyntheticSpec;
 use models::encoder::{Encoded, Encoder, PackedTokens, Pooling};
 use models::{Batch, Model, ModelError};
 
-
 use crate::support::embeddings::{
     ask_transformers, cosine, dense, random_sequences, reference, reference_states,
     synthetic_sequences, worst_relative_difference,

@@ -6,16 +6,15 @@
 //! wrapper itself promises: padding and truncation replaced, refusals that say how long the
 //! input was.
 
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::support::minilm_dir;
+use crate::support::parity::{python_for, python_ids};
 use models::encoder::family::Family;
 use models::encoder::synthetic::{SyntheticSpec, write_synthetic};
 use models::encoder::{EncodeError, Encoded, TOKEN_COUNT_LIMIT, TextTokenizer, Truncation};
-use crate::support::minilm_dir;
-use crate::support::parity::{python_for, python_ids};
 
 const TEXTS: &[&str] = &[
     "A man is eating food.",
