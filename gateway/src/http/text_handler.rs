@@ -65,28 +65,11 @@ pub(crate) async fn receive(
     Ok(Received { body, arrival })
 }
 
-/// A request a text handler read (its body, what it asks, the version that answers it)
-/// answered by `on`, and answered and counted as [`TextReply::respond`] does: how every text
-/// handler ends.
-pub(crate) async fn answer_read<T>(
-    read: Result<(Received, T, Arc<ModelVersion>), ApiError>,
-    on: impl AsyncFnOnce(Arc<ModelVersion>, Received, T) -> Result<Served, ApiError>,
-    started: Instant,
-    coding: content_coding::Coding,
-    error: fn(&ApiError) -> Response<Full<Bytes>>,
-) -> Response<Full<Bytes>> {
-    let (version, result) = match read {
-        Err(e) => (None, Err(e)),
-        Ok((received, request, version)) => {
-            (Some(version.clone()), on(version, received, request).await)
-        }
-    };
-    let answer = TextReply {
-        version,
-        result,
-        started,
-    };
-    answer.respond(coding, error).await
+/// A text request read: its body, what it asks, and the version that answers it.
+pub(crate) struct Read<T> {
+    pub(crate) received: Received,
+    pub(crate) request: T,
+    pub(crate) version: Arc<ModelVersion>,
 }
 
 /// What a text handler came to, to be answered and counted.
@@ -97,6 +80,28 @@ pub(crate) struct TextReply {
 }
 
 impl TextReply {
+    /// The reply to a request refused before its model was known.
+    pub(crate) fn refused(e: ApiError, started: Instant) -> TextReply {
+        TextReply {
+            version: None,
+            result: Err(e),
+            started,
+        }
+    }
+
+    /// The reply to a request `version` answered (or failed).
+    pub(crate) fn answered(
+        version: Arc<ModelVersion>,
+        result: Result<Served, ApiError>,
+        started: Instant,
+    ) -> TextReply {
+        TextReply {
+            version: Some(version),
+            result,
+            started,
+        }
+    }
+
     /// The body in the coding the client accepts, or the error in its API's shape; counted
     /// either way.
     pub(crate) async fn respond(
@@ -158,24 +163,22 @@ pub(crate) trait Named {
     fn model(&self) -> Option<&str>;
 }
 
-/// Reads a request to `route` as `T`, finds the model it names (without one, the one text
-/// model loaded), answers it with `on`, and counts it; errors in `error`'s shape.
-pub(crate) async fn serve_named<T: serde::de::DeserializeOwned + Named>(
+/// Reads a request to `route` as `T` and finds the model it names (without one, the one
+/// text model loaded).
+pub(crate) async fn read_named<T: serde::de::DeserializeOwned + Named>(
     state: &AppState,
     req: Request<Limited<Incoming>>,
     clock: &ArrivalClock,
     route: &str,
-    error: fn(&ApiError) -> Response<Full<Bytes>>,
-    on: impl AsyncFnOnce(Arc<ModelVersion>, Received, T) -> Result<Served, ApiError>,
-) -> Response<Full<Bytes>> {
-    let started = Instant::now();
-    let coding = content_coding::accepted(req.headers());
-    let read = |received: Received| {
-        let request: T =
-            json_de::from_slice(&received.body).map_err(|e| ApiError::unreadable(route, e))?;
-        let version = served_text_version(state, request.model())?;
-        Ok::<_, ApiError>((received, request, version))
-    };
-    let read = receive(state, req, clock, started).await.and_then(read);
-    answer_read(read, on, started, coding, error).await
+    started: Instant,
+) -> Result<Read<T>, ApiError> {
+    let received = receive(state, req, clock, started).await?;
+    let request: T =
+        json_de::from_slice(&received.body).map_err(|e| ApiError::unreadable(route, e))?;
+    let version = served_text_version(state, request.model())?;
+    Ok(Read {
+        received,
+        request,
+        version,
+    })
 }

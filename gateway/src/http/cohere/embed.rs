@@ -13,7 +13,6 @@
 //! - Version 1 without `embedding_types` answers `embeddings_floats`; otherwise
 //!   `embeddings_by_type`.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
@@ -23,12 +22,14 @@ use hyper::body::Incoming;
 use models::Truncation;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::time::Instant;
 
-use super::{ApiVersion, serve};
+use super::ApiVersion;
 use crate::error::ApiError;
-use crate::http::AppState;
 use crate::http::arrival::ArrivalClock;
-use crate::http::text_handler::{Named, Received, Served};
+use crate::http::errors::cohere_error;
+use crate::http::text_handler::{Named, Received, Served, TextReply, read_named};
+use crate::http::{AppState, content_coding};
 use crate::infer::dimensions::Asked;
 use crate::infer::input::{Input, MAX_TEXTS};
 use crate::infer::text::{Task, TextAnswer, TextRequest, run};
@@ -138,10 +139,16 @@ pub async fn embed(
     clock: &ArrivalClock,
     api: ApiVersion,
 ) -> Response<Full<Bytes>> {
-    let on = async |version: Arc<ModelVersion>, received, request| {
-        embed_on(state, &version, received, request, api).await
+    let started = Instant::now();
+    let coding = content_coding::accepted(req.headers());
+    let reply = match read_named(state, req, clock, "embed", started).await {
+        Err(e) => TextReply::refused(e, started),
+        Ok(read) => {
+            let result = embed_on(state, &read.version, read.received, read.request, api).await;
+            TextReply::answered(read.version, result, started)
+        }
     };
-    serve::<EmbedRequest>(state, req, clock, "embed", on).await
+    reply.respond(coding, cohere_error).await
 }
 
 impl Named for EmbedRequest {

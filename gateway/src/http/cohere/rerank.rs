@@ -6,8 +6,6 @@
 //! is cut longest text first, as the model's tokenizer cuts it. Fields that only tune
 //! Cohere's own service (`max_tokens_per_doc`, `priority`, ...) are accepted and ignored.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{Full, Limited};
@@ -15,13 +13,15 @@ use hyper::body::Incoming;
 use models::Truncation;
 use serde::Deserialize;
 use serde_json::json;
+use tokio::time::Instant;
 
+use super::ApiVersion;
 use super::document::Document;
-use super::{ApiVersion, serve};
 use crate::error::ApiError;
-use crate::http::AppState;
 use crate::http::arrival::ArrivalClock;
-use crate::http::text_handler::{Named, Received, Served};
+use crate::http::errors::cohere_error;
+use crate::http::text_handler::{Named, Received, Served, TextReply, read_named};
+use crate::http::{AppState, content_coding};
 use crate::infer::input::Input;
 use crate::infer::scores::{Activation, pairs, require_one_label, rerank_scores};
 use crate::infer::text::classify;
@@ -48,10 +48,16 @@ pub async fn rerank(
     clock: &ArrivalClock,
     api: ApiVersion,
 ) -> Response<Full<Bytes>> {
-    let on = async |version: Arc<ModelVersion>, received, request| {
-        rerank_on(state, &version, received, request, api).await
+    let started = Instant::now();
+    let coding = content_coding::accepted(req.headers());
+    let reply = match read_named(state, req, clock, "rerank", started).await {
+        Err(e) => TextReply::refused(e, started),
+        Ok(read) => {
+            let result = rerank_on(state, &read.version, read.received, read.request, api).await;
+            TextReply::answered(read.version, result, started)
+        }
     };
-    serve::<CohereRequest>(state, req, clock, "rerank", on).await
+    reply.respond(coding, cohere_error).await
 }
 
 impl Named for CohereRequest {

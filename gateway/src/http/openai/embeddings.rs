@@ -10,8 +10,6 @@
 //! are the model's own (its tokenizer's, special tokens included), as OpenAI's, vLLM's and
 //! TEI's servers take them.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{Full, Limited};
@@ -24,7 +22,7 @@ use tokio::time::Instant;
 use crate::error::ApiError;
 use crate::http::arrival::ArrivalClock;
 use crate::http::errors::openai_error;
-use crate::http::text_handler::{Received, Served, answer_read, receive};
+use crate::http::text_handler::{Read, Received, Served, TextReply, receive};
 use crate::http::{AppState, content_coding};
 use crate::infer::dimensions::Asked;
 use crate::infer::text::{Task, TextAnswer, TextRequest, run};
@@ -55,28 +53,32 @@ pub async fn openai(
 ) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let coding = content_coding::accepted(req.headers());
-    let read = read_openai(state, req, clock, started)
-        .await
-        .and_then(|(received, request)| {
-            let version = state.registry.resolve(&request.model, None)?;
-            crate::http::access::record_model(&version.name);
-            Ok((received, request, version))
-        });
-    let on = async |version: Arc<ModelVersion>, received, request| {
-        answer_openai(state, &version, received, request).await
+    let reply = match read_openai(state, req, clock, started).await {
+        Err(e) => TextReply::refused(e, started),
+        Ok(read) => {
+            let result = answer_openai(state, &read.version, read.received, read.request).await;
+            TextReply::answered(read.version, result, started)
+        }
     };
-    answer_read(read, on, started, coding, openai_error).await
+    reply.respond(coding, openai_error).await
 }
 
+/// The body read and parsed, and the model it names resolved.
 async fn read_openai(
     state: &AppState,
     req: Request<Limited<Incoming>>,
     clock: &ArrivalClock,
     started: Instant,
-) -> Result<(Received, OpenAiRequest), ApiError> {
+) -> Result<Read<OpenAiRequest>, ApiError> {
     let received = receive(state, req, clock, started).await?;
     let request = parse_openai(&received.body)?;
-    Ok((received, request))
+    let version = state.registry.resolve(&request.model, None)?;
+    crate::http::access::record_model(&version.name);
+    Ok(Read {
+        received,
+        request,
+        version,
+    })
 }
 
 async fn answer_openai(

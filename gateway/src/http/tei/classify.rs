@@ -11,14 +11,11 @@
 //! multi-label model (`problem_type`), as transformers' pipeline does. `raw_scores: true`
 //! gives the logits.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{Full, Limited};
 use hyper::body::Incoming;
 use models::Truncation;
-use serde::de::DeserializeOwned;
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -28,14 +25,13 @@ use super::request::{
 use crate::error::ApiError;
 use crate::http::arrival::ArrivalClock;
 use crate::http::errors::tei_error;
-use crate::http::text_handler::{Received, Served, TextReply, receive, served_text_version};
+use crate::http::text_handler::{Received, Served, TextReply, read_named};
 use crate::http::{AppState, content_coding};
 use crate::infer::input::Input;
 use crate::infer::scores::{self, Activation, checked, labelled, pairs, require_one_label};
 use crate::infer::text::{TextAnswer, classify};
 use crate::infer::tokenize::text_model;
 use crate::lifecycle::registry::ModelVersion;
-use crate::protocol::json_de;
 
 /// `POST /predict`, and `POST /` for a classifier.
 pub async fn predict(
@@ -43,7 +39,16 @@ pub async fn predict(
     req: Request<Limited<Incoming>>,
     clock: &ArrivalClock,
 ) -> Response<Full<Bytes>> {
-    handle(state, req, clock, answer_predict).await
+    let started = Instant::now();
+    let coding = content_coding::accepted(req.headers());
+    let reply = match read_named(state, req, clock, "predict", started).await {
+        Err(e) => TextReply::refused(e, started),
+        Ok(read) => {
+            let result = predict_on(state, &read.version, read.received, read.request).await;
+            TextReply::answered(read.version, result, started)
+        }
+    };
+    reply.respond(coding, tei_error).await
 }
 
 /// `POST /rerank`.
@@ -52,43 +57,16 @@ pub async fn rerank(
     req: Request<Limited<Incoming>>,
     clock: &ArrivalClock,
 ) -> Response<Full<Bytes>> {
-    handle(state, req, clock, answer_rerank).await
-}
-
-/// Reads the body, runs `answer` on it, and answers (and counts) in TEI's shapes.
-async fn handle(
-    state: &AppState,
-    req: Request<Limited<Incoming>>,
-    clock: &ArrivalClock,
-    answer: impl AsyncFnOnce(&AppState, Received) -> Answer,
-) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let coding = content_coding::accepted(req.headers());
-    let (version, result) = match receive(state, req, clock, started).await {
-        Err(e) => (None, Err(e)),
-        Ok(received) => answer(state, received).await,
+    let reply = match read_named(state, req, clock, "rerank", started).await {
+        Err(e) => TextReply::refused(e, started),
+        Ok(read) => {
+            let result = rerank_on(state, &read.version, read.received, read.request).await;
+            TextReply::answered(read.version, result, started)
+        }
     };
-    let answer = TextReply {
-        version,
-        result,
-        started,
-    };
-    answer.respond(coding, tei_error).await
-}
-
-type Answer = (Option<Arc<ModelVersion>>, Result<Served, ApiError>);
-
-async fn answer_predict(state: &AppState, received: Received) -> Answer {
-    let request: PredictRequest = match parse(&received.body, "predict") {
-        Ok(r) => r,
-        Err(e) => return (None, Err(e)),
-    };
-    let version = match served_text_version(state, request.model.as_deref()) {
-        Ok(v) => v,
-        Err(e) => return (None, Err(e)),
-    };
-    let result = predict_on(state, &version, received, request).await;
-    (Some(version), result)
+    reply.respond(coding, tei_error).await
 }
 
 async fn predict_on(
@@ -127,19 +105,6 @@ async fn predict_on(
     })
 }
 
-async fn answer_rerank(state: &AppState, received: Received) -> Answer {
-    let request: RerankRequest = match parse(&received.body, "rerank") {
-        Ok(r) => r,
-        Err(e) => return (None, Err(e)),
-    };
-    let version = match served_text_version(state, request.model.as_deref()) {
-        Ok(v) => v,
-        Err(e) => return (None, Err(e)),
-    };
-    let result = rerank_on(state, &version, received, request).await;
-    (Some(version), result)
-}
-
 async fn rerank_on(
     state: &AppState,
     version: &ModelVersion,
@@ -165,10 +130,6 @@ async fn rerank_on(
         body: json!(answer).to_string().into_bytes(),
         meta: out.meta,
     })
-}
-
-fn parse<T: DeserializeOwned>(body: &[u8], what: &str) -> Result<T, ApiError> {
-    json_de::from_slice(body).map_err(|e| ApiError::unreadable(what, e))
 }
 
 /// The texts and pairs of a predict request, in order, checked by [`checked`].

@@ -1,8 +1,6 @@
 //! TEI's embedding routes: `POST /embed` (and `POST /` for an embedding model, which also
 //! answers a body of `/similarity`'s shape), `POST /embed_all` and `POST /embed_sparse`.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{Full, Limited};
@@ -16,7 +14,7 @@ use crate::error::ApiError;
 use crate::http::arrival::ArrivalClock;
 use crate::http::errors::tei_error;
 use crate::http::text_handler::{
-    Named, Received, Served, answer_read, receive, serve_named, served_text_version,
+    Named, Read, Received, Served, TextReply, read_named, receive, served_text_version,
 };
 use crate::http::{AppState, content_coding};
 use crate::infer::dimensions::Asked;
@@ -50,11 +48,14 @@ pub(super) async fn embed_or_similarity(
         let read = received.map(|r| (r, request));
         return similarity::answer(state, coding, started, read).await;
     }
-    let on = async |version: Arc<ModelVersion>, received, request| {
-        answer(state, &version, received, request).await
+    let reply = match received.and_then(|r| read(state, r)) {
+        Err(e) => TextReply::refused(e, started),
+        Ok(read) => {
+            let result = answer(state, &read.version, read.received, read.request).await;
+            TextReply::answered(read.version, result, started)
+        }
     };
-    let read = received.and_then(|r| read(state, r));
-    answer_read(read, on, started, coding, tei_error).await
+    reply.respond(coding, tei_error).await
 }
 
 /// `POST /embed_all`.
@@ -63,18 +64,34 @@ pub async fn post_embed_all(
     req: Request<Limited<Incoming>>,
     clock: &ArrivalClock,
 ) -> Response<Full<Bytes>> {
-    let on = async |version: Arc<ModelVersion>, received, request| {
-        let e = unpooled(state, &version, received, request, Task::TokenStates).await?;
-        let mut states = e.values.chunks_exact(e.width.max(1));
-        let texts: Vec<Vec<&[f32]>> = (e.lengths.iter())
-            .map(|&n| states.by_ref().take(n).collect())
-            .collect();
-        // Written straight from the rows: a JSON value of every state first would be one
-        // allocation a number.
-        let body = serde_json::to_vec(&texts).map_err(|e| ApiError::Internal(e.to_string()))?;
-        Ok(Served { body, meta: e.meta })
+    let started = Instant::now();
+    let coding = content_coding::accepted(req.headers());
+    let reply = match read_named(state, req, clock, "embed_all", started).await {
+        Err(e) => TextReply::refused(e, started),
+        Ok(read) => {
+            let result = token_states(state, &read.version, read.received, read.request).await;
+            TextReply::answered(read.version, result, started)
+        }
     };
-    serve_named(state, req, clock, "embed_all", tei_error, on).await
+    reply.respond(coding, tei_error).await
+}
+
+/// Each text's every token's state, in TEI's JSON.
+async fn token_states(
+    state: &AppState,
+    version: &ModelVersion,
+    received: Received,
+    request: EmbedAllRequest,
+) -> Result<Served, ApiError> {
+    let e = unpooled(state, version, received, request, Task::TokenStates).await?;
+    let mut states = e.values.chunks_exact(e.width.max(1));
+    let texts: Vec<Vec<&[f32]>> = (e.lengths.iter())
+        .map(|&n| states.by_ref().take(n).collect())
+        .collect();
+    // Written straight from the rows: a JSON value of every state first would be one
+    // allocation a number.
+    let body = serde_json::to_vec(&texts).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(Served { body, meta: e.meta })
 }
 
 /// One weight of a sparse embedding, as TEI answers it.
@@ -90,20 +107,36 @@ pub async fn post_embed_sparse(
     req: Request<Limited<Incoming>>,
     clock: &ArrivalClock,
 ) -> Response<Full<Bytes>> {
-    let on = async |version: Arc<ModelVersion>, received, request| {
-        let e = unpooled(state, &version, received, request, Task::Sparse).await?;
-        let texts: Vec<Vec<SparseValue>> = (e.values.chunks_exact(e.width.max(1)))
-            .map(|weights| {
-                let above_zero = weights.iter().enumerate().filter(|(_, w)| **w > 0.0);
-                above_zero
-                    .map(|(index, &value)| SparseValue { index, value })
-                    .collect()
-            })
-            .collect();
-        let body = serde_json::to_vec(&texts).map_err(|e| ApiError::Internal(e.to_string()))?;
-        Ok(Served { body, meta: e.meta })
+    let started = Instant::now();
+    let coding = content_coding::accepted(req.headers());
+    let reply = match read_named(state, req, clock, "embed_sparse", started).await {
+        Err(e) => TextReply::refused(e, started),
+        Ok(read) => {
+            let result = sparse_weights(state, &read.version, read.received, read.request).await;
+            TextReply::answered(read.version, result, started)
+        }
     };
-    serve_named(state, req, clock, "embed_sparse", tei_error, on).await
+    reply.respond(coding, tei_error).await
+}
+
+/// Each text's weights above zero, in TEI's JSON.
+async fn sparse_weights(
+    state: &AppState,
+    version: &ModelVersion,
+    received: Received,
+    request: EmbedAllRequest,
+) -> Result<Served, ApiError> {
+    let e = unpooled(state, version, received, request, Task::Sparse).await?;
+    let texts: Vec<Vec<SparseValue>> = (e.values.chunks_exact(e.width.max(1)))
+        .map(|weights| {
+            let above_zero = weights.iter().enumerate().filter(|(_, w)| **w > 0.0);
+            above_zero
+                .map(|(index, &value)| SparseValue { index, value })
+                .collect()
+        })
+        .collect();
+    let body = serde_json::to_vec(&texts).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(Served { body, meta: e.meta })
 }
 
 impl Named for EmbedAllRequest {
@@ -131,14 +164,15 @@ async fn unpooled(
     run(version, &received.arrival, ask, state.request_timeout()).await
 }
 
-fn read(
-    state: &AppState,
-    received: Received,
-) -> Result<(Received, TeiRequest, Arc<ModelVersion>), ApiError> {
+fn read(state: &AppState, received: Received) -> Result<Read<TeiRequest>, ApiError> {
     let request: TeiRequest =
         json_de::from_slice(&received.body).map_err(|e| ApiError::unreadable("embed", e))?;
     let version = served_text_version(state, request.model.as_deref())?;
-    Ok((received, request, version))
+    Ok(Read {
+        received,
+        request,
+        version,
+    })
 }
 
 async fn answer(

@@ -12,6 +12,7 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use models::Truncation;
 
 use crate::error::ApiError;
+use crate::http::text_handler::Named;
 use crate::infer::input::MAX_TEXTS;
 use crate::protocol::bounded::{Bounded, BoundedVisitor};
 use crate::protocol::text_inputs::Inputs;
@@ -280,6 +281,18 @@ impl<'de> Visitor<'de> for TextVisitor {
     }
 
     scalars!(Text(None), |_| Text(None));
+}
+
+impl Named for PredictRequest {
+    fn model(&self) -> Option<&str> {
+        self.model.as_deref()
+    }
+}
+
+impl Named for RerankRequest {
+    fn model(&self) -> Option<&str> {
+        self.model.as_deref()
+    }
 }
 
 #[cfg(test)]

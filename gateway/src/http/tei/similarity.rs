@@ -5,8 +5,6 @@
 //! which is where `huggingface_hub`'s `InferenceClient(model=URL).sentence_similarity`
 //! posts it.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{Full, Limited};
@@ -19,7 +17,7 @@ use super::request::truncation;
 use crate::error::ApiError;
 use crate::http::arrival::ArrivalClock;
 use crate::http::errors::tei_error;
-use crate::http::text_handler::{Received, Served, answer_read, receive, served_text_version};
+use crate::http::text_handler::{Received, Served, TextReply, receive, served_text_version};
 use crate::http::{AppState, content_coding};
 use crate::infer::dimensions::Asked;
 use crate::infer::input::{Input, MAX_TEXTS};
@@ -83,14 +81,18 @@ pub(super) async fn answer(
     started: Instant,
     read: Result<(Received, SimilarityRequest), ApiError>,
 ) -> Response<Full<Bytes>> {
-    let checked = read.and_then(|(received, request)| {
+    let resolved = read.and_then(|(received, request)| {
         let version = served_text_version(state, request.model.as_deref())?;
         Ok((received, request, version))
     });
-    let on = async |version: Arc<ModelVersion>, received, request| {
-        similarities(state, &version, received, request).await
+    let reply = match resolved {
+        Err(e) => TextReply::refused(e, started),
+        Ok((received, request, version)) => {
+            let result = similarities(state, &version, received, request).await;
+            TextReply::answered(version, result, started)
+        }
     };
-    answer_read(checked, on, started, coding, tei_error).await
+    reply.respond(coding, tei_error).await
 }
 
 async fn similarities(
