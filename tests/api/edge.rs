@@ -381,3 +381,58 @@ fn silent_and_idle_connections_are_closed_after_the_header_timeout() {
         assert!(closed.is_ok(), "an idle HTTP/2 connection stayed open");
     });
 }
+
+#[test]
+fn an_http2_client_that_never_reads_its_response_is_cut_after_the_write_stall_timeout() {
+    let s = start(
+        "h2-stall",
+        "[limits]\nresponse_write_timeout_ms = 500\n",
+        &[],
+    );
+    let addr = s.server.addr;
+    runtime().block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        // A window of 0: the server may send headers, and not a byte of a body.
+        let (mut h2, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+            .initial_stream_window_size(0)
+            .handshake(TokioIo::new(tcp))
+            .await
+            .unwrap();
+        let conn = tokio::spawn(conn);
+        h2.ready().await.unwrap();
+        let ask = http::Request::get(format!("http://{addr}/metrics"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let answer = h2.send_request(ask).await.unwrap();
+        assert_eq!(answer.status(), 200);
+        let began = std::time::Instant::now();
+        let closed = tokio::time::timeout(Duration::from_secs(10), conn).await;
+        assert!(
+            closed.is_ok(),
+            "an unread HTTP/2 response held its connection"
+        );
+        assert!(
+            began.elapsed() >= Duration::from_millis(400),
+            "{:?}",
+            began.elapsed()
+        );
+        drop(answer);
+    });
+    let cut = s.server.series(
+        "tandem_http_connections_cut_total",
+        &["reason=\"write_stall\""],
+    );
+    assert!(cut >= 1.0, "{cut}");
+    // The server goes on serving, HTTP/2 clients that read included.
+    runtime().block_on(async {
+        let mut h2 = h2c(addr).await;
+        h2.ready().await.unwrap();
+        let ask = http::Request::get(format!("http://{addr}/metrics"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let answer = h2.send_request(ask).await.unwrap();
+        assert_eq!(answer.status(), 200);
+        let body = answer.into_body().collect().await.unwrap().to_bytes();
+        assert!(body.len() > 1000, "{}", body.len());
+    });
+}

@@ -1,7 +1,8 @@
 //! One accepted connection: TLS if configured, then HTTP/1.1 or HTTP/2, and around every
 //! request the edge — its id, span, access log line and trace, whatever answers it (the
 //! routes, CORS, the body limit, a caught panic) — and a watchdog that closes a connection
-//! with nothing in flight for the header timeout.
+//! with nothing in flight for the header timeout, and cuts one with an HTTP/2 response its
+//! client has not read for the write-stall timeout (`sending.rs`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, Version};
-use http_body_util::{Full, Limited};
+use http_body_util::{Either, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -22,6 +23,7 @@ use tracing::Instrument;
 use super::access::{self, Edge};
 use super::arrival::{ArrivalClock, TimestampedStream};
 use super::errors::error_response;
+use super::sending::{Sending, Tracked};
 use super::write_stall::{WriteStallLimit, is_write_stall};
 use super::{AppState, BodyLimitLayer, request_id, routes, trace};
 use crate::error::ApiError;
@@ -46,8 +48,10 @@ struct Activity {
 }
 
 /// A response as the layers around the routes give it.
-type Answer =
-    Response<tower_http::body::UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>>;
+type Answer = Response<AnswerBody>;
+type AnswerBody = tower_http::body::UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+/// What a connection sends: the answer, or over HTTP/2 the answer tracked until it is read.
+type Sent = Response<Either<AnswerBody, Tracked<AnswerBody>>>;
 
 impl Connection {
     /// Plain text, or TLS once its handshake completes within the header timeout.
@@ -83,7 +87,8 @@ impl Connection {
     {
         let stream = WriteStallLimit::new(io, self.limits.response_write_timeout());
         let activity = Arc::new(Activity::default());
-        let service = self.service(clock, activity.clone());
+        let sending = Arc::new(Sending::default());
+        let service = self.service(clock, activity.clone(), sending.clone());
         let connections = metrics::gauge!(names::CONNECTIONS);
         connections.increment(1.0);
         let builder = protocols(&self.limits);
@@ -94,6 +99,9 @@ impl Connection {
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + idle, idle);
         let mut last_seen = 0;
         let mut closing = false;
+        let stall = self.limits.response_write_timeout();
+        let every = (stall / 4).max(std::time::Duration::from_millis(10));
+        let mut stall_tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         loop {
             tokio::select! {
                 served = conn.as_mut() => {
@@ -120,6 +128,14 @@ impl Connection {
                     conn.as_mut().graceful_shutdown();
                     closing = true;
                 }
+                _ = stall_tick.tick() => {
+                    if sending.stalled(stall) {
+                        metrics::counter!(names::CONNECTIONS_CUT, "reason" => "write_stall")
+                            .increment(1);
+                        tracing::debug!(peer = %self.peer, "HTTP/2 response unread; connection cut");
+                        break;
+                    }
+                }
                 _ = self.shutdown.wait(), if !closing => {
                     conn.as_mut().graceful_shutdown();
                     closing = true;
@@ -135,9 +151,10 @@ impl Connection {
         &self,
         clock: Arc<ArrivalClock>,
         activity: Arc<Activity>,
+        sending: Arc<Sending>,
     ) -> impl tower::Service<
         Request<Incoming>,
-        Response = Answer,
+        Response = Sent,
         Error = Infallible,
         Future = impl Send,
     > + Clone
@@ -176,6 +193,7 @@ impl Connection {
             let (routes, cors) = (routes.clone(), cors.clone());
             let (state, edge, clock, activity) =
                 (state.clone(), edge.clone(), clock.clone(), activity.clone());
+            let sending = (req.version() == Version::HTTP_2).then(|| sending.clone());
             async move {
                 let admin = req.uri().path().starts_with("/admin");
                 let answered = around(req, &state, &edge, metrics_only, |req| async move {
@@ -190,7 +208,12 @@ impl Connection {
                 // the next one's.
                 clock.take();
                 activity.in_flight.fetch_sub(1, Ordering::Relaxed);
-                Ok(answered)
+                // HTTP/2's responses are watched until their clients have read them.
+                let sent = match sending {
+                    Some(sending) => answered.map(|b| Either::Right(sending.track(b))),
+                    None => answered.map(Either::Left),
+                };
+                Ok(sent)
             }
         })
     }

@@ -20,6 +20,7 @@ mod limit;
 pub(crate) mod openai;
 mod request_id;
 mod routes;
+mod sending;
 pub(crate) mod tei;
 mod text_handler;
 pub mod tls;

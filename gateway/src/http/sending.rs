@@ -1,0 +1,172 @@
+//! How far each HTTP/2 response has been sent, for the connection's watchdog. An HTTP/2
+//! client whose flow-control window stays shut never reads a response, yet its connection
+//! looks alive: the socket takes the server's pings and acknowledgements, so the write-stall
+//! limit (`write_stall.rs`) never fires, and hyper buffers the response and waits. Each
+//! response body here is handed to the protocol in pieces of at most [`PIECE`] bytes, and
+//! hyper asks for the next piece (or the end) only once the window has room for what it
+//! already holds: the time since a body was last asked for is how long its client has not
+//! read. A response with nothing asked for within the write-stall timeout cuts its connection.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes};
+use hyper::body::{Body, Frame, SizeHint};
+
+/// HTTP/2's default (and smallest) frame size: a piece is never more than one frame.
+pub const PIECE: usize = 16 * 1024;
+
+/// The responses of one connection still being sent, each with when it last moved.
+pub struct Sending {
+    began: Instant,
+    /// Each unfinished body's last move, in milliseconds since `began`; a body's entry goes
+    /// when it is dropped.
+    bodies: Mutex<Vec<Weak<AtomicU64>>>,
+}
+
+impl Default for Sending {
+    fn default() -> Self {
+        Sending {
+            began: Instant::now(),
+            bodies: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl Sending {
+    fn now(&self) -> u64 {
+        self.began.elapsed().as_millis() as u64
+    }
+
+    /// `body`, tracked until it is sent whole or dropped.
+    pub fn track<B>(&self, body: B) -> Tracked<B> {
+        let moved = Arc::new(AtomicU64::new(self.now()));
+        let mut bodies = self.bodies.lock().unwrap_or_else(|p| p.into_inner());
+        bodies.retain(|b| b.strong_count() > 0);
+        bodies.push(Arc::downgrade(&moved));
+        Tracked {
+            body,
+            rest: Bytes::new(),
+            moved,
+            began: self.began,
+            done: false,
+        }
+    }
+
+    /// Whether a response has not moved for `limit`.
+    pub fn stalled(&self, limit: Duration) -> bool {
+        let now = self.now();
+        let bodies = self.bodies.lock().unwrap_or_else(|p| p.into_inner());
+        bodies.iter().filter_map(Weak::upgrade).any(|moved| {
+            now.saturating_sub(moved.load(Ordering::Relaxed)) > limit.as_millis() as u64
+        })
+    }
+}
+
+/// A response body in pieces of at most [`PIECE`] bytes, noting when each was asked for.
+pub struct Tracked<B> {
+    body: B,
+    /// What is left of a data frame larger than a piece.
+    rest: Bytes,
+    moved: Arc<AtomicU64>,
+    began: Instant,
+    /// The end was given: the body is sent, and no longer tracked.
+    done: bool,
+}
+
+impl<B> Tracked<B> {
+    fn piece(&mut self) -> Frame<Bytes> {
+        let n = self.rest.len().min(PIECE);
+        Frame::data(self.rest.split_to(n))
+    }
+}
+
+impl<B> Body for Tracked<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = &mut *self;
+        this.moved
+            .store(this.began.elapsed().as_millis() as u64, Ordering::Relaxed);
+        if this.rest.has_remaining() {
+            return Poll::Ready(Some(Ok(this.piece())));
+        }
+        match Pin::new(&mut this.body).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => {
+                    this.rest = data;
+                    Poll::Ready(Some(Ok(this.piece())))
+                }
+                Err(frame) => Poll::Ready(Some(Ok(frame))),
+            },
+            Poll::Ready(None) => {
+                // Untracked: dropping the last strong count retires its entry.
+                this.done = true;
+                this.moved = Arc::new(AtomicU64::new(0));
+                Poll::Ready(None)
+            }
+            other => other,
+        }
+    }
+
+    /// Not at the end until the end was asked for: hyper asks only once the window has
+    /// room for every piece it holds, so a body is tracked until its client has read it.
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let mut hint = self.body.size_hint();
+        let rest = self.rest.len() as u64;
+        hint.set_lower(hint.lower() + rest);
+        if let Some(upper) = hint.upper() {
+            hint.set_upper(upper + rest);
+        }
+        hint
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::{BodyExt, Full};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_body_goes_in_pieces_and_is_tracked_until_its_end_is_asked_for() {
+        let sending = Sending::default();
+        let body = Full::new(Bytes::from(vec![7u8; 2 * PIECE + 100]));
+        let mut tracked = sending.track(body);
+        assert_eq!(tracked.size_hint().exact(), Some(2 * PIECE as u64 + 100));
+        let mut sizes = Vec::new();
+        while let Some(frame) = tracked.frame().await {
+            sizes.push(frame.unwrap().into_data().unwrap().len());
+            std::thread::sleep(Duration::from_millis(3));
+            assert!(sending.stalled(Duration::from_millis(1)), "{sizes:?}");
+            assert!(!tracked.is_end_stream());
+        }
+        assert_eq!(sizes, [PIECE, PIECE, 100]);
+        assert!(tracked.is_end_stream());
+        assert!(!sending.stalled(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_dropped_body_is_no_longer_watched() {
+        let sending = Sending::default();
+        let tracked = sending.track(Full::new(Bytes::from_static(b"x")));
+        std::thread::sleep(Duration::from_millis(3));
+        assert!(sending.stalled(Duration::from_millis(1)));
+        drop(tracked);
+        assert!(!sending.stalled(Duration::ZERO));
+    }
+}
