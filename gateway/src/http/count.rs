@@ -1,4 +1,10 @@
-//! Every inference request counted once, by one function, whichever API answered it.
+//! Every inference request counted once, whichever API answers it: the router runs each
+//! inference route inside [`counted`], and the handler names the version that serves the
+//! request ([`serving`]) when it resolves it.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::Response;
@@ -8,12 +14,35 @@ use tokio::time::Instant;
 use crate::lifecycle::registry::ModelVersion;
 use crate::metrics as names;
 
-/// Counts an inference request of any API, whatever its outcome:
+tokio::task_local! {
+    /// The version serving the current inference request, once resolved.
+    static SERVING: RefCell<Option<Arc<ModelVersion>>>;
+}
+
+/// The version that serves this request: named on its span and trace, and counted under
+/// it. Outside an inference route (`/tokenize`, say) nothing is counted.
+pub fn serving(version: &Arc<ModelVersion>) {
+    super::access::record_model(&version.name);
+    let _ = SERVING.try_with(|v| *v.borrow_mut() = Some(version.clone()));
+}
+
+/// Runs an inference route's handler and counts its answer, whatever its outcome:
 /// `tandem_requests_total{model, code}` and its duration, under `_unknown` when no model was
 /// resolved (the label set stays bounded), and a failure in the version's statistics.
-pub fn count(version: Option<&ModelVersion>, response: &Response<Full<Bytes>>, started: Instant) {
-    let label = version.map_or("_unknown".to_string(), |v| v.name.clone());
-    if let Some(v) = version
+pub async fn counted(
+    handler: impl Future<Output = Response<Full<Bytes>>>,
+) -> Response<Full<Bytes>> {
+    let started = Instant::now();
+    let (response, version) = SERVING
+        .scope(RefCell::new(None), async {
+            let response = handler.await;
+            (response, SERVING.with(|v| v.take()))
+        })
+        .await;
+    let label = version
+        .as_ref()
+        .map_or("_unknown".to_string(), |v| v.name.clone());
+    if let Some(v) = &version
         && !response.status().is_success()
     {
         v.stats.failed(started.elapsed());
@@ -22,4 +51,5 @@ pub fn count(version: Option<&ModelVersion>, response: &Response<Full<Bytes>>, s
     metrics::counter!(names::REQUESTS, "model" => label.clone(), "code" => code).increment(1);
     metrics::histogram!(names::REQUEST_DURATION, "model" => label)
         .record(started.elapsed().as_secs_f64());
+    response
 }

@@ -11,7 +11,7 @@ use hyper::body::Incoming;
 use super::arrival::ArrivalClock;
 use super::errors::{error_response, openai_error, tei_error};
 use super::v2 as models;
-use super::{AppState, cohere, openai, tei, v2};
+use super::{AppState, cohere, count, openai, tei, v2};
 use crate::error::ApiError;
 
 /// Routes a request: its path's segments percent-decoded, HEAD answered as GET, and a 405
@@ -113,42 +113,12 @@ async fn post(
     segments: &[&str],
 ) -> Option<Answer> {
     let post = req.method() == Method::POST;
+    if post && is_inference(segments) {
+        return Some(Ok(
+            count::counted(inference(state, req, arrival, segments)).await
+        ));
+    }
     Some(match (post, segments) {
-        (true, ["v2", "models", m, "infer"]) => {
-            return Some(Ok(v2::infer(state, m, None, req, arrival).await));
-        }
-        (true, ["v2", "models", m, "versions", v, "infer"]) => {
-            let v = Some(v.to_string());
-            return Some(Ok(v2::infer(state, m, v, req, arrival).await));
-        }
-        // TEI serves OpenAI's route without `/v1` too, for clients whose base URL lacks it.
-        (true, ["v1", "embeddings"] | ["embeddings"]) => {
-            Ok(openai::embeddings(state, req, arrival).await)
-        }
-        (true, ["embed"]) => Ok(tei::post_embed(state, req, arrival).await),
-        (true, ["embed_all"]) => Ok(tei::post_embed_all(state, req, arrival).await),
-        (true, ["embed_sparse"]) => Ok(tei::post_embed_sparse(state, req, arrival).await),
-        (true, ["similarity"]) => Ok(tei::post_similarity(state, req, arrival).await),
-        (true, ["predict"]) => Ok(tei::predict(state, req, arrival).await),
-        (true, ["rerank"]) => Ok(tei::rerank(state, req, arrival).await),
-        (true, ["v1", "rerank"]) => {
-            let api = cohere::ApiVersion::V1;
-            Ok(cohere::rerank(state, req, arrival, api).await)
-        }
-        (true, ["v2", "rerank"]) => {
-            let api = cohere::ApiVersion::V2;
-            Ok(cohere::rerank(state, req, arrival, api).await)
-        }
-        (true, ["v1", "embed"]) => {
-            let api = cohere::ApiVersion::V1;
-            Ok(cohere::embed(state, req, arrival, api).await)
-        }
-        (true, ["v2", "embed"]) => {
-            let api = cohere::ApiVersion::V2;
-            Ok(cohere::embed(state, req, arrival, api).await)
-        }
-        // `/invocations` is SageMaker's name for the root, as TEI routes it.
-        (true, [""] | ["invocations"]) => Ok(tei::post_root(state, req, arrival).await),
         (true, ["tokenize"]) => Ok(tei::tokenize(state, req, arrival).await),
         (true, ["decode"]) => Ok(tei::decode(state, req, arrival).await),
         (true, ["v2", "repository", "index"]) => v2::index(state, req).await,
@@ -162,6 +132,56 @@ async fn post(
         }
         _ => return None,
     })
+}
+
+/// The inference routes, each counted once by [`count::counted`] under the model that
+/// answered it.
+fn is_inference(segments: &[&str]) -> bool {
+    matches!(
+        segments,
+        ["v2", "models", _, "infer"]
+            | ["v2", "models", _, "versions", _, "infer"]
+            | ["v1", "embeddings"]
+            | ["embeddings"]
+            | ["embed" | "embed_all" | "embed_sparse" | "similarity" | "predict" | "rerank"]
+            | ["v1" | "v2", "rerank" | "embed"]
+            | [""]
+            | ["invocations"]
+    )
+}
+
+/// Answers a POST to an inference route ([`is_inference`]).
+async fn inference(
+    state: &AppState,
+    req: Request<Limited<Incoming>>,
+    arrival: &ArrivalClock,
+    segments: &[&str],
+) -> Response<Full<Bytes>> {
+    let (v1, v2) = (cohere::ApiVersion::V1, cohere::ApiVersion::V2);
+    match segments {
+        ["v2", "models", m, "infer"] => v2::infer(state, m, None, req, arrival).await,
+        ["v2", "models", m, "versions", v, "infer"] => {
+            v2::infer(state, m, Some(v.to_string()), req, arrival).await
+        }
+        // TEI serves OpenAI's route without `/v1` too, for clients whose base URL lacks it.
+        ["v1", "embeddings"] | ["embeddings"] => openai::embeddings(state, req, arrival).await,
+        ["embed"] => tei::post_embed(state, req, arrival).await,
+        ["embed_all"] => tei::post_embed_all(state, req, arrival).await,
+        ["embed_sparse"] => tei::post_embed_sparse(state, req, arrival).await,
+        ["similarity"] => tei::post_similarity(state, req, arrival).await,
+        ["predict"] => tei::predict(state, req, arrival).await,
+        ["rerank"] => tei::rerank(state, req, arrival).await,
+        ["v1", "rerank"] => cohere::rerank(state, req, arrival, v1).await,
+        ["v2", "rerank"] => cohere::rerank(state, req, arrival, v2).await,
+        ["v1", "embed"] => cohere::embed(state, req, arrival, v1).await,
+        ["v2", "embed"] => cohere::embed(state, req, arrival, v2).await,
+        // `/invocations` is SageMaker's name for the root, as TEI routes it.
+        [""] | ["invocations"] => tei::post_root(state, req, arrival).await,
+        _ => error_response(&not_found(
+            &Method::POST,
+            &format!("/{}", segments.join("/")),
+        )),
+    }
 }
 
 /// A path segment with its `%XX` escapes decoded; the result must be UTF-8.

@@ -1,6 +1,6 @@
 //! What the text APIs' handlers (OpenAI's, TEI's, Cohere's) share, below all of them: the
 //! body read and decoded, the text model a request names (or the only one loaded), and the
-//! answer written, with what serving it took in TEI's headers, and counted.
+//! answer written, with what serving it took in TEI's headers.
 
 use std::sync::Arc;
 
@@ -72,53 +72,20 @@ pub(crate) struct Read<T> {
     pub(crate) version: Arc<ModelVersion>,
 }
 
-/// What a text handler came to, to be answered and counted.
-pub(crate) struct TextReply {
-    pub(crate) version: Option<Arc<ModelVersion>>,
-    pub(crate) result: Result<Served, ApiError>,
-    pub(crate) started: Instant,
-}
-
-impl TextReply {
-    /// The reply to a request refused before its model was known.
-    pub(crate) fn refused(e: ApiError, started: Instant) -> TextReply {
-        TextReply {
-            version: None,
-            result: Err(e),
-            started,
+/// A text request's answer in the coding the client accepts, with what serving it took in
+/// TEI's headers, or its error in its API's shape.
+pub(crate) async fn respond(
+    result: Result<Served, ApiError>,
+    coding: content_coding::Coding,
+    error: fn(&ApiError) -> Response<Full<Bytes>>,
+) -> Response<Full<Bytes>> {
+    match result {
+        Ok(Served { body, meta }) => {
+            let mut response = content_coding::respond(body, "application/json", coding).await;
+            write_metadata(&meta, response.headers_mut());
+            response
         }
-    }
-
-    /// The reply to a request `version` answered (or failed).
-    pub(crate) fn answered(
-        version: Arc<ModelVersion>,
-        result: Result<Served, ApiError>,
-        started: Instant,
-    ) -> TextReply {
-        TextReply {
-            version: Some(version),
-            result,
-            started,
-        }
-    }
-
-    /// The body in the coding the client accepts, or the error in its API's shape; counted
-    /// either way.
-    pub(crate) async fn respond(
-        self,
-        coding: content_coding::Coding,
-        error: fn(&ApiError) -> Response<Full<Bytes>>,
-    ) -> Response<Full<Bytes>> {
-        let response = match self.result {
-            Ok(Served { body, meta }) => {
-                let mut response = content_coding::respond(body, "application/json", coding).await;
-                write_metadata(&meta, response.headers_mut());
-                response
-            }
-            Err(e) => error(&e),
-        };
-        super::count::count(self.version.as_deref(), &response, self.started);
-        response
+        Err(e) => error(&e),
     }
 }
 
@@ -128,7 +95,7 @@ pub(crate) fn served_text_version(
     named: Option<&str>,
 ) -> Result<Arc<ModelVersion>, ApiError> {
     let served = text_version(state, named)?;
-    super::access::record_model(&served.name);
+    super::count::serving(&served);
     Ok(served)
 }
 

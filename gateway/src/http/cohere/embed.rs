@@ -28,7 +28,7 @@ use super::ApiVersion;
 use crate::error::ApiError;
 use crate::http::arrival::ArrivalClock;
 use crate::http::errors::cohere_error;
-use crate::http::text_handler::{Named, Received, Served, TextReply, read_named};
+use crate::http::text_handler::{Named, Received, Served, read_named, respond};
 use crate::http::{AppState, content_coding};
 use crate::infer::dimensions::Asked;
 use crate::infer::input::{Input, MAX_TEXTS};
@@ -141,14 +141,11 @@ pub async fn embed(
 ) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let coding = content_coding::accepted(req.headers());
-    let reply = match read_named(state, req, clock, "embed", started).await {
-        Err(e) => TextReply::refused(e, started),
-        Ok(read) => {
-            let result = embed_on(state, &read.version, read.received, read.request, api).await;
-            TextReply::answered(read.version, result, started)
-        }
+    let result = match read_named(state, req, clock, "embed", started).await {
+        Err(e) => Err(e),
+        Ok(read) => embed_on(state, &read.version, read.received, read.request, api).await,
     };
-    reply.respond(coding, cohere_error).await
+    respond(result, coding, cohere_error).await
 }
 
 impl Named for EmbedRequest {

@@ -20,7 +20,7 @@ use super::document::Document;
 use crate::error::ApiError;
 use crate::http::arrival::ArrivalClock;
 use crate::http::errors::cohere_error;
-use crate::http::text_handler::{Named, Received, Served, TextReply, read_named};
+use crate::http::text_handler::{Named, Received, Served, read_named, respond};
 use crate::http::{AppState, content_coding};
 use crate::infer::input::Input;
 use crate::infer::scores::{Activation, pairs, require_one_label, rerank_scores};
@@ -50,14 +50,11 @@ pub async fn rerank(
 ) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let coding = content_coding::accepted(req.headers());
-    let reply = match read_named(state, req, clock, "rerank", started).await {
-        Err(e) => TextReply::refused(e, started),
-        Ok(read) => {
-            let result = rerank_on(state, &read.version, read.received, read.request, api).await;
-            TextReply::answered(read.version, result, started)
-        }
+    let result = match read_named(state, req, clock, "rerank", started).await {
+        Err(e) => Err(e),
+        Ok(read) => rerank_on(state, &read.version, read.received, read.request, api).await,
     };
-    reply.respond(coding, cohere_error).await
+    respond(result, coding, cohere_error).await
 }
 
 impl Named for CohereRequest {

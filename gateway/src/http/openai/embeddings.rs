@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use crate::error::ApiError;
 use crate::http::arrival::ArrivalClock;
 use crate::http::errors::openai_error;
-use crate::http::text_handler::{Read, Received, Served, TextReply, receive};
+use crate::http::text_handler::{Read, Received, Served, receive, respond};
 use crate::http::{AppState, content_coding};
 use crate::infer::dimensions::Asked;
 use crate::infer::text::{Task, TextAnswer, TextRequest, run};
@@ -53,14 +53,11 @@ pub async fn openai(
 ) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let coding = content_coding::accepted(req.headers());
-    let reply = match read_openai(state, req, clock, started).await {
-        Err(e) => TextReply::refused(e, started),
-        Ok(read) => {
-            let result = answer_openai(state, &read.version, read.received, read.request).await;
-            TextReply::answered(read.version, result, started)
-        }
+    let result = match read_openai(state, req, clock, started).await {
+        Err(e) => Err(e),
+        Ok(read) => answer_openai(state, &read.version, read.received, read.request).await,
     };
-    reply.respond(coding, openai_error).await
+    respond(result, coding, openai_error).await
 }
 
 /// The body read and parsed, and the model it names resolved.
@@ -73,7 +70,7 @@ async fn read_openai(
     let received = receive(state, req, clock, started).await?;
     let request = parse_openai(&received.body)?;
     let version = state.registry.resolve(&request.model, None)?;
-    crate::http::access::record_model(&version.name);
+    crate::http::count::serving(&version);
     Ok(Read {
         received,
         request,

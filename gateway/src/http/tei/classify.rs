@@ -25,7 +25,7 @@ use super::request::{
 use crate::error::ApiError;
 use crate::http::arrival::ArrivalClock;
 use crate::http::errors::tei_error;
-use crate::http::text_handler::{Received, Served, TextReply, read_named};
+use crate::http::text_handler::{Received, Served, read_named, respond};
 use crate::http::{AppState, content_coding};
 use crate::infer::input::Input;
 use crate::infer::scores::{self, Activation, checked, labelled, pairs, require_one_label};
@@ -41,14 +41,11 @@ pub async fn predict(
 ) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let coding = content_coding::accepted(req.headers());
-    let reply = match read_named(state, req, clock, "predict", started).await {
-        Err(e) => TextReply::refused(e, started),
-        Ok(read) => {
-            let result = predict_on(state, &read.version, read.received, read.request).await;
-            TextReply::answered(read.version, result, started)
-        }
+    let result = match read_named(state, req, clock, "predict", started).await {
+        Err(e) => Err(e),
+        Ok(read) => predict_on(state, &read.version, read.received, read.request).await,
     };
-    reply.respond(coding, tei_error).await
+    respond(result, coding, tei_error).await
 }
 
 /// `POST /rerank`.
@@ -59,14 +56,11 @@ pub async fn rerank(
 ) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let coding = content_coding::accepted(req.headers());
-    let reply = match read_named(state, req, clock, "rerank", started).await {
-        Err(e) => TextReply::refused(e, started),
-        Ok(read) => {
-            let result = rerank_on(state, &read.version, read.received, read.request).await;
-            TextReply::answered(read.version, result, started)
-        }
+    let result = match read_named(state, req, clock, "rerank", started).await {
+        Err(e) => Err(e),
+        Ok(read) => rerank_on(state, &read.version, read.received, read.request).await,
     };
-    reply.respond(coding, tei_error).await
+    respond(result, coding, tei_error).await
 }
 
 async fn predict_on(

@@ -14,7 +14,7 @@ use crate::error::ApiError;
 use crate::http::arrival::ArrivalClock;
 use crate::http::errors::tei_error;
 use crate::http::text_handler::{
-    Named, Read, Received, Served, TextReply, read_named, receive, served_text_version,
+    Named, Read, Received, Served, read_named, receive, respond, served_text_version,
 };
 use crate::http::{AppState, content_coding};
 use crate::infer::dimensions::Asked;
@@ -46,16 +46,13 @@ pub(super) async fn embed_or_similarity(
         && let Ok(request) = similarity::parse(&r.body)
     {
         let read = received.map(|r| (r, request));
-        return similarity::answer(state, coding, started, read).await;
+        return similarity::answer(state, coding, read).await;
     }
-    let reply = match received.and_then(|r| read(state, r)) {
-        Err(e) => TextReply::refused(e, started),
-        Ok(read) => {
-            let result = answer(state, &read.version, read.received, read.request).await;
-            TextReply::answered(read.version, result, started)
-        }
+    let result = match received.and_then(|r| read(state, r)) {
+        Err(e) => Err(e),
+        Ok(read) => answer(state, &read.version, read.received, read.request).await,
     };
-    reply.respond(coding, tei_error).await
+    respond(result, coding, tei_error).await
 }
 
 /// `POST /embed_all`.
@@ -66,14 +63,11 @@ pub async fn post_embed_all(
 ) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let coding = content_coding::accepted(req.headers());
-    let reply = match read_named(state, req, clock, "embed_all", started).await {
-        Err(e) => TextReply::refused(e, started),
-        Ok(read) => {
-            let result = token_states(state, &read.version, read.received, read.request).await;
-            TextReply::answered(read.version, result, started)
-        }
+    let result = match read_named(state, req, clock, "embed_all", started).await {
+        Err(e) => Err(e),
+        Ok(read) => token_states(state, &read.version, read.received, read.request).await,
     };
-    reply.respond(coding, tei_error).await
+    respond(result, coding, tei_error).await
 }
 
 /// Each text's every token's state, in TEI's JSON.
@@ -109,14 +103,11 @@ pub async fn post_embed_sparse(
 ) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let coding = content_coding::accepted(req.headers());
-    let reply = match read_named(state, req, clock, "embed_sparse", started).await {
-        Err(e) => TextReply::refused(e, started),
-        Ok(read) => {
-            let result = sparse_weights(state, &read.version, read.received, read.request).await;
-            TextReply::answered(read.version, result, started)
-        }
+    let result = match read_named(state, req, clock, "embed_sparse", started).await {
+        Err(e) => Err(e),
+        Ok(read) => sparse_weights(state, &read.version, read.received, read.request).await,
     };
-    reply.respond(coding, tei_error).await
+    respond(result, coding, tei_error).await
 }
 
 /// Each text's weights above zero, in TEI's JSON.

@@ -17,7 +17,7 @@ use super::request::truncation;
 use crate::error::ApiError;
 use crate::http::arrival::ArrivalClock;
 use crate::http::errors::tei_error;
-use crate::http::text_handler::{Received, Served, TextReply, receive, served_text_version};
+use crate::http::text_handler::{Received, Served, receive, respond, served_text_version};
 use crate::http::{AppState, content_coding};
 use crate::infer::dimensions::Asked;
 use crate::infer::input::{Input, MAX_TEXTS};
@@ -70,7 +70,7 @@ pub async fn post_similarity(
         Ok(received) => parse(&received.body).map(|request| (received, request)),
         Err(e) => Err(e),
     };
-    answer(state, coding, started, read).await
+    answer(state, coding, read).await
 }
 
 /// Answers a similarity request already read (`POST /` reads the body to tell which
@@ -78,21 +78,17 @@ pub async fn post_similarity(
 pub(super) async fn answer(
     state: &AppState,
     coding: content_coding::Coding,
-    started: Instant,
     read: Result<(Received, SimilarityRequest), ApiError>,
 ) -> Response<Full<Bytes>> {
     let resolved = read.and_then(|(received, request)| {
         let version = served_text_version(state, request.model.as_deref())?;
         Ok((received, request, version))
     });
-    let reply = match resolved {
-        Err(e) => TextReply::refused(e, started),
-        Ok((received, request, version)) => {
-            let result = similarities(state, &version, received, request).await;
-            TextReply::answered(version, result, started)
-        }
+    let result = match resolved {
+        Err(e) => Err(e),
+        Ok((received, request, version)) => similarities(state, &version, received, request).await,
     };
-    reply.respond(coding, tei_error).await
+    respond(result, coding, tei_error).await
 }
 
 async fn similarities(

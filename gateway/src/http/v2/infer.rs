@@ -12,7 +12,6 @@ use crate::batching::Completed;
 use crate::error::ApiError;
 use crate::http::AppState;
 use crate::http::arrival::ArrivalClock;
-use crate::http::count::count;
 use crate::http::errors::error_response;
 use crate::http::head::{BINARY_HEADER, Head, arrival_of, read_head};
 use crate::http::{body, content_coding};
@@ -22,7 +21,7 @@ use crate::protocol::response::{self, EncodedResponse, ResponseFields};
 use crate::protocol::{InferRequest, binary, json_de, tensor_response};
 use crate::validate::{Signature, ValidRequest, validate};
 
-/// Answers one infer request, counting it under its model and status.
+/// Answers one infer request (the router counts it, [`crate::http::count`]).
 pub async fn infer(
     state: &AppState,
     model: &str,
@@ -33,17 +32,11 @@ pub async fn infer(
     let started = Instant::now();
     match state.registry.resolve(model, version.as_deref()) {
         Ok(v) => {
-            crate::http::access::record_model(&v.name);
+            crate::http::count::serving(&v);
             let response = infer_on(state, &v, req, clock, started).await;
-            let response = response.unwrap_or_else(|e| error_response(&e));
-            count(Some(&v), &response, started);
-            response
+            response.unwrap_or_else(|e| error_response(&e))
         }
-        Err(e) => {
-            let response = error_response(&e.into());
-            count(None, &response, started);
-            response
-        }
+        Err(e) => error_response(&e.into()),
     }
 }
 
