@@ -390,11 +390,36 @@ fn an_http2_client_that_never_reads_its_response_is_cut_after_the_write_stall_ti
         &[],
     );
     let addr = s.server.addr;
+    // A window of 0: the server may send headers, and not a byte of a body; of 1: a byte.
+    for window in [0, 1] {
+        unread(addr, window);
+    }
+    let cut = s.server.series(
+        "tandem_http_connections_cut_total",
+        &["reason=\"write_stall\""],
+    );
+    assert!(cut >= 2.0, "{cut}");
+    // The server goes on serving, HTTP/2 clients that read included.
+    runtime().block_on(async {
+        let mut h2 = h2c(addr).await;
+        h2.ready().await.unwrap();
+        let ask = http::Request::get(format!("http://{addr}/metrics"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let answer = h2.send_request(ask).await.unwrap();
+        assert_eq!(answer.status(), 200);
+        let body = answer.into_body().collect().await.unwrap().to_bytes();
+        assert!(body.len() > 1000, "{}", body.len());
+    });
+}
+
+/// Asks for `/metrics` over HTTP/2 with a stream window of `window` bytes, never reads the
+/// answer, and waits for the server to close the connection.
+fn unread(addr: SocketAddr, window: u32) {
     runtime().block_on(async {
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        // A window of 0: the server may send headers, and not a byte of a body.
         let (mut h2, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-            .initial_stream_window_size(0)
+            .initial_stream_window_size(window)
             .handshake(TokioIo::new(tcp))
             .await
             .unwrap();
@@ -409,7 +434,7 @@ fn an_http2_client_that_never_reads_its_response_is_cut_after_the_write_stall_ti
         let closed = tokio::time::timeout(Duration::from_secs(10), conn).await;
         assert!(
             closed.is_ok(),
-            "an unread HTTP/2 response held its connection"
+            "an unread HTTP/2 response (window {window}) held its connection"
         );
         assert!(
             began.elapsed() >= Duration::from_millis(400),
@@ -417,22 +442,5 @@ fn an_http2_client_that_never_reads_its_response_is_cut_after_the_write_stall_ti
             began.elapsed()
         );
         drop(answer);
-    });
-    let cut = s.server.series(
-        "tandem_http_connections_cut_total",
-        &["reason=\"write_stall\""],
-    );
-    assert!(cut >= 1.0, "{cut}");
-    // The server goes on serving, HTTP/2 clients that read included.
-    runtime().block_on(async {
-        let mut h2 = h2c(addr).await;
-        h2.ready().await.unwrap();
-        let ask = http::Request::get(format!("http://{addr}/metrics"))
-            .body(Full::new(Bytes::new()))
-            .unwrap();
-        let answer = h2.send_request(ask).await.unwrap();
-        assert_eq!(answer.status(), 200);
-        let body = answer.into_body().collect().await.unwrap().to_bytes();
-        assert!(body.len() > 1000, "{}", body.len());
     });
 }

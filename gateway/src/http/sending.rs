@@ -2,10 +2,13 @@
 //! client whose flow-control window stays shut never reads a response, yet its connection
 //! looks alive: the socket takes the server's pings and acknowledgements, so the write-stall
 //! limit (`write_stall.rs`) never fires, and hyper buffers the response and waits. Each
-//! response body here is handed to the protocol in pieces of at most [`PIECE`] bytes, and
-//! hyper asks for the next piece (or the end) only once the window has room for what it
-//! already holds: the time since a body was last asked for is how long its client has not
-//! read. A response with nothing asked for within the write-stall timeout cuts its connection.
+//! response body here is handed to the protocol in pieces of at most [`PIECE`] bytes, its
+//! last byte a piece of its own: hyper hands a piece to h2 only once the stream's window has
+//! room beyond what h2 already holds, so the last byte is asked for only once the window
+//! covers the rest, and the end only after that. The time since a body was last asked for
+//! is how long its client has not read; a response with nothing asked for within the
+//! write-stall timeout cuts its connection. Once the end is asked for, the whole body fits
+//! the window, and a socket that does not take it is the write-stall limit's.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,6 +56,7 @@ impl Sending {
             moved,
             began: self.began,
             done: false,
+            polled: false,
         }
     }
 
@@ -75,11 +79,18 @@ pub struct Tracked<B> {
     began: Instant,
     /// The end was given: the body is sent, and no longer tracked.
     done: bool,
+    /// A frame was asked for.
+    polled: bool,
 }
 
-impl<B> Tracked<B> {
+impl<B: Body> Tracked<B> {
+    /// The next piece of `rest`: at most [`PIECE`] bytes, and the body's last byte alone.
     fn piece(&mut self) -> Frame<Bytes> {
-        let n = self.rest.len().min(PIECE);
+        let last = self.body.is_end_stream();
+        let n = match self.rest.len().min(PIECE) {
+            n if last && n == self.rest.len() && n > 1 => n - 1,
+            n => n,
+        };
         Frame::data(self.rest.split_to(n))
     }
 }
@@ -96,6 +107,7 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = &mut *self;
+        this.polled = true;
         this.moved
             .store(this.began.elapsed().as_millis() as u64, Ordering::Relaxed);
         if this.rest.has_remaining() {
@@ -119,19 +131,20 @@ where
         }
     }
 
-    /// Not at the end until the end was asked for: hyper asks only once the window has
-    /// room for every piece it holds, so a body is tracked until its client has read it.
+    /// Not at the end until the end was asked for (see the module's doc), except for a
+    /// body with nothing in it, which hyper sends with the headers.
     fn is_end_stream(&self) -> bool {
-        self.done
+        self.done || (!self.polled && self.rest.is_empty() && self.body.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
-        let mut hint = self.body.size_hint();
+        let inner = self.body.size_hint();
         let rest = self.rest.len() as u64;
-        hint.set_lower(hint.lower() + rest);
-        if let Some(upper) = hint.upper() {
+        let mut hint = SizeHint::new();
+        if let Some(upper) = inner.upper() {
             hint.set_upper(upper + rest);
         }
+        hint.set_lower(inner.lower() + rest);
         hint
     }
 }
@@ -155,9 +168,23 @@ mod tests {
             assert!(sending.stalled(Duration::from_millis(1)), "{sizes:?}");
             assert!(!tracked.is_end_stream());
         }
-        assert_eq!(sizes, [PIECE, PIECE, 100]);
+        assert_eq!(sizes, [PIECE, PIECE, 99, 1]);
         assert!(tracked.is_end_stream());
         assert!(!sending.stalled(Duration::ZERO));
+    }
+
+    #[tokio::test]
+    async fn an_empty_body_ends_with_its_headers_and_a_small_one_holds_its_last_byte() {
+        let sending = Sending::default();
+        let empty = sending.track(Full::new(Bytes::new()));
+        assert!(empty.is_end_stream());
+        let mut small = sending.track(Full::new(Bytes::from_static(b"abc")));
+        assert!(!small.is_end_stream());
+        let mut sizes = Vec::new();
+        while let Some(frame) = small.frame().await {
+            sizes.push(frame.unwrap().into_data().unwrap().len());
+        }
+        assert_eq!(sizes, [2, 1]);
     }
 
     #[test]

@@ -99,7 +99,12 @@ pub(crate) fn served_text_version(
     Ok(served)
 }
 
-fn text_version(state: &AppState, named: Option<&str>) -> Result<Arc<ModelVersion>, ApiError> {
+/// The text model a request names, or the only one loaded, without naming it as the one
+/// serving the request (`POST /` peeks at it to pick a route).
+pub(crate) fn text_version(
+    state: &AppState,
+    named: Option<&str>,
+) -> Result<Arc<ModelVersion>, ApiError> {
     if let Some(m) = named {
         return Ok(state.registry.resolve(m, None)?);
     }

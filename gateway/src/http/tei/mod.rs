@@ -31,7 +31,7 @@ use crate::error::ApiError;
 use crate::http::AppState;
 use crate::http::arrival::ArrivalClock;
 use crate::http::errors::json_response;
-use crate::http::text_handler::served_text_version;
+use crate::http::text_handler::{served_text_version, text_version};
 use crate::infer::input::MAX_TEXTS;
 use crate::infer::tokenize::text_model;
 use request::TRUNCATE_BY_DEFAULT;
@@ -53,7 +53,7 @@ pub async fn post_root(
     req: Request<Limited<Incoming>>,
     clock: &ArrivalClock,
 ) -> Response<Full<Bytes>> {
-    let labels = served_text_version(state, None)
+    let labels = text_version(state, None)
         .ok()
         .and_then(|v| v.text.as_ref().map(|t| t.input.labels.len()))
         .unwrap_or(0);
