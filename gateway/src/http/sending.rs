@@ -53,9 +53,8 @@ impl Sending {
         Tracked {
             body,
             rest: Bytes::new(),
-            moved,
+            moved: Some(moved),
             began: self.began,
-            done: false,
             polled: false,
         }
     }
@@ -75,10 +74,10 @@ pub struct Tracked<B> {
     body: B,
     /// What is left of a data frame larger than a piece.
     rest: Bytes,
-    moved: Arc<AtomicU64>,
+    /// When it last moved; `None` once the end was given (the body is sent, and its entry
+    /// retired).
+    moved: Option<Arc<AtomicU64>>,
     began: Instant,
-    /// The end was given: the body is sent, and no longer tracked.
-    done: bool,
     /// A frame was asked for.
     polled: bool,
 }
@@ -108,8 +107,9 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = &mut *self;
         this.polled = true;
-        this.moved
-            .store(this.began.elapsed().as_millis() as u64, Ordering::Relaxed);
+        if let Some(moved) = &this.moved {
+            moved.store(this.began.elapsed().as_millis() as u64, Ordering::Relaxed);
+        }
         if this.rest.has_remaining() {
             return Poll::Ready(Some(Ok(this.piece())));
         }
@@ -122,9 +122,7 @@ where
                 Err(frame) => Poll::Ready(Some(Ok(frame))),
             },
             Poll::Ready(None) => {
-                // Untracked: dropping the last strong count retires its entry.
-                this.done = true;
-                this.moved = Arc::new(AtomicU64::new(0));
+                this.moved = None;
                 Poll::Ready(None)
             }
             other => other,
@@ -134,7 +132,8 @@ where
     /// Not at the end until the end was asked for (see the module's doc), except for a
     /// body with nothing in it, which hyper sends with the headers.
     fn is_end_stream(&self) -> bool {
-        self.done || (!self.polled && self.rest.is_empty() && self.body.is_end_stream())
+        let sent = self.moved.is_none();
+        sent || (!self.polled && self.rest.is_empty() && self.body.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
