@@ -113,9 +113,9 @@ async fn post(
     segments: &[&str],
 ) -> Option<Answer> {
     let post = req.method() == Method::POST;
-    if post && is_inference(segments) {
+    if post && let Some(route) = Inference::of(segments) {
         return Some(Ok(
-            count::counted(inference(state, req, arrival, segments)).await
+            count::counted(inference(state, req, arrival, route)).await
         ));
     }
     Some(match (post, segments) {
@@ -136,51 +136,66 @@ async fn post(
 
 /// The inference routes, each counted once by [`count::counted`] under the model that
 /// answered it.
-fn is_inference(segments: &[&str]) -> bool {
-    matches!(
-        segments,
-        ["v2", "models", _, "infer"]
-            | ["v2", "models", _, "versions", _, "infer"]
-            | ["v1", "embeddings"]
-            | ["embeddings"]
-            | ["embed" | "embed_all" | "embed_sparse" | "similarity" | "predict" | "rerank"]
-            | ["v1" | "v2", "rerank" | "embed"]
-            | [""]
-            | ["invocations"]
-    )
+#[derive(Clone, Copy)]
+enum Inference<'a> {
+    /// v2's infer: the model and, if named, its version.
+    V2(&'a str, Option<&'a str>),
+    /// OpenAI's embeddings (TEI also serves it without `/v1`, for base URLs that lack it).
+    OpenAi,
+    Embed,
+    EmbedAll,
+    EmbedSparse,
+    Similarity,
+    Predict,
+    Rerank,
+    CohereRerank(cohere::ApiVersion),
+    CohereEmbed(cohere::ApiVersion),
+    /// TEI's `POST /`, and `/invocations`, SageMaker's name for it.
+    Root,
 }
 
-/// Answers a POST to an inference route ([`is_inference`]).
+impl<'a> Inference<'a> {
+    fn of(segments: &[&'a str]) -> Option<Inference<'a>> {
+        use cohere::ApiVersion::{V1, V2};
+        Some(match *segments {
+            ["v2", "models", m, "infer"] => Inference::V2(m, None),
+            ["v2", "models", m, "versions", v, "infer"] => Inference::V2(m, Some(v)),
+            ["v1", "embeddings"] | ["embeddings"] => Inference::OpenAi,
+            ["embed"] => Inference::Embed,
+            ["embed_all"] => Inference::EmbedAll,
+            ["embed_sparse"] => Inference::EmbedSparse,
+            ["similarity"] => Inference::Similarity,
+            ["predict"] => Inference::Predict,
+            ["rerank"] => Inference::Rerank,
+            ["v1", "rerank"] => Inference::CohereRerank(V1),
+            ["v2", "rerank"] => Inference::CohereRerank(V2),
+            ["v1", "embed"] => Inference::CohereEmbed(V1),
+            ["v2", "embed"] => Inference::CohereEmbed(V2),
+            [""] | ["invocations"] => Inference::Root,
+            _ => return None,
+        })
+    }
+}
+
+/// Answers a POST to an inference route.
 async fn inference(
     state: &AppState,
     req: Request<Limited<Incoming>>,
     arrival: &ArrivalClock,
-    segments: &[&str],
+    route: Inference<'_>,
 ) -> Response<Full<Bytes>> {
-    let (v1, v2) = (cohere::ApiVersion::V1, cohere::ApiVersion::V2);
-    match segments {
-        ["v2", "models", m, "infer"] => v2::infer(state, m, None, req, arrival).await,
-        ["v2", "models", m, "versions", v, "infer"] => {
-            v2::infer(state, m, Some(v.to_string()), req, arrival).await
-        }
-        // TEI serves OpenAI's route without `/v1` too, for clients whose base URL lacks it.
-        ["v1", "embeddings"] | ["embeddings"] => openai::embeddings(state, req, arrival).await,
-        ["embed"] => tei::post_embed(state, req, arrival).await,
-        ["embed_all"] => tei::post_embed_all(state, req, arrival).await,
-        ["embed_sparse"] => tei::post_embed_sparse(state, req, arrival).await,
-        ["similarity"] => tei::post_similarity(state, req, arrival).await,
-        ["predict"] => tei::predict(state, req, arrival).await,
-        ["rerank"] => tei::rerank(state, req, arrival).await,
-        ["v1", "rerank"] => cohere::rerank(state, req, arrival, v1).await,
-        ["v2", "rerank"] => cohere::rerank(state, req, arrival, v2).await,
-        ["v1", "embed"] => cohere::embed(state, req, arrival, v1).await,
-        ["v2", "embed"] => cohere::embed(state, req, arrival, v2).await,
-        // `/invocations` is SageMaker's name for the root, as TEI routes it.
-        [""] | ["invocations"] => tei::post_root(state, req, arrival).await,
-        _ => error_response(&not_found(
-            &Method::POST,
-            &format!("/{}", segments.join("/")),
-        )),
+    match route {
+        Inference::V2(m, v) => v2::infer(state, m, v.map(str::to_string), req, arrival).await,
+        Inference::OpenAi => openai::embeddings(state, req, arrival).await,
+        Inference::Embed => tei::post_embed(state, req, arrival).await,
+        Inference::EmbedAll => tei::post_embed_all(state, req, arrival).await,
+        Inference::EmbedSparse => tei::post_embed_sparse(state, req, arrival).await,
+        Inference::Similarity => tei::post_similarity(state, req, arrival).await,
+        Inference::Predict => tei::predict(state, req, arrival).await,
+        Inference::Rerank => tei::rerank(state, req, arrival).await,
+        Inference::CohereRerank(api) => cohere::rerank(state, req, arrival, api).await,
+        Inference::CohereEmbed(api) => cohere::embed(state, req, arrival, api).await,
+        Inference::Root => tei::post_root(state, req, arrival).await,
     }
 }
 
