@@ -10,6 +10,7 @@
 
 mod backends;
 mod batching;
+mod cache;
 mod coloc;
 pub mod config;
 mod cost;
@@ -107,6 +108,19 @@ pub async fn run_with_reload(
     Ok(())
 }
 
+/// The server's response cache, where `[cache] max_bytes` sets one.
+fn response_cache(config: &Config) -> Option<Arc<cache::ResponseCache>> {
+    let c = &config.cache;
+    c.enabled().then(|| {
+        tracing::info!(max_bytes = c.capacity(), ttl_s = ?c.ttl_s, "response cache on");
+        Arc::new(cache::ResponseCache::new(
+            c.capacity(),
+            c.ttl(),
+            config.cost.device_hour_usd,
+        ))
+    })
+}
+
 /// A running gateway: its shared state and the tasks to stop when it does.
 struct Gateway {
     config: Arc<Config>,
@@ -152,7 +166,7 @@ impl Gateway {
             None => None,
         };
         let state = Arc::new(AppState {
-            registry: Arc::new(Registry::default()),
+            registry: Arc::new(Registry::with_cache(response_cache(&config))),
             config: std::sync::RwLock::new(config.clone()),
             metrics: metrics::install(),
             ready: false.into(),
@@ -242,6 +256,7 @@ impl Gateway {
                 busy: self.busy.clone(),
                 triton: None,
                 onnxruntime_lib: self.config.onnxruntime_lib.clone(),
+                cache: self.state.registry.cache(),
             };
             let v = loader::load(spec)
                 .await
@@ -415,6 +430,11 @@ fn apply_reload(state: &AppState, new: Config) -> Option<Arc<Config>> {
         return None;
     }
     reload_tls(state, new.tls.as_ref());
+    if new.cache != state.config().cache {
+        tracing::warn!(
+            "changing [cache] takes a restart; the response cache keeps its size and expiry (each model's cache setting applies now)"
+        );
+    }
     let new = Arc::new(new);
     state.set_config(new.clone());
     for v in state.registry.all() {

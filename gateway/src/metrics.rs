@@ -46,6 +46,13 @@ pub const TRAINER_LOSS: &str = "tandem_trainer_loss";
 pub const COST: &str = "tandem_cost_usd";
 pub const COST_PER_INFERENCE: &str = "tandem_cost_per_inference_usd";
 pub const HARVESTED_DEVICE_SECONDS: &str = "tandem_training_harvested_device_seconds";
+pub const CACHE_HITS: &str = "tandem_cache_hits_total";
+pub const CACHE_MISSES: &str = "tandem_cache_misses_total";
+pub const CACHE_EVICTIONS: &str = "tandem_cache_evictions_total";
+pub const CACHE_BYTES: &str = "tandem_cache_bytes";
+pub const CACHE_ENTRIES: &str = "tandem_cache_entries";
+pub const CACHE_SAVED_DEVICE_SECONDS: &str = "tandem_cache_saved_device_seconds";
+pub const CACHE_SAVED_USD: &str = "tandem_cache_saved_usd";
 
 /// Latency buckets from 100 µs to 10 s: fine where budgets live (1–100 ms).
 const LATENCY_BUCKETS: &[f64] = &[
@@ -110,6 +117,13 @@ const HELP: &[(&str, Kind, bool, &str)] = &[
     (COST, Kind::Gauge, false, "Device cost so far in US dollars, charged to inference or training by the share lent."),
     (COST_PER_INFERENCE, Kind::Gauge, false, "Inference cost charged to the model over [cost] window_s (split by the device time its batches took) divided by the requests it answered in that window, in US dollars; holds its last value while the model answers nothing."),
     (HARVESTED_DEVICE_SECONDS, Kind::Gauge, true, "Device-seconds lent to training so far."),
+    (CACHE_HITS, Kind::Counter, false, "Inputs answered from the response cache (a text, a row, or a whole request where the model's rows are not independent), counting those another request was computing."),
+    (CACHE_MISSES, Kind::Counter, false, "Inputs looked up in the response cache and computed."),
+    (CACHE_EVICTIONS, Kind::Counter, false, "Entries that left the response cache, by reason: size (evicted, or not admitted, to keep within max_bytes), expired, invalidated (a version unloaded or replaced, or the model's cache cleared), replaced."),
+    (CACHE_BYTES, Kind::Gauge, false, "Bytes the model's entries take in the response cache, keys included."),
+    (CACHE_ENTRIES, Kind::Gauge, false, "Entries the model has in the response cache."),
+    (CACHE_SAVED_DEVICE_SECONDS, Kind::Gauge, true, "Device time the response cache saved so far: each hit counted at the model's mean device time per input computed so far."),
+    (CACHE_SAVED_USD, Kind::Gauge, false, "What the device time the response cache saved so far would have cost, at [cost] device_hour_usd."),
 ];
 
 fn describe() {

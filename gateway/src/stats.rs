@@ -10,7 +10,11 @@
 //! - `queue`: from entering the queue to its batch starting on a worker;
 //! - `compute_infer`: the batch's forward pass (each request counts its whole batch);
 //! - `compute_output`: from the batch's end to the response being ready to write;
-//! - `success` / `fail`: the whole time of answered requests, 200 or not.
+//! - `success` / `fail`: the whole time of answered requests, 200 or not;
+//! - `cache_hit`: requests answered wholly from the response cache, and the time their
+//!   lookups took; `cache_miss`: requests that computed some of their inputs, and the time
+//!   their lookups and stores took. A hit counts in `success` and `inference_count`, and in
+//!   none of the parts of a computed request's time, as in Triton.
 //!
 //! Per batch size (`batch_stats`), from the worker: copying the requests' rows into the
 //! batch buffer, the forward pass, and splitting the result back to the requests.
@@ -66,12 +70,16 @@ pub struct VersionStats {
     compute_input: Tally,
     compute_infer: Tally,
     compute_output: Tally,
+    cache_hit: Tally,
+    cache_miss: Tally,
     /// Rows answered (Triton's inferences: a request of n rows is n).
     inference_count: AtomicU64,
     /// Tokens of the text requests answered.
     tokens: AtomicU64,
     /// Batches run, and the device time they took (copy in and forward pass).
     execution_count: AtomicU64,
+    /// Rows (a text model's: texts) those batches ran.
+    executed_rows: AtomicU64,
     device_ns: AtomicU64,
     last_inference_ms: AtomicU64,
     /// Written once per batch by the worker, read by the stats endpoint.
@@ -91,6 +99,39 @@ impl VersionStats {
         self.touch();
     }
 
+    /// A request answered 200 wholly from the response cache, whose lookups took `lookup`.
+    pub fn answered_from_cache(
+        &self,
+        rows: usize,
+        tokens: usize,
+        total: Duration,
+        lookup: Duration,
+    ) {
+        self.tokens.fetch_add(tokens as u64, Relaxed);
+        self.success.add(total);
+        self.cache_hit.add(lookup);
+        self.inference_count.fetch_add(rows as u64, Relaxed);
+        self.touch();
+    }
+
+    /// Rows of a request answered from the response cache beside rows it computed (those
+    /// are counted with its success).
+    pub fn answered_rows(&self, rows: usize) {
+        self.inference_count.fetch_add(rows as u64, Relaxed);
+    }
+
+    /// A request that looked up the response cache and computed some of its inputs; its
+    /// lookups and stores took `spent`.
+    pub fn cache_missed(&self, spent: Duration) {
+        self.cache_miss.add(spent);
+    }
+
+    /// The device time a row (a text model's: a text) has taken on average so far.
+    pub fn device_time_per_row(&self) -> Duration {
+        let rows = self.executed_rows.load(Relaxed).max(1);
+        Duration::from_nanos(self.device_ns.load(Relaxed) / rows)
+    }
+
     /// A request answered with an error, after `total` in the server.
     pub fn failed(&self, total: Duration) {
         self.fail.add(total);
@@ -100,6 +141,7 @@ impl VersionStats {
     /// A batch of `rows` run by a worker: the rows' copy in, the forward pass, the split out.
     pub fn executed(&self, rows: usize, input: Duration, infer: Duration, output: Duration) {
         self.execution_count.fetch_add(1, Relaxed);
+        self.executed_rows.fetch_add(rows as u64, Relaxed);
         self.device_ns.fetch_add(nanos(input + infer), Relaxed);
         let mut batches = self.batches.lock().unwrap_or_else(|p| p.into_inner());
         let b = batches.entry(rows).or_default();
@@ -163,9 +205,8 @@ impl VersionStats {
                 "compute_input": self.compute_input.json(),
                 "compute_infer": self.compute_infer.json(),
                 "compute_output": self.compute_output.json(),
-                // No response cache: Triton's fields, always zero.
-                "cache_hit": tally(0, 0),
-                "cache_miss": tally(0, 0),
+                "cache_hit": self.cache_hit.json(),
+                "cache_miss": self.cache_miss.json(),
             },
             "batch_stats": batch_stats,
         })

@@ -41,6 +41,8 @@ pub struct Config {
     pub admin: AdminConfig,
     pub coloc: ColocConfig,
     pub cost: CostConfig,
+    /// The response cache (off unless `max_bytes` is set; each model opts in).
+    pub cache: CacheConfig,
     /// Keys every inference route requires as `Authorization: Bearer KEY` (none: open),
     /// with those of `api_keys_file`, one a line, added at start and on SIGHUP.
     pub api_keys: Vec<ApiKey>,
@@ -171,6 +173,7 @@ impl Default for Config {
             admin: AdminConfig::default(),
             coloc: ColocConfig::default(),
             cost: CostConfig::default(),
+            cache: CacheConfig::default(),
             api_keys: Vec::new(),
             api_keys_file: None,
             auth_metrics: false,
@@ -391,6 +394,7 @@ impl Config {
         top.int("cpu_threads", self.cpu_threads as u64, 0, 1024)?;
         self.limits.validate()?;
         self.coloc.validate()?;
+        self.cache.validate(cache::memory_limit())?;
         let cost = Ranges("cost");
         cost.float("device_hour_usd", self.cost.device_hour_usd, 0.0, 1e6)?;
         cost.int("window_s", self.cost.window_s, 1, 3600)
@@ -449,12 +453,14 @@ impl ColocConfig {
 }
 
 mod api_keys;
+mod cache;
 mod cors;
 mod model;
 #[cfg(test)]
 mod tests;
 
 pub use api_keys::ApiKey;
+pub use cache::CacheConfig;
 
 pub use model::{
     CpuPrecision, MAX_BATCH_SIZE, MAX_BATCH_TOKENS, MAX_MIN_DIMENSIONS, MAX_P99_MS,

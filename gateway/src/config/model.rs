@@ -87,6 +87,9 @@ pub struct ModelSettings {
     pub min_dimensions: usize,
     /// A model's dense layers' products on the CPU; applies when a version loads.
     pub cpu_precision: CpuPrecision,
+    /// Answers are kept in the response cache and repeated inputs answered from it (where
+    /// `[cache] max_bytes` is set).
+    pub cache: bool,
 }
 
 impl Default for ModelSettings {
@@ -104,6 +107,7 @@ impl Default for ModelSettings {
             default_timeout_us: 0,
             min_dimensions: 0,
             cpu_precision: CpuPrecision::F32,
+            cache: false,
         }
     }
 }
@@ -126,6 +130,7 @@ pub struct ModelOverrides {
     pub default_timeout_us: Option<u64>,
     pub min_dimensions: Option<usize>,
     pub cpu_precision: Option<CpuPrecision>,
+    pub cache: Option<bool>,
 }
 
 impl ModelOverrides {
@@ -145,6 +150,7 @@ impl ModelOverrides {
             default_timeout_us: self.default_timeout_us.or(under.default_timeout_us),
             min_dimensions: self.min_dimensions.or(under.min_dimensions),
             cpu_precision: self.cpu_precision.or(under.cpu_precision),
+            cache: self.cache.or(under.cache),
         }
     }
 
@@ -162,6 +168,7 @@ impl ModelOverrides {
             default_timeout_us: self.default_timeout_us.unwrap_or(base.default_timeout_us),
             min_dimensions: self.min_dimensions.unwrap_or(base.min_dimensions),
             cpu_precision: self.cpu_precision.unwrap_or(base.cpu_precision),
+            cache: self.cache.unwrap_or(base.cache),
         }
     }
 }

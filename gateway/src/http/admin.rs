@@ -5,7 +5,9 @@
 //! `max_queue_delay_us`, `queue_capacity` changes them for every loaded version (and for
 //! versions loaded later): the batcher takes the new policy before its next batch. `GET/PUT
 //! /admin/log` reads and replaces the process's log filter (`{"filter": "..."}`, as
-//! `TANDEM_LOG`), at once and until the next change or restart. Answers
+//! `TANDEM_LOG`), at once and until the next change or restart. `DELETE
+//! /admin/models/{m}/cache` drops every answer the response cache holds for the model's
+//! loaded versions: no request after it sees them. Answers
 //! loopback clients only — or, when `[admin] token` is set, any client that presents it as
 //! `Authorization: Bearer <token>` (and only those).
 
@@ -61,6 +63,7 @@ pub async fn handle(
             let body = super::body::read_admin_body(state, req).await?;
             change(state, &m, &body)
         }
+        (Method::DELETE, ["admin", "models", m, "cache"]) => clear_cache(state, m),
         (Method::GET, ["admin", "log"]) => show_log_filter(),
         (Method::PUT, ["admin", "log"]) => {
             let body = super::body::read_admin_body(state, req).await?;
@@ -70,6 +73,11 @@ pub async fn handle(
             method: method.to_string(),
             path: format!("/{}", segments.join("/")),
             allow: "GET, HEAD",
+        }),
+        (method, ["admin", "models", _, "cache"]) => Err(ApiError::MethodNotAllowed {
+            method: method.to_string(),
+            path: format!("/{}", segments.join("/")),
+            allow: "DELETE",
         }),
         (method, ["admin", "models", _, "slo"] | ["admin", "log"]) => {
             Err(ApiError::MethodNotAllowed {
@@ -83,6 +91,29 @@ pub async fn handle(
             path: format!("/{}", segments.join("/")),
         }),
     }
+}
+
+/// Drops the model's answers from the response cache, every loaded version's.
+fn clear_cache(state: &AppState, model: &str) -> Result<Response<Full<Bytes>>, ApiError> {
+    let versions = state.registry.versions(model);
+    if versions.is_empty() {
+        return Err(crate::lifecycle::registry::LookupError::UnknownModel {
+            model: model.to_string(),
+        }
+        .into());
+    }
+    let mut cleared = Vec::new();
+    for number in versions {
+        let Ok(v) = state.registry.resolve(model, Some(&number.to_string())) else {
+            continue;
+        };
+        if let Some(cache) = &v.cache {
+            cache.clear();
+            cleared.push(number.to_string());
+        }
+    }
+    let body = json!({ "model": model, "cleared_versions": cleared });
+    Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
 }
 
 /// What `PUT /admin/log` takes: tracing's filter directives, as `TANDEM_LOG` spells them.

@@ -21,6 +21,9 @@ pub const TIMEOUT_HEADER: &str = "tandem-timeout-us";
 pub const ENVOY_TIMEOUT_HEADER: &str = "x-envoy-expected-rq-timeout-ms";
 
 /// What the headers say about the body and the answer, read before the body.
+/// How the response cache answered a request: `hit`, `miss` or `partial`.
+pub const CACHE_HEADER: &str = "x-tandem-cache";
+
 pub struct Head {
     /// `Inference-Header-Content-Length`: the JSON part's length in a binary request.
     pub binary_header_len: Option<usize>,
@@ -28,6 +31,8 @@ pub struct Head {
     propagated: Option<Duration>,
     pub coding: content_coding::Coding,
     pub answer_coding: content_coding::Coding,
+    /// `Cache-Control: no-cache` (no lookup) and `no-store` (no storing).
+    pub cache: crate::cache::Policy,
 }
 
 pub fn read_head(headers: &HeaderMap) -> Result<Head, ApiError> {
@@ -49,7 +54,25 @@ pub fn read_head(headers: &HeaderMap) -> Result<Head, ApiError> {
         propagated: propagated_timeout(headers)?,
         coding: content_coding::coding(headers)?,
         answer_coding: content_coding::accepted(headers),
+        cache: cache_control(headers),
     })
+}
+
+/// What `Cache-Control` lets the response cache do with this request: `no-cache`, look
+/// nothing up (the answer is computed, and stored); `no-store`, store nothing.
+fn cache_control(headers: &HeaderMap) -> crate::cache::Policy {
+    let mut policy = crate::cache::Policy::USE;
+    let directives = (headers.get_all(http::header::CACHE_CONTROL).iter())
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','));
+    for directive in directives {
+        match directive.trim().to_ascii_lowercase().as_str() {
+            "no-cache" => policy.lookup = false,
+            "no-store" => policy.store = false,
+            _ => {}
+        }
+    }
+    policy
 }
 
 /// The caller's remaining time from [`TIMEOUT_HEADER`] or [`ENVOY_TIMEOUT_HEADER`] (the
@@ -82,5 +105,6 @@ pub fn arrival_of(started: Instant, clock: &ArrivalClock, head: &Head) -> Arriva
         arrived,
         read_from,
         deadline: head.propagated.and_then(|t| arrived.checked_add(t)),
+        cache: head.cache,
     }
 }

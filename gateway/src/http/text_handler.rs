@@ -11,7 +11,7 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use super::arrival::ArrivalClock;
-use super::head::{arrival_of, read_head};
+use super::head::{CACHE_HEADER, arrival_of, read_head};
 use super::{AppState, body, content_coding};
 use crate::error::ApiError;
 use crate::infer::text::Metadata;
@@ -34,6 +34,9 @@ fn write_metadata(meta: &Metadata, headers: &mut HeaderMap) {
         headers.insert(name, HeaderValue::from(value as u64));
     }
     headers.insert("x-compute-type", HeaderValue::from_static(meta.device));
+    if let Some(outcome) = meta.cache {
+        headers.insert(CACHE_HEADER, HeaderValue::from_static(outcome.as_str()));
+    }
 }
 
 /// A text request's answer, and what serving it took.

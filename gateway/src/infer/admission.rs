@@ -44,6 +44,8 @@ pub struct Arrival {
     pub read_from: Instant,
     /// The caller's own deadline, propagated in a header, counted from `arrived`.
     pub deadline: Option<Instant>,
+    /// What it lets the response cache do.
+    pub cache: crate::cache::Policy,
 }
 
 /// The batcher's side of admission, read by every handler of its version.
@@ -183,6 +185,7 @@ mod tests {
             arrived,
             read_from,
             deadline: None,
+            cache: Default::default(),
         }
     }
 

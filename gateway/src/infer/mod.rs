@@ -18,6 +18,7 @@
 //! the response is ready.
 
 pub mod admission;
+pub mod cached;
 pub mod dimensions;
 pub mod input;
 pub mod outcome;

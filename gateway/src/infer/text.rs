@@ -9,8 +9,9 @@ use models::Truncation;
 use tokio::time::Instant;
 
 use super::input::Input;
-use super::{Arrival, Submission, dimensions, phases, record, tokenize};
+use super::{Arrival, Submission, cached, dimensions, phases, record, tokenize};
 use crate::batching::Completed;
+use crate::cache::{Outcome, VersionCache};
 use crate::error::ApiError;
 use crate::lifecycle::registry::ModelVersion;
 
@@ -64,12 +65,15 @@ pub struct Metadata {
     pub inference: Duration,
     /// TEI's `x-compute-type`: `cpu` or `gpu`.
     pub device: &'static str,
+    /// How the response cache answered it, where the model uses one.
+    pub cache: Option<Outcome>,
 }
 
 /// Admits, tokenizes and runs one text request on `version`: as one batch, or as several
 /// where its inputs are more than one batch takes (`max_batch_size` inputs,
 /// `max_batch_tokens` token-units), all queued at once; `wait` is the longest it waits for
-/// the answer.
+/// the answer. Where the model uses the response cache, inputs found there are not run,
+/// and a request found whole is not admitted ([`super::cached`]).
 pub async fn run(
     version: &ModelVersion,
     arrival: &Arrival,
@@ -79,21 +83,94 @@ pub async fn run(
     check_task(version, ask.task)?;
     let width = version.info.output_width;
     let dimensions = (ask.dimensions).checked(version.settings().min_dimensions, width)?;
-    version.core.admit_unparsed(arrival)?;
     let states = ask.task == Task::TokenStates;
     let normalize = !matches!(ask.task, Task::TokenStates | Task::Sparse)
         && ask
             .normalize
             .unwrap_or(tokenize::text_model(version)?.input.normalize_by_default);
-    let prompt_name = ask.prompt_name.as_deref();
     let characters = ask.inputs.iter().map(Input::chars).sum();
+    let texts = Texts {
+        truncation: ask.truncation,
+        prompt_name: ask.prompt_name.as_deref(),
+        states,
+    };
+    // Every token's state is as long as its text: not kept.
+    let ran = match version.cache_for(arrival.cache).filter(|_| !states) {
+        Some(cache) => run_cached(version, cache, arrival, ask.inputs, &texts, wait).await?,
+        None => {
+            version.core.admit_unparsed(arrival)?;
+            compute(version, arrival, ask.inputs, &texts, wait).await?
+        }
+    };
+    let (values, width) = dimensions::cut(ran.values, width, dimensions);
+    let meta = Metadata {
+        arrived: arrival.arrived,
+        characters,
+        tokens: ran.tokens,
+        tokenization: ran.part.tokenization,
+        queue: ran.part.queue,
+        inference: ran.part.inference,
+        device: match version.info.device.starts_with("cuda") {
+            true => "gpu",
+            false => "cpu",
+        },
+        cache: ran.cache,
+    };
+    Ok(TextAnswer {
+        values: normalized(values, width, normalize),
+        width,
+        lengths: ran.lengths,
+        meta,
+    })
+}
+
+/// How a request's texts are run.
+struct Texts<'a> {
+    truncation: Truncation,
+    prompt_name: Option<&'a str>,
+    /// Every token's state is answered.
+    states: bool,
+}
+
+/// Texts run on the model.
+struct Ran {
+    /// Row-major `[texts, width]` (`[tokens, width]` for token states), as the model
+    /// answered.
+    values: Vec<f32>,
+    /// Token states: each text's tokens.
+    lengths: Vec<usize>,
+    /// Each text's tokens, special tokens included, after truncation.
+    text_tokens: Vec<usize>,
+    tokens: usize,
+    part: Part,
+    cache: Option<Outcome>,
+}
+
+/// What running some texts took.
+#[derive(Clone, Copy, Default)]
+struct Part {
+    tokenization: Duration,
+    queue: Duration,
+    inference: Duration,
+}
+
+/// Tokenizes and runs `inputs` on `version` (admitted already), and records the answer.
+async fn compute(
+    version: &ModelVersion,
+    arrival: &Arrival,
+    inputs: Vec<Input>,
+    texts: &Texts<'_>,
+    wait: Duration,
+) -> Result<Ran, ApiError> {
     let tokenizing = Instant::now();
-    let batches = tokenize::tokenize_in_batches(version, ask.inputs, ask.truncation, prompt_name);
+    let batches =
+        tokenize::tokenize_in_batches(version, inputs, texts.truncation, texts.prompt_name);
     let mut batches = batches.await?;
     let tokenization = tokenizing.elapsed();
     let tokens = batches.iter().map(|b| b.count).sum();
+    let text_tokens = batches.iter().flat_map(|b| b.tokens.lengths()).collect();
     let settings = version.settings();
-    let lengths = match states {
+    let lengths = match texts.states {
         true => keep_states(&mut batches, tokens, settings.max_batch_tokens)?,
         false => Vec::new(),
     };
@@ -116,27 +193,56 @@ pub async fn run(
     let completed = joined(all(answers.collect()).await?);
     phases::answered(completed.queue_time, completed.compute_time);
     record(version, arrival, queued, rows, &completed);
-    let (values, width) = dimensions::cut(completed.output, width, dimensions);
     // The batcher's queue time counts from arrival; the time before submission is not
     // queueing.
     let before = queued.saturating_duration_since(arrival.arrived);
-    let meta = Metadata {
-        arrived: arrival.arrived,
-        characters,
-        tokens,
-        tokenization,
-        queue: completed.queue_time.saturating_sub(before),
-        inference: completed.compute_time,
-        device: match version.info.device.starts_with("cuda") {
-            true => "gpu",
-            false => "cpu",
-        },
-    };
-    Ok(TextAnswer {
-        values: normalized(values, width, normalize),
-        width,
+    Ok(Ran {
+        values: completed.output,
         lengths,
-        meta,
+        text_tokens,
+        tokens,
+        part: Part {
+            tokenization,
+            queue: completed.queue_time.saturating_sub(before),
+            inference: completed.compute_time,
+        },
+        cache: None,
+    })
+}
+
+/// [`compute`] with the response cache: each input its own entry.
+async fn run_cached(
+    version: &ModelVersion,
+    cache: &VersionCache,
+    arrival: &Arrival,
+    inputs: Vec<Input>,
+    texts: &Texts<'_>,
+    wait: Duration,
+) -> Result<Ran, ApiError> {
+    let keys = cached::text_keys(cache, &inputs, texts.truncation, texts.prompt_name);
+    let width = version.info.output_width;
+    let some = |todo: Vec<usize>| {
+        let these = todo.iter().map(|&i| inputs[i].clone()).collect();
+        async move {
+            let ran = compute(version, arrival, these, texts, wait).await?;
+            let rows = cached::rows_of(&ran.values, width, &ran.text_tokens);
+            Ok((rows, ran.part))
+        }
+    };
+    let answered = cached::answer(version, cache, keys, arrival, wait, some).await?;
+    cached::account(version, cache, &answered, answered.entries.len(), arrival);
+    let part = (answered.parts.iter()).fold(Part::default(), |sum, p| Part {
+        tokenization: sum.tokenization + p.tokenization,
+        queue: sum.queue.max(p.queue),
+        inference: sum.inference + p.inference,
+    });
+    Ok(Ran {
+        values: cached::values_of(&answered.entries),
+        lengths: Vec::new(),
+        text_tokens: Vec::new(),
+        tokens: cached::tokens_of(&answered.entries),
+        part,
+        cache: Some(answered.outcome),
     })
 }
 

@@ -1,16 +1,18 @@
 //! A request validated against its model's signature ([`crate::validate`]: v2's tensors, JSON
 //! or binary, and BYTES for a text model) run on the core: rows as they are, texts
-//! tokenized, submitted, awaited, and normalised where the request asks.
+//! tokenized, submitted, awaited, and normalised where the request asks; with the response
+//! cache where the model uses it ([`super::cached`]).
 
 use std::time::Duration;
 
 use super::input::Input;
 use super::text::normalized;
-use super::{Arrival, Submission, phases, tokenize};
+use super::{Arrival, Submission, cached, phases, record, tokenize};
 use crate::batching::{Completed, Payload};
+use crate::cache::{Answer, Outcome, VersionCache};
 use crate::error::ApiError;
 use crate::lifecycle::registry::ModelVersion;
-use crate::validate::ValidInput;
+use crate::validate::{TextRequest, ValidInput};
 
 /// What a validated request came to.
 pub struct Ran {
@@ -19,22 +21,43 @@ pub struct Ran {
     pub rows: usize,
     /// When it was submitted.
     pub queued: std::time::Instant,
+    /// How the response cache answered it, where the model uses one; its computed parts
+    /// were then recorded as they ran ([`record`]), and the caller records nothing.
+    pub cache: Option<Outcome>,
 }
 
-/// Runs `input` on `version`, waiting at most `wait` for its answer.
+/// How a request is queued.
+#[derive(Clone, Copy)]
+pub struct Queueing {
+    pub priority: u32,
+    pub timeout: Option<Duration>,
+    /// The longest the request waits for its answer.
+    pub wait: Duration,
+    /// It was admitted before it was parsed (a model without the response cache).
+    pub admitted: bool,
+}
+
+/// Runs `input` on `version`.
 pub async fn run(
     version: &ModelVersion,
     input: ValidInput,
-    priority: u32,
-    timeout: Option<Duration>,
     arrival: &Arrival,
-    wait: Duration,
+    queueing: Queueing,
 ) -> Result<Ran, ApiError> {
-    let (submission, normalize) = submission(version, input, priority, timeout).await?;
+    if let Some(cache) = version.cache_for(arrival.cache) {
+        return run_cached(version, cache, input, arrival, queueing).await;
+    }
+    if !queueing.admitted {
+        version.core.admit_unparsed(arrival)?;
+    }
+    let (submission, normalize) = submission(version, input, queueing).await?;
     let queued = std::time::Instant::now();
     let rows = submission.outputs;
     phases::queued(arrival.arrived);
-    let mut completed = version.core.submit(submission, arrival, wait).await?;
+    let mut completed = version
+        .core
+        .submit(submission, arrival, queueing.wait)
+        .await?;
     phases::answered(completed.queue_time, completed.compute_time);
     let width = version.info.output_width;
     completed.output = normalized(completed.output, width, normalize);
@@ -42,6 +65,7 @@ pub async fn run(
         completed,
         rows,
         queued,
+        cache: None,
     })
 }
 
@@ -50,32 +74,155 @@ pub async fn run(
 async fn submission(
     version: &ModelVersion,
     input: ValidInput,
-    priority: u32,
-    timeout: Option<Duration>,
+    queueing: Queueing,
 ) -> Result<(Submission, bool), ApiError> {
-    let rows_of = |input: Payload, rows: usize| Submission {
+    match input {
+        ValidInput::Dense { values, rows } => {
+            Ok((rows_of(Payload::Dense(values), rows, queueing), false))
+        }
+        ValidInput::Tensors { tensors, rows } => {
+            Ok((rows_of(Payload::Tensors(tensors), rows, queueing), false))
+        }
+        ValidInput::Text(t) => {
+            let normalize = t.normalize;
+            let (inputs, truncation, prompt) = text_inputs(t);
+            let tokenized =
+                tokenize::tokenize(version, inputs, truncation, prompt.as_deref()).await?;
+            let submission = tokenized.submission(queueing.priority, queueing.timeout);
+            Ok((submission, normalize))
+        }
+    }
+}
+
+fn rows_of(input: Payload, rows: usize, queueing: Queueing) -> Submission {
+    Submission {
         input,
         rows,
         outputs: rows,
-        priority,
-        timeout,
+        priority: queueing.priority,
+        timeout: queueing.timeout,
         continues: false,
+    }
+}
+
+/// A text request's inputs (pairs where it has them), truncation and prompt name.
+fn text_inputs(t: TextRequest) -> (Vec<Input>, models::Truncation, Option<String>) {
+    let inputs = match t.pairs {
+        None => t.texts.into_iter().map(Input::Text).collect(),
+        Some(pairs) => (t.texts.into_iter().zip(pairs))
+            .map(|(a, b)| Input::Pair(a.into(), b))
+            .collect(),
     };
-    match input {
-        ValidInput::Dense { values, rows } => Ok((rows_of(Payload::Dense(values), rows), false)),
-        ValidInput::Tensors { tensors, rows } => {
-            Ok((rows_of(Payload::Tensors(tensors), rows), false))
+    (inputs, t.truncation, t.prompt_name)
+}
+
+/// Submits, awaits and records one part of a cached request.
+async fn submit_recorded(
+    version: &ModelVersion,
+    submission: Submission,
+    arrival: &Arrival,
+    wait: Duration,
+) -> Result<Completed, ApiError> {
+    let queued = std::time::Instant::now();
+    let rows = submission.outputs;
+    phases::queued(arrival.arrived);
+    let completed = version.core.submit(submission, arrival, wait).await?;
+    phases::answered(completed.queue_time, completed.compute_time);
+    record(version, arrival, queued, rows, &completed);
+    Ok(completed)
+}
+
+/// [`run`] with the response cache: an MLP's rows and a text model's texts each their own
+/// entry, an ONNX model's request one entry.
+async fn run_cached(
+    version: &ModelVersion,
+    cache: &VersionCache,
+    input: ValidInput,
+    arrival: &Arrival,
+    queueing: Queueing,
+) -> Result<Ran, ApiError> {
+    let width = version.info.output_width;
+    let wait = queueing.wait;
+    let queued = std::time::Instant::now();
+    let (answered, normalize, rows) = match input {
+        ValidInput::Dense { values, rows } => {
+            let keys = cached::row_keys(cache, &values, rows);
+            let in_width = values.len() / rows.max(1);
+            let some = |todo: Vec<usize>| {
+                let picked = (todo.iter())
+                    .flat_map(|&i| &values[i * in_width..(i + 1) * in_width])
+                    .copied()
+                    .collect();
+                let submission = rows_of(Payload::Dense(picked), todo.len(), queueing);
+                async move {
+                    let c = submit_recorded(version, submission, arrival, wait).await?;
+                    Ok((cached::rows_of(&c.output, width, &[]), c))
+                }
+            };
+            let answered = cached::answer(version, cache, keys, arrival, wait, some);
+            (answered.await?, false, rows)
         }
         ValidInput::Text(t) => {
-            let inputs = match t.pairs {
-                None => t.texts.into_iter().map(Input::Text).collect(),
-                Some(pairs) => (t.texts.into_iter().zip(pairs))
-                    .map(|(a, b)| Input::Pair(a.into(), b))
-                    .collect(),
+            let normalize = t.normalize;
+            let (inputs, truncation, prompt) = text_inputs(t);
+            let prompt = prompt.as_deref();
+            let keys = cached::text_keys(cache, &inputs, truncation, prompt);
+            let some = |todo: Vec<usize>| {
+                let these = todo.iter().map(|&i| inputs[i].clone()).collect();
+                async move {
+                    let tokenized = tokenize::tokenize(version, these, truncation, prompt).await?;
+                    let lengths: Vec<usize> = tokenized.tokens.lengths().collect();
+                    let submission = tokenized.submission(queueing.priority, queueing.timeout);
+                    let c = submit_recorded(version, submission, arrival, wait).await?;
+                    Ok((cached::rows_of(&c.output, width, &lengths), c))
+                }
             };
-            let tokenized =
-                tokenize::tokenize(version, inputs, t.truncation, t.prompt_name.as_deref()).await?;
-            Ok((tokenized.submission(priority, timeout), t.normalize))
+            let answered = cached::answer(version, cache, keys, arrival, wait, some).await?;
+            let texts = answered.entries.len();
+            (answered, normalize, texts)
         }
+        ValidInput::Tensors { tensors, rows } => {
+            let key = cached::tensors_key(cache, &tensors);
+            // One key: computed at most once, by the round that finds it missing.
+            let tensors = std::sync::Mutex::new(Some(tensors));
+            let some = |_: Vec<usize>| {
+                let taken = tensors.lock().unwrap_or_else(|p| p.into_inner()).take();
+                async move {
+                    let tensors = taken.ok_or_else(|| {
+                        ApiError::Infer(super::InferError::Model(
+                            "the request's tensors were computed twice by the cache".into(),
+                        ))
+                    })?;
+                    let submission = rows_of(Payload::Tensors(tensors), rows, queueing);
+                    let mut c = submit_recorded(version, submission, arrival, wait).await?;
+                    Ok((vec![Answer::Tensors(std::mem::take(&mut c.tensors))], c))
+                }
+            };
+            let answered = cached::answer(version, cache, vec![key], arrival, wait, some);
+            (answered.await?, false, rows)
+        }
+    };
+    cached::account(version, cache, &answered, rows, arrival);
+    let mut completed = joined(&answered.parts);
+    completed.output = normalized(cached::values_of(&answered.entries), width, normalize);
+    completed.tokens = cached::tokens_of(&answered.entries);
+    completed.tensors = cached::tensors_of(&answered.entries);
+    Ok(Ran {
+        rows,
+        completed,
+        queued,
+        cache: Some(answered.outcome),
+    })
+}
+
+/// The times of the parts a cached request computed: the longest wait in a queue, the
+/// compute summed.
+fn joined(parts: &[Completed]) -> Completed {
+    Completed {
+        output: Vec::new(),
+        tensors: Vec::new(),
+        tokens: 0,
+        queue_time: parts.iter().map(|p| p.queue_time).max().unwrap_or_default(),
+        compute_time: parts.iter().map(|p| p.compute_time).sum(),
     }
 }

@@ -36,6 +36,8 @@ pub struct LoadSpec {
     pub triton: Option<Arc<crate::triton::TritonConfig>>,
     /// ONNX Runtime's library, if the configuration names one.
     pub onnxruntime_lib: Option<PathBuf>,
+    /// The server's response cache, if it has one.
+    pub cache: Option<Arc<crate::cache::ResponseCache>>,
 }
 
 /// Loads, warms up and starts serving a version; returns its handle once every replica is
@@ -83,6 +85,7 @@ async fn load_validated(
         stats,
         loaded_at: std::time::SystemTime::now(),
         triton: spec.triton.clone(),
+        cache: (spec.cache.clone()).map(|c| crate::cache::VersionCache::new(c, &spec.name)),
     }))
 }
 

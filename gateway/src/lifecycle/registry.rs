@@ -66,6 +66,8 @@ pub struct ModelVersion {
     pub loaded_at: std::time::SystemTime,
     /// The config.pbtxt it was loaded with (an ONNX model's, in Triton's layout).
     pub triton: Option<Arc<crate::triton::TritonConfig>>,
+    /// Its share of the response cache, where the server has one.
+    pub cache: Option<crate::cache::VersionCache>,
 }
 
 impl ModelVersion {
@@ -100,6 +102,19 @@ impl ModelVersion {
             .clone()
     }
 
+    /// Its share of the response cache, where the server has one, the model's settings
+    /// turn it on and `policy` lets the request use it.
+    pub fn cache_for(&self, policy: crate::cache::Policy) -> Option<&crate::cache::VersionCache> {
+        let on = self
+            .settings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .cache;
+        self.cache
+            .as_ref()
+            .filter(|_| on && (policy.lookup || policy.store))
+    }
+
     pub fn settings(&self) -> ModelSettings {
         self.settings
             .lock()
@@ -114,9 +129,22 @@ pub struct Registry {
     /// Settings changed through the admin API, per model: they outlive versions and config
     /// reloads until changed again.
     runtime: std::sync::Mutex<BTreeMap<String, ModelOverrides>>,
+    /// The response cache every version loaded from now on gets a share of.
+    cache: Option<Arc<crate::cache::ResponseCache>>,
 }
 
 impl Registry {
+    pub fn with_cache(cache: Option<Arc<crate::cache::ResponseCache>>) -> Registry {
+        Registry {
+            cache,
+            ..Registry::default()
+        }
+    }
+
+    pub fn cache(&self) -> Option<Arc<crate::cache::ResponseCache>> {
+        self.cache.clone()
+    }
+
     fn read(
         &self,
     ) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, BTreeMap<u64, Arc<ModelVersion>>>> {

@@ -330,6 +330,7 @@ impl Watcher {
             busy: self.busy.clone(),
             triton: model.triton.clone(),
             onnxruntime_lib: self.config.onnxruntime_lib.clone(),
+            cache: self.registry.cache(),
         };
         if let Some(t) = &model.triton {
             for field in crate::triton::mapping::ignored_fields(&t.json) {

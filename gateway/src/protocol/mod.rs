@@ -86,4 +86,7 @@ pub struct RequestParameters {
     /// Text models: the prompt put before each text, by its name in the model's folder.
     #[serde(default)]
     pub prompt_name: Option<String>,
+    /// `false`: the response cache is neither looked up nor written for this request.
+    #[serde(default)]
+    pub cache: Option<bool>,
 }

@@ -60,6 +60,7 @@ const ACTED_ON: &[&str] = &[
     "instance_group.gpus",
     "default_model_filename",
     "optimization.graph",
+    "response_cache.enable",
     "model_warmup",
 ];
 
@@ -158,6 +159,9 @@ pub fn overrides(config: &ModelConfig) -> ModelOverrides {
                 o.queue_capacity = Some(q.max_queue_size as usize);
             }
         }
+    }
+    if config.response_cache.as_ref().is_some_and(|c| c.enable) {
+        o.cache = Some(true);
     }
     let instances: i64 = config
         .instance_group

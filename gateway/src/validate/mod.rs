@@ -30,6 +30,8 @@ pub struct ValidRequest {
     pub outputs: Vec<OutputRequest>,
     pub priority: u32,
     pub timeout: Option<Duration>,
+    /// `parameters.cache = false`: the response cache neither looked up nor written.
+    pub cache: crate::cache::Policy,
 }
 
 #[derive(Debug)]
@@ -98,6 +100,13 @@ pub fn validate(
         },
         priority: priority(&parameters, settings)?,
         timeout: timeout(&parameters, settings),
+        cache: match parameters.cache {
+            Some(false) => crate::cache::Policy {
+                lookup: false,
+                store: false,
+            },
+            _ => crate::cache::Policy::USE,
+        },
     })
 }
 

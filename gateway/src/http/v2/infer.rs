@@ -13,7 +13,7 @@ use crate::error::ApiError;
 use crate::http::AppState;
 use crate::http::arrival::ArrivalClock;
 use crate::http::errors::error_response;
-use crate::http::head::{BINARY_HEADER, Head, arrival_of, read_head};
+use crate::http::head::{BINARY_HEADER, CACHE_HEADER, Head, arrival_of, read_head};
 use crate::http::{body, content_coding};
 use crate::infer::{self, validated, validated::Ran};
 use crate::lifecycle::registry::ModelVersion;
@@ -51,36 +51,46 @@ async fn infer_on(
     let config = state.config();
     let limit = config.limits.max_body_bytes;
     let body = body::read_body(req.into_body(), limit, config.limits.body_read_timeout()).await?;
-    let arrival = arrival_of(started, clock, &head);
-    // Before any decompression or parsing: the body is read, so the connection stays
-    // usable whatever the answer.
-    version.core.admit_unparsed(&arrival)?;
+    let mut arrival = arrival_of(started, clock, &head);
+    // Before any decompression or parsing (the body is read, so the connection stays
+    // usable whatever the answer); but a model with the response cache parses first, as a
+    // request found there is answered without admission.
+    let admitted = version.cache_for(arrival.cache).is_none();
+    if admitted {
+        version.core.admit_unparsed(&arrival)?;
+    }
     let body = content_coding::decode(body, head.coding, limit).await?;
     let valid = decode(&body, &head, version)?;
     drop(body);
     let (id, outputs) = (valid.id, valid.outputs);
-    let wait = config.limits.request_timeout();
-    let ran = validated::run(
-        version,
-        valid.input,
-        valid.priority,
-        valid.timeout,
-        &arrival,
-        wait,
-    );
+    arrival.cache = arrival.cache.and(valid.cache);
+    let queueing = validated::Queueing {
+        priority: valid.priority,
+        timeout: valid.timeout,
+        wait: config.limits.request_timeout(),
+        admitted,
+    };
     let Ran {
         completed,
         rows,
         queued,
-    } = ran.await?;
+        cache,
+    } = validated::run(version, valid.input, &arrival, queueing).await?;
     let encoded = match &version.info.input {
         models::InputKind::Tensors(_) => {
             encode_tensors(version, id.as_deref(), &outputs, &completed)?
         }
         _ => encode(version, id.as_deref(), &outputs, rows, &completed)?,
     };
-    let response = respond(encoded, head.answer_coding).await;
-    infer::record(version, &arrival, queued, rows, &completed);
+    let mut response = respond(encoded, head.answer_coding).await;
+    match cache {
+        Some(outcome) => {
+            let value = http::HeaderValue::from_static(outcome.as_str());
+            response.headers_mut().insert(CACHE_HEADER, value);
+        }
+        // A cached request's computed parts were recorded as they ran.
+        None => infer::record(version, &arrival, queued, rows, &completed),
+    }
     Ok(response)
 }
 

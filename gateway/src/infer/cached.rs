@@ -1,0 +1,223 @@
+//! The response cache in the core ([`crate::cache`]): a request's inputs keyed, looked up
+//! before admission (a request answered wholly from the cache takes no queue slot and no
+//! batch), the rest computed, stored, and answered in order with the rest.
+//!
+//! What a key holds: the loaded version, then everything that changes the model's output
+//! for the input — a text model's truncation and prompt name and the text, pair or token
+//! ids; an MLP's row, as the f32 values it runs; an ONNX model's every tensor's name,
+//! datatype, shape and bytes (the whole request is one entry: its rows may not be
+//! independent). What is applied to the output afterwards (normalising, a cut to fewer
+//! dimensions, the requested outputs, the answer's encoding) is not in the key: it is
+//! applied to the cached output as to a computed one.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use models::Truncation;
+
+use super::input::Input;
+use super::{Arrival, InferError};
+use crate::cache::{Answer, Entry, Key, Outcome, VersionCache};
+use crate::error::ApiError;
+use crate::lifecycle::registry::ModelVersion;
+
+/// A request's inputs answered: each one's entry in order, how, the parts this request
+/// computed (none, one, or two where a request it waited for gave up), and the time spent
+/// in the store.
+pub struct Cached<P> {
+    pub entries: Vec<Arc<Entry>>,
+    pub outcome: Outcome,
+    pub parts: Vec<P>,
+    /// Inputs this request computed.
+    pub computed: usize,
+    pub spent: Duration,
+}
+
+/// Answers inputs by their `keys`: found ones from the cache, the rest by `compute` (given
+/// their indices in order, it answers them in that order, and is admitted first: the
+/// request is admitted only if it computes something). Waits at most `wait` for inputs
+/// other requests are computing.
+pub async fn answer<P, F, Fut>(
+    version: &ModelVersion,
+    cache: &VersionCache,
+    keys: Vec<Key>,
+    arrival: &Arrival,
+    wait: Duration,
+    compute: F,
+) -> Result<Cached<P>, ApiError>
+where
+    F: Fn(Vec<usize>) -> Fut,
+    Fut: Future<Output = Result<(Vec<Answer>, P), ApiError>>,
+{
+    let mut found = cache.find(keys, arrival.cache);
+    let mut parts = Vec::new();
+    let admitted = AtomicBool::new(false);
+    // The second round computes what a request waited for gave up on; no one is waited
+    // for after it.
+    for _ in 0..2 {
+        let todo = found.missing();
+        if !todo.is_empty() {
+            if !admitted.swap(true, Ordering::Relaxed) {
+                version.core.admit_unparsed(arrival)?;
+            }
+            let (answers, part) = compute(todo.clone()).await?;
+            found.fill(todo.into_iter().zip(answers));
+            parts.push(part);
+        }
+        found
+            .wait(wait)
+            .await
+            .map_err(|_| InferError::Timeout(wait))?;
+    }
+    let (spent, computed) = (found.spent(), found.computed());
+    let (entries, outcome) = found.finish().ok_or_else(|| {
+        ApiError::Infer(InferError::Model(
+            "an input of the request was left unanswered by the response cache".into(),
+        ))
+    })?;
+    Ok(Cached {
+        entries,
+        outcome,
+        parts,
+        computed,
+        spent,
+    })
+}
+
+/// Counts a cached request in the version's statistics: wholly from the cache, a hit and a
+/// success (a computed request's success is counted where it ran); else a miss. The device
+/// time the found inputs would have taken is counted as saved.
+/// `rows` are the rows (or texts) the request answers.
+pub fn account<P>(
+    version: &ModelVersion,
+    cache: &VersionCache,
+    cached: &Cached<P>,
+    rows: usize,
+    arrival: &Arrival,
+) {
+    let found = match cached.outcome {
+        Outcome::Hit => {
+            let tokens = tokens_of(&cached.entries);
+            let total = arrival.arrived.elapsed();
+            version
+                .stats
+                .answered_from_cache(rows, tokens, total, cached.spent);
+            rows
+        }
+        Outcome::Miss => 0,
+        Outcome::Partial => {
+            // The computed rows' inferences were counted where they ran.
+            let found = rows.saturating_sub(cached.computed);
+            version.stats.answered_rows(found);
+            found
+        }
+    };
+    if cached.outcome != Outcome::Hit {
+        version.stats.cache_missed(cached.spent);
+    }
+    cache.saved(version.stats.device_time_per_row() * found as u32);
+}
+
+/// A text model's inputs' keys: the truncation, the prompt named, and each input.
+pub fn text_keys(
+    cache: &VersionCache,
+    inputs: &[Input],
+    truncation: Truncation,
+    prompt_name: Option<&str>,
+) -> Vec<Key> {
+    let mut prefix = cache.key();
+    let truncation: &[u8] = match truncation {
+        Truncation::Refuse => b"refuse",
+        Truncation::Right => b"right",
+        Truncation::Left => b"left",
+    };
+    prefix.field(truncation);
+    match prompt_name {
+        None => prefix.field(b"no prompt"),
+        Some(name) => prefix.field(b"prompt").field(name.as_bytes()),
+    };
+    let key = |input: &Input| {
+        let mut k = prefix.clone();
+        match input {
+            Input::Text(t) => k.field(b"text").field(t.as_bytes()),
+            Input::Pair(a, b) => k.field(b"pair").field(a.as_bytes()).field(b.as_bytes()),
+            Input::Ids(ids) => k
+                .field(b"ids")
+                .field(bytemuck::cast_slice(&ids.ids))
+                .field(&(ids.count as u64).to_le_bytes()),
+        };
+        k.key()
+    };
+    inputs.iter().map(key).collect()
+}
+
+/// An MLP's rows' keys: each row's values as it runs them.
+pub fn row_keys(cache: &VersionCache, values: &[f32], rows: usize) -> Vec<Key> {
+    let width = values.len() / rows.max(1);
+    (values.chunks_exact(width.max(1)))
+        .map(|row| cache.key().field(bytemuck::cast_slice(row)).key())
+        .collect()
+}
+
+/// An ONNX model's request's key: every tensor's name, datatype, shape and bytes.
+pub fn tensors_key(cache: &VersionCache, tensors: &[seam::Tensor]) -> Key {
+    let mut k = cache.key();
+    for t in tensors {
+        k.field(t.name.as_bytes())
+            .field(t.dtype.to_string().as_bytes());
+        let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
+        k.field(bytemuck::cast_slice(&shape));
+        match &t.data {
+            seam::TensorData::Fixed(b) => k.field(b.as_bytes()),
+            seam::TensorData::Bytes(items) => {
+                k.field(&(items.len() as u64).to_le_bytes());
+                items.iter().fold(&mut k, |k, item| k.field(item))
+            }
+        };
+    }
+    k.key()
+}
+
+/// Row-major outputs of `width` as one answer a row, with each row's tokens (none for an
+/// MLP).
+pub fn rows_of(values: &[f32], width: usize, tokens: &[usize]) -> Vec<Answer> {
+    (values.chunks_exact(width.max(1)).enumerate())
+        .map(|(i, row)| Answer::Row {
+            values: row.into(),
+            tokens: tokens.get(i).map_or(0, |&t| t as u32),
+        })
+        .collect()
+}
+
+/// The rows of `entries`, in order, row-major.
+pub fn values_of(entries: &[Arc<Entry>]) -> Vec<f32> {
+    let mut values = Vec::new();
+    for e in entries {
+        if let Answer::Row { values: row, .. } = &e.answer {
+            values.extend_from_slice(row);
+        }
+    }
+    values
+}
+
+/// The tensors of a request's one entry (an ONNX model's), if it is one.
+pub fn tensors_of(entries: &[Arc<Entry>]) -> Vec<seam::Tensor> {
+    match entries {
+        [only] => match &only.answer {
+            Answer::Tensors(tensors) => tensors.clone(),
+            Answer::Row { .. } => Vec::new(),
+        },
+        _ => Vec::new(),
+    }
+}
+
+/// The tokens the rows of `entries` ran.
+pub fn tokens_of(entries: &[Arc<Entry>]) -> usize {
+    (entries.iter())
+        .map(|e| match &e.answer {
+            Answer::Row { tokens, .. } => *tokens as usize,
+            Answer::Tensors(_) => 0,
+        })
+        .sum()
+}
