@@ -9,6 +9,7 @@ mod admin;
 mod adversarial;
 mod arrays;
 mod auth;
+mod cache;
 mod edge;
 mod lifecycle;
 mod malformed;

@@ -262,6 +262,58 @@ fn a_new_onnx_version_takes_over_live() {
     assert_ne!(first["outputs"][0]["data"], second["outputs"][0]["data"]);
 }
 
+/// Triton's `response_cache { enable: true }` turns the cache on for an ONNX model: a
+/// request is one entry, found again whatever outputs it asks for.
+#[test]
+fn an_onnx_model_with_triton_s_response_cache_answers_a_repeat_from_it() {
+    let test = "an_onnx_model_with_triton_s_response_cache_answers_a_repeat_from_it";
+    let Some(python) = python(test) else { return };
+    let repo = TempDir::new("onnx-cache");
+    make_models(&python, repo.path(), "all");
+    let pbtxt = repo.path().join("mixed/config.pbtxt");
+    let config = std::fs::read_to_string(&pbtxt).unwrap();
+    std::fs::write(
+        &pbtxt,
+        format!("{config}response_cache {{ enable: true }}\n"),
+    )
+    .unwrap();
+    let tandem = repo.path().join("tandem.toml");
+    let text = format!(
+        "model_repository = \"{}\"\n[cache]\nmax_bytes = 1048576\n",
+        repo.path().display()
+    );
+    std::fs::write(&tandem, text).unwrap();
+    let server = Server::start(&["--config", tandem.to_str().unwrap()]);
+    let body = |x: f32, outputs: serde_json::Value| {
+        serde_json::json!({"inputs": [
+            {"name": "x", "datatype": "FP32", "shape": [2, 4], "data": [x, 1, 2, 3, 4, 5, 6, 7]},
+            {"name": "ids", "datatype": "INT64", "shape": [2, 2], "data": [1, 2, 3, 4]}
+        ], "outputs": outputs})
+    };
+    let infer = |body: &serde_json::Value| {
+        let r = server.post_json("/v2/models/mixed/infer", body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r
+    };
+    let all = serde_json::json!([{"name": "sum"}, {"name": "doubled"}]);
+    let miss = infer(&body(0.0, all.clone()));
+    let hit = infer(&body(0.0, all));
+    assert_eq!(miss.header("x-tandem-cache"), Some("miss"));
+    assert_eq!(hit.header("x-tandem-cache"), Some("hit"));
+    assert_eq!(hit.body, miss.body);
+    let only_sum = infer(&body(0.0, serde_json::json!([{"name": "sum"}])));
+    assert_eq!(only_sum.header("x-tandem-cache"), Some("hit"));
+    assert_eq!(only_sum.json()["outputs"][0], miss.json()["outputs"][0]);
+    // Any byte of any input makes another entry.
+    let other = infer(&body(0.5, serde_json::json!([{"name": "sum"}])));
+    assert_eq!(other.header("x-tandem-cache"), Some("miss"));
+    assert_eq!(other.json()["outputs"][0]["data"][0], 1.0);
+    let stats = server.get("/v2/models/mixed/stats").json();
+    let inference = &stats["model_stats"][0]["inference_stats"];
+    assert_eq!(inference["cache_hit"]["count"], 2, "{stats}");
+    assert_eq!(inference["cache_miss"]["count"], 2, "{stats}");
+}
+
 #[test]
 fn without_onnx_runtime_onnx_models_wait_and_the_others_serve() {
     let Some(python) = python("without_onnx_runtime_onnx_models_wait_and_the_others_serve") else {
