@@ -105,14 +105,14 @@ impl ModelVersion {
     /// Its share of the response cache, where the server has one, the model's settings
     /// turn it on and `policy` lets the request use it.
     pub fn cache_for(&self, policy: crate::cache::Policy) -> Option<&crate::cache::VersionCache> {
-        let on = self
-            .settings
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .cache;
-        self.cache
-            .as_ref()
-            .filter(|_| on && (policy.lookup || policy.store))
+        let cache = self.cache.as_ref()?;
+        let on = || {
+            self.settings
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .cache
+        };
+        ((policy.lookup || policy.store) && on()).then_some(cache)
     }
 
     pub fn settings(&self) -> ModelSettings {
