@@ -239,6 +239,12 @@ pub struct SweepArgs {
     #[arg(long, default_value_t = 2.0)]
     pub cooldown: f64,
 
+    /// A run passes only if at least this share of the requests sent was answered 200
+    /// within the budget: 0.99 makes the budget the p99 of every request, a refusal (429)
+    /// counted as a miss. 0: the p99 of the 200s alone, refusals allowed.
+    #[arg(long, default_value_t = 0.0)]
+    pub min_within_budget: f64,
+
     /// Run a failing rate again this many times; it fails only if every run fails. On a
     /// shared machine one stall of the host can fail a rate far below saturation, and the
     /// bisection would never come back above it.
@@ -257,6 +263,24 @@ pub enum LoadShape {
     Step,
     /// Poisson with a burst every second: 2.5x the rate for 200 ms, 0.625x otherwise.
     Burst,
+}
+
+/// The API a text request goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Api {
+    /// `POST /v2/models/M/infer`, a BYTES input `text`.
+    V2,
+    /// `POST /v1/embeddings`.
+    Openai,
+}
+
+/// A number above 0.
+fn positive(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("expected a number above 0, got {s}")),
+    }
 }
 
 #[derive(Clone, Debug, Args)]
@@ -284,11 +308,17 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 1)]
     pub rows: usize,
 
-    /// Send texts to a text model (v2 JSON, BYTES) instead of random FP32 rows: `--rows` of
-    /// this file's lines a request, each of the `--bodies` bodies the next lines. A `.json`
-    /// file gives its `texts` array instead (`benches/compare_text_peers.py`'s corpus).
+    /// Send texts to a text model instead of random FP32 rows: `--rows` of this file's
+    /// lines a request, each of the `--bodies` bodies the next lines (body i, of one row,
+    /// is line i). A `.json` file gives its `texts` array instead
+    /// (`benches/compare_text_peers.py`'s corpus).
     #[arg(long)]
     pub texts: Option<PathBuf>,
+
+    /// How texts are sent: v2 infer with a BYTES input, or OpenAI's `POST /v1/embeddings`
+    /// (`{"model", "input"}`, `input` a list with `--rows` above 1). Only with `--texts`.
+    #[arg(long, value_enum, default_value_t = Api::V2)]
+    pub api: Api,
 
     /// Send tensors in Triton's binary extension instead of JSON.
     #[arg(long)]
@@ -321,11 +351,23 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
 
-    /// Distinct request bodies, each with rows drawn afresh, sent in turn (1–1024). Clients
-    /// send new values every time; one body sent over and over lets the server's branch
-    /// predictors learn its numbers, which flatters JSON decoding.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
-    pub bodies: u16,
+    /// Distinct request bodies, each with rows drawn afresh, sent in turn (or drawn with
+    /// `--zipf`); all of them together may take 256 MiB at most. Clients send new values
+    /// every time; one body sent over and over lets the server's branch predictors learn
+    /// its numbers, which flatters JSON decoding.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub bodies: u32,
+
+    /// Each request's body drawn from a Zipf(S) law over the bodies instead (body 0 the
+    /// most popular), in advance from `--seed`: repeated inputs, as a response cache sees
+    /// them. The report gives the share of requests that repeat a body sent before.
+    #[arg(long, value_name = "S", value_parser = positive)]
+    pub zipf: Option<f64>,
+
+    /// Before the run, empty the model's response cache (`DELETE /admin/models/M/cache`),
+    /// so that only repeats within the run can be hits, whatever ran before.
+    #[arg(long)]
+    pub clear_cache: bool,
 
     /// Also write the results as JSON here, and an SVG plot beside it (same name, .svg).
     #[arg(long)]

@@ -21,7 +21,7 @@ use super::cores::{self, CoreSplit};
 use super::load::{LoadReport, measure};
 use super::serve_process::{ServeProcess, cpu_seconds, tandem};
 use super::stats::{median, paired_ratio_interval};
-use crate::cli::{ColocArgs, LoadArgs};
+use crate::cli::{Api, ColocArgs, LoadArgs};
 
 #[derive(Debug, Serialize)]
 struct Scenario {
@@ -199,6 +199,9 @@ impl Bench {
             // Texts in turn, as many as the load generator keeps; one body of rows otherwise.
             bodies: if args.texts.is_some() { 1024 } else { 1 },
             texts: args.texts.clone(),
+            api: Api::V2,
+            zipf: None,
+            clear_cache: false,
             binary: false,
             budget_ms: args.budget_ms,
             connections: args.connections,

@@ -1,6 +1,7 @@
 //! The server under load, as the load generator sees it outside the measured requests:
-//! its model's input width before the run, and its `/metrics` once a second during it
-//! (batch sizes, device busy share, context switches). These few requests go through
+//! its model's input width (and, if asked, an emptied response cache) before the run, and
+//! its `/metrics` once a second during it (batch sizes, device busy share, context
+//! switches). These few requests go through
 //! hyper's client; the measured ones through `http1`, which costs the shared cores less.
 
 use std::time::Duration;
@@ -28,15 +29,44 @@ pub async fn get(
     authority: &str,
     path: &str,
 ) -> anyhow::Result<(http::StatusCode, Bytes)> {
+    send(http::Method::GET, addr, authority, path).await
+}
+
+/// A bodiless request and its whole answer.
+async fn send(
+    method: http::Method,
+    addr: std::net::SocketAddr,
+    authority: &str,
+    path: &str,
+) -> anyhow::Result<(http::StatusCode, Bytes)> {
     let mut s = connect(addr)
         .await
         .with_context(|| format!("cannot reach {authority}"))?;
-    let req = http::Request::get(path)
+    let req = http::Request::builder()
+        .method(method)
+        .uri(path)
         .header(http::header::HOST, authority)
         .body(Full::new(Bytes::new()))?;
     let resp = s.send_request(req).await?;
     let status = resp.status();
     Ok((status, resp.into_body().collect().await?.to_bytes()))
+}
+
+/// Empties `model`'s answers from tandem's response cache (for a model that does not use
+/// it, there is nothing to empty, and the server says so with a 200 too).
+pub async fn clear_cache(
+    addr: std::net::SocketAddr,
+    authority: &str,
+    model: &str,
+) -> anyhow::Result<()> {
+    let path = format!("/admin/models/{model}/cache");
+    let (status, body) = send(http::Method::DELETE, addr, authority, &path).await?;
+    anyhow::ensure!(
+        status.is_success(),
+        "--clear-cache: DELETE {path}: {status} {}",
+        String::from_utf8_lossy(&body)
+    );
+    Ok(())
 }
 
 pub async fn row_shape(

@@ -1,8 +1,9 @@
 //! `tandem-bench sweep`: goodput at p99 ≤ budget — the most requests per second answered
 //! 200 within the budget, over runs whose 200s keep their p99 within it and where nothing
-//! failed (429s, load shed at the door, are allowed; they are not goodput). Rates are found
-//! by doubling, then bisecting, over `bench load` runs; a failing rate is run again
-//! (`--confirm-failures`) before the search turns below it.
+//! failed (429s, load shed at the door, are allowed unless `--min-within-budget` bounds
+//! them with the late answers; they are not goodput). Rates are found by doubling, then
+//! bisecting, over `bench load` runs; a failing rate is run again (`--confirm-failures`)
+//! before the search turns below it.
 
 use anyhow::Context;
 use serde::Serialize;
@@ -20,9 +21,10 @@ pub struct SweepReport {
     runs: Vec<(bool, LoadReport)>,
 }
 
-/// Whether a run kept the promise: the p99 of its 200s within the budget, and every
-/// request answered 200 or shed with 429 (no errors, timeouts or client overload).
-pub fn passes(r: &LoadReport) -> bool {
+/// Whether a run kept the promise: the p99 of its 200s within the budget, every request
+/// answered 200 or shed with 429 (no errors, timeouts or client overload), and at least
+/// `min_within_budget` of them answered 200 within the budget.
+fn passes(r: &LoadReport, min_within_budget: f64) -> bool {
     let failed: u64 = r
         .outcomes
         .iter()
@@ -30,7 +32,7 @@ pub fn passes(r: &LoadReport) -> bool {
         .map(|(_, v)| v)
         .sum();
     let ok = r.outcomes.get("200").copied().unwrap_or(0);
-    failed == 0 && ok > 0 && r.p99_ms <= r.budget_ms
+    failed == 0 && ok > 0 && r.p99_ms <= r.budget_ms && r.within_budget >= min_within_budget
 }
 
 pub fn run(args: SweepArgs) -> anyhow::Result<()> {
@@ -120,7 +122,7 @@ async fn try_rate(args: &SweepArgs, rate: f64) -> anyhow::Result<(bool, LoadRepo
     load.rate = rate;
     let r = measure(&load).await?;
     print_report(&r);
-    let ok = passes(&r);
+    let ok = passes(&r, args.min_within_budget);
     println!(
         "=> {:.0} req/s {}\n",
         rate,

@@ -199,6 +199,9 @@ impl Found<'_> {
                 }
             })
             .collect();
+        if waiting.is_empty() {
+            return Ok(());
+        }
         let answers = async {
             let mut answers = Vec::with_capacity(waiting.len());
             // All are needed, so awaiting them in turn takes as long as the slowest.

@@ -11,7 +11,6 @@
 //! applied to the cached output as to a computed one.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use models::Truncation;
@@ -52,14 +51,15 @@ where
 {
     let mut found = cache.find(keys, arrival.cache);
     let mut parts = Vec::new();
-    let admitted = AtomicBool::new(false);
+    let mut admitted = false;
     // The second round computes what a request waited for gave up on; no one is waited
     // for after it.
     for _ in 0..2 {
         let todo = found.missing();
         if !todo.is_empty() {
-            if !admitted.swap(true, Ordering::Relaxed) {
+            if !admitted {
                 version.core.admit_unparsed(arrival)?;
+                admitted = true;
             }
             let (answers, part) = compute(todo.clone()).await?;
             found.fill(todo.into_iter().zip(answers));

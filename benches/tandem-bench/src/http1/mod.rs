@@ -8,6 +8,7 @@
 //! same request every time, a status and a body to read to its last byte — in the caller's
 //! task. It speaks enough HTTP/1.1 for any server: `Content-Length` and chunked bodies,
 //! `Connection: close`, and a body read to end of stream when neither length is given.
+//! Of the headers it keeps only tandem's `x-tandem-cache`, how the response cache answered.
 
 use std::io;
 use std::net::SocketAddr;
@@ -36,6 +37,31 @@ pub struct Connection {
 pub struct Reply {
     pub status: u16,
     pub body_bytes: usize,
+    /// `x-tandem-cache`, where the response carries it.
+    pub cache: Option<Cached>,
+}
+
+/// How tandem's response cache answered a request, as its `x-tandem-cache` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cached {
+    /// Every input from the cache.
+    Hit,
+    Miss,
+    /// Some inputs from the cache, the rest computed.
+    Partial,
+}
+
+impl Cached {
+    /// The header's value (tandem writes it in lower case); `None` for one this client
+    /// does not know.
+    fn parse(value: &[u8]) -> Option<Cached> {
+        match value.trim_ascii() {
+            b"hit" => Some(Cached::Hit),
+            b"miss" => Some(Cached::Miss),
+            b"partial" => Some(Cached::Partial),
+            _ => None,
+        }
+    }
 }
 
 enum BodyLength {
@@ -116,6 +142,7 @@ impl Connection {
         Ok(Reply {
             status: head.status,
             body_bytes,
+            cache: head.cache,
         })
     }
 
@@ -188,6 +215,7 @@ struct Head {
     length: BodyLength,
     /// The server closes the connection after this response.
     close: bool,
+    cache: Option<Cached>,
     /// Bytes the head took.
     len: usize,
 }
@@ -205,6 +233,7 @@ fn parse_head(buf: &[u8]) -> io::Result<Option<Head>> {
     let mut length = BodyLength::ToEnd;
     // HTTP/1.0 closes unless asked to keep alive; 1.1 keeps alive unless asked to close.
     let mut close = response.version == Some(0);
+    let mut cache = None;
     for h in response.headers.iter() {
         let name = h.name;
         if name.eq_ignore_ascii_case("content-length") {
@@ -228,6 +257,8 @@ fn parse_head(buf: &[u8]) -> io::Result<Option<Head>> {
                     close = false;
                 }
             }
+        } else if name.eq_ignore_ascii_case("x-tandem-cache") {
+            cache = Cached::parse(h.value);
         }
     }
     // No body, whatever the headers say (RFC 9112 §6.3).
@@ -238,6 +269,7 @@ fn parse_head(buf: &[u8]) -> io::Result<Option<Head>> {
         status,
         length,
         close,
+        cache,
         len,
     }))
 }

@@ -45,7 +45,11 @@ async fn exchange_all(responses: Vec<&'static [u8]>, n: usize) -> (Vec<io::Resul
 }
 
 fn reply(status: u16, body_bytes: usize) -> Reply {
-    Reply { status, body_bytes }
+    Reply {
+        status,
+        body_bytes,
+        cache: None,
+    }
 }
 
 #[tokio::test]
@@ -67,6 +71,32 @@ async fn keep_alive_responses_with_a_length_follow_each_other() {
         "an interim 103 is skipped for the response that follows it"
     );
     assert!(!closed);
+}
+
+#[tokio::test]
+async fn tandem_s_cache_header_is_kept_and_unknown_values_are_not() {
+    let (got, _) = exchange_all(
+        vec![
+            b"HTTP/1.1 200 OK\r\nx-tandem-cache: hit\r\ncontent-length: 1\r\n\r\na",
+            b"HTTP/1.1 200 OK\r\nX-Tandem-Cache:  partial \r\ncontent-length: 1\r\n\r\nb",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\nx-tandem-cache: miss\r\n\r\nc",
+            b"HTTP/1.1 200 OK\r\nx-tandem-cache: maybe\r\ncontent-length: 1\r\n\r\nd",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\ne",
+        ],
+        5,
+    )
+    .await;
+    let cache: Vec<Option<Cached>> = got.into_iter().map(|r| r.expect("reply").cache).collect();
+    assert_eq!(
+        cache,
+        [
+            Some(Cached::Hit),
+            Some(Cached::Partial),
+            Some(Cached::Miss),
+            None,
+            None
+        ]
+    );
 }
 
 #[tokio::test]

@@ -9,6 +9,9 @@
 //! request instead would spend the shared CPU on connection churn, not on the server.
 //! While it runs it scrapes the server's `/metrics` every second for the batch size, so
 //! the plot shows latency against the budget with the batches that produced it.
+//!
+//! Against tandem's response cache (`--zipf`, `--clear-cache`), the report splits the 200s
+//! by the `x-tandem-cache` each carried, hits apart from the rest.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -20,12 +23,14 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::server::{ServerSide, row_shape, scrape_server};
-use super::{http1, schedule};
+use super::http1::{self, Cached};
+use super::schedule;
+use super::server::{ServerSide, clear_cache, row_shape, scrape_server};
 use requests::{Target, targets};
 
+mod picks;
 pub mod requests;
-use crate::cli::{LoadArgs, LoadShape};
+use crate::cli::{Api, LoadArgs, LoadShape};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct LoadReport {
@@ -36,8 +41,13 @@ pub struct LoadReport {
     pub duration_s: f64,
     pub rows_per_request: usize,
     pub binary: bool,
-    /// Distinct bodies sent in turn.
-    pub bodies: u16,
+    pub api: Api,
+    /// Distinct bodies, sent in turn or drawn with `zipf`.
+    pub bodies: u32,
+    /// The exponent of the Zipf law the bodies were drawn with.
+    pub zipf: Option<f64>,
+    /// The share of the requests sent whose body had been sent before in the run.
+    pub repeated_share: f64,
     pub sent: u64,
     /// 200s per second.
     pub achieved_rps: f64,
@@ -55,6 +65,8 @@ pub struct LoadReport {
     /// Responses by status code; transport failures as `error`, skipped sends as
     /// `client_overload`, requests unanswered within the caller's bound as `timeout`.
     pub outcomes: BTreeMap<String, u64>,
+    /// The 200s by `x-tandem-cache`, where any carried it (a model using tandem's cache).
+    pub cache: Option<CacheSplit>,
     /// The server process's context switches during the run per request sent (from
     /// `tandem_process_context_switches_total`; `None` for a server without it).
     pub server_context_switches_per_request: Option<f64>,
@@ -66,6 +78,20 @@ pub struct LoadReport {
     /// The 200s by where in its second each was scheduled, in `PHASE_MS` slices: where a
     /// burst (the first 200 ms of every second) hurts, at its onset or all through it.
     pub by_phase: Vec<Phase>,
+}
+
+/// The 200s of a run against a model that uses tandem's response cache.
+#[derive(Clone, Debug, Serialize)]
+pub struct CacheSplit {
+    pub hits: u64,
+    pub misses: u64,
+    /// Requests of several inputs, some of them found.
+    pub partial: u64,
+    pub hit_p50_ms: f64,
+    pub hit_p99_ms: f64,
+    /// The other 200s: misses, partial hits, and any without the header.
+    pub rest_p50_ms: f64,
+    pub rest_p99_ms: f64,
 }
 
 /// The slice of a second `by_phase` groups requests by.
@@ -98,6 +124,7 @@ struct Sample {
     at: Duration,
     latency: Duration,
     status: u16,
+    cache: Option<Cached>,
 }
 
 /// Status codes for what never got an HTTP status.
@@ -122,9 +149,10 @@ pub struct Measured {
     pub ok_latency_us: Histogram<u64>,
 }
 
-/// A request to send: its scheduled time.
+/// A request to send: its scheduled time and its body (an index into `Shared::targets`).
 struct Job {
     at: Instant,
+    body: u32,
 }
 
 /// What every connection of one run shares with the others and with the scheduler.
@@ -140,12 +168,13 @@ struct Shared {
 }
 
 impl Shared {
-    fn record(&self, at: Instant, latency: Duration, status: u16) {
+    fn record(&self, at: Instant, latency: Duration, status: u16, cache: Option<Cached>) {
         let at = at.saturating_duration_since(self.start);
         let sample = Sample {
             at,
             latency,
             status,
+            cache,
         };
         self.samples.lock().expect("samples").push(sample);
     }
@@ -168,6 +197,10 @@ pub async fn measure_with(args: &LoadArgs, options: &LoadOptions) -> anyhow::Res
     };
     let targets = targets(args, &shape, &authority)?;
     let sends = schedule::schedule(args.shape, args.rate, args.duration, args.seed);
+    let picks = picks::picks(sends.len(), targets.len(), args.zipf, args.seed);
+    if args.clear_cache {
+        clear_cache(addr, &authority, &args.model).await?;
+    }
     let (jobs_tx, jobs_rx) = tokio::sync::mpsc::channel::<Job>(args.max_in_flight.max(1));
     // Every connection is open before the clock starts, as wrk2 does: opening them lazily
     // put a connect and a handshake into each of the first `connections` requests, and
@@ -182,10 +215,8 @@ pub async fn measure_with(args: &LoadArgs, options: &LoadOptions) -> anyhow::Res
         request_timeout: options.request_timeout,
     });
     let mut connections = tokio::task::JoinSet::new();
-    for (i, conn) in opened.into_iter().enumerate() {
-        // Each connection starts at its own body, so that the bodies go out interleaved.
-        let first = i % shared.targets.len();
-        connections.spawn(connection(shared.clone(), conn, first));
+    for conn in opened {
+        connections.spawn(connection(shared.clone(), conn));
     }
     let scraper = tokio::spawn(scrape_server(
         addr,
@@ -194,7 +225,7 @@ pub async fn measure_with(args: &LoadArgs, options: &LoadOptions) -> anyhow::Res
         shared.start,
         args.duration,
     ));
-    let scheduler = spawn_scheduler(shared.clone(), sends.clone(), jobs_tx);
+    let scheduler = spawn_scheduler(shared.clone(), sends, picks.clone(), jobs_tx);
     while connections.join_next().await.is_some() {}
     scheduler
         .join()
@@ -202,7 +233,7 @@ pub async fn measure_with(args: &LoadArgs, options: &LoadOptions) -> anyhow::Res
     let server = scraper.await.unwrap_or_default();
     let elapsed = shared.start.elapsed().as_secs_f64().max(args.duration);
     let samples = std::mem::take(&mut *shared.samples.lock().expect("samples"));
-    summarize(args, sends.len() as u64, elapsed, &samples, &server)
+    summarize(args, &picks, elapsed, &samples, &server)
 }
 
 /// The address and `host:port` of `url`.
@@ -229,16 +260,20 @@ async fn open_connections(addr: SocketAddr, n: usize) -> Vec<Option<http1::Conne
 }
 
 /// The schedule runs on its own OS thread (see `schedule::pace`); the channel closes, and
-/// the connections finish, when it ends.
+/// the connections finish, when it ends. `picks` holds each send's body, in order.
 fn spawn_scheduler(
     shared: Arc<Shared>,
     sends: Vec<Duration>,
+    picks: Vec<u32>,
     jobs: tokio::sync::mpsc::Sender<Job>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
+        let mut bodies = picks.into_iter();
         schedule::pace(shared.start, &sends, |at| {
-            if jobs.try_send(Job { at }).is_err() {
-                shared.record(at, Duration::ZERO, CLIENT_OVERLOAD);
+            // As many picks as sends.
+            let body = bodies.next().unwrap_or_default();
+            if jobs.try_send(Job { at, body }).is_err() {
+                shared.record(at, Duration::ZERO, CLIENT_OVERLOAD, None);
             }
         })
     })
@@ -253,6 +288,12 @@ struct Tally {
     /// 200s answered within the budget.
     good: u64,
     budget: Duration,
+    /// The 200s that were cache hits, and the others.
+    hits: Histogram<u64>,
+    rest: Histogram<u64>,
+    /// The 200s that said they missed, and that were partial hits.
+    misses: u64,
+    partial: u64,
 }
 
 /// The requests scheduled in one second.
@@ -297,6 +338,10 @@ impl Tally {
                 .collect::<anyhow::Result<_>>()?,
             good: 0,
             budget,
+            hits: histogram()?,
+            rest: histogram()?,
+            misses: 0,
+            partial: 0,
         })
     }
 
@@ -321,6 +366,18 @@ impl Tally {
             if s.latency <= self.budget {
                 self.good += 1;
             }
+            let _ = match s.cache {
+                Some(Cached::Hit) => self.hits.record(us),
+                Some(Cached::Miss) => {
+                    self.misses += 1;
+                    self.rest.record(us)
+                }
+                Some(Cached::Partial) => {
+                    self.partial += 1;
+                    self.rest.record(us)
+                }
+                None => self.rest.record(us),
+            };
         } else if s.status == 429 {
             sec.shed += 1;
         }
@@ -341,6 +398,20 @@ impl Tally {
             .collect()
     }
 
+    /// `None` where no 200 said how the cache answered it.
+    fn cache(&self) -> Option<CacheSplit> {
+        let hits = self.hits.len();
+        (hits + self.misses + self.partial > 0).then(|| CacheSplit {
+            hits,
+            misses: self.misses,
+            partial: self.partial,
+            hit_p50_ms: ms(&self.hits, 0.5),
+            hit_p99_ms: ms(&self.hits, 0.99),
+            rest_p50_ms: ms(&self.rest, 0.5),
+            rest_p99_ms: ms(&self.rest, 0.99),
+        })
+    }
+
     fn phases(&self) -> Vec<Phase> {
         self.by_phase
             .iter()
@@ -355,9 +426,10 @@ impl Tally {
     }
 }
 
+/// The report of a run that sent the bodies `picks`, one a scheduled request.
 fn summarize(
     args: &LoadArgs,
-    sent: u64,
+    picks: &[u32],
     elapsed: f64,
     samples: &[Sample],
     server: &ServerSide,
@@ -367,6 +439,7 @@ fn summarize(
     for s in samples {
         tally.record(s);
     }
+    let sent = picks.len() as u64;
     let ok = &tally.ok;
     let report = LoadReport {
         url: args.url.clone(),
@@ -376,7 +449,10 @@ fn summarize(
         duration_s: args.duration,
         rows_per_request: args.rows,
         binary: args.binary,
+        api: args.api,
         bodies: args.bodies,
+        zipf: args.zipf,
+        repeated_share: picks::repeated_share(picks, args.bodies as usize),
         sent,
         achieved_rps: ok.len() as f64 / elapsed,
         goodput_rps: tally.good as f64 / args.duration,
@@ -398,6 +474,7 @@ fn summarize(
         server_device_busy: mean(&server.device_busy),
         timeline: tally.timeline(server),
         by_phase: tally.phases(),
+        cache: tally.cache(),
         outcomes: std::mem::take(&mut tally.outcomes),
     };
     Ok(Measured {
@@ -408,10 +485,9 @@ fn summarize(
 
 /// One keep-alive connection (`conn`, if it opened): takes jobs until the schedule ends,
 /// reconnecting after failures (a refused or reset connection counts the request as
-/// `error`), sending the bodies in turn from `first`.
-async fn connection(shared: Arc<Shared>, mut conn: Option<http1::Connection>, first: usize) {
+/// `error`).
+async fn connection(shared: Arc<Shared>, mut conn: Option<http1::Connection>) {
     let mut scratch = Vec::new();
-    let mut next = first;
     loop {
         let Some(job) = shared.jobs.lock().await.recv().await else {
             return;
@@ -419,11 +495,10 @@ async fn connection(shared: Arc<Shared>, mut conn: Option<http1::Connection>, fi
         if conn.as_ref().is_none_or(|c| c.is_closed()) {
             conn = http1::Connection::open(shared.addr).await.ok();
         }
-        let status = match &mut conn {
-            None => TRANSPORT_ERROR,
+        let (status, cache) = match &mut conn {
+            None => (TRANSPORT_ERROR, None),
             Some(c) => {
-                let target = &shared.targets[next % shared.targets.len()];
-                next = next.wrapping_add(1);
+                let target = &shared.targets[job.body as usize];
                 let request = target.request(&mut scratch, job.at);
                 // The latency is to the response's last byte, which `exchange` reads.
                 let exchange = c.exchange(request);
@@ -432,16 +507,17 @@ async fn connection(shared: Arc<Shared>, mut conn: Option<http1::Connection>, fi
                     Some(t) => tokio::time::timeout(t, exchange).await,
                 };
                 match reply {
-                    Ok(reply) => reply.map_or(TRANSPORT_ERROR, |reply| reply.status),
+                    Ok(Ok(reply)) => (reply.status, reply.cache),
+                    Ok(Err(_)) => (TRANSPORT_ERROR, None),
                     Err(_) => {
                         // Part of a request may be on the wire: the connection is spent.
                         conn = None;
-                        TIMEOUT
+                        (TIMEOUT, None)
                     }
                 }
             }
         };
-        shared.record(job.at, job.at.elapsed(), status);
+        shared.record(job.at, job.at.elapsed(), status, cache);
     }
 }
 
@@ -450,8 +526,9 @@ fn mean(v: &[f64]) -> Option<f64> {
 }
 
 pub fn print_report(r: &LoadReport) {
+    let drawn = r.zipf.map(|s| format!(" zipf {s}")).unwrap_or_default();
     println!(
-        "load  {} model {}  {:?} {:.0} req/s x {:.0} s  rows/request {}  {}  bodies {}",
+        "load  {} model {}  {:?} {:.0} req/s x {:.0} s  rows/request {}  {} {:?}  bodies {}{}",
         r.url,
         r.model,
         r.shape,
@@ -459,7 +536,9 @@ pub fn print_report(r: &LoadReport) {
         r.duration_s,
         r.rows_per_request,
         if r.binary { "binary" } else { "json" },
-        r.bodies
+        r.api,
+        r.bodies,
+        drawn
     );
     println!(
         "{:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}",
@@ -480,6 +559,18 @@ pub fn print_report(r: &LoadReport) {
         r.budget_ms,
         r.within_budget * 100.0
     );
+    if r.bodies > 1 {
+        println!(
+            "repeats   {:.1}% of requests repeat a body sent earlier in the run",
+            r.repeated_share * 100.0
+        );
+    }
+    if let Some(c) = &r.cache {
+        println!(
+            "cache     hits {} p50 {:.2} ms p99 {:.2} ms   misses {} partial {}: p50 {:.2} ms p99 {:.2} ms",
+            c.hits, c.hit_p50_ms, c.hit_p99_ms, c.misses, c.partial, c.rest_p50_ms, c.rest_p99_ms
+        );
+    }
 }
 
 /// Small arguments for the unit tests here and in `requests`.
@@ -493,6 +584,7 @@ fn test_args(shape: LoadShape) -> LoadArgs {
         shape,
         rows: 1,
         texts: None,
+        api: Api::V2,
         binary: false,
         budget_ms: 50.0,
         connections: 1,
@@ -501,6 +593,8 @@ fn test_args(shape: LoadShape) -> LoadArgs {
         threads: 1,
         seed: 1,
         bodies: 1,
+        zipf: None,
+        clear_cache: false,
         json: None,
     }
 }
@@ -516,6 +610,7 @@ mod tests {
             at: Duration::from_millis(at_ms),
             latency: Duration::from_millis(latency_ms),
             status,
+            cache: None,
         };
         // Two seconds: slow answers early in each, fast ones later, a 429 not counted.
         let samples = [
@@ -525,9 +620,10 @@ mod tests {
             sample(600, 2, 200),
             sample(1_990, 4, 200),
         ];
-        let r = summarize(&args, 5, 2.0, &samples, &ServerSide::default())
+        let r = summarize(&args, &[0; 5], 2.0, &samples, &ServerSide::default())
             .unwrap()
             .report;
+        assert!(r.cache.is_none(), "no response said how a cache answered");
         assert_eq!(r.by_phase.len(), 20);
         let first = &r.by_phase[0];
         assert_eq!((first.from_ms, first.ok), (0, 2));
@@ -536,5 +632,40 @@ mod tests {
         assert_eq!(r.by_phase[12].ok, 1);
         assert_eq!(r.by_phase[19].ok, 1);
         assert_eq!(r.by_phase.iter().map(|p| p.ok).sum::<u64>(), 4);
+    }
+
+    #[test]
+    fn cache_hits_are_counted_apart_and_repeats_by_body() {
+        let mut args = test_args(LoadShape::Constant);
+        args.bodies = 3;
+        let sample = |latency_us: u64, status: u16, cache: Option<Cached>| Sample {
+            at: Duration::from_millis(100),
+            latency: Duration::from_micros(latency_us),
+            status,
+            cache,
+        };
+        let samples = [
+            sample(20_000, 200, Some(Cached::Miss)),
+            sample(30_000, 200, Some(Cached::Partial)),
+            sample(400, 200, Some(Cached::Hit)),
+            sample(600, 200, Some(Cached::Hit)),
+            sample(1, 429, None),
+        ];
+        let r = summarize(
+            &args,
+            &[0, 1, 0, 2, 0],
+            2.0,
+            &samples,
+            &ServerSide::default(),
+        )
+        .unwrap()
+        .report;
+        assert_eq!(r.repeated_share, 0.4);
+        let c = r.cache.expect("a split by x-tandem-cache");
+        assert_eq!((c.hits, c.misses, c.partial), (2, 1, 1));
+        assert!((c.hit_p99_ms - 0.6).abs() < 0.01, "{c:?}");
+        assert!((c.hit_p50_ms - 0.4).abs() < 0.01, "{c:?}");
+        assert!((c.rest_p99_ms - 30.0).abs() < 0.1, "{c:?}");
+        assert!((c.rest_p50_ms - 20.0).abs() < 0.1, "{c:?}");
     }
 }

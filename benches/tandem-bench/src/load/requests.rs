@@ -1,6 +1,6 @@
 //! What `tandem-bench load` sends: the request bodies (`--bodies` of them, each with its
 //! own random rows, as JSON or Triton's binary extension, or its own lines of a file of
-//! texts) and each whole HTTP request.
+//! texts, for v2 or OpenAI's embeddings) and each whole HTTP request.
 
 use std::time::Duration;
 
@@ -8,9 +8,9 @@ use bytes::Bytes;
 use models::rng::SplitMix64;
 use tokio::time::Instant;
 
-use crate::cli::LoadArgs;
+use crate::cli::{Api, LoadArgs};
 
-/// One of the requests jobs send in turn, built once.
+/// One of the requests jobs send, built once.
 pub(super) struct Target {
     /// Request line and headers, up to (not including) the blank line that ends them.
     head: Vec<u8>,
@@ -98,21 +98,39 @@ impl RowShape {
 /// The most memory `--bodies` may take, all bodies together.
 const MAX_BODIES_BYTES: usize = 256 << 20;
 
-/// The requests to send in turn: `--bodies` of them, each with its own rows.
+/// The requests to send: `--bodies` of them, each with its own rows.
 pub(super) fn targets(
     args: &LoadArgs,
     shape: &RowShape,
     authority: &str,
 ) -> anyhow::Result<Vec<Target>> {
-    let path = format!("/v2/models/{}/infer", args.model);
+    let path = match args.api {
+        Api::V2 => format!("/v2/models/{}/infer", args.model),
+        Api::Openai => "/v1/embeddings".to_string(),
+    };
     let deadline_budget = args
         .propagate_deadline
         .then(|| Duration::from_secs_f64(args.budget_ms / 1e3));
-    let count = usize::from(args.bodies.max(1));
+    let count = args.bodies.max(1) as usize;
     let texts = match &args.texts {
         Some(path) => Some(read_texts(path)?),
         None => None,
     };
+    anyhow::ensure!(
+        args.api == Api::V2 || texts.is_some(),
+        "--api openai sends texts: give --texts"
+    );
+    if let (Some(texts), Some(_)) = (&texts, args.zipf) {
+        // Otherwise bodies would share texts, and repeats the report does not count reach
+        // the server.
+        anyhow::ensure!(
+            count * args.rows <= texts.len(),
+            "--zipf counts repeats by body: --bodies {count} x --rows {} needs as many \
+             texts, and --texts has {}",
+            args.rows,
+            texts.len()
+        );
+    }
     let mut targets = Vec::with_capacity(count);
     for i in 0..count as u64 {
         // The first body is the one a single-body run sends.
@@ -120,7 +138,7 @@ pub(super) fn targets(
             .seed
             .wrapping_add(i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let (body, header_len) = match &texts {
-            Some(texts) => (text_payload(texts, args.rows, i as usize), None),
+            Some(texts) => (text_payload(texts, args, i as usize), None),
             None => payload(shape, args.rows, args.binary, seed),
         };
         // Bodies differ in length by a few digits at most: the first one's tells.
@@ -168,14 +186,20 @@ fn read_texts(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
     Ok(texts)
 }
 
-/// Body `i` of a text model's: the next `rows` texts, in v2's JSON with BYTES.
-fn text_payload(texts: &[String], rows: usize, i: usize) -> Bytes {
+/// Body `i` of a text model's: the next `--rows` texts, in v2's JSON with BYTES or as
+/// OpenAI's embeddings request.
+fn text_payload(texts: &[String], args: &LoadArgs, i: usize) -> Bytes {
+    let rows = args.rows;
     let picked: Vec<&str> = (0..rows)
         .map(|r| texts[(i * rows + r) % texts.len()].as_str())
         .collect();
-    let body = serde_json::json!({
-        "inputs": [{"name": "text", "datatype": "BYTES", "shape": [rows], "data": picked}]
-    });
+    let body = match args.api {
+        Api::V2 => serde_json::json!({
+            "inputs": [{"name": "text", "datatype": "BYTES", "shape": [rows], "data": picked}]
+        }),
+        Api::Openai if rows == 1 => serde_json::json!({"model": args.model, "input": picked[0]}),
+        Api::Openai => serde_json::json!({"model": args.model, "input": picked}),
+    };
     Bytes::from(body.to_string())
 }
 
@@ -305,6 +329,46 @@ mod tests {
                 .unwrap();
         assert_eq!(data(&body), serde_json::json!(["a\nb", "c"]));
         let _ = std::fs::remove_file(&json);
+    }
+
+    #[test]
+    fn openai_bodies_are_embeddings_requests_and_zipf_needs_a_text_per_body() {
+        let path = std::env::temp_dir().join(format!("tandem-openai-{}", std::process::id()));
+        std::fs::write(&path, "one\ntwo\nthree\n").unwrap();
+        let mut a = test_args(LoadShape::Constant);
+        a.api = Api::Openai;
+        let e = targets(&a, &RowShape::mlp(0), "h:1")
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("give --texts"), "{e}");
+        a.texts = Some(path.clone());
+        a.bodies = 3;
+        let single = targets(&a, &RowShape::mlp(0), "h:1").unwrap();
+        let body = |t: &Target| serde_json::from_slice::<serde_json::Value>(&t.body).unwrap();
+        assert_eq!(
+            body(&single[1]),
+            serde_json::json!({"model": "m", "input": "two"})
+        );
+        assert!(
+            single[1]
+                .head
+                .starts_with(b"POST /v1/embeddings HTTP/1.1\r\n")
+        );
+        a.rows = 2;
+        let pairs = targets(&a, &RowShape::mlp(0), "h:1").unwrap();
+        assert_eq!(
+            body(&pairs[1])["input"],
+            serde_json::json!(["three", "one"])
+        );
+        // Drawn bodies that shared texts would repeat inputs the report does not count.
+        a.zipf = Some(1.0);
+        let e = targets(&a, &RowShape::mlp(0), "h:1")
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("needs as many texts"), "{e}");
+        a.rows = 1;
+        assert_eq!(targets(&a, &RowShape::mlp(0), "h:1").unwrap().len(), 3);
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

@@ -33,7 +33,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::serve_process::ServeProcess;
-use crate::cli::{LoadArgs, LoadShape, SoakArgs, SweepArgs};
+use crate::cli::{Api, LoadArgs, LoadShape, SoakArgs, SweepArgs};
 use faults::{ConfigFile, FaultReport, Variant};
 use resources::{Flatness, Sample};
 use segments::{LoadTotals, drive};
@@ -260,6 +260,9 @@ fn load_args(args: &SoakArgs, url: &str, rate: f64, duration: f64, seed: u64) ->
         shape: LoadShape::Poisson,
         rows: 1,
         texts: None,
+        api: Api::V2,
+        zipf: None,
+        clear_cache: false,
         binary: false,
         budget_ms: args.budget_ms,
         connections: args.connections,
@@ -281,6 +284,7 @@ async fn capacity(args: &SoakArgs, url: &str) -> anyhow::Result<f64> {
         max_rate: args.max_rate,
         precision: 0.1,
         cooldown: 1.0,
+        min_within_budget: 0.0,
         confirm_failures: 1,
     };
     let report = super::sweep::search(&sweep).await?;
