@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The response cache (issue 63): `/v1/embeddings` to all-MiniLM-L6-v2 on the CPU, one sentence a
-# request, drawn from a corpus by a Zipf law so that about half of a run's requests repeat one sent
-# earlier in it. Two servers run side by side, the same model and 50 ms budget, one whose model
+# request, half of them (REPEAT) repeating a sentence sent earlier in the run (drawn by a Zipf law
+# over the sentences sent so far, the first sent the most popular) and the rest sentences not sent
+# before: a share of repeats that holds from a run's first second to its last. Two servers run side by side, the same model and 50 ms budget, one whose model
 # uses the cache and one whose model does not; each round sweeps one and then the other (the order
 # alternating) while the other stays idle: `tandem-bench sweep` for the highest rate whose p99 over
 # every request sent stays within 50 ms (a 429 counts as a miss), each run starting from an empty
@@ -10,10 +11,10 @@
 # the median ratio with its min-max over the rounds, the share of requests that repeated, and the
 # hits' p99 and count at that rate.
 #
-#     benches/cache.sh     # ROUNDS=2 ZIPF=0.8 BODIES=5000 DURATION=5 PRECISION=0.1 CPU_THREADS=0
+#     benches/cache.sh     # ROUNDS=2 ZIPF=0.8 REPEAT=0.5 BODIES=6000 DURATION=5 PRECISION=0.1 CPU_THREADS=0
 #
-# ZIPF and BODIES set the share that repeats, which grows with the requests in a run: 0.8 over
-# 5,000 sentences repeats about 47% at 500 req/s for 5 s and 53% at 750. The corpus: the sentences
+# BODIES bounds the new sentences a run can send (a run at R req/s for D s sends R x D x (1 -
+# REPEAT)); past it the sentences come round again and repeat more. The corpus: the sentences
 # of this Python's standard-library docstrings (compare_text_peers.py's source, cut into
 # sentences), shuffled, written once to target/bench-cache/corpus.json. The model comes from
 # scripts/fetch-models.sh. Output: target/bench-cache/.
@@ -21,7 +22,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-2}
 zipf=${ZIPF:-0.8}
-bodies=${BODIES:-5000}
+repeat=${REPEAT:-0.5}
+bodies=${BODIES:-6000}
 duration=${DURATION:-5}
 precision=${PRECISION:-0.1}
 cpu_threads=${CPU_THREADS:-0}
@@ -86,7 +88,7 @@ for side in on off; do
     { echo "the cache-$side server is not ready; see $out/serve-$side.log" >&2; exit 1; }
 done
 
-load=(--model minilm --api openai --texts "$corpus" --zipf "$zipf" --bodies "$bodies" --clear-cache
+load=(--model minilm --api openai --texts "$corpus" --zipf "$zipf" --repeat-share "$repeat" --bodies "$bodies" --clear-cache
   --budget-ms 50 --duration "$duration" --seed 1)
 # The sweep's best rate and the share of that run's requests that repeated.
 best() {

@@ -276,6 +276,13 @@ pub enum Api {
 }
 
 /// A number above 0.
+fn share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(p) if (0.0..1.0).contains(&p) => Ok(p),
+        _ => Err(format!("{s:?} is not a share in [0, 1)")),
+    }
+}
+
 fn positive(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
@@ -363,6 +370,14 @@ pub struct LoadArgs {
     /// them. The report gives the share of requests that repeat a body sent before.
     #[arg(long, value_name = "S", value_parser = positive)]
     pub zipf: Option<f64>,
+
+    /// With `--zipf`: each request repeats a body sent earlier with this probability (the
+    /// earlier bodies ranked by when they were first sent, the first the most popular, and
+    /// drawn by the Zipf law over them), and otherwise sends the next body not yet sent: a
+    /// share of repeats that holds from the run's first second to its last, where a Zipf law
+    /// over a fixed set repeats little at first and more and more after.
+    #[arg(long, value_name = "P", requires = "zipf", value_parser = share)]
+    pub repeat_share: Option<f64>,
 
     /// Before the run, empty the model's response cache (`DELETE /admin/models/M/cache`),
     /// so that only repeats within the run can be hits, whatever ran before.

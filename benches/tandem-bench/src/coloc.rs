@@ -201,6 +201,7 @@ impl Bench {
             texts: args.texts.clone(),
             api: Api::V2,
             zipf: None,
+            repeat_share: None,
             clear_cache: false,
             binary: false,
             budget_ms: args.budget_ms,

@@ -197,7 +197,12 @@ pub async fn measure_with(args: &LoadArgs, options: &LoadOptions) -> anyhow::Res
     };
     let targets = targets(args, &shape, &authority)?;
     let sends = schedule::schedule(args.shape, args.rate, args.duration, args.seed);
-    let picks = picks::picks(sends.len(), targets.len(), args.zipf, args.seed);
+    let picks = match (args.zipf, args.repeat_share) {
+        (Some(s), Some(share)) => {
+            picks::stationary(sends.len(), targets.len(), s, share, args.seed)
+        }
+        (zipf, _) => picks::picks(sends.len(), targets.len(), zipf, args.seed),
+    };
     if args.clear_cache {
         clear_cache(addr, &authority, &args.model).await?;
     }
@@ -594,6 +599,7 @@ fn test_args(shape: LoadShape) -> LoadArgs {
         seed: 1,
         bodies: 1,
         zipf: None,
+        repeat_share: None,
         clear_cache: false,
         json: None,
     }

@@ -22,6 +22,41 @@ pub(super) fn picks(sends: usize, bodies: usize, zipf: Option<f64>, seed: u64) -
     }
 }
 
+/// The body index of each of `sends` requests, repeating an earlier one with probability
+/// `share` (the earlier ones ranked by first appearance, drawn by a Zipf(s) law over them)
+/// and otherwise taking the next body not yet sent (in turn again once all were).
+pub(super) fn stationary(sends: usize, bodies: usize, s: f64, share: f64, seed: u64) -> Vec<u32> {
+    let bodies = bodies.max(1);
+    let mut rng = SplitMix64::new(seed ^ ZIPF_STREAM);
+    let mut sent = 0usize;
+    let mut picks = Vec::with_capacity(sends);
+    for _ in 0..sends {
+        let body = match sent > 0 && rng.next_f64() < share {
+            true => zipf_rank(sent.min(bodies), s, rng.next_f64()) - 1,
+            false => {
+                sent += 1;
+                (sent - 1) % bodies
+            }
+        };
+        picks.push(body as u32);
+    }
+    picks
+}
+
+/// A rank in `1..=n` of a Zipf(s) law for the uniform `u`, by inverting the cumulative
+/// distribution of its continuous approximation (the density 1 / x^s over [1, n + 1]):
+/// within a few percent of the discrete law's frequencies, for any `n`, without a table.
+fn zipf_rank(n: usize, s: f64, u: f64) -> usize {
+    let top = (n + 1) as f64;
+    let x = if (s - 1.0).abs() < 1e-9 {
+        top.powf(u)
+    } else {
+        let e = 1.0 - s;
+        ((top.powf(e) - 1.0) * u + 1.0).powf(1.0 / e)
+    };
+    (x.floor() as usize).clamp(1, n)
+}
+
 /// The share of `picks` whose body appeared earlier in it.
 pub(super) fn repeated_share(picks: &[u32], bodies: usize) -> f64 {
     if picks.is_empty() {
@@ -97,6 +132,40 @@ mod tests {
         let expected: f64 = (501..=n).map(|k| (k as f64).powf(-s)).sum::<f64>() / total;
         let ratio = tail as f64 / (draws as f64 * expected);
         assert!((0.95..1.05).contains(&ratio), "tail: {ratio:.3}");
+    }
+
+    #[test]
+    fn a_stationary_stream_repeats_its_share_throughout_mostly_the_first_sent() {
+        let (sends, bodies) = (20_000, 50_000);
+        let got = stationary(sends, bodies, 0.8, 0.5, 3);
+        assert_eq!(got, stationary(sends, bodies, 0.8, 0.5, 3));
+        // Each quarter of the run repeats the share, the first as the last.
+        let mut seen = vec![false; bodies];
+        for part in got.chunks(sends / 4) {
+            let repeats = (part.iter())
+                .filter(|&&b| std::mem::replace(&mut seen[b as usize], true))
+                .count();
+            let share = repeats as f64 / part.len() as f64;
+            assert!((0.47..0.53).contains(&share), "{share}");
+        }
+        let share = repeated_share(&got, bodies);
+        assert!((0.48..0.52).contains(&share), "{share}");
+        // The first body sent is repeated most.
+        let mut counts = vec![0usize; bodies];
+        for &b in &got {
+            counts[b as usize] += 1;
+        }
+        assert!(
+            counts[0] > counts[1] && counts[1] > counts[100],
+            "{:?}",
+            &counts[..3]
+        );
+        for n in [1, 2, 10, 1000] {
+            for u in [0.0, 0.3, 0.999_999] {
+                assert!((1..=n).contains(&zipf_rank(n, 0.8, u)));
+                assert!((1..=n).contains(&zipf_rank(n, 1.0, u)));
+            }
+        }
     }
 
     #[test]

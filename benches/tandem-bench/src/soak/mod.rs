@@ -262,6 +262,7 @@ fn load_args(args: &SoakArgs, url: &str, rate: f64, duration: f64, seed: u64) ->
         texts: None,
         api: Api::V2,
         zipf: None,
+        repeat_share: None,
         clear_cache: false,
         binary: false,
         budget_ms: args.budget_ms,
