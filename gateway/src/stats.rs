@@ -13,8 +13,9 @@
 //! - `success` / `fail`: the whole time of answered requests, 200 or not;
 //! - `cache_hit`: requests answered wholly from the response cache, and the time their
 //!   lookups took; `cache_miss`: requests that computed some of their inputs, and the time
-//!   their lookups and stores took. A hit counts in `success` and `inference_count`, and in
-//!   none of the parts of a computed request's time, as in Triton.
+//!   their lookups and stores took. A hit counts in `success`, and neither in
+//!   `inference_count` nor in any part of a computed request's time, as in Triton; a
+//!   partial hit's `inference_count` is the inputs it computed.
 //!
 //! Per batch size (`batch_stats`), from the worker: copying the requests' rows into the
 //! batch buffer, the forward pass, and splitting the result back to the requests.
@@ -99,25 +100,13 @@ impl VersionStats {
         self.touch();
     }
 
-    /// A request answered 200 wholly from the response cache, whose lookups took `lookup`.
-    pub fn answered_from_cache(
-        &self,
-        rows: usize,
-        tokens: usize,
-        total: Duration,
-        lookup: Duration,
-    ) {
+    /// A request answered 200 wholly from the response cache, whose lookups took `lookup`:
+    /// a success, and no inference (as Triton counts a hit).
+    pub fn answered_from_cache(&self, tokens: usize, total: Duration, lookup: Duration) {
         self.tokens.fetch_add(tokens as u64, Relaxed);
         self.success.add(total);
         self.cache_hit.add(lookup);
-        self.inference_count.fetch_add(rows as u64, Relaxed);
         self.touch();
-    }
-
-    /// Rows of a request answered from the response cache beside rows it computed (those
-    /// are counted with its success).
-    pub fn answered_rows(&self, rows: usize) {
-        self.inference_count.fetch_add(rows as u64, Relaxed);
     }
 
     /// A request that looked up the response cache and computed some of its inputs; its

@@ -22,8 +22,6 @@ pub enum Joined {
     Claim(Claim),
     /// Another request computes it.
     Wait(Waiter),
-    /// It was stored while the flight was being looked for.
-    Stored(Arc<Entry>),
 }
 
 impl Flights {
@@ -31,20 +29,13 @@ impl Flights {
         self.computing.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Joins the flight of `key`, or starts it. `stored` looks in the store again under
-    /// the lock: an answer stored (and its flight ended) since the caller's lookup is taken,
-    /// not computed again.
-    pub fn join(
-        self: &Arc<Self>,
-        key: Arc<Key>,
-        stored: impl FnOnce(&Key) -> Option<Arc<Entry>>,
-    ) -> Joined {
+    /// Joins the flight of `key`, or starts it. Only the map is touched under the lock: an
+    /// answer stored and its flight ended between the caller's lookup and this is computed
+    /// once more, which is rarer and cheaper than the store's housekeeping under the lock.
+    pub fn join(self: &Arc<Self>, key: Arc<Key>) -> Joined {
         let mut computing = self.lock();
         if let Some(slot) = computing.get(&key) {
             return Joined::Wait(Waiter(slot.subscribe()));
-        }
-        if let Some(entry) = stored(&key) {
-            return Joined::Stored(entry);
         }
         computing.insert(key.clone(), watch::channel(None).0);
         Joined::Claim(Claim {

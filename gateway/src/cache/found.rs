@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::time::error::Elapsed;
+
 use super::flight::{Claim, Joined, Waiter};
 use super::store::Account;
 use super::{Answer, Entry, Key, KeyWriter, ResponseCache};
@@ -68,7 +70,7 @@ impl VersionCache {
     pub fn new(cache: Arc<ResponseCache>, model: &str) -> VersionCache {
         VersionCache {
             instance: cache.next_instance(),
-            account: Arc::new(Account::new(model)),
+            account: Arc::new(Account::new(model, cache.usd_per_second > 0.0)),
             cache,
         }
     }
@@ -89,16 +91,24 @@ impl VersionCache {
     }
 
     /// Looks each key up, as `policy` allows: found, computed by another request now, or
-    /// this request's to compute.
+    /// this request's to compute. A key the request holds twice is computed once.
     pub fn find(&self, keys: Vec<Key>, policy: Policy) -> Found<'_> {
         let started = Instant::now();
-        let slots = keys
-            .into_iter()
-            .map(|key| self.slot(Arc::new(key), policy))
+        let mut first = std::collections::HashMap::new();
+        let slots: Vec<Slot> = (keys.into_iter().enumerate())
+            .map(|(i, key)| match first.get(&key) {
+                Some(&earlier) => Slot::Same(earlier),
+                None => {
+                    let key = Arc::new(key);
+                    first.insert(key.as_ref().clone(), i);
+                    self.slot(key, policy)
+                }
+            })
             .collect();
         Found {
             version: self,
             policy,
+            mine: vec![false; slots.len()],
             slots,
             computed: 0,
             spent: started.elapsed(),
@@ -112,11 +122,15 @@ impl VersionCache {
         if let Some(entry) = self.cache.get(&key) {
             return Slot::Ready(entry);
         }
+        self.computing(key, policy)
+    }
+
+    /// A key not found: this request's to compute, or another's it waits for.
+    fn computing(&self, key: Arc<Key>, policy: Policy) -> Slot {
         if !policy.store {
             return Slot::Compute(key);
         }
-        match self.cache.flights.join(key.clone(), |k| self.cache.get(k)) {
-            Joined::Stored(entry) => Slot::Ready(entry),
+        match self.cache.flights.join(key.clone()) {
             Joined::Wait(waiter) => Slot::Waiting(key, waiter),
             Joined::Claim(claim) => Slot::Claimed(claim),
         }
@@ -137,7 +151,9 @@ enum Slot {
     /// answer is not to be stored.
     Compute(Arc<Key>),
     Waiting(Arc<Key>, Waiter),
-    /// Being waited for.
+    /// The same key as the input at this index of the request.
+    Same(usize),
+    /// Moved out while it is filled or waited for.
     Taken,
 }
 
@@ -146,8 +162,9 @@ pub struct Found<'a> {
     version: &'a VersionCache,
     policy: Policy,
     slots: Vec<Slot>,
-    /// Inputs this request computed.
+    /// Inputs this request computed, and which.
     computed: usize,
+    mine: Vec<bool>,
     /// Time spent looking up and storing: Triton's `cache_hit` / `cache_miss` durations.
     spent: Duration,
 }
@@ -159,6 +176,11 @@ impl Found<'_> {
         (0..self.slots.len())
             .filter(|&i| mine(&self.slots[i]))
             .collect()
+    }
+
+    /// Whether some inputs are being computed by other requests.
+    pub fn waits(&self) -> bool {
+        self.slots.iter().any(|s| matches!(s, Slot::Waiting(..)))
     }
 
     /// Stores what this request computed (as the policy allows), hands it to whoever waits
@@ -181,15 +203,17 @@ impl Found<'_> {
                 }
             };
             self.slots[i] = Slot::Ready(entry);
+            self.mine[i] = true;
             self.computed += 1;
         }
         self.spent += started.elapsed();
     }
 
-    /// Waits, at most `within`, for the inputs other requests compute; those whose request
-    /// ended without an answer become this request's to compute ([`Found::missing`]).
-    /// `Err` when `within` passed first.
-    pub async fn wait(&mut self, within: Duration) -> Result<(), tokio::time::error::Elapsed> {
+    /// Waits, until `deadline` at the latest, for the inputs other requests compute. One
+    /// whose request ended without an answer is looked for again: found, waited for anew,
+    /// or this request's to compute ([`Found::missing`]), so that of the requests waiting
+    /// for it one computes it, not all. `Err` when the deadline passed first.
+    pub async fn wait(&mut self, deadline: tokio::time::Instant) -> Result<(), Elapsed> {
         let waiting: Vec<(usize, Arc<Key>, Waiter)> = (self.slots.iter_mut().enumerate())
             .filter_map(|(i, s)| match std::mem::replace(s, Slot::Taken) {
                 Slot::Waiting(key, w) => Some((i, key, w)),
@@ -210,10 +234,10 @@ impl Found<'_> {
             }
             answers
         };
-        for (i, key, answer) in tokio::time::timeout(within, answers).await? {
+        for (i, key, answer) in tokio::time::timeout_at(deadline, answers).await? {
             self.slots[i] = match answer {
                 Some(entry) => Slot::Ready(entry),
-                None => Slot::Compute(key),
+                None => self.version.slot(key, self.policy),
             };
         }
         Ok(())
@@ -223,19 +247,27 @@ impl Found<'_> {
     /// and misses. `None` while some are still to compute or wait for.
     pub fn finish(self) -> Option<(Vec<Arc<Entry>>, Outcome)> {
         let total = self.slots.len();
-        let entries: Vec<Arc<Entry>> = (self.slots.into_iter())
-            .map(|s| match s {
-                Slot::Ready(entry) => Some(entry),
-                _ => None,
-            })
-            .collect::<Option<_>>()?;
-        let found = total - self.computed;
+        let mut entries: Vec<Arc<Entry>> = Vec::with_capacity(total);
+        let mut repeats = 0;
+        for slot in &self.slots {
+            entries.push(match slot {
+                Slot::Ready(entry) => entry.clone(),
+                // A key held twice is found, or computed, as its first is.
+                Slot::Same(first) => {
+                    repeats += usize::from(self.mine[*first]);
+                    entries.get(*first)?.clone()
+                }
+                _ => return None,
+            });
+        }
+        let computed = self.computed + repeats;
+        let found = total - computed;
         if self.policy.lookup {
             let account = &self.version.account;
             account.hits.increment(found as u64);
             account.misses.increment(self.computed as u64);
         }
-        let outcome = match (found, self.computed) {
+        let outcome = match (found, computed) {
             (_, 0) if total > 0 => Outcome::Hit,
             (0, _) => Outcome::Miss,
             _ => Outcome::Partial,
@@ -272,6 +304,10 @@ mod tests {
         }
     }
 
+    fn soon(ms: u64) -> tokio::time::Instant {
+        tokio::time::Instant::now() + Duration::from_millis(ms)
+    }
+
     fn version(capacity: u64) -> VersionCache {
         let cache = Arc::new(ResponseCache::new(capacity, None, 0.0));
         VersionCache::new(cache, "m")
@@ -295,7 +331,7 @@ mod tests {
         let mut second = v.find(keys(&v, &["c", "a", "b"]), Policy::USE);
         assert_eq!(second.missing(), [0]);
         second.fill([(0, row(3.0))]);
-        second.wait(Duration::from_secs(1)).await.unwrap();
+        second.wait(soon(1000)).await.unwrap();
         let (entries, outcome) = second.finish().unwrap();
         assert_eq!(outcome, Outcome::Partial);
         let values: Vec<f32> = entries.iter().map(|e| value(e)).collect();
@@ -313,7 +349,7 @@ mod tests {
         assert_eq!(follower.missing(), [1]);
         follower.fill([(1, row(9.0))]);
         let waiting = async {
-            follower.wait(Duration::from_secs(5)).await.unwrap();
+            follower.wait(soon(5000)).await.unwrap();
             follower.finish().unwrap()
         };
         let computing = async {
@@ -334,15 +370,52 @@ mod tests {
         let mut follower = v.find(keys(&v, &["x"]), Policy::USE);
         assert!(follower.missing().is_empty());
         drop(leader);
-        follower.wait(Duration::from_secs(5)).await.unwrap();
+        follower.wait(soon(5000)).await.unwrap();
         assert_eq!(follower.missing(), [0]);
         follower.fill([(0, row(5.0))]);
         let (entries, outcome) = follower.finish().unwrap();
         assert_eq!((value(&entries[0]), outcome), (5.0, Outcome::Miss));
+        // Of two requests waiting for a key whose computing request gave up, one computes
+        // it and the other waits for that.
+        let leader = v.find(keys(&v, &["y"]), Policy::USE);
+        let mut a = v.find(keys(&v, &["y"]), Policy::USE);
+        let mut b = v.find(keys(&v, &["y"]), Policy::USE);
+        drop(leader);
+        a.wait(soon(5000)).await.unwrap();
+        assert_eq!(a.missing(), [0]);
+        let b_waits = async {
+            while b.waits() {
+                b.wait(soon(5000)).await.unwrap();
+            }
+            assert!(b.missing().is_empty());
+            b.finish().unwrap()
+        };
+        let a_computes = async {
+            tokio::task::yield_now().await;
+            a.fill([(0, row(6.0))]);
+            a.finish().unwrap()
+        };
+        let ((b_entries, b_outcome), _) = tokio::join!(b_waits, a_computes);
+        assert_eq!((value(&b_entries[0]), b_outcome), (6.0, Outcome::Hit));
         // A waiter that waits too long says so.
         let _leader = v.find(keys(&v, &["z"]), Policy::USE);
         let mut late = v.find(keys(&v, &["z"]), Policy::USE);
-        assert!(late.wait(Duration::from_millis(10)).await.is_err());
+        assert!(late.wait(soon(10)).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_key_held_twice_is_computed_once_and_counted_as_computed() {
+        let v = version(1 << 20);
+        let mut f = v.find(keys(&v, &["a", "b", "a"]), Policy::USE);
+        assert_eq!(f.missing(), [0, 1]);
+        f.fill([(0, row(1.0)), (1, row(2.0))]);
+        let (entries, outcome) = f.finish().unwrap();
+        let values: Vec<f32> = entries.iter().map(|e| value(e)).collect();
+        assert_eq!((values, outcome), (vec![1.0, 2.0, 1.0], Outcome::Miss));
+        let f = v.find(keys(&v, &["a", "c", "a"]), Policy::USE);
+        assert_eq!(f.missing(), [1]);
+        let f = v.find(keys(&v, &["a", "a"]), Policy::USE);
+        assert_eq!(f.finish().unwrap().1, Outcome::Hit);
     }
 
     #[tokio::test]

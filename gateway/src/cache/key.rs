@@ -43,9 +43,13 @@ impl KeyWriter {
     }
 
     pub fn key(&self) -> Key {
+        self.clone().into_key()
+    }
+
+    pub fn into_key(self) -> Key {
         Key {
             instance: self.instance,
-            bytes: self.bytes.as_slice().into(),
+            bytes: self.bytes.into_boxed_slice(),
         }
     }
 }

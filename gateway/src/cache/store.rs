@@ -48,8 +48,8 @@ pub struct Entry {
 }
 
 /// What an entry costs beyond its key's and answer's bytes: the store's node, its
-/// frequency sketch and deque slots, the `Arc`s. Measured: 10,000 entries of one
-/// 384-value row raise the server's resident memory by about their bytes plus this each.
+/// frequency sketch and deque slots, the `Arc`s; an allowance the byte-bound test
+/// (tests/api/cache.rs) holds the server's resident memory to.
 const OVERHEAD: usize = 256;
 
 /// The removal causes, as `tandem_cache_evictions_total`'s `reason` label spells them.
@@ -76,11 +76,12 @@ pub struct Account {
     /// Growing only, as `tandem_training_harvested_device_seconds` does: fractions of a
     /// second need a gauge's float.
     saved_seconds: Gauge,
-    saved_usd: Gauge,
+    /// Where the device has a price.
+    saved_usd: Option<Gauge>,
 }
 
 impl Account {
-    pub fn new(model: &str) -> Account {
+    pub fn new(model: &str, priced: bool) -> Account {
         let labelled = |name: &'static str| metrics::counter!(name, "model" => model.to_string());
         Account {
             bytes: metrics::gauge!(names::CACHE_BYTES, "model" => model.to_string()),
@@ -91,7 +92,8 @@ impl Account {
                 metrics::counter!(names::CACHE_EVICTIONS, "model" => model.to_string(), "reason" => reason)
             }),
             saved_seconds: metrics::gauge!(names::CACHE_SAVED_DEVICE_SECONDS, "model" => model.to_string()),
-            saved_usd: metrics::gauge!(names::CACHE_SAVED_USD, "model" => model.to_string()),
+            saved_usd: priced
+                .then(|| metrics::gauge!(names::CACHE_SAVED_USD, "model" => model.to_string())),
         }
     }
 
@@ -176,9 +178,8 @@ impl ResponseCache {
             .invalidate_entries_if(move |k, _| k.instance == instance);
     }
 
-    #[cfg(test)]
-    /// Applies pending evictions and removals now (the store otherwise does it as it is
-    /// written to): for tests and the size figures.
+    /// Applies pending evictions and removals now, entries forgotten included (the store
+    /// otherwise does it as it is used): blocking, for as long as it takes.
     pub fn settle(&self) {
         self.store.run_pending_tasks();
     }
@@ -193,6 +194,8 @@ impl ResponseCache {
     pub(crate) fn saved(&self, account: &Account, device: Duration) {
         let seconds = device.as_secs_f64();
         account.saved_seconds.increment(seconds);
-        account.saved_usd.increment(seconds * self.usd_per_second);
+        if let Some(usd) = &account.saved_usd {
+            usd.increment(seconds * self.usd_per_second);
+        }
     }
 }

@@ -180,6 +180,11 @@ impl ModelSettings {
         Duration::from_secs_f64(self.p99_ms / 1000.0)
     }
 
+    /// The timeout of requests that set none, if there is one.
+    pub fn default_timeout(&self) -> Option<Duration> {
+        (self.default_timeout_us > 0).then(|| Duration::from_micros(self.default_timeout_us))
+    }
+
     /// The largest batch a model of `input` runs, in batch rows (rows, or a text model's
     /// token-units) and in output rows (rows, or texts).
     pub fn batch_limits(&self, input: &models::InputKind) -> (usize, usize) {

@@ -112,6 +112,11 @@ fn clear_cache(state: &AppState, model: &str) -> Result<Response<Full<Bytes>>, A
             cleared.push(number.to_string());
         }
     }
+    // Entries are unseen from now on; their memory is freed as the store gets to them,
+    // which an idle server would not: now, off the runtime.
+    if let Some(store) = state.registry.cache() {
+        tokio::task::spawn_blocking(move || store.settle());
+    }
     let body = json!({ "model": model, "cleared_versions": cleared });
     Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
 }

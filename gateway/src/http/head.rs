@@ -20,10 +20,10 @@ pub const TIMEOUT_HEADER: &str = "tandem-timeout-us";
 /// The same in milliseconds, as Envoy sets it on the requests it routes.
 pub const ENVOY_TIMEOUT_HEADER: &str = "x-envoy-expected-rq-timeout-ms";
 
-/// What the headers say about the body and the answer, read before the body.
 /// How the response cache answered a request: `hit`, `miss` or `partial`.
 pub const CACHE_HEADER: &str = "x-tandem-cache";
 
+/// What the headers say about the body and the answer, read before the body.
 pub struct Head {
     /// `Inference-Header-Content-Length`: the JSON part's length in a binary request.
     pub binary_header_len: Option<usize>,
@@ -66,10 +66,11 @@ fn cache_control(headers: &HeaderMap) -> crate::cache::Policy {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','));
     for directive in directives {
-        match directive.trim().to_ascii_lowercase().as_str() {
-            "no-cache" => policy.lookup = false,
-            "no-store" => policy.store = false,
-            _ => {}
+        let directive = directive.trim();
+        if directive.eq_ignore_ascii_case("no-cache") {
+            policy.lookup = false;
+        } else if directive.eq_ignore_ascii_case("no-store") {
+            policy.store = false;
         }
     }
     policy

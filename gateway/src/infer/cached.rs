@@ -15,46 +15,99 @@ use std::time::Duration;
 
 use models::Truncation;
 
+use tokio::time::Instant;
+
 use super::input::Input;
 use super::{Arrival, InferError};
+use crate::batching::Completed;
 use crate::cache::{Answer, Entry, Key, Outcome, VersionCache};
 use crate::error::ApiError;
 use crate::lifecycle::registry::ModelVersion;
 
-/// A request's inputs answered: each one's entry in order, how, the parts this request
-/// computed (none, one, or two where a request it waited for gave up), and the time spent
-/// in the store.
-pub struct Cached<P> {
+/// A request's inputs answered: each one's entry in order, how, what computing some of
+/// them took, and the time spent in the store.
+pub struct Cached {
     pub entries: Vec<Arc<Entry>>,
     pub outcome: Outcome,
-    pub parts: Vec<P>,
+    /// One a round that computed something: one, or more where requests it waited for gave
+    /// up; none for a hit.
+    pub parts: Vec<Part>,
     /// Inputs this request computed.
     pub computed: usize,
     pub spent: Duration,
 }
 
+/// What computing some of a request's inputs took.
+#[derive(Clone, Copy, Debug)]
+pub struct Part {
+    /// When they were submitted.
+    pub queued: std::time::Instant,
+    /// From the request's arrival to their batch starting, as the batcher counts it.
+    pub queue_time: Duration,
+    pub compute_time: Duration,
+    pub tokenization: Duration,
+}
+
+impl Part {
+    /// Parts of one request as one: submitted at the first, the longest queue wait, compute
+    /// and tokenization summed.
+    pub fn joined(parts: &[Part]) -> Option<Part> {
+        let first = *parts.first()?;
+        Some(parts[1..].iter().fold(first, |sum, p| Part {
+            queued: sum.queued.min(p.queued),
+            queue_time: sum.queue_time.max(p.queue_time),
+            compute_time: sum.compute_time + p.compute_time,
+            tokenization: sum.tokenization + p.tokenization,
+        }))
+    }
+
+    /// As the batcher answers, without outputs: what [`super::record`] reads.
+    pub fn completed(&self, tokens: usize) -> Completed {
+        Completed {
+            output: Vec::new(),
+            tensors: Vec::new(),
+            tokens,
+            queue_time: self.queue_time,
+            compute_time: self.compute_time,
+        }
+    }
+}
+
+/// When a request stops waiting for inputs other requests compute: its own deadline (the
+/// propagated one, or its `timeout` from arrival), or `wait` from now, whichever is first.
+pub fn deadline(arrival: &Arrival, timeout: Option<Duration>, wait: Duration) -> Instant {
+    let latest = std::time::Instant::now() + wait;
+    let own = timeout.and_then(|t| arrival.arrived.checked_add(t));
+    let first = own
+        .into_iter()
+        .chain(arrival.deadline)
+        .fold(latest, Ord::min);
+    Instant::from_std(first)
+}
+
 /// Answers inputs by their `keys`: found ones from the cache, the rest by `compute` (given
-/// their indices in order, it answers them in that order, and is admitted first: the
-/// request is admitted only if it computes something). Waits at most `wait` for inputs
-/// other requests are computing.
-pub async fn answer<P, F, Fut>(
+/// their indices in order, it answers them in that order; the request is admitted before
+/// it first computes, and only then). Waits for inputs other requests compute until
+/// `deadline`, then answers 504.
+pub async fn answer<F, Fut>(
     version: &ModelVersion,
     cache: &VersionCache,
     keys: Vec<Key>,
     arrival: &Arrival,
-    wait: Duration,
-    compute: F,
-) -> Result<Cached<P>, ApiError>
+    deadline: Instant,
+    mut compute: F,
+) -> Result<Cached, ApiError>
 where
-    F: Fn(Vec<usize>) -> Fut,
-    Fut: Future<Output = Result<(Vec<Answer>, P), ApiError>>,
+    F: FnMut(Vec<usize>) -> Fut,
+    Fut: Future<Output = Result<(Vec<Answer>, Part), ApiError>>,
 {
     let mut found = cache.find(keys, arrival.cache);
     let mut parts = Vec::new();
     let mut admitted = false;
-    // The second round computes what a request waited for gave up on; no one is waited
-    // for after it.
-    for _ in 0..2 {
+    // Each round computes what is this request's, then waits for what others compute; an
+    // input whose computing request gave up comes back as this request's, or as another's
+    // to wait for.
+    loop {
         let todo = found.missing();
         if !todo.is_empty() {
             if !admitted {
@@ -65,10 +118,11 @@ where
             found.fill(todo.into_iter().zip(answers));
             parts.push(part);
         }
-        found
-            .wait(wait)
-            .await
-            .map_err(|_| InferError::Timeout(wait))?;
+        if !found.waits() {
+            break;
+        }
+        let waited = found.wait(deadline).await;
+        waited.map_err(|_| InferError::Timeout(arrival.arrived.elapsed()))?;
     }
     let (spent, computed) = (found.spent(), found.computed());
     let (entries, outcome) = found.finish().ok_or_else(|| {
@@ -85,38 +139,34 @@ where
     })
 }
 
-/// Counts a cached request in the version's statistics: wholly from the cache, a hit and a
-/// success (a computed request's success is counted where it ran); else a miss. The device
-/// time the found inputs would have taken is counted as saved.
-/// `rows` are the rows (or texts) the request answers.
-pub fn account<P>(
+/// Records a cached request, once: found whole, a hit in the statistics (no batch ran,
+/// so no latency goes back to the batcher, and Triton counts no inferences); else what it
+/// computed as one answered request (the inputs it computed; every input's tokens) and a
+/// miss (where it looked anything up). The device time the found inputs would have taken is counted as saved. `rows` are
+/// the rows (or texts) the request answers.
+pub fn record(
     version: &ModelVersion,
     cache: &VersionCache,
-    cached: &Cached<P>,
+    cached: &Cached,
     rows: usize,
     arrival: &Arrival,
 ) {
-    let found = match cached.outcome {
-        Outcome::Hit => {
-            let tokens = tokens_of(&cached.entries);
+    let tokens = tokens_of(&cached.entries);
+    match Part::joined(&cached.parts) {
+        None => {
             let total = arrival.arrived.elapsed();
-            version
-                .stats
-                .answered_from_cache(rows, tokens, total, cached.spent);
-            rows
+            (version.stats).answered_from_cache(tokens, total, cached.spent);
         }
-        Outcome::Miss => 0,
-        Outcome::Partial => {
-            // The computed rows' inferences were counted where they ran.
-            let found = rows.saturating_sub(cached.computed);
-            version.stats.answered_rows(found);
-            found
+        Some(part) => {
+            let completed = part.completed(tokens);
+            super::record(version, arrival, part.queued, cached.computed, &completed);
+            if arrival.cache.lookup {
+                version.stats.cache_missed(cached.spent);
+            }
         }
-    };
-    if cached.outcome != Outcome::Hit {
-        version.stats.cache_missed(cached.spent);
     }
-    cache.saved(version.stats.device_time_per_row() * found as u32);
+    let found = rows.saturating_sub(cached.computed) as u32;
+    cache.saved(version.stats.device_time_per_row() * found);
 }
 
 /// A text model's inputs' keys: the truncation, the prompt named, and each input.
@@ -145,9 +195,11 @@ pub fn text_keys(
             Input::Ids(ids) => k
                 .field(b"ids")
                 .field(bytemuck::cast_slice(&ids.ids))
-                .field(&(ids.count as u64).to_le_bytes()),
+                .field(&(ids.count as u64).to_le_bytes())
+                // Past the ids kept, the last one decides whether the input is taken.
+                .field(&ids.last.map(u32::to_le_bytes).unwrap_or_default()),
         };
-        k.key()
+        k.into_key()
     };
     inputs.iter().map(key).collect()
 }

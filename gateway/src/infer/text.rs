@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use models::Truncation;
-use tokio::time::Instant;
 
+use super::cached::Part;
 use super::input::Input;
 use super::{Arrival, Submission, cached, dimensions, phases, record, tokenize};
 use crate::batching::Completed;
@@ -89,27 +89,37 @@ pub async fn run(
             .normalize
             .unwrap_or(tokenize::text_model(version)?.input.normalize_by_default);
     let characters = ask.inputs.iter().map(Input::chars).sum();
+    // Every token's state is as long as its text: not kept.
+    let cache = version.cache_for(arrival.cache).filter(|_| !states);
     let texts = Texts {
         truncation: ask.truncation,
         prompt_name: ask.prompt_name.as_deref(),
         states,
+        timeout: version.settings().default_timeout(),
+        each_text_tokens: cache.is_some(),
     };
-    // Every token's state is as long as its text: not kept.
-    let ran = match version.cache_for(arrival.cache).filter(|_| !states) {
+    let ran = match cache {
         Some(cache) => run_cached(version, cache, arrival, ask.inputs, &texts, wait).await?,
         None => {
             version.core.admit_unparsed(arrival)?;
-            compute(version, arrival, ask.inputs, &texts, wait).await?
+            let ran = compute(version, arrival, ask.inputs, &texts, wait).await?;
+            let completed = ran.part.completed(ran.tokens);
+            record(version, arrival, ran.part.queued, ran.texts, &completed);
+            ran
         }
     };
     let (values, width) = dimensions::cut(ran.values, width, dimensions);
+    let part = ran.part;
+    // The batcher's queue time counts from arrival; the time before submission is not
+    // queueing.
+    let before = part.queued.saturating_duration_since(arrival.arrived);
     let meta = Metadata {
         arrived: arrival.arrived,
         characters,
         tokens: ran.tokens,
-        tokenization: ran.part.tokenization,
-        queue: ran.part.queue,
-        inference: ran.part.inference,
+        tokenization: part.tokenization,
+        queue: part.queue_time.saturating_sub(before),
+        inference: part.compute_time,
         device: match version.info.device.starts_with("cuda") {
             true => "gpu",
             false => "cpu",
@@ -130,6 +140,10 @@ struct Texts<'a> {
     prompt_name: Option<&'a str>,
     /// Every token's state is answered.
     states: bool,
+    /// The model's `default_timeout_us`, if it has one.
+    timeout: Option<Duration>,
+    /// Each text's tokens are kept apart (for its cache entry).
+    each_text_tokens: bool,
 }
 
 /// Texts run on the model.
@@ -139,22 +153,16 @@ struct Ran {
     values: Vec<f32>,
     /// Token states: each text's tokens.
     lengths: Vec<usize>,
-    /// Each text's tokens, special tokens included, after truncation.
+    texts: usize,
+    /// Each text's tokens, special tokens included, after truncation, where
+    /// [`Texts::each_text_tokens`] asks for them.
     text_tokens: Vec<usize>,
     tokens: usize,
     part: Part,
     cache: Option<Outcome>,
 }
 
-/// What running some texts took.
-#[derive(Clone, Copy, Default)]
-struct Part {
-    tokenization: Duration,
-    queue: Duration,
-    inference: Duration,
-}
-
-/// Tokenizes and runs `inputs` on `version` (admitted already), and records the answer.
+/// Tokenizes and runs `inputs` on `version` (admitted already).
 async fn compute(
     version: &ModelVersion,
     arrival: &Arrival,
@@ -162,26 +170,27 @@ async fn compute(
     texts: &Texts<'_>,
     wait: Duration,
 ) -> Result<Ran, ApiError> {
-    let tokenizing = Instant::now();
+    let tokenizing = std::time::Instant::now();
     let batches =
         tokenize::tokenize_in_batches(version, inputs, texts.truncation, texts.prompt_name);
     let mut batches = batches.await?;
     let tokenization = tokenizing.elapsed();
     let tokens = batches.iter().map(|b| b.count).sum();
-    let text_tokens = batches.iter().flat_map(|b| b.tokens.lengths()).collect();
+    let text_tokens = match texts.each_text_tokens {
+        true => batches.iter().flat_map(|b| b.tokens.lengths()).collect(),
+        false => Vec::new(),
+    };
     let settings = version.settings();
     let lengths = match texts.states {
         true => keep_states(&mut batches, tokens, settings.max_batch_tokens)?,
         false => Vec::new(),
     };
-    let timeout = (settings.default_timeout_us > 0)
-        .then(|| std::time::Duration::from_micros(settings.default_timeout_us));
     // The first batch is admitted or refused; the rest follow it, so that a request is
     // judged once, as a whole, and not refused half-way for the batches of its own ahead.
     let submissions: Vec<_> = (batches.into_iter().enumerate())
         .map(|(i, b)| Submission {
             continues: i > 0,
-            ..b.submission(settings.default_priority, timeout)
+            ..b.submission(settings.default_priority, texts.timeout)
         })
         .collect();
     let rows = submissions.iter().map(|s| s.outputs).sum();
@@ -192,19 +201,17 @@ async fn compute(
     phases::queued(arrival.arrived);
     let completed = joined(all(answers.collect()).await?);
     phases::answered(completed.queue_time, completed.compute_time);
-    record(version, arrival, queued, rows, &completed);
-    // The batcher's queue time counts from arrival; the time before submission is not
-    // queueing.
-    let before = queued.saturating_duration_since(arrival.arrived);
     Ok(Ran {
         values: completed.output,
         lengths,
+        texts: rows,
         text_tokens,
         tokens,
         part: Part {
+            queued,
+            queue_time: completed.queue_time,
+            compute_time: completed.compute_time,
             tokenization,
-            queue: completed.queue_time.saturating_sub(before),
-            inference: completed.compute_time,
         },
         cache: None,
     })
@@ -229,16 +236,20 @@ async fn run_cached(
             Ok((rows, ran.part))
         }
     };
-    let answered = cached::answer(version, cache, keys, arrival, wait, some).await?;
-    cached::account(version, cache, &answered, answered.entries.len(), arrival);
-    let part = (answered.parts.iter()).fold(Part::default(), |sum, p| Part {
-        tokenization: sum.tokenization + p.tokenization,
-        queue: sum.queue.max(p.queue),
-        inference: sum.inference + p.inference,
+    let deadline = cached::deadline(arrival, texts.timeout, wait);
+    let answered = cached::answer(version, cache, keys, arrival, deadline, some).await?;
+    let count = answered.entries.len();
+    cached::record(version, cache, &answered, count, arrival);
+    let part = Part::joined(&answered.parts).unwrap_or(Part {
+        queued: arrival.arrived,
+        queue_time: Duration::ZERO,
+        compute_time: Duration::ZERO,
+        tokenization: Duration::ZERO,
     });
     Ok(Ran {
         values: cached::values_of(&answered.entries),
         lengths: Vec::new(),
+        texts: count,
         text_tokens: Vec::new(),
         tokens: cached::tokens_of(&answered.entries),
         part,

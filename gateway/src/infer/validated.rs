@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
+use super::cached::Part;
 use super::input::Input;
 use super::text::normalized;
-use super::{Arrival, Submission, cached, phases, record, tokenize};
+use super::{Arrival, Submission, cached, phases, tokenize};
 use crate::batching::{Completed, Payload};
 use crate::cache::{Answer, Outcome, VersionCache};
 use crate::error::ApiError;
@@ -21,8 +22,8 @@ pub struct Ran {
     pub rows: usize,
     /// When it was submitted.
     pub queued: std::time::Instant,
-    /// How the response cache answered it, where the model uses one; its computed parts
-    /// were then recorded as they ran ([`record`]), and the caller records nothing.
+    /// How the response cache answered it, where it was used; the request is then
+    /// recorded already ([`cached::record`]), and the caller records nothing.
     pub cache: Option<Outcome>,
 }
 
@@ -37,14 +38,16 @@ pub struct Queueing {
     pub admitted: bool,
 }
 
-/// Runs `input` on `version`.
+/// Runs `input` on `version`, with `cache` where the model uses the response cache and the
+/// request lets it.
 pub async fn run(
     version: &ModelVersion,
     input: ValidInput,
     arrival: &Arrival,
     queueing: Queueing,
+    cache: Option<&VersionCache>,
 ) -> Result<Ran, ApiError> {
-    if let Some(cache) = version.cache_for(arrival.cache) {
+    if let Some(cache) = cache {
         return run_cached(version, cache, input, arrival, queueing).await;
     }
     if !queueing.admitted {
@@ -116,20 +119,24 @@ fn text_inputs(t: TextRequest) -> (Vec<Input>, models::Truncation, Option<String
     (inputs, t.truncation, t.prompt_name)
 }
 
-/// Submits, awaits and records one part of a cached request.
-async fn submit_recorded(
+/// Submits and awaits one part of a cached request.
+async fn submit_part(
     version: &ModelVersion,
     submission: Submission,
     arrival: &Arrival,
     wait: Duration,
-) -> Result<Completed, ApiError> {
+) -> Result<(Completed, Part), ApiError> {
     let queued = std::time::Instant::now();
-    let rows = submission.outputs;
     phases::queued(arrival.arrived);
     let completed = version.core.submit(submission, arrival, wait).await?;
     phases::answered(completed.queue_time, completed.compute_time);
-    record(version, arrival, queued, rows, &completed);
-    Ok(completed)
+    let part = Part {
+        queued,
+        queue_time: completed.queue_time,
+        compute_time: completed.compute_time,
+        tokenization: Duration::ZERO,
+    };
+    Ok((completed, part))
 }
 
 /// [`run`] with the response cache: an MLP's rows and a text model's texts each their own
@@ -143,7 +150,7 @@ async fn run_cached(
 ) -> Result<Ran, ApiError> {
     let width = version.info.output_width;
     let wait = queueing.wait;
-    let queued = std::time::Instant::now();
+    let deadline = cached::deadline(arrival, queueing.timeout, wait);
     let (answered, normalize, rows) = match input {
         ValidInput::Dense { values, rows } => {
             let keys = cached::row_keys(cache, &values, rows);
@@ -155,11 +162,11 @@ async fn run_cached(
                     .collect();
                 let submission = rows_of(Payload::Dense(picked), todo.len(), queueing);
                 async move {
-                    let c = submit_recorded(version, submission, arrival, wait).await?;
-                    Ok((cached::rows_of(&c.output, width, &[]), c))
+                    let (c, part) = submit_part(version, submission, arrival, wait).await?;
+                    Ok((cached::rows_of(&c.output, width, &[]), part))
                 }
             };
-            let answered = cached::answer(version, cache, keys, arrival, wait, some);
+            let answered = cached::answer(version, cache, keys, arrival, deadline, some);
             (answered.await?, false, rows)
         }
         ValidInput::Text(t) => {
@@ -170,23 +177,30 @@ async fn run_cached(
             let some = |todo: Vec<usize>| {
                 let these = todo.iter().map(|&i| inputs[i].clone()).collect();
                 async move {
+                    let tokenizing = std::time::Instant::now();
                     let tokenized = tokenize::tokenize(version, these, truncation, prompt).await?;
+                    let tokenization = tokenizing.elapsed();
                     let lengths: Vec<usize> = tokenized.tokens.lengths().collect();
                     let submission = tokenized.submission(queueing.priority, queueing.timeout);
-                    let c = submit_recorded(version, submission, arrival, wait).await?;
-                    Ok((cached::rows_of(&c.output, width, &lengths), c))
+                    let (c, part) = submit_part(version, submission, arrival, wait).await?;
+                    let part = Part {
+                        tokenization,
+                        ..part
+                    };
+                    Ok((cached::rows_of(&c.output, width, &lengths), part))
                 }
             };
-            let answered = cached::answer(version, cache, keys, arrival, wait, some).await?;
+            let answered = cached::answer(version, cache, keys, arrival, deadline, some);
+            let answered = answered.await?;
             let texts = answered.entries.len();
             (answered, normalize, texts)
         }
         ValidInput::Tensors { tensors, rows } => {
             let key = cached::tensors_key(cache, &tensors);
-            // One key: computed at most once, by the round that finds it missing.
-            let tensors = std::sync::Mutex::new(Some(tensors));
+            // One key: computed by one round at most.
+            let mut tensors = Some(tensors);
             let some = |_: Vec<usize>| {
-                let taken = tensors.lock().unwrap_or_else(|p| p.into_inner()).take();
+                let taken = tensors.take();
                 async move {
                     let tensors = taken.ok_or_else(|| {
                         ApiError::Infer(super::InferError::Model(
@@ -194,35 +208,35 @@ async fn run_cached(
                         ))
                     })?;
                     let submission = rows_of(Payload::Tensors(tensors), rows, queueing);
-                    let mut c = submit_recorded(version, submission, arrival, wait).await?;
-                    Ok((vec![Answer::Tensors(std::mem::take(&mut c.tensors))], c))
+                    let (mut c, part) = submit_part(version, submission, arrival, wait).await?;
+                    Ok((vec![Answer::Tensors(std::mem::take(&mut c.tensors))], part))
                 }
             };
-            let answered = cached::answer(version, cache, vec![key], arrival, wait, some);
+            let answered = cached::answer(version, cache, vec![key], arrival, deadline, some);
             (answered.await?, false, rows)
         }
     };
-    cached::account(version, cache, &answered, rows, arrival);
-    let mut completed = joined(&answered.parts);
+    cached::record(version, cache, &answered, rows, arrival);
+    let joined = Part::joined(&answered.parts);
+    let tokens = cached::tokens_of(&answered.entries);
+    let mut completed = joined.map_or_else(|| empty(tokens), |p| p.completed(tokens));
     completed.output = normalized(cached::values_of(&answered.entries), width, normalize);
-    completed.tokens = cached::tokens_of(&answered.entries);
     completed.tensors = cached::tensors_of(&answered.entries);
     Ok(Ran {
         rows,
         completed,
-        queued,
+        queued: joined.map_or(arrival.read_from, |p| p.queued),
         cache: Some(answered.outcome),
     })
 }
 
-/// The times of the parts a cached request computed: the longest wait in a queue, the
-/// compute summed.
-fn joined(parts: &[Completed]) -> Completed {
+/// A request none of whose inputs ran.
+fn empty(tokens: usize) -> Completed {
     Completed {
         output: Vec::new(),
         tensors: Vec::new(),
-        tokens: 0,
-        queue_time: parts.iter().map(|p| p.queue_time).max().unwrap_or_default(),
-        compute_time: parts.iter().map(|p| p.compute_time).sum(),
+        tokens,
+        queue_time: Duration::ZERO,
+        compute_time: Duration::ZERO,
     }
 }

@@ -160,9 +160,7 @@ pub fn overrides(config: &ModelConfig) -> ModelOverrides {
             }
         }
     }
-    if config.response_cache.as_ref().is_some_and(|c| c.enable) {
-        o.cache = Some(true);
-    }
+    o.cache = config.response_cache.as_ref().map(|c| c.enable);
     let instances: i64 = config
         .instance_group
         .iter()

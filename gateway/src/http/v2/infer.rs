@@ -55,8 +55,8 @@ async fn infer_on(
     // Before any decompression or parsing (the body is read, so the connection stays
     // usable whatever the answer); but a model with the response cache parses first, as a
     // request found there is answered without admission.
-    let admitted = version.cache_for(arrival.cache).is_none();
-    if admitted {
+    let caching = version.cache_for(arrival.cache).is_some();
+    if !caching {
         version.core.admit_unparsed(&arrival)?;
     }
     let body = content_coding::decode(body, head.coding, limit).await?;
@@ -64,18 +64,19 @@ async fn infer_on(
     drop(body);
     let (id, outputs) = (valid.id, valid.outputs);
     arrival.cache = arrival.cache.and(valid.cache);
+    let cache = version.cache_for(arrival.cache).filter(|_| caching);
     let queueing = validated::Queueing {
         priority: valid.priority,
         timeout: valid.timeout,
         wait: config.limits.request_timeout(),
-        admitted,
+        admitted: !caching,
     };
     let Ran {
         completed,
         rows,
         queued,
         cache,
-    } = validated::run(version, valid.input, &arrival, queueing).await?;
+    } = validated::run(version, valid.input, &arrival, queueing, cache).await?;
     let encoded = match &version.info.input {
         models::InputKind::Tensors(_) => {
             encode_tensors(version, id.as_deref(), &outputs, &completed)?
