@@ -31,12 +31,13 @@ fn repository(root: &Path) -> PathBuf {
     models
 }
 
-fn start_with_cache(max_bytes: u64, extra: &str) -> (Server, TempDir) {
+/// A server of [`repository`] with `[cache] max_bytes` and `more` keys of `[cache]`.
+fn start_with_cache(max_bytes: u64, more: &str) -> (Server, TempDir) {
     let dir = TempDir::new("cache");
     let models = repository(dir.path());
     let config = dir.path().join("tandem.toml");
     let text = format!(
-        "model_repository = \"{}\"\nrepository_poll_ms = 100\n{extra}\n[cache]\nmax_bytes = {max_bytes}\n",
+        "model_repository = \"{}\"\nrepository_poll_ms = 100\n[cache]\nmax_bytes = {max_bytes}\n{more}\n",
         models.display()
     );
     std::fs::write(&config, text).unwrap();
@@ -276,6 +277,33 @@ fn new_versions_unloads_and_clears_are_never_answered_from_old_entries() {
 }
 
 #[test]
+fn turning_a_model_s_cache_off_drops_its_entries() {
+    let (server, dir) = start();
+    let body = json!({"model": "enc", "input": ["kept a while"]});
+    send(&server, "/v1/embeddings", &body, &[]);
+    assert_eq!(outcome(&send(&server, "/v1/embeddings", &body, &[])), "hit");
+    let settings = dir.path().join("models/enc/config.toml");
+    let switch = |on: bool| {
+        std::fs::write(&settings, format!("p99_ms = 2000\ncache = {on}\n")).unwrap();
+        let used = move |r: &HttpResponse| r.header("x-tandem-cache").is_some();
+        assert!(poll_until(Duration::from_secs(30), || {
+            used(&send(
+                &server,
+                "/v1/embeddings",
+                &json!({"model": "enc", "input": ["probe"]}),
+                &[],
+            )) == on
+        }));
+    };
+    switch(false);
+    switch(true);
+    assert_eq!(
+        outcome(&send(&server, "/v1/embeddings", &body, &[])),
+        "miss"
+    );
+}
+
+#[test]
 fn concurrent_misses_of_one_text_run_it_once() {
     let (server, _dir) = start();
     let n = 8;
@@ -490,15 +518,7 @@ fn a_bad_cache_configuration_is_refused_at_start() {
 
 #[test]
 fn answers_expire_after_their_time_to_live() {
-    let dir = TempDir::new("cache-ttl");
-    let models = repository(dir.path());
-    let config = dir.path().join("tandem.toml");
-    let text = format!(
-        "model_repository = \"{}\"\n[cache]\nmax_bytes = 1048576\nttl_s = 0.3\n",
-        models.display()
-    );
-    std::fs::write(&config, text).unwrap();
-    let server = Server::start(&["--config", config.to_str().unwrap()]);
+    let (server, _dir) = start_with_cache(1 << 20, "ttl_s = 0.3");
     let row = infer_body(&inputs(DIMS[0], 4), 1);
     assert_eq!(
         outcome(&send(&server, "/v2/models/mlp/infer", &row, &[])),

@@ -91,7 +91,18 @@ impl ModelVersion {
             model: self.name.clone(),
             version: self.version,
         })?;
-        *self.settings.lock().unwrap_or_else(|p| p.into_inner()) = settings;
+        let caching = settings.cache;
+        let was = std::mem::replace(
+            &mut *self.settings.lock().unwrap_or_else(|p| p.into_inner()),
+            settings,
+        );
+        // Answers kept while the cache was on would be found again, however stale, once it
+        // is turned back on: they go now.
+        if was.cache && !caching {
+            if let Some(cache) = &self.cache {
+                cache.clear();
+            }
+        }
         Ok(())
     }
 
