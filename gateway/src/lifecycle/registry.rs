@@ -98,10 +98,8 @@ impl ModelVersion {
         );
         // Answers kept while the cache was on would be found again, however stale, once it
         // is turned back on: they go now.
-        if was.cache && !caching {
-            if let Some(cache) = &self.cache {
-                cache.clear();
-            }
+        if let Some(cache) = self.cache.as_ref().filter(|_| was.cache && !caching) {
+            cache.clear();
         }
         Ok(())
     }
