@@ -10,6 +10,8 @@
 //! - [`validated`]: a request validated against the model's signature, run;
 //! - [`text`]: a text request checked against the task, [`tokenize`]d, split into batches,
 //!   run, and post-processed ([`dimensions`], normalising; [`scores`] for a classifier);
+//! - [`cached`]: the response cache in front of all of that, for models that use it: inputs
+//!   found there answered without admission, the rest computed and stored;
 //! - [`record`]: an answered request's latency back to the batcher and into the statistics;
 //! - [`phases`]: the points a request passed, for its trace.
 //!
