@@ -232,7 +232,7 @@ fn payload(row: &RowShape, rows: usize, binary: bool, seed: u64) -> (Bytes, Opti
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_args;
+    use super::super::tests::test_args;
     use super::*;
     use crate::cli::LoadShape;
 
