@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use tokio::time::error::Elapsed;
 
-use super::flight::{Claim, Joined, Waiter};
+use super::flight::{Claim, Flights, Joined, Waiter};
 use super::store::Account;
 use super::{Answer, Entry, Key, KeyWriter, ResponseCache};
 
@@ -62,6 +62,8 @@ impl Outcome {
 /// and its entries go when it does.
 pub struct VersionCache {
     cache: Arc<ResponseCache>,
+    /// Its keys being computed now (keys of no other version's).
+    flights: Arc<Flights>,
     instance: u64,
     account: Arc<Account>,
 }
@@ -71,6 +73,7 @@ impl VersionCache {
         VersionCache {
             instance: cache.next_instance(),
             account: Arc::new(Account::new(model, cache.usd_per_second > 0.0)),
+            flights: Arc::default(),
             cache,
         }
     }
@@ -130,7 +133,7 @@ impl VersionCache {
         if !policy.store {
             return Slot::Compute(key);
         }
-        match self.cache.flights.join(key.clone()) {
+        match self.flights.join(key.clone()) {
             Joined::Wait(waiter) => Slot::Waiting(key, waiter),
             Joined::Claim(claim) => Slot::Claimed(claim),
         }

@@ -8,7 +8,6 @@ use std::time::Duration;
 use metrics::{Counter, Gauge};
 use moka::notification::RemovalCause;
 
-use super::flight::Flights;
 use super::key::Key;
 use crate::metrics as names;
 
@@ -109,7 +108,6 @@ pub struct ResponseCache {
     store: moka::sync::Cache<Arc<Key>, Arc<Entry>>,
     /// Larger entries are answered but not kept: one would push out many.
     max_entry: u64,
-    pub(crate) flights: Arc<Flights>,
     instances: AtomicU64,
     /// What a second of the device costs, for what the cache saved.
     pub(crate) usd_per_second: f64,
@@ -131,7 +129,6 @@ impl ResponseCache {
         ResponseCache {
             store: builder.build(),
             max_entry: capacity / MAX_ENTRY_SHARE,
-            flights: Arc::default(),
             instances: AtomicU64::new(1),
             usd_per_second: device_hour_usd.max(0.0) / 3600.0,
         }

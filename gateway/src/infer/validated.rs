@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::cached::Part;
+use super::cached::{Cached, Part};
 use super::input::Input;
 use super::text::normalized;
 use super::{Arrival, Submission, cached, phases, tokenize};
@@ -120,15 +120,12 @@ fn text_inputs(t: TextRequest) -> (Vec<Input>, models::Truncation, Option<String
 }
 
 /// Submits and awaits one part of a cached request.
-async fn submit_part(
-    version: &ModelVersion,
-    submission: Submission,
-    arrival: &Arrival,
-    wait: Duration,
-) -> Result<(Completed, Part), ApiError> {
+async fn submit_part(on: On<'_>, submission: Submission) -> Result<(Completed, Part), ApiError> {
     let queued = std::time::Instant::now();
-    phases::queued(arrival.arrived);
-    let completed = version.core.submit(submission, arrival, wait).await?;
+    phases::queued(on.arrival.arrived);
+    let completed = (on.version.core)
+        .submit(submission, on.arrival, on.queueing.wait)
+        .await?;
     phases::answered(completed.queue_time, completed.compute_time);
     let part = Part {
         queued,
@@ -137,6 +134,17 @@ async fn submit_part(
         tokenization: Duration::ZERO,
     };
     Ok((completed, part))
+}
+
+/// What a cached request's parts need to run.
+#[derive(Clone, Copy)]
+struct On<'a> {
+    version: &'a ModelVersion,
+    cache: &'a VersionCache,
+    arrival: &'a Arrival,
+    queueing: Queueing,
+    /// The longest it waits for inputs others compute.
+    deadline: tokio::time::Instant,
 }
 
 /// [`run`] with the response cache: an MLP's rows and a text model's texts each their own
@@ -148,78 +156,31 @@ async fn run_cached(
     arrival: &Arrival,
     queueing: Queueing,
 ) -> Result<Ran, ApiError> {
-    let width = version.info.output_width;
-    let wait = queueing.wait;
-    let deadline = cached::deadline(arrival, queueing.timeout, wait);
+    let deadline = cached::deadline(arrival, queueing.timeout, queueing.wait);
+    let on = On {
+        version,
+        cache,
+        arrival,
+        queueing,
+        deadline,
+    };
     let (answered, normalize, rows) = match input {
-        ValidInput::Dense { values, rows } => {
-            let keys = cached::row_keys(cache, &values, rows);
-            let in_width = values.len() / rows.max(1);
-            let some = |todo: Vec<usize>| {
-                let picked = (todo.iter())
-                    .flat_map(|&i| &values[i * in_width..(i + 1) * in_width])
-                    .copied()
-                    .collect();
-                let submission = rows_of(Payload::Dense(picked), todo.len(), queueing);
-                async move {
-                    let (c, part) = submit_part(version, submission, arrival, wait).await?;
-                    Ok((cached::rows_of(&c.output, width, &[]), part))
-                }
-            };
-            let answered = cached::answer(version, cache, keys, arrival, deadline, some);
-            (answered.await?, false, rows)
-        }
+        ValidInput::Dense { values, rows } => (dense_cached(on, &values, rows).await?, false, rows),
         ValidInput::Text(t) => {
             let normalize = t.normalize;
-            let (inputs, truncation, prompt) = text_inputs(t);
-            let prompt = prompt.as_deref();
-            let keys = cached::text_keys(cache, &inputs, truncation, prompt);
-            let some = |todo: Vec<usize>| {
-                let these = todo.iter().map(|&i| inputs[i].clone()).collect();
-                async move {
-                    let tokenizing = std::time::Instant::now();
-                    let tokenized = tokenize::tokenize(version, these, truncation, prompt).await?;
-                    let tokenization = tokenizing.elapsed();
-                    let lengths: Vec<usize> = tokenized.tokens.lengths().collect();
-                    let submission = tokenized.submission(queueing.priority, queueing.timeout);
-                    let (c, part) = submit_part(version, submission, arrival, wait).await?;
-                    let part = Part {
-                        tokenization,
-                        ..part
-                    };
-                    Ok((cached::rows_of(&c.output, width, &lengths), part))
-                }
-            };
-            let answered = cached::answer(version, cache, keys, arrival, deadline, some);
-            let answered = answered.await?;
+            let answered = text_cached(on, t).await?;
             let texts = answered.entries.len();
             (answered, normalize, texts)
         }
         ValidInput::Tensors { tensors, rows } => {
-            let key = cached::tensors_key(cache, &tensors);
-            // One key: computed by one round at most.
-            let mut tensors = Some(tensors);
-            let some = |_: Vec<usize>| {
-                let taken = tensors.take();
-                async move {
-                    let tensors = taken.ok_or_else(|| {
-                        ApiError::Infer(super::InferError::Model(
-                            "the request's tensors were computed twice by the cache".into(),
-                        ))
-                    })?;
-                    let submission = rows_of(Payload::Tensors(tensors), rows, queueing);
-                    let (mut c, part) = submit_part(version, submission, arrival, wait).await?;
-                    Ok((vec![Answer::Tensors(std::mem::take(&mut c.tensors))], part))
-                }
-            };
-            let answered = cached::answer(version, cache, vec![key], arrival, deadline, some);
-            (answered.await?, false, rows)
+            (tensors_cached(on, tensors, rows).await?, false, rows)
         }
     };
     cached::record(version, cache, &answered, rows, arrival);
     let joined = Part::joined(&answered.parts);
     let tokens = cached::tokens_of(&answered.entries);
     let mut completed = joined.map_or_else(|| empty(tokens), |p| p.completed(tokens));
+    let width = version.info.output_width;
     completed.output = normalized(cached::values_of(&answered.entries), width, normalize);
     completed.tensors = cached::tensors_of(&answered.entries);
     Ok(Ran {
@@ -228,6 +189,82 @@ async fn run_cached(
         queued: joined.map_or(arrival.read_from, |p| p.queued),
         cache: Some(answered.outcome),
     })
+}
+
+/// An MLP's rows, each its own entry.
+async fn dense_cached(on: On<'_>, values: &[f32], rows: usize) -> Result<Cached, ApiError> {
+    let keys = cached::row_keys(on.cache, values, rows);
+    let (in_width, width) = (values.len() / rows.max(1), on.version.info.output_width);
+    let some = |todo: Vec<usize>| {
+        let picked = (todo.iter())
+            .flat_map(|&i| &values[i * in_width..(i + 1) * in_width])
+            .copied()
+            .collect();
+        let submission = rows_of(Payload::Dense(picked), todo.len(), on.queueing);
+        async move {
+            let (c, part) = submit_part(on, submission).await?;
+            Ok((cached::rows_of(&c.output, width, &[]), part))
+        }
+    };
+    cached::answer(on.version, on.cache, keys, on.arrival, on.deadline, some).await
+}
+
+/// A text model's texts, each its own entry.
+async fn text_cached(on: On<'_>, t: TextRequest) -> Result<Cached, ApiError> {
+    let (inputs, truncation, prompt) = text_inputs(t);
+    let prompt = prompt.as_deref();
+    let keys = cached::text_keys(on.cache, &inputs, truncation, prompt);
+    let width = on.version.info.output_width;
+    let some = |todo: Vec<usize>| {
+        let these = todo.iter().map(|&i| inputs[i].clone()).collect();
+        async move {
+            let tokenizing = std::time::Instant::now();
+            let tokenized = tokenize::tokenize(on.version, these, truncation, prompt).await?;
+            let tokenization = tokenizing.elapsed();
+            let lengths: Vec<usize> = tokenized.tokens.lengths().collect();
+            let submission = tokenized.submission(on.queueing.priority, on.queueing.timeout);
+            let (c, part) = submit_part(on, submission).await?;
+            let part = Part {
+                tokenization,
+                ..part
+            };
+            Ok((cached::rows_of(&c.output, width, &lengths), part))
+        }
+    };
+    cached::answer(on.version, on.cache, keys, on.arrival, on.deadline, some).await
+}
+
+/// An ONNX model's request, one entry.
+async fn tensors_cached(
+    on: On<'_>,
+    tensors: Vec<seam::Tensor>,
+    rows: usize,
+) -> Result<Cached, ApiError> {
+    let key = cached::tensors_key(on.cache, &tensors);
+    // One key: computed by one round at most.
+    let mut tensors = Some(tensors);
+    let some = |_: Vec<usize>| {
+        let taken = tensors.take();
+        async move {
+            let tensors = taken.ok_or_else(|| {
+                ApiError::Infer(super::InferError::Model(
+                    "the request's tensors were computed twice by the cache".into(),
+                ))
+            })?;
+            let submission = rows_of(Payload::Tensors(tensors), rows, on.queueing);
+            let (mut c, part) = submit_part(on, submission).await?;
+            Ok((vec![Answer::Tensors(std::mem::take(&mut c.tensors))], part))
+        }
+    };
+    cached::answer(
+        on.version,
+        on.cache,
+        vec![key],
+        on.arrival,
+        on.deadline,
+        some,
+    )
+    .await
 }
 
 /// A request none of whose inputs ran.
