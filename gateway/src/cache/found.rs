@@ -97,13 +97,13 @@ impl VersionCache {
     /// this request's to compute. A key the request holds twice is computed once.
     pub fn find(&self, keys: Vec<Key>, policy: Policy) -> Found<'_> {
         let started = Instant::now();
-        let mut first = std::collections::HashMap::new();
+        let mut first: std::collections::HashMap<Arc<Key>, usize> = Default::default();
         let slots: Vec<Slot> = (keys.into_iter().enumerate())
             .map(|(i, key)| match first.get(&key) {
                 Some(&earlier) => Slot::Same(earlier),
                 None => {
                     let key = Arc::new(key);
-                    first.insert(key.as_ref().clone(), i);
+                    first.insert(key.clone(), i);
                     self.slot(key, policy)
                 }
             })
