@@ -136,6 +136,9 @@ fn build_config(args: &ServeArgs) -> anyhow::Result<Config> {
     if let Some(m) = args.metrics_listen {
         config.metrics_listen = Some(m);
     }
+    if let Some(crate::cli::GrpcListen(g)) = args.grpc_listen {
+        config.grpc_listen = g;
+    }
     if let Some(ms) = args.p99_ms {
         config.defaults.p99_ms = ms;
     }

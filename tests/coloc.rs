@@ -522,6 +522,7 @@ fn a_socket_folder_others_may_write_to_or_own_is_refused() {
     let refused = |socket_dir: &std::path::Path| {
         let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
             .args(["serve", "--listen", "127.0.0.1:0", "--device", "cpu"])
+            .args(["--grpc-listen", "127.0.0.1:0"])
             .arg("--model-repository")
             .arg(dir.path().join("models"))
             .arg("--coloc-socket")

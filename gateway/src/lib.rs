@@ -18,6 +18,7 @@ mod error;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
+pub(crate) mod grpc;
 mod http;
 mod infer;
 mod lifecycle;
@@ -74,6 +75,13 @@ pub enum StartError {
     Tls(#[from] TlsError),
     #[error(transparent)]
     Otlp(#[from] otlp::OtlpError),
+    #[error(
+        "cannot bind the gRPC listener {addr} (set grpc_listen or --grpc-listen; \"\" turns it off): {source}"
+    )]
+    GrpcListen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
     #[error("cannot bind the metrics listener {addr}: {source}")]
     MetricsListen {
         addr: std::net::SocketAddr,
@@ -197,15 +205,43 @@ impl Gateway {
         Shutdown::new(self.stop.subscribe())
     }
 
+    /// The HTTP listener, and the gRPC one sharing its connection limit; the metrics
+    /// listener with a limit of its own, so that scrapes get through a flood.
     async fn start_http(&mut self, listener: TcpListener) -> Result<(), StartError> {
-        let main = http::serve(listener, self.state.clone(), self.shutdown(), false);
+        let (state, permits) = (self.state.clone(), http::connection_permits(&self.state));
+        let main = http::serve(
+            listener,
+            state.clone(),
+            self.shutdown(),
+            http::Api::Http,
+            permits.clone(),
+        );
         self.servers.push(tokio::spawn(main));
+        if let Some(addr) = self.config.grpc_listen {
+            let l = TcpListener::bind(addr)
+                .await
+                .map_err(|source| StartError::GrpcListen { addr, source })?;
+            let bound = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
+            tracing::info!(grpc_addr = %bound, "gRPC listening");
+            let max_message = self.config.limits.max_body_bytes;
+            let services = Arc::new(grpc::Services::new(state.clone(), max_message));
+            let grpc = http::serve(
+                l,
+                state.clone(),
+                self.shutdown(),
+                http::Api::Grpc(services),
+                permits,
+            );
+            self.servers.push(tokio::spawn(grpc));
+        }
         if let Some(addr) = self.config.metrics_listen {
             let l = TcpListener::bind(addr)
                 .await
                 .map_err(|source| StartError::MetricsListen { addr, source })?;
             tracing::info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "metrics listening");
-            let metrics_only = http::serve(l, self.state.clone(), self.shutdown(), true);
+            let permits = http::connection_permits(&state);
+            let metrics_only =
+                http::serve(l, state, self.shutdown(), http::Api::MetricsOnly, permits);
             self.servers.push(tokio::spawn(metrics_only));
         }
         Ok(())

@@ -78,7 +78,7 @@ enum Kind {
 /// `tandem_model_version_loaded` is rendered apart ([`render_loaded_versions`]).
 #[rustfmt::skip]
 const HELP: &[(&str, Kind, bool, &str)] = &[
-    (REQUESTS, Kind::Counter, false, "Inference requests answered, by model and HTTP status code."),
+    (REQUESTS, Kind::Counter, false, "Inference requests answered, by model, protocol (http, grpc) and HTTP status code (a gRPC status as its HTTP equivalent)."),
     (REQUEST_DURATION, Kind::Histogram, true, "Time from a request's arrival to its response being ready."),
     (QUEUE_DURATION, Kind::Histogram, true, "Time from a request's arrival to its batch starting: decoding, validation and the queue."),
     (COMPUTE_DURATION, Kind::Histogram, true, "Time a batch's forward pass took on the device."),

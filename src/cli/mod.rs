@@ -63,6 +63,10 @@ pub struct ServeArgs {
     #[arg(long, env = "TANDEM_METRICS_LISTEN")]
     pub metrics_listen: Option<std::net::SocketAddr>,
 
+    /// Serve the gRPC API on this address ("" turns it off; default 127.0.0.1:8001).
+    #[arg(long, env = "TANDEM_GRPC_LISTEN", value_parser = grpc_listen)]
+    pub grpc_listen: Option<GrpcListen>,
+
     /// Default p99 latency budget for every model, in milliseconds (adaptive policy).
     #[arg(long, env = "TANDEM_P99_MS")]
     pub p99_ms: Option<f64>,
@@ -111,6 +115,14 @@ pub enum CpuPrecisionArg {
 pub enum PolicyArg {
     Adaptive,
     Static,
+}
+
+/// `--grpc-listen`: an address, or none for `""`.
+#[derive(Clone, Debug)]
+pub struct GrpcListen(pub Option<std::net::SocketAddr>);
+
+fn grpc_listen(s: &str) -> Result<GrpcListen, String> {
+    gateway::config::listen::optional::parse(s).map(GrpcListen)
 }
 
 fn parse_model(s: &str) -> Result<(String, PathBuf), String> {

@@ -82,6 +82,8 @@ fn a_config_file_with_a_huge_queue_is_refused_at_start() {
             "127.0.0.1:0",
             "--device",
             "cpu",
+            "--grpc-listen",
+            "",
             "--config",
         ])
         .arg(&config)

@@ -163,7 +163,14 @@ fn a_key_file_with_an_empty_line_stops_the_start_with_a_clear_error() {
     );
     std::fs::write(&config, toml).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--grpc-listen",
+            "",
+            "--config",
+        ])
         .arg(&config)
         .output()
         .unwrap();
@@ -174,7 +181,8 @@ fn a_key_file_with_an_empty_line_stops_the_start_with_a_clear_error() {
         "{stderr}"
     );
     let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--api-key", "has space"])
+        .args(["serve", "--listen", "127.0.0.1:0", "--grpc-listen", ""])
+        .args(["--api-key", "has space"])
         .args(["--model-repository", repo.to_str().unwrap()])
         .output()
         .unwrap();

@@ -11,6 +11,7 @@ mod arrays;
 mod auth;
 mod cache;
 mod edge;
+mod grpc;
 mod lifecycle;
 mod malformed;
 mod onnx;

@@ -12,6 +12,10 @@ Models (each DIR/<name>/1/model.onnx, most with a config.pbtxt):
   fragile   FP32 [-1, -1] reshaped to [n, 2, -1]: ONNX Runtime fails on an odd length
   reshaped  served as [-1, 2, 3] in and [-1, 6] out, the graph's [-1, 6] and [-1, 2, 3]
             (Triton's reshape)
+
+    python tests/python/make_onnx_models.py DIR grpc
+
+  mixed, masks, and halves: FP16 "h" and BF16 "b" [-1, 3] in, each as it came out ("h2", "b2")
 """
 
 import os
@@ -207,12 +211,30 @@ output [ { name: "masked" data_type: TYPE_FP32 dims: [ 4 ] } ]
     save(repo, "masks", graph, config)
 
 
+def halves(repo):
+    nodes = [
+        helper.make_node("Identity", ["h"], ["h2"]),
+        helper.make_node("Identity", ["b"], ["b2"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "halves",
+        [tensor("h", TensorProto.FLOAT16, ["n", 3]), tensor("b", TensorProto.BFLOAT16, ["n", 3])],
+        [tensor("h2", TensorProto.FLOAT16, ["n", 3]), tensor("b2", TensorProto.BFLOAT16, ["n", 3])],
+    )
+    save(repo, "halves", graph)
+
+
 def main():
     repo = sys.argv[1]
     os.makedirs(repo, exist_ok=True)
     which = sys.argv[2] if len(sys.argv) > 2 else "all"
     if which == "cnn-v2":
         cnn(repo, seed=2, version=2)
+        return
+    if which == "grpc":
+        mixed(repo)
+        masks(repo)
+        halves(repo)
         return
     cnn(repo)
     mixed(repo)

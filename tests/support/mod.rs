@@ -227,6 +227,7 @@ pub fn infer_body(input: &[f32], rows: usize) -> serde_json::Value {
 pub fn assert_start_fails<S: AsRef<std::ffi::OsStr>>(args: &[S], says: &[&str]) {
     let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args(["serve", "--listen", "127.0.0.1:0", "--device", "cpu"])
+        .args(["--grpc-listen", "127.0.0.1:0"])
         .args(args)
         .output()
         .unwrap();
@@ -247,11 +248,18 @@ fn listening_on(line: &str) -> Option<String> {
     (json["message"] == "listening").then(|| json["addr"].as_str().map(str::to_string))?
 }
 
+/// The bound gRPC address in the `gRPC listening` line.
+fn grpc_listening_on(line: &str) -> Option<SocketAddr> {
+    let rest = line.split("gRPC listening grpc_addr=").nth(1)?;
+    rest.trim().parse().ok()
+}
+
 /// The real `tandem serve`, on a free port, with its log collected.
 pub struct Server {
     child: Child,
     pub addr: SocketAddr,
     log: Arc<Mutex<String>>,
+    grpc: Arc<Mutex<Option<SocketAddr>>>,
     /// The folder of this server's own trainer socket, removed on drop.
     socket_dir: Option<PathBuf>,
 }
@@ -293,6 +301,9 @@ impl Server {
         if !args.contains(&"--device") {
             command.args(["--device", "cpu"]);
         }
+        if !args.contains(&"--grpc-listen") {
+            command.args(["--grpc-listen", "127.0.0.1:0"]);
+        }
         let own_socket = !args.contains(&"--config") && !args.contains(&"--coloc-socket");
         if own_socket {
             command.arg("--coloc-socket").arg(&socket);
@@ -309,10 +320,15 @@ impl Server {
         let (tx, rx) = std::sync::mpsc::channel();
         let stderr = child.stderr.take().unwrap();
         let sink = log.clone();
+        let grpc = Arc::new(Mutex::new(None));
+        let grpc_seen = grpc.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(addr) = listening_on(&line) {
                     let _ = tx.send(addr);
+                }
+                if let Some(addr) = grpc_listening_on(&line) {
+                    *grpc_seen.lock().unwrap() = Some(addr);
                 }
                 let mut l = sink.lock().unwrap();
                 l.push_str(&line);
@@ -333,6 +349,7 @@ impl Server {
             child,
             addr,
             log,
+            grpc,
             socket_dir: own_socket.then(|| socket.parent().unwrap().to_path_buf()),
         }
     }
@@ -354,6 +371,17 @@ impl Server {
             std::thread::sleep(Duration::from_millis(50));
         }
         panic!("server not ready within {within:?}:\n{}", self.log());
+    }
+
+    /// The gRPC listener's address (logged as it binds, before readiness).
+    pub fn grpc_addr(&self) -> SocketAddr {
+        let mut found = None;
+        let seen = poll_until(Duration::from_secs(10), || {
+            found = *self.grpc.lock().unwrap();
+            found.is_some()
+        });
+        assert!(seen, "no gRPC listener logged:\n{}", self.log());
+        found.unwrap()
     }
 
     pub fn log(&self) -> String {

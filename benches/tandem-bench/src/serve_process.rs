@@ -29,11 +29,13 @@ pub fn tandem() -> PathBuf {
 pub struct ServeProcess {
     pub child: Child,
     pub url: String,
+    /// The gRPC listener's `HOST:PORT`.
+    pub grpc: Option<String>,
     pub log: PathBuf,
 }
 
 impl ServeProcess {
-    /// Starts `tandem serve --listen 127.0.0.1:0 --config CONFIG` (on `pin` cores only, if
+    /// Starts `tandem serve --listen 127.0.0.1:0 --grpc-listen 127.0.0.1:0 --config CONFIG` (on `pin` cores only, if
     /// given), its stderr to `log`, and waits until it has said where it listens and that
     /// it is ready.
     pub fn start(config: &Path, log: &Path, pin: Option<&[usize]>) -> anyhow::Result<Self> {
@@ -42,7 +44,14 @@ impl ServeProcess {
             cores::pin_child(&mut cmd, pin);
         }
         let child = cmd
-            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--grpc-listen",
+                "127.0.0.1:0",
+            ])
+            .arg("--config")
             .arg(config)
             .stderr(std::fs::File::create(log)?)
             .stdout(Stdio::null())
@@ -51,6 +60,7 @@ impl ServeProcess {
         let mut server = ServeProcess {
             child,
             url: String::new(),
+            grpc: None,
             log: log.to_path_buf(),
         };
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -62,6 +72,9 @@ impl ServeProcess {
                 .and_then(|r| r.split_whitespace().next());
             if let (Some(addr), true) = (addr, text.contains("serving ready=true")) {
                 server.url = format!("http://{addr}");
+                server.grpc = (text.split("grpc_addr=").nth(1))
+                    .and_then(|r| r.split_whitespace().next())
+                    .map(str::to_string);
                 return Ok(server);
             }
             if let Some(status) = server.child.try_wait()? {

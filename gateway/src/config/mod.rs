@@ -19,6 +19,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// A second address that serves only `/metrics`, if set.
     pub metrics_listen: Option<SocketAddr>,
+    /// Address of the gRPC API (`inference.GRPCInferenceService`); `""` turns it off.
+    #[serde(with = "listen::optional")]
+    pub grpc_listen: Option<SocketAddr>,
     /// `auto`, `cpu`, `cuda` or `cuda:N`.
     pub device: String,
     /// A Triton-style repository: `DIR/<model>/<version>/model.safetensors`.
@@ -161,6 +164,7 @@ impl Default for Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8000)),
             metrics_listen: None,
+            grpc_listen: Some(SocketAddr::from(([127, 0, 0, 1], 8001))),
             device: "auto".into(),
             model_repository: None,
             repository_poll_ms: 1000,
@@ -455,6 +459,7 @@ impl ColocConfig {
 mod api_keys;
 mod cache;
 mod cors;
+pub mod listen;
 mod model;
 #[cfg(test)]
 mod tests;

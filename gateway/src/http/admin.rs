@@ -53,7 +53,7 @@ pub async fn handle(
     peer: std::net::SocketAddr,
     segments: &[String],
 ) -> Result<Response<Full<Bytes>>, ApiError> {
-    super::auth::authorize_admin(state, &req, peer)?;
+    super::auth::authorize_admin(state, req.headers(), peer)?;
     let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
     match (req.method().clone(), segs.as_slice()) {
         (Method::GET, ["admin", "models"]) => Ok(list(state)),

@@ -5,7 +5,7 @@
 //! the route's own API, and counted by route family.
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Request, Response, header};
+use http::{HeaderMap, HeaderValue, Method, Response, header};
 use http_body_util::Full;
 
 use super::AppState;
@@ -61,14 +61,22 @@ pub fn family(method: &Method, segments: &[&str], auth_metrics: bool) -> Option<
 /// Whether `headers` carry one of `keys` as a bearer token; true when there are none. Every
 /// key is compared whole, so the time taken tells nothing of how much of one matched.
 pub fn authorized(keys: &[ApiKey], headers: &HeaderMap) -> bool {
+    authorized_by(keys, authorization(headers))
+}
+
+/// `Authorization`'s value, where it is text.
+fn authorization(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+}
+
+/// [`authorized`], given the `authorization` value (gRPC's metadata holds it too).
+pub fn authorized_by(keys: &[ApiKey], authorization: Option<&str>) -> bool {
     if keys.is_empty() {
         return true;
     }
-    let Some(presented) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(bearer_token)
-    else {
+    let Some(presented) = authorization.and_then(bearer_token) else {
         return false;
     };
     keys.iter().fold(false, |found, key| {
@@ -78,18 +86,23 @@ pub fn authorized(keys: &[ApiKey], headers: &HeaderMap) -> bool {
 
 /// Whether a request may use the admin API (and the repository's load and unload): the
 /// admin token as a bearer token where one is set, else only from loopback.
-pub fn authorize_admin<B>(
+pub fn authorize_admin(
     state: &AppState,
-    req: &Request<B>,
+    headers: &HeaderMap,
+    peer: std::net::SocketAddr,
+) -> Result<(), ApiError> {
+    authorize_admin_by(state, authorization(headers), peer)
+}
+
+/// [`authorize_admin`], given the `authorization` value.
+pub fn authorize_admin_by(
+    state: &AppState,
+    authorization: Option<&str>,
     peer: std::net::SocketAddr,
 ) -> Result<(), ApiError> {
     match &state.config().admin.token {
         Some(token) => {
-            let presented = req
-                .headers()
-                .get(http::header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(bearer_token);
+            let presented = authorization.and_then(bearer_token);
             if presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes())) {
                 Ok(())
             } else {

@@ -34,7 +34,7 @@ use crate::shutdown::Shutdown;
 pub struct Connection {
     pub state: Arc<AppState>,
     pub limits: crate::config::Limits,
-    pub metrics_only: bool,
+    pub api: super::Api,
     pub peer: std::net::SocketAddr,
     pub shutdown: Shutdown,
     pub edge: Arc<Edge>,
@@ -49,7 +49,8 @@ struct Activity {
 
 /// A response as the layers around the routes give it.
 type Answer = Response<AnswerBody>;
-type AnswerBody = tower_http::body::UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+type AnswerBody = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// What a connection sends: the answer, or over HTTP/2 the answer tracked until it is read.
 type Sent = Response<Either<AnswerBody, Tracked<AnswerBody>>>;
 
@@ -160,7 +161,12 @@ impl Connection {
     > + Clone
     + Send
     + 'static {
-        let (state, metrics_only, peer) = (self.state.clone(), self.metrics_only, self.peer);
+        let metrics_only = matches!(self.api, super::Api::MetricsOnly);
+        let grpc = match &self.api {
+            super::Api::Grpc(services) => Some(services.clone()),
+            _ => None,
+        };
+        let (state, peer) = (self.state.clone(), self.peer);
         let handler_state = state.clone();
         let handler_clock = clock.clone();
         let routes = ServiceBuilder::new()
@@ -190,18 +196,23 @@ impl Connection {
         tower::service_fn(move |req: Request<Incoming>| {
             activity.begun.fetch_add(1, Ordering::Relaxed);
             activity.in_flight.fetch_add(1, Ordering::Relaxed);
-            let (routes, cors) = (routes.clone(), cors.clone());
+            let (routes, cors, grpc) = (routes.clone(), cors.clone(), grpc.clone());
             let (state, edge, clock, activity) =
                 (state.clone(), edge.clone(), clock.clone(), activity.clone());
             let sending = (req.version() == Version::HTTP_2).then(|| sending.clone());
+            let held = activity.clone();
             async move {
                 let admin = req.uri().path().starts_with("/admin");
                 let answered = around(req, &state, &edge, metrics_only, |req| async move {
+                    if let Some(grpc) = grpc {
+                        return until_sent(grpc.answer(req, peer).await, held);
+                    }
                     let answer = match cors {
                         Some(cors) if !admin => cors.oneshot(req).await,
                         _ => routes.oneshot(req).await,
                     };
-                    answer.unwrap_or_else(|never| match never {})
+                    let answer = answer.unwrap_or_else(|never| match never {});
+                    answer.map(http_body_util::BodyExt::boxed_unsync)
                 })
                 .await;
                 // Whatever this request, or a layer that answered it, left unclaimed is not
@@ -216,6 +227,31 @@ impl Connection {
                 Ok(sent)
             }
         })
+    }
+}
+
+/// A gRPC answer, its call counted in flight until its body (a stream's every message) is
+/// sent or dropped: the idle watchdog never closes a connection under an open stream.
+fn until_sent(answer: Response<tonic::body::Body>, activity: Arc<Activity>) -> Answer {
+    use http_body_util::BodyExt;
+    activity.in_flight.fetch_add(1, Ordering::Relaxed);
+    let guard = InFlight(activity);
+    answer.map(move |body| {
+        body.map_frame(move |frame| {
+            let _held = &guard;
+            frame
+        })
+        .map_err(|status| Box::new(status) as BoxError)
+        .boxed_unsync()
+    })
+}
+
+/// One call counted in flight while it lives.
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

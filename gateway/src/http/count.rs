@@ -39,17 +39,30 @@ pub async fn counted(
             (response, SERVING.with(|v| v.take()))
         })
         .await;
-    let label = version
-        .as_ref()
-        .map_or("_unknown".to_string(), |v| v.name.clone());
-    if let Some(v) = &version
-        && !response.status().is_success()
-    {
-        v.stats.failed(started.elapsed());
-    }
-    let code = response.status().as_u16().to_string();
-    metrics::counter!(names::REQUESTS, "model" => label.clone(), "code" => code).increment(1);
-    metrics::histogram!(names::REQUEST_DURATION, "model" => label)
-        .record(started.elapsed().as_secs_f64());
+    let status = response.status();
+    finished(version.as_deref(), status, "http", started.elapsed());
     response
+}
+
+/// One inference request answered, over `protocol` (`http` or `grpc`), with the HTTP
+/// status its outcome maps to (a gRPC status's equivalent, docs/api.md): counted under its
+/// model (`_unknown` where none was resolved: the label set stays bounded), and a failure
+/// in the version's statistics.
+pub fn finished(
+    version: Option<&ModelVersion>,
+    status: http::StatusCode,
+    protocol: &'static str,
+    took: std::time::Duration,
+) {
+    let label = version.map_or("_unknown".to_string(), |v| v.name.clone());
+    if let Some(v) = version
+        && !status.is_success()
+    {
+        v.stats.failed(took);
+    }
+    let code = status.as_u16().to_string();
+    metrics::counter!(names::REQUESTS, "model" => label.clone(), "code" => code, "protocol" => protocol)
+        .increment(1);
+    metrics::histogram!(names::REQUEST_DURATION, "model" => label, "protocol" => protocol)
+        .record(took.as_secs_f64());
 }

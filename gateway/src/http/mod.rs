@@ -8,12 +8,12 @@
 mod access;
 pub(crate) mod admin;
 mod arrival;
-mod auth;
+pub(crate) mod auth;
 mod body;
 pub(crate) mod cohere;
 mod connection;
 pub(crate) mod content_coding;
-mod count;
+pub(crate) mod count;
 pub(crate) mod errors;
 mod head;
 mod limit;
@@ -25,7 +25,7 @@ pub(crate) mod tei;
 mod text_handler;
 pub mod tls;
 mod trace;
-mod v2;
+pub(crate) mod v2;
 mod write_stall;
 
 use std::sync::Arc;
@@ -83,18 +83,34 @@ impl AppState {
     }
 }
 
+/// What a listener serves.
+#[derive(Clone)]
+pub enum Api {
+    /// Every HTTP route.
+    Http,
+    /// `GET /metrics` alone.
+    MetricsOnly,
+    /// The gRPC services.
+    Grpc(Arc<crate::grpc::Services>),
+}
+
+/// Open connections at most, for the listeners that share them (`limits.max_connections`).
+pub fn connection_permits(state: &AppState) -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(state.config().limits.max_connections))
+}
+
 /// Serves `listener` until shutdown, then lets open connections finish their in-flight
-/// requests (within `limits.shutdown_grace_ms`) and returns. With `metrics_only`, answers
-/// only `GET /metrics`.
+/// requests (within `limits.shutdown_grace_ms`) and returns; a connection takes one of
+/// `permits` while it is open.
 pub async fn serve(
     listener: TcpListener,
     state: Arc<AppState>,
     mut shutdown: Shutdown,
-    metrics_only: bool,
+    api: Api,
+    permits: Arc<Semaphore>,
 ) {
     // Connection-level limits are read once: a reload does not change a bound socket.
     let limits = state.config().limits.clone();
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
     let edge = Arc::new(Edge::new(&state.config()));
     let mut tasks = tokio::task::JoinSet::new();
     let mut accepts = Accepts::default();
@@ -115,7 +131,7 @@ pub async fn serve(
         let connection = Connection {
             state: state.clone(),
             limits: limits.clone(),
-            metrics_only,
+            api: api.clone(),
             peer,
             shutdown: shutdown.clone(),
             edge: edge.clone(),

@@ -13,7 +13,8 @@ use crate::batching::{Completed, Payload};
 use crate::cache::{Answer, Outcome, VersionCache};
 use crate::error::ApiError;
 use crate::lifecycle::registry::ModelVersion;
-use crate::validate::{TextRequest, ValidInput};
+use crate::protocol::response::OutputRequest;
+use crate::validate::{TextRequest, ValidInput, ValidRequest};
 
 /// What a validated request came to.
 pub struct Ran {
@@ -36,6 +37,74 @@ pub struct Queueing {
     pub wait: Duration,
     /// It was admitted before it was parsed (a model without the response cache).
     pub admitted: bool,
+}
+
+/// How a v2 request (JSON, binary or gRPC) was let in before it was decoded.
+#[derive(Clone, Copy)]
+pub struct Admitted {
+    /// The model may answer it from the response cache: it is admitted once it is found
+    /// missing there, not before.
+    caching: bool,
+}
+
+/// A v2 request before it is decoded: admitted now, unless the response cache may answer
+/// it (a request found there is answered without admission). The body is read, so a
+/// refusal leaves the connection usable.
+pub fn admit(version: &ModelVersion, arrival: &Arrival) -> Result<Admitted, ApiError> {
+    let caching = version.cache_for(arrival.cache).is_some();
+    if !caching {
+        version.core.admit_unparsed(arrival)?;
+    }
+    Ok(Admitted { caching })
+}
+
+/// A v2 request, run: what the response needs of it.
+pub struct Served {
+    pub id: Option<String>,
+    pub outputs: Vec<OutputRequest>,
+    pub ran: Ran,
+    /// Its arrival, with what the request itself lets the response cache do.
+    pub arrival: Arrival,
+}
+
+impl Served {
+    /// Records the request once its response is ready (a cached request's computed parts
+    /// were recorded as they ran); how the cache answered it, where it was used.
+    pub fn record(&self, version: &ModelVersion) -> Option<Outcome> {
+        let ran = &self.ran;
+        if ran.cache.is_none() {
+            super::record(version, &self.arrival, ran.queued, ran.rows, &ran.completed);
+        }
+        ran.cache
+    }
+}
+
+/// Runs a decoded v2 request that [`admit`] let in; `wait` is the longest it waits for
+/// its answer.
+pub async fn serve(
+    version: &ModelVersion,
+    valid: ValidRequest,
+    mut arrival: Arrival,
+    admitted: Admitted,
+    wait: Duration,
+) -> Result<Served, ApiError> {
+    arrival.cache = arrival.cache.and(valid.cache);
+    let cache = version
+        .cache_for(arrival.cache)
+        .filter(|_| admitted.caching);
+    let queueing = Queueing {
+        priority: valid.priority,
+        timeout: valid.timeout,
+        wait,
+        admitted: !admitted.caching,
+    };
+    let ran = run(version, valid.input, &arrival, queueing, cache).await?;
+    Ok(Served {
+        id: valid.id,
+        outputs: valid.outputs,
+        ran,
+        arrival,
+    })
 }
 
 /// Runs `input` on `version`, with `cache` where the model uses the response cache and the

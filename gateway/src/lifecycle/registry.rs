@@ -124,6 +124,16 @@ impl ModelVersion {
         ((policy.lookup || policy.store) && on()).then_some(cache)
     }
 
+    /// What validation reads of the model: its input, its first input's and output's names.
+    pub fn signature(&self) -> crate::validate::Signature<'_> {
+        let meta = &self.info.metadata;
+        crate::validate::Signature {
+            input: &self.info.input,
+            input_name: meta.inputs.first().map_or("", |t| t.name.as_str()),
+            output_name: meta.outputs.first().map_or("", |t| t.name.as_str()),
+        }
+    }
+
     pub fn settings(&self) -> ModelSettings {
         self.settings
             .lock()

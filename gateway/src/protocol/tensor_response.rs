@@ -61,7 +61,8 @@ pub fn encode(
     })
 }
 
-fn write_bytes(t: &Tensor, out: &mut Vec<u8>) {
+/// A tensor's elements as the binary extension (and gRPC's raw contents) carry them.
+pub fn write_bytes(t: &Tensor, out: &mut Vec<u8>) {
     match &t.data {
         TensorData::Fixed(b) => out.extend_from_slice(b.as_bytes()),
         TensorData::Bytes(items) => {

@@ -15,11 +15,11 @@ use crate::http::arrival::ArrivalClock;
 use crate::http::errors::error_response;
 use crate::http::head::{BINARY_HEADER, CACHE_HEADER, Head, arrival_of, read_head};
 use crate::http::{body, content_coding};
-use crate::infer::{self, validated, validated::Ran};
+use crate::infer::validated::{self, Served};
 use crate::lifecycle::registry::ModelVersion;
 use crate::protocol::response::{self, EncodedResponse, ResponseFields};
 use crate::protocol::{InferRequest, binary, json_de, tensor_response};
-use crate::validate::{Signature, ValidRequest, validate};
+use crate::validate::{ValidRequest, validate};
 
 /// Answers one infer request (the router counts it, [`crate::http::count`]).
 pub async fn infer(
@@ -51,46 +51,27 @@ async fn infer_on(
     let config = state.config();
     let limit = config.limits.max_body_bytes;
     let body = body::read_body(req.into_body(), limit, config.limits.body_read_timeout()).await?;
-    let mut arrival = arrival_of(started, clock, &head);
-    // Before any decompression or parsing (the body is read, so the connection stays
-    // usable whatever the answer); but a model with the response cache parses first, as a
-    // request found there is answered without admission.
-    let caching = version.cache_for(arrival.cache).is_some();
-    if !caching {
-        version.core.admit_unparsed(&arrival)?;
-    }
+    let arrival = arrival_of(started, clock, &head);
+    // Before any decompression or parsing (validated::admit).
+    let admitted = validated::admit(version, &arrival)?;
     let body = content_coding::decode(body, head.coding, limit).await?;
     let valid = decode(&body, &head, version)?;
     drop(body);
-    let (id, outputs) = (valid.id, valid.outputs);
-    arrival.cache = arrival.cache.and(valid.cache);
-    let cache = version.cache_for(arrival.cache).filter(|_| caching);
-    let queueing = validated::Queueing {
-        priority: valid.priority,
-        timeout: valid.timeout,
-        wait: config.limits.request_timeout(),
-        admitted: !caching,
-    };
-    let Ran {
-        completed,
-        rows,
-        queued,
-        cache,
-    } = validated::run(version, valid.input, &arrival, queueing, cache).await?;
+    let wait = config.limits.request_timeout();
+    let served = validated::serve(version, valid, arrival, admitted, wait).await?;
+    let Served {
+        id, outputs, ran, ..
+    } = &served;
     let encoded = match &version.info.input {
         models::InputKind::Tensors(_) => {
-            encode_tensors(version, id.as_deref(), &outputs, &completed)?
+            encode_tensors(version, id.as_deref(), outputs, &ran.completed)?
         }
-        _ => encode(version, id.as_deref(), &outputs, rows, &completed)?,
+        _ => encode(version, id.as_deref(), outputs, ran.rows, &ran.completed)?,
     };
     let mut response = respond(encoded, head.answer_coding).await;
-    match cache {
-        Some(outcome) => {
-            let value = http::HeaderValue::from_static(outcome.as_str());
-            response.headers_mut().insert(CACHE_HEADER, value);
-        }
-        // A cached request's computed parts were recorded as they ran.
-        None => infer::record(version, &arrival, queued, rows, &completed),
+    if let Some(outcome) = served.record(version) {
+        let value = http::HeaderValue::from_static(outcome.as_str());
+        response.headers_mut().insert(CACHE_HEADER, value);
     }
     Ok(response)
 }
@@ -104,13 +85,12 @@ fn decode(body: &[u8], head: &Head, version: &ModelVersion) -> Result<ValidReque
     let request: InferRequest = json_de::from_slice(json_part)
         .map_err(|e| ApiError::malformed(format!("invalid inference request JSON: {e}")))?;
     let settings = version.settings();
-    let meta = &version.info.metadata;
-    let signature = Signature {
-        input: &version.info.input,
-        input_name: meta.inputs.first().map_or("", |t| t.name.as_str()),
-        output_name: meta.outputs.first().map_or("", |t| t.name.as_str()),
-    };
-    Ok(validate(request, binary_part, &signature, &settings)?)
+    Ok(validate(
+        request,
+        binary_part,
+        &version.signature(),
+        &settings,
+    )?)
 }
 
 fn encode(

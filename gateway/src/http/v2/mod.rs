@@ -8,4 +8,4 @@ mod repository;
 
 pub use infer::infer;
 pub use models::*;
-pub use repository::{index, load, unload};
+pub use repository::{index, index_entries, load, load_model, unload, unload_model};

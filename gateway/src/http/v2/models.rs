@@ -40,8 +40,20 @@ pub fn server_metadata() -> Response<Full<Bytes>> {
     let body = json!({
         "name": "tandem",
         "version": env!("CARGO_PKG_VERSION"),
-        "extensions": ["binary_tensor_data", "model_configuration", "model_repository", "statistics"],
+        "extensions": EXTENSIONS,
     });
+    json_response(StatusCode::OK, body.to_string().into_bytes())
+}
+
+/// The protocol extensions tandem speaks, as server metadata names them.
+pub const EXTENSIONS: [&str; 4] = [
+    "binary_tensor_data",
+    "model_configuration",
+    "model_repository",
+    "statistics",
+];
+
+fn json_ok(body: &serde_json::Value) -> Response<Full<Bytes>> {
     json_response(StatusCode::OK, body.to_string().into_bytes())
 }
 
@@ -62,6 +74,15 @@ pub fn model_metadata(
     model: &str,
     version: Option<&str>,
 ) -> Result<Response<Full<Bytes>>, ApiError> {
+    metadata_json(state, model, version).map(|body| json_ok(&body))
+}
+
+/// A model's metadata in the protocol's JSON form (gRPC reads the same into its message).
+pub fn metadata_json(
+    state: &AppState,
+    model: &str,
+    version: Option<&str>,
+) -> Result<serde_json::Value, ApiError> {
     let v = state.registry.resolve(model, version)?;
     let versions: Vec<String> = match version {
         Some(_) => vec![v.version.to_string()],
@@ -80,7 +101,7 @@ pub fn model_metadata(
         "inputs": meta.inputs,
         "outputs": meta.outputs,
     });
-    Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
+    Ok(body)
 }
 
 /// `GET /v2/models[/{m}[/versions/{v}]]/stats`: Triton's statistics of every loaded
@@ -90,6 +111,15 @@ pub fn statistics(
     model: Option<&str>,
     version: Option<&str>,
 ) -> Result<Response<Full<Bytes>>, ApiError> {
+    statistics_json(state, model, version).map(|body| json_ok(&body))
+}
+
+/// [`statistics`]' answer in Triton's JSON form.
+pub fn statistics_json(
+    state: &AppState,
+    model: Option<&str>,
+    version: Option<&str>,
+) -> Result<serde_json::Value, ApiError> {
     let versions = match (model, version) {
         (None, _) => state.registry.all(),
         (Some(m), Some(v)) => vec![state.registry.resolve(m, Some(v))?],
@@ -113,8 +143,7 @@ pub fn statistics(
         .iter()
         .map(|v| v.stats.to_json(&v.name, v.version))
         .collect();
-    let body = json!({ "model_stats": model_stats });
-    Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
+    Ok(json!({ "model_stats": model_stats }))
 }
 
 /// `GET /v2/models/{m}[/versions/{v}]/config`: the settings a version serves with, in the
@@ -128,6 +157,15 @@ pub fn model_config(
     model: &str,
     version: Option<&str>,
 ) -> Result<Response<Full<Bytes>>, ApiError> {
+    config_json(state, model, version).map(|body| json_ok(&body))
+}
+
+/// [`model_config`]'s answer in Triton's JSON form of `ModelConfig`.
+pub fn config_json(
+    state: &AppState,
+    model: &str,
+    version: Option<&str>,
+) -> Result<serde_json::Value, ApiError> {
     let v = state.registry.resolve(model, version)?;
     let s = v.settings();
     let meta = &v.info.metadata;
@@ -173,11 +211,10 @@ pub fn model_config(
             "max_batch_tokens": text(s.max_batch_tokens.to_string()),
         },
     });
-    let body = match &v.triton {
+    Ok(match &v.triton {
         Some(t) => served_over_file(t.json.clone(), body),
         None => body,
-    };
-    Ok(json_response(StatusCode::OK, body.to_string().into_bytes()))
+    })
 }
 
 /// A config.pbtxt's fields with what the version serves with written over them, field by

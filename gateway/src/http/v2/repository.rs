@@ -21,7 +21,7 @@ use crate::error::ApiError;
 use crate::http::AppState;
 use crate::http::errors::json_response;
 use crate::lifecycle::registry::LookupError;
-use crate::lifecycle::repository_control::{RepositoryControl, VersionState};
+use crate::lifecycle::repository_control::{IndexEntry, RepositoryControl, VersionState};
 
 #[derive(Debug, Default, Deserialize)]
 struct IndexRequest {
@@ -42,6 +42,14 @@ pub async fn index(
 ) -> Result<Response<Full<Bytes>>, ApiError> {
     let body = crate::http::body::read_admin_body(state, req).await?;
     let request: IndexRequest = parse_optional(&body, "repository index request")?;
+    let body = serde_json::to_vec(&index_entries(state, request.ready))
+        .map_err(|e| ApiError::Internal(format!("cannot encode the index: {e}")))?;
+    Ok(json_response(StatusCode::OK, body))
+}
+
+/// Every version the repository holds (only the ready ones, with `ready`), and the models
+/// given as single files, by name and version.
+pub fn index_entries(state: &AppState, ready: bool) -> Vec<IndexEntry> {
     let mut entries = state
         .repository
         .as_ref()
@@ -51,7 +59,7 @@ pub async fn index(
     for name in state.registry.model_names() {
         if !entries.iter().any(|e| e.name == name) {
             for v in state.registry.versions(&name) {
-                entries.push(crate::lifecycle::repository_control::IndexEntry {
+                entries.push(IndexEntry {
                     name: name.clone(),
                     version: v,
                     state: VersionState::Ready,
@@ -61,12 +69,10 @@ pub async fn index(
         }
     }
     entries.sort_by(|a, b| (&a.name, a.version).cmp(&(&b.name, b.version)));
-    if request.ready {
+    if ready {
         entries.retain(|e| e.state == VersionState::Ready);
     }
-    let body = serde_json::to_vec(&entries)
-        .map_err(|e| ApiError::Internal(format!("cannot encode the index: {e}")))?;
-    Ok(json_response(StatusCode::OK, body))
+    entries
 }
 
 pub async fn unload(
@@ -77,6 +83,12 @@ pub async fn unload(
 ) -> Result<Response<Full<Bytes>>, ApiError> {
     // `unload_dependents` names ensembles, which tandem does not have: read, then moot.
     let _ = read_change(state, req, peer, "unload request").await?;
+    unload_model(state, model).await?;
+    Ok(json_response(StatusCode::OK, b"{}".to_vec()))
+}
+
+/// Takes `model` out of service until it is loaded again (the caller is authorized).
+pub async fn unload_model(state: &AppState, model: &str) -> Result<(), ApiError> {
     let control = repository_for(state, model)?;
     let known = !state.registry.versions(model).is_empty()
         || control.index().iter().any(|e| e.name == model);
@@ -89,7 +101,7 @@ pub async fn unload(
     control.hold(model);
     control.pass_now().await?;
     tracing::info!(model, "model unloaded through the repository API");
-    Ok(json_response(StatusCode::OK, b"{}".to_vec()))
+    Ok(())
 }
 
 pub async fn load(
@@ -99,7 +111,19 @@ pub async fn load(
     peer: std::net::SocketAddr,
 ) -> Result<Response<Full<Bytes>>, ApiError> {
     let request = read_change(state, req, peer, "load request").await?;
-    if let Some(key) = request.parameters.keys().next() {
+    let parameters = request.parameters.keys().map(String::as_str);
+    load_model(state, model, parameters).await?;
+    Ok(json_response(StatusCode::OK, b"{}".to_vec()))
+}
+
+/// Lets `model` back in and loads its versions (the caller is authorized); `parameters`
+/// are the names of the load's parameters, none of which tandem takes.
+pub async fn load_model<'a>(
+    state: &AppState,
+    model: &str,
+    mut parameters: impl Iterator<Item = &'a str>,
+) -> Result<(), ApiError> {
+    if let Some(key) = parameters.next() {
         return Err(ApiError::invalid(format!(
             "load parameter {key:?} is not supported: a model loads from its repository folder \
              (weights in <version>/model.safetensors, settings in config.toml)"
@@ -111,7 +135,7 @@ pub async fn load(
     let versions = state.registry.versions(model);
     if !versions.is_empty() {
         tracing::info!(model, ?versions, "model loaded through the repository API");
-        return Ok(json_response(StatusCode::OK, b"{}".to_vec()));
+        return Ok(());
     }
     let reasons: Vec<String> = control
         .index()
@@ -138,7 +162,7 @@ async fn read_change(
     peer: std::net::SocketAddr,
     what: &str,
 ) -> Result<ChangeRequest, ApiError> {
-    crate::http::auth::authorize_admin(state, &req, peer)?;
+    crate::http::auth::authorize_admin(state, req.headers(), peer)?;
     let body = crate::http::body::read_admin_body(state, req).await?;
     parse_optional(&body, what)
 }

@@ -1,0 +1,107 @@
+//! The gRPC API on its own listener (`grpc_listen`, Triton's 8001 by default): KServe v2's
+//! `inference.GRPCInferenceService` ([`service`]), `grpc.health.v1.Health` ([`health`])
+//! and server reflection (v1 and v1alpha, for `grpcurl`). Connections are HTTP's
+//! (`http::serve`): TLS, the connection limit both listeners share, HTTP/2's limits, the
+//! idle and write-stall watchdogs and graceful shutdown; [`Services`] routes each call by
+//! its path to the service that answers it. Inference goes through the same core as HTTP
+//! ([`infer`], [`wire`]); errors map to gRPC codes by [`status`].
+
+mod health;
+mod infer;
+mod json;
+mod limits;
+mod service;
+mod status;
+mod wire;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use tonic::body::Body;
+use tonic::codec::CompressionEncoding;
+use tonic::server::NamedService;
+use tower::ServiceExt;
+use tower::util::BoxCloneSyncService;
+
+/// The messages and server of `inference.GRPCInferenceService`, generated at build time.
+#[allow(clippy::all, clippy::pedantic)]
+pub mod pb {
+    tonic::include_proto!("inference");
+}
+
+/// The client's address, for the calls only loopback clients may make without a token.
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub std::net::SocketAddr);
+
+type Routed = BoxCloneSyncService<Request<Incoming>, Response<Body>, Infallible>;
+
+/// Every gRPC service tandem serves, by its path prefix (`/package.Service/`).
+pub struct Services {
+    routes: Vec<(String, Routed)>,
+}
+
+impl Services {
+    /// The services over `state`; a message (request or response) may be at most
+    /// `max_message_bytes`, HTTP's body limit.
+    pub fn new(state: Arc<crate::http::AppState>, max_message_bytes: usize) -> Services {
+        use pb::grpc_inference_service_server::GrpcInferenceServiceServer as InferenceServer;
+        use tonic_health::pb::health_server::HealthServer;
+        let inference = InferenceServer::new(service::Inference {
+            state: state.clone(),
+        })
+        .max_decoding_message_size(max_message_bytes)
+        .max_encoding_message_size(max_message_bytes)
+        .accept_compressed(CompressionEncoding::Gzip)
+        .send_compressed(CompressionEncoding::Gzip);
+        let health = HealthServer::new(health::Health { state });
+        let reflection = || {
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(json::DESCRIPTORS)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        };
+        let v1 = reflection()
+            .build_v1()
+            .expect("the service descriptors are valid");
+        let v1alpha = reflection()
+            .build_v1alpha()
+            .expect("the service descriptors are valid");
+        let routes = vec![route(inference), route(health), route(v1), route(v1alpha)];
+        Services { routes }
+    }
+
+    /// The answer to one call from `peer`.
+    pub async fn answer(
+        &self,
+        mut req: Request<Incoming>,
+        peer: std::net::SocketAddr,
+    ) -> Response<Body> {
+        req.extensions_mut().insert(Peer(peer));
+        let path = req.uri().path();
+        let Some((_, service)) = self
+            .routes
+            .iter()
+            .find(|(p, _)| path.starts_with(p.as_str()))
+        else {
+            let status = tonic::Status::unimplemented(format!("no gRPC method {path}"));
+            return status.into_http();
+        };
+        let response = service.clone().oneshot(req).await;
+        let response = response.unwrap_or_else(|never| match never {});
+        limits::oversized_as_exhausted(response)
+    }
+}
+
+fn route<S>(service: S) -> (String, Routed)
+where
+    S: NamedService
+        + tower::Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    (format!("/{}/", S::NAME), BoxCloneSyncService::new(service))
+}

@@ -1,0 +1,84 @@
+//! The gRPC API (`inference.GRPCInferenceService`, health, reflection) against the real
+//! `tritonclient.grpc` and grpcio: tests/python/grpc_check.py drives every RPC over a
+//! repository of an MLP, a heavy MLP with a queue of two (for shedding), a synthetic text
+//! encoder and, where ONNX Runtime is there, ONNX models of every tensor kind; its answers
+//! are checked against numpy and against the same requests over HTTP. Needs TANDEM_PYTHON
+//! (and ORT_DYLIB_PATH for the ONNX part), which scripts/test.sh sets; without them the
+//! test skips, unless TANDEM_REQUIRE_TOOLS is set.
+
+use std::process::Command;
+
+use crate::support::*;
+
+fn skip_or_fail(test: &str, reason: &str) {
+    assert!(
+        std::env::var_os("TANDEM_REQUIRE_TOOLS").is_none(),
+        "{test}: {reason} (TANDEM_REQUIRE_TOOLS is set)"
+    );
+    kernels::cuda::report_skip(test, reason);
+}
+
+fn python_script(python: &str, script: &str, args: &[&str]) -> (bool, String) {
+    let path = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(python).arg(path).args(args).output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), report)
+}
+
+#[test]
+fn tritonclient_grpc_works_unchanged_and_agrees_with_http() {
+    let test = "tritonclient_grpc_works_unchanged_and_agrees_with_http";
+    let Ok(python) = std::env::var("TANDEM_PYTHON") else {
+        return skip_or_fail(test, "TANDEM_PYTHON not set (scripts/test.sh sets it)");
+    };
+    let repo = TempDir::new("grpc");
+    write_version(repo.path(), "m", 1, &[10, 20, 4], 7);
+    write_version(repo.path(), "slow", 1, &[512, 4096, 4096, 10], 8);
+    std::fs::write(
+        repo.path().join("slow/config.toml"),
+        "policy = \"static\"\nmax_batch_size = 1\nmax_queue_delay_us = 0\nqueue_capacity = 2\n",
+    )
+    .unwrap();
+    crate::support::text::synthetic(&repo.path().join("text/1"), 3);
+    std::fs::write(repo.path().join("text/config.toml"), "p99_ms = 2000\n").unwrap();
+    let onnx = std::env::var_os("ORT_DYLIB_PATH").is_some();
+    if onnx {
+        let (ok, report) = python_script(
+            &python,
+            "make_onnx_models.py",
+            &[repo.path().to_str().unwrap(), "grpc"],
+        );
+        assert!(ok, "make_onnx_models.py failed:\n{report}");
+    } else {
+        skip_or_fail(test, "ORT_DYLIB_PATH not set: the ONNX part is skipped");
+    }
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let (grpc, http) = (server.grpc_addr().to_string(), server.addr.to_string());
+    let weights = repo.path().join("m/1/model.safetensors");
+    let mut args = vec![
+        "--grpc", &grpc, "--http", &http, "--mlp", "m", "--slow", "slow", "--text", "text",
+    ];
+    args.extend(["--weights", weights.to_str().unwrap()]);
+    if onnx {
+        args.push("--onnx");
+    }
+    let (ok, report) = python_script(&python, "grpc_check.py", &args);
+    assert!(
+        ok,
+        "grpc_check.py failed:\n{report}\nserver log:\n{}",
+        server.log()
+    );
+    assert!(report.contains("all checks passed"), "{report}");
+    let grpc_requests = server.series(
+        "tandem_requests_total",
+        &["protocol=\"grpc\"", "code=\"200\""],
+    );
+    assert!(
+        grpc_requests > 0.0,
+        "no gRPC request counted under protocol=\"grpc\""
+    );
+}
