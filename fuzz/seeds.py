@@ -560,10 +560,75 @@ output [ { name: "scores" data_type: TYPE_FP32 dims: [ 10 ] } ]
     return write("model_config", [b.encode() for b in bodies])
 
 
+def varint(n):
+    out = b""
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def field(number, payload):
+    """A length-delimited protobuf field."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def pb_input(name, datatype, shape, contents=b""):
+    """ModelInferRequest.InferInputTensor: name 1, datatype 2, shape 3 (packed), contents 5."""
+    shape_bytes = b"".join(varint(d & (2**64 - 1)) for d in shape)
+    body = field(1, name.encode()) + field(2, datatype.encode()) + field(3, shape_bytes)
+    return body + (field(5, contents) if contents else b"")
+
+
+def pb_param(key, kind, value):
+    """A map<string, InferParameter> entry: bool 1, int64 2, string 3, uint64 5."""
+    choice = {"bool": lambda: varint(1 << 3) + varint(int(value)),
+              "int64": lambda: varint(2 << 3) + varint(value & (2**64 - 1)),
+              "string": lambda: field(3, value.encode()),
+              "uint64": lambda: varint(5 << 3) + varint(value)}[kind]()
+    return field(4, field(1, key.encode()) + field(2, choice))
+
+
+def grpc_infer():
+    """ModelInferRequest messages (model_name 1, id 3, parameters 4, inputs 5, outputs 6,
+    raw_input_contents 7), as tritonclient.grpc and typed-contents clients send them."""
+    row = f32s(ROW)
+    fp32 = field(6, row)  # InferTensorContents.fp32_contents, packed
+    texts = [b"a man is eating food .", b"the cat runs", "caf\u00e9 \u4e2d\u6587".encode()]
+    model = field(1, b"digits")
+    bodies = [
+        model + field(5, pb_input("input-0", "FP32", [1, W])) + field(7, row),
+        model + field(3, b"id-1") + field(5, pb_input("input-0", "FP32", [1, W], fp32)),
+        model + field(5, pb_input("input-0", "FP32", [2, W])) + field(7, row),
+        model + field(5, pb_input("input-0", "FP32", [1, W], field(2, varint(1) * W))),
+        model + field(5, pb_input("input-0", "INT8", [1, W], field(2, varint(300) * W))),
+        model + field(5, pb_input("input-0", "INT64", [1, W], field(3, varint(7) * W))),
+        model + field(5, pb_input("input-0", "BOOL", [1, W], field(1, b"\x01\x00" * (W // 2)))),
+        model + field(5, pb_input("input-0", "FP16", [1, W], fp32)),
+        model + field(5, pb_input("input-0", "FP16", [1, W])) + field(7, b"\x00\x3c" * W),
+        model + field(5, pb_input("input-0", "FP32", [1, W])) + field(7, row) + field(7, row),
+        model + field(5, pb_input("input-0", "FP32", [-1, W])) + field(7, row),
+        model + field(5, pb_input("input-0", "FP32", [1, W])) + field(7, row)
+        + pb_param("priority", "uint64", 2) + pb_param("timeout", "int64", -5)
+        + pb_param("cache", "string", "no") + field(6, field(1, b"output-0")),
+        model + field(5, pb_input("text", "BYTES", [3], b"".join(field(8, t) for t in texts)))
+        + pb_param("normalize", "bool", False) + pb_param("prompt_name", "string", "query"),
+        model + field(5, pb_input("text", "BYTES", [2])) + field(7, bytes_elements(texts[:2])),
+        model + field(5, pb_input("text", "BYTES", [1])) + field(7, b"\x05\0\0\0a"),
+        model + field(5, pb_input("text", "BYTES", [1], field(8, b"\xe9"))),
+        b"\xff\xff\xff",
+        b"",
+    ]
+    return write("grpc_infer", bodies)
+
+
 def main():
     counts = {f.__name__: f() for f in [infer_json, infer_binary, content_coding, admin_json,
                                          embeddings_json, coloc_line, checkpoint, encoder_config,
-                                         encoder_weights, tokenize, model_config]}
+                                         encoder_weights, tokenize, model_config, grpc_infer]}
     total = sum(p.stat().st_size for p in CORPUS.rglob("*") if p.is_file())
     for name, n in counts.items():
         print(f"{name}: {n} seeds")

@@ -23,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TARGETS=(infer_json infer_binary content_coding admin_json embeddings_json coloc_line
-  checkpoint encoder_config encoder_weights tokenize model_config)
+  checkpoint encoder_config encoder_weights tokenize model_config grpc_infer)
 
 # Inputs no larger than what each route accepts (gateway::fuzzing::max_len says why).
 max_len() {

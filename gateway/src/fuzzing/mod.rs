@@ -48,6 +48,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("encoder_config", encoder_config),
     ("encoder_weights", encoder_weights),
     ("tokenize", tokenize),
+    ("grpc_infer", grpc_infer),
 ];
 
 /// The most memory (bytes, at the peak, above what was held before) that one call of
@@ -60,6 +61,9 @@ pub fn memory_bound(target: &str, len: usize) -> usize {
         // JSON numbers: 2 bytes each → 8 (f64 staging) + 4 (the model's f32) while both
         // live, twice over for growth. BYTES strings: `"",` is 3 bytes → a 24-byte String.
         "infer_json" | "infer_binary" => (24, 1 << 20),
+        // Protobuf: a 2-byte BYTES element becomes a 24-byte Vec, a 1-byte varint an 8-byte
+        // INT64 in the binary section, then the validated values beside both.
+        "grpc_infer" => (64, 1 << 20),
         // Decoded bodies are bounded by the limit (at most 1 MiB here), not the input:
         // the body as it grows, and flate2's reference decoding beside it.
         "content_coding" => (4, 4 << 20),
@@ -183,7 +187,6 @@ fn assert_client_error(e: impl Into<ApiError>) {
 /// Bytes the infer route decodes: `Inference-Header-Content-Length` first (`None`: a plain
 /// JSON body), then the body.
 fn decode_and_validate(body: &[u8], header_len: Option<usize>) -> Option<ValidRequest> {
-    let f = fixtures();
     let (json_part, binary_part) = match header_len {
         Some(n) => match binary::split(body, n) {
             Ok(parts) => parts,
@@ -212,7 +215,17 @@ fn decode_and_validate(body: &[u8], header_len: Option<usize>) -> Option<ValidRe
         "{values} values from {} bytes of JSON",
         json_part.len()
     );
-    // The model is the one the request names: a text model for `text`, else the dense one.
+    validate_decoded(request, binary_part, body.len())
+}
+
+/// A decoded request validated against the model it names (a text model for an input
+/// named `text`, else the dense one); checked against the `body_len` bytes it came from.
+fn validate_decoded(
+    request: InferRequest,
+    binary_part: &[u8],
+    body_len: usize,
+) -> Option<ValidRequest> {
+    let f = fixtures();
     let text = request.inputs.first().is_some_and(|i| i.name == "text");
     let (input, input_name, output_name) = if text {
         (InputKind::Text(f.text.clone()), "text", "embedding")
@@ -232,7 +245,7 @@ fn decode_and_validate(body: &[u8], header_len: Option<usize>) -> Option<ValidRe
     };
     match validate(request, binary_part, &signature, &f.settings) {
         Ok(valid) => {
-            check_valid(&valid, body.len());
+            check_valid(&valid, body_len);
             Some(valid)
         }
         Err(e) => {
@@ -557,9 +570,12 @@ pub fn corpus_dirs(target: &str) -> [PathBuf; 2] {
     ]
 }
 
+mod grpc;
 #[cfg(test)]
 mod tests;
 mod text;
+
+pub use grpc::grpc_infer;
 
 /// A model's config.pbtxt, parsed and mapped: a configuration that parses maps onto
 /// settings within their bounds or is refused, and is checked against a small graph (an

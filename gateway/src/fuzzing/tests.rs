@@ -146,6 +146,11 @@ fn infer_json_survives_its_corpus_and_mutants() {
 }
 
 #[test]
+fn grpc_infer_survives_its_corpus_and_mutants() {
+    replay("grpc_infer", grpc_infer, 4000);
+}
+
+#[test]
 fn infer_binary_survives_its_corpus_and_mutants() {
     replay("infer_binary", infer_binary, 4000);
 }

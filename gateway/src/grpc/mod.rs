@@ -12,7 +12,7 @@ mod json;
 mod limits;
 mod service;
 mod status;
-mod wire;
+pub(crate) mod wire;
 
 use std::convert::Infallible;
 use std::sync::Arc;
