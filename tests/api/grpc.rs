@@ -1,10 +1,12 @@
-//! The gRPC API (`inference.GRPCInferenceService`, health, reflection) against the real
-//! `tritonclient.grpc` and grpcio: tests/python/grpc_check.py drives every RPC over a
-//! repository of an MLP, a heavy MLP with a queue of two (for shedding), a synthetic text
-//! encoder and, where ONNX Runtime is there, ONNX models of every tensor kind; its answers
-//! are checked against numpy and against the same requests over HTTP. Needs TANDEM_PYTHON
-//! (and ORT_DYLIB_PATH for the ONNX part), which scripts/test.sh sets; without them the
-//! test skips, unless TANDEM_REQUIRE_TOOLS is set.
+//! The gRPC API against real clients. `inference.GRPCInferenceService`, health and
+//! reflection with `tritonclient.grpc` and grpcio: tests/python/grpc_check.py drives every
+//! RPC over a repository of an MLP, a heavy MLP with a queue of two (for shedding), a
+//! synthetic text encoder and, where ONNX Runtime is there, ONNX models of every tensor
+//! kind; its answers are checked against numpy and against the same requests over HTTP.
+//! TEI's `tei.v1` with stubs grpcio-tools generates from gateway/proto/tei.proto:
+//! tests/python/tei_grpc_check.py against TEI's HTTP routes. Need TANDEM_PYTHON (and
+//! ORT_DYLIB_PATH for the ONNX part), which scripts/test.sh sets; without them the tests
+//! skip, unless TANDEM_REQUIRE_TOOLS is set.
 
 use std::process::Command;
 
@@ -81,4 +83,54 @@ fn tritonclient_grpc_works_unchanged_and_agrees_with_http() {
         grpc_requests > 0.0,
         "no gRPC request counted under protocol=\"grpc\""
     );
+}
+
+#[test]
+fn tei_grpc_clients_get_what_tei_s_http_routes_answer() {
+    let test = "tei_grpc_clients_get_what_tei_s_http_routes_answer";
+    let Ok(python) = std::env::var("TANDEM_PYTHON") else {
+        return skip_or_fail(test, "TANDEM_PYTHON not set (scripts/test.sh sets it)");
+    };
+    let repo = TempDir::new("tei-grpc");
+    for (model, labels, seed) in [("nli", 3, 21), ("rerank", 1, 22), ("enc", 0, 23)] {
+        let spec = models::encoder::synthetic::SyntheticSpec {
+            labels,
+            seed,
+            ..Default::default()
+        };
+        models::encoder::synthetic::write_synthetic(&repo.path().join(model).join("1"), &spec)
+            .unwrap();
+        std::fs::write(
+            repo.path().join(model).join("config.toml"),
+            "p99_ms = 2000\n",
+        )
+        .unwrap();
+    }
+    crate::support::text::synthetic_sparse(&repo.path().join("sparse/1"), 24);
+    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let (grpc, http) = (server.grpc_addr().to_string(), server.addr.to_string());
+    let proto = concat!(env!("CARGO_MANIFEST_DIR"), "/gateway/proto");
+    let args = [
+        "--grpc",
+        &grpc,
+        "--http",
+        &http,
+        "--proto",
+        proto,
+        "--embed",
+        "enc",
+        "--sparse",
+        "sparse",
+        "--classifier",
+        "nli",
+        "--reranker",
+        "rerank",
+    ];
+    let (ok, report) = python_script(&python, "tei_grpc_check.py", &args);
+    assert!(
+        ok,
+        "tei_grpc_check.py failed:\n{report}\nserver log:\n{}",
+        server.log()
+    );
+    assert!(report.contains("all checks passed"), "{report}");
 }

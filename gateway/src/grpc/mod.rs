@@ -12,6 +12,7 @@ mod json;
 mod limits;
 mod service;
 mod status;
+mod tei;
 pub(crate) mod wire;
 
 use std::convert::Infallible;
@@ -55,6 +56,9 @@ impl Services {
         .max_encoding_message_size(max_message_bytes)
         .accept_compressed(CompressionEncoding::Gzip)
         .send_compressed(CompressionEncoding::Gzip);
+        let tei = tei::Tei {
+            state: state.clone(),
+        };
         let health = HealthServer::new(health::Health { state });
         let reflection = || {
             tonic_reflection::server::Builder::configure()
@@ -67,7 +71,26 @@ impl Services {
         let v1alpha = reflection()
             .build_v1alpha()
             .expect("the service descriptors are valid");
-        let routes = vec![route(inference), route(health), route(v1), route(v1alpha)];
+        // Each generated server has its own builder methods: one macro bounds them all.
+        macro_rules! bounded {
+            ($server:expr) => {
+                $server
+                    .max_decoding_message_size(max_message_bytes)
+                    .max_encoding_message_size(max_message_bytes)
+            };
+        }
+        use tei::pb::{embed_server, info_server, predict_server, rerank_server, tokenize_server};
+        let routes = vec![
+            route(inference),
+            route(bounded!(info_server::InfoServer::new(tei.clone()))),
+            route(bounded!(embed_server::EmbedServer::new(tei.clone()))),
+            route(bounded!(predict_server::PredictServer::new(tei.clone()))),
+            route(bounded!(rerank_server::RerankServer::new(tei.clone()))),
+            route(bounded!(tokenize_server::TokenizeServer::new(tei))),
+            route(health),
+            route(v1),
+            route(v1alpha),
+        ];
         Services { routes }
     }
 

@@ -24,17 +24,21 @@ pub struct Inference {
 
 type Answer<T> = Result<Response<T>, Status>;
 
+/// A call that needs one of the API keys, where keys are configured.
+pub fn keyed<T>(state: &AppState, req: &Request<T>) -> Result<(), Status> {
+    let keys = &state.config().api_keys;
+    if auth::authorized_by(keys, authorization(req)) {
+        return Ok(());
+    }
+    metrics::counter!(names::HTTP_UNAUTHORIZED, "family" => "grpc").increment(1);
+    Err(Status::unauthenticated(
+        "a valid API key is required: send `authorization: Bearer <key>` metadata",
+    ))
+}
+
 impl Inference {
-    /// A call that needs one of the API keys, where keys are configured.
     fn keyed<T>(&self, req: &Request<T>) -> Result<(), Status> {
-        let keys = &self.state.config().api_keys;
-        if auth::authorized_by(keys, authorization(req)) {
-            return Ok(());
-        }
-        metrics::counter!(names::HTTP_UNAUTHORIZED, "family" => "grpc").increment(1);
-        Err(Status::unauthenticated(
-            "a valid API key is required: send `authorization: Bearer <key>` metadata",
-        ))
+        keyed(&self.state, req)
     }
 
     /// A call that changes what is served: the admin API's token, or a loopback client.

@@ -22,7 +22,7 @@ mod request_id;
 mod routes;
 mod sending;
 pub(crate) mod tei;
-mod text_handler;
+pub(crate) mod text_handler;
 pub mod tls;
 mod trace;
 pub(crate) mod v2;

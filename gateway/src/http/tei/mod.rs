@@ -40,8 +40,9 @@ pub use classify::{predict, rerank};
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use classify::{predict_inputs, rerank_inputs};
 pub use embed::{post_embed, post_embed_all, post_embed_sparse};
+pub(crate) use request::truncation;
 #[cfg(any(test, feature = "fuzzing"))]
-pub(crate) use request::{PredictRequest, RerankRequest, TeiRequest, truncation};
+pub(crate) use request::{PredictRequest, RerankRequest, TeiRequest};
 pub use similarity::post_similarity;
 pub use tokens::{decode, tokenize};
 
