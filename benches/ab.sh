@@ -70,8 +70,10 @@ if [ -n "${SERVE:-}" ]; then
   for ((i = 0; i < count; i++)); do
     bin=$(side_bin "${sides[$i]}")
     port=$((18280 + i))
+    # No gRPC listener (all would want 8001): the variable, which builds from before gRPC
+    # ignore, not --grpc-listen "".
     # shellcheck disable=SC2086 # SERVE is a list of flags
-    "${bin:-${TANDEM_BIN:-target/release/tandem}}" serve --listen "127.0.0.1:$port" --device cpu \
+    TANDEM_GRPC_LISTEN='' "${bin:-${TANDEM_BIN:-target/release/tandem}}" serve --listen "127.0.0.1:$port" --device cpu \
       --model-repository "$repo" --coloc-socket "$out/coloc-$i.sock" $SERVE 2>"$out/serve-$i.log" &
     servers+=($!)
     urls+=("http://127.0.0.1:$port")

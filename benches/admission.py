@@ -43,6 +43,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TANDEM = ROOT / "target/release/tandem"
+# Servers start without a gRPC listener (8001 by default); a --baseline build from before
+# gRPC ignores the variable.
+NO_GRPC = {**os.environ, "TANDEM_GRPC_LISTEN": ""}
 TANDEM_BENCH = ROOT / "target/release/tandem-bench"
 
 
@@ -69,7 +72,7 @@ class Server:
         self.proc = subprocess.Popen(
             [binary, "serve", "--config", str(config), "--listen", "127.0.0.1:0",
              "--device", "cpu", "--model-repository", str(repo), "--p99-ms", str(budget)],
-            stderr=self.log, stdout=subprocess.DEVNULL)
+            stderr=self.log, stdout=subprocess.DEVNULL, env=NO_GRPC)
         self.url = None
         for _ in range(300):
             self.log.seek(0)

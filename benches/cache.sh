@@ -73,7 +73,8 @@ cache = $cache
 [cache]
 max_bytes = 67108864
 EOF
-  "$tandem" serve --config "$out/$side.toml" --listen "127.0.0.1:$port" --device cpu \
+  # No gRPC listener: both would want 8001.
+  TANDEM_GRPC_LISTEN='' "$tandem" serve --config "$out/$side.toml" --listen "127.0.0.1:$port" --device cpu \
     --coloc-socket "$out/$side.sock" 2>"$out/serve-$side.log" &
   pids+=($!)
   url[$side]=http://127.0.0.1:$port

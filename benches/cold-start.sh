@@ -27,7 +27,8 @@ run() {
   local port=$((20000 + RANDOM % 20000))
   local start ready="" first=""
   start=$(now_ms)
-  "$tandem" serve --listen "127.0.0.1:$port" --device cpu --coloc-socket "$out/coloc-$port.sock" "$@" \
+  # No gRPC listener (TANDEM_GRPC_LISTEN='' works with builds from before gRPC too).
+  TANDEM_GRPC_LISTEN='' "$tandem" serve --listen "127.0.0.1:$port" --device cpu --coloc-socket "$out/coloc-$port.sock" "$@" \
     2>"$out/serve.log" &
   local pid=$!
   for _ in $(seq 5000); do

@@ -98,7 +98,8 @@ def main():
     log = open(os.path.join(out, "tandem.log"), "w")
     tandem = subprocess.Popen([TANDEM, "serve", "--listen", "127.0.0.1:18080", "--device", "cpu",
                                "--model-repository", os.path.join(out, "repo"),
-                               "--coloc-socket", os.path.join(out, "coloc.sock")], stderr=log)
+                               "--coloc-socket", os.path.join(out, "coloc.sock"),
+                               "--grpc-listen", ""], stderr=log)
     mls = subprocess.Popen([os.path.join(ROOT, "benches", "peers", "mlserver.sh"), model, "18090",
                             "64", "0.002"], stdout=subprocess.PIPE,
                            stderr=open(os.path.join(out, "mlserver.log"), "w"))

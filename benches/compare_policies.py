@@ -61,7 +61,10 @@ def start_server(repo, log_path, extra, cores=None):
     log = open(log_path, "w")
     proc = subprocess.Popen([TANDEM, "serve", "--listen", "127.0.0.1:0", "--device", "cpu",
                              "--model-repository", repo] + extra, stderr=log,
-                            preexec_fn=on_cores(cores))
+                            preexec_fn=on_cores(cores),
+                            # No gRPC listener (8001 by default); a TANDEM_BIN from before
+                            # gRPC ignores the variable.
+                            env={**os.environ, "TANDEM_GRPC_LISTEN": ""})
     deadline = time.time() + 60
     while time.time() < deadline:
         m = re.search(r"listening addr=([0-9.:]+)", open(log_path).read())

@@ -213,7 +213,9 @@ def start(contender, args, log_dir):
                "cpu", "--model", f"{MODEL}={args.model}", "--p99-ms", str(args.budget_ms),
                "--coloc-socket", str(log_dir / "coloc.sock")]
         cmd += ["--cpu-precision", args.cpu_precision]
-        proc = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
+        # No gRPC listener (8001 by default); builds from before gRPC ignore the variable.
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True,
+                                env={**os.environ, "TANDEM_GRPC_LISTEN": ""})
     else:
         cmd = [str(ROOT / "benches" / "peers" / "mlserver-hf.sh"), str(args.model),
                str(contender.port), str(args.mls_batch), str(args.mls_time),

@@ -27,7 +27,8 @@ for round in $(seq 1 "$rounds"); do
   [ $((round % 2)) -eq 0 ] && sides=(new old)
   for side in "${sides[@]}"; do
     bin=$old; [ "$side" = new ] && bin=$new
-    "$bin" serve --listen 127.0.0.1:18123 --device cpu --model-repository "$repo" --p99-ms 50 2>/dev/null &
+    # No gRPC listener: the variable, which builds from before gRPC ignore, not --grpc-listen "".
+    TANDEM_GRPC_LISTEN='' "$bin" serve --listen 127.0.0.1:18123 --device cpu --model-repository "$repo" --p99-ms 50 2>/dev/null &
     pid=$!
     for _ in $(seq 1 100); do curl -sf http://127.0.0.1:18123/v2/health/ready >/dev/null && break; sleep 0.1; done
     h2load -n 3000 -c 16 -m 1 http://127.0.0.1:18123/v2/health/ready >/dev/null 2>&1

@@ -66,8 +66,9 @@ server=${SERVER_PID:-}
 log=
 if [ -z "$url" ]; then
   log="$out/serve-$$.log"
+  # No gRPC listener (TANDEM_GRPC_LISTEN='' works with builds from before gRPC too).
   # shellcheck disable=SC2086 # SERVE is a list of flags
-  "$bin" serve --listen 127.0.0.1:0 --device cpu --model-repository "$repo" \
+  TANDEM_GRPC_LISTEN='' "$bin" serve --listen 127.0.0.1:0 --device cpu --model-repository "$repo" \
     --coloc-socket "$out/coloc-$$.sock" ${SERVE:---p99-ms 50} 2>"$log" &
   server=$!
   pids+=("$server")

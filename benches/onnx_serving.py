@@ -130,14 +130,16 @@ class Server:
     def __init__(self, tandem, repo, p99_ms, log_path, extra=()):
         self.cmd = [tandem, "serve", "--listen", "127.0.0.1:0", "--device", "cpu",
                     "--model-repository", repo, "--p99-ms", str(p99_ms), *extra]
-        self.env = dict(os.environ, ORT_DYLIB_PATH=ort_dylib())
+        # No gRPC listener (8001 by default); builds from before gRPC ignore the variable.
+        self.env = dict(os.environ, ORT_DYLIB_PATH=ort_dylib(), TANDEM_GRPC_LISTEN="")
         self.log_path = log_path
         self.lines = []
         self.addr = None
         self._addr_seen = threading.Event()
 
     def command(self):
-        return f"ORT_DYLIB_PATH={self.env['ORT_DYLIB_PATH']} " + shlex.join(self.cmd)
+        return (f"ORT_DYLIB_PATH={self.env['ORT_DYLIB_PATH']} TANDEM_GRPC_LISTEN='' "
+                + shlex.join(self.cmd))
 
     def start(self, timeout=180):
         self.log = open(self.log_path, "w")

@@ -30,7 +30,8 @@ pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
 start() { # NAME ARGS...: a server on a free port, its log in $out/NAME.log
   local name=$1; shift
-  "$bin" serve --listen 127.0.0.1:0 --device cpu --model-repository "$repo" --p99-ms 50 \
+  # No gRPC listener: both would want 8001.
+  TANDEM_GRPC_LISTEN='' "$bin" serve --listen 127.0.0.1:0 --device cpu --model-repository "$repo" --p99-ms 50 \
     --coloc-socket "$out/coloc-$name.sock" "$@" >/dev/null 2>"$out/$name.log" &
   pids+=($!)
 }

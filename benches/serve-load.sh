@@ -20,7 +20,7 @@ cargo build --release --quiet -p tandem -p tandem-bench
   python3 scripts/make_mlp.py --dims 4,4 --seed 1 "$out/repo/tiny/1/model.safetensors"
 echo "max_queue_delay_us = 0" > "$out/repo/tiny/config.toml"
 
-target/release/tandem serve --listen 127.0.0.1:0 --device cpu --model-repository "$out/repo" \
+target/release/tandem serve --listen 127.0.0.1:0 --grpc-listen "" --device cpu --model-repository "$out/repo" \
   2>"$out/server.log" &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT

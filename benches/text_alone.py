@@ -19,6 +19,7 @@ target/bench-text/corpus.json on its first run) with the most tokens up to --tok
 import argparse
 import contextlib
 import json
+import os
 import random
 import signal
 import statistics
@@ -41,7 +42,8 @@ def start(binary, port, model, log_dir):
     log = open(log_dir / f"text-alone-{port}.log", "w")
     cmd = [binary, "serve", "--listen", f"127.0.0.1:{port}", "--device", "cpu",
            "--model", f"{MODEL}={model}", "--coloc-socket", str(log_dir / f"coloc-{port}.sock")]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True,
+                            env={**os.environ, "TANDEM_GRPC_LISTEN": ""})  # both would want 8001
     url = f"http://127.0.0.1:{port}/v2/models/{MODEL}/ready"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:

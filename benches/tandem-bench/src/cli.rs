@@ -331,6 +331,15 @@ pub struct LoadArgs {
     #[arg(long)]
     pub binary: bool,
 
+    /// Send each request over gRPC instead, to the server's gRPC listener at this
+    /// HOST:PORT (`tandem serve --grpc-listen`): `ModelInfer` of
+    /// `inference.GRPCInferenceService` with the rows in `raw_input_contents`, one call at a
+    /// time on each of `--connections` HTTP/2 connections. `--url` still gives the model's
+    /// metadata and `/metrics`. A gRPC status counts as the HTTP status it stands for
+    /// (RESOURCE_EXHAUSTED as 429, DEADLINE_EXCEEDED as 504).
+    #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["binary", "texts"])]
+    pub grpc: Option<String>,
+
     /// A latency budget: goodput counts 200s answered within it.
     #[arg(long, default_value_t = 50.0)]
     pub budget_ms: f64,

@@ -204,6 +204,7 @@ impl Bench {
             repeat_share: None,
             clear_cache: false,
             binary: false,
+            grpc: None,
             budget_ms: args.budget_ms,
             connections: args.connections,
             propagate_deadline: false,

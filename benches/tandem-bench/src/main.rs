@@ -5,6 +5,7 @@ mod cli;
 mod coloc;
 mod cores;
 mod forward;
+mod grpc;
 mod http1;
 pub mod load;
 mod plot;

@@ -36,6 +36,18 @@ pub mod pb {
 #[derive(Clone, Copy, Debug)]
 pub struct Peer(pub std::net::SocketAddr);
 
+/// When a call's head arrived: its deadline (`grpc-timeout`) and its arrival count from
+/// here, not from when its message was read and decoded.
+#[derive(Clone, Copy, Debug)]
+pub struct Began(pub tokio::time::Instant);
+
+impl Began {
+    /// A call's start, as [`Services::answer`] stamped it.
+    fn of<T>(req: &tonic::Request<T>) -> tokio::time::Instant {
+        (req.extensions().get::<Began>()).map_or_else(tokio::time::Instant::now, |b| b.0)
+    }
+}
+
 type Routed = BoxCloneSyncService<Request<Incoming>, Response<Body>, Infallible>;
 
 /// Every gRPC service tandem serves, by its path prefix (`/package.Service/`).
@@ -100,6 +112,8 @@ impl Services {
         mut req: Request<Incoming>,
         peer: std::net::SocketAddr,
     ) -> Response<Body> {
+        req.extensions_mut()
+            .insert(Began(tokio::time::Instant::now()));
         req.extensions_mut().insert(Peer(peer));
         let path = req.uri().path();
         let Some((_, service)) = self

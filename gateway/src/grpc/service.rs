@@ -7,7 +7,6 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use super::infer::{self, AnswerStream, Call};
@@ -49,7 +48,7 @@ impl Inference {
     }
 
     fn call<T>(&self, req: &Request<T>) -> Result<Call, Status> {
-        let began = Instant::now();
+        let began = super::Began::of(req);
         let timeout = timeout_of(req.metadata()).map_err(|e| status_of(&e))?;
         Ok(Call {
             began,

@@ -54,7 +54,7 @@ pub enum Cached {
 impl Cached {
     /// The header's value (tandem writes it in lower case); `None` for one this client
     /// does not know.
-    fn parse(value: &[u8]) -> Option<Cached> {
+    pub(crate) fn parse(value: &[u8]) -> Option<Cached> {
         match value.trim_ascii() {
             b"hit" => Some(Cached::Hit),
             b"miss" => Some(Cached::Miss),

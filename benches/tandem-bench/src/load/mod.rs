@@ -12,8 +12,13 @@
 //!
 //! Against tandem's response cache (`--zipf`, `--clear-cache`), the report splits the 200s
 //! by the `x-tandem-cache` each carried, hits apart from the rest.
+//!
+//! With `--grpc` the requests go to the server's gRPC listener instead, as `ModelInfer`
+//! calls on HTTP/2 connections ([`crate::grpc`]), one at a time on each, as over HTTP/1.1;
+//! the model's metadata and `/metrics` still come from `--url`.
 
 use std::collections::BTreeMap;
+use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,7 +28,8 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::http1::{self, Cached};
+use super::grpc;
+use super::http1::{self, Cached, Reply};
 use super::schedule;
 use super::server::{ServerSide, clear_cache, row_shape, scrape_server};
 use requests::{Target, targets};
@@ -43,6 +49,8 @@ pub struct LoadReport {
     pub duration_s: f64,
     pub rows_per_request: usize,
     pub binary: bool,
+    /// The gRPC listener the requests went to, where they went over gRPC.
+    pub grpc: Option<String>,
     pub api: Api,
     /// Distinct bodies, sent in turn or drawn with `zipf`.
     pub bodies: u32,
@@ -65,7 +73,9 @@ pub struct LoadReport {
     pub p999_ms: f64,
     pub max_ms: f64,
     /// Responses by status code; transport failures as `error`, skipped sends as
-    /// `client_overload`, requests unanswered within the caller's bound as `timeout`.
+    /// `client_overload`, requests unanswered within the caller's bound as `timeout`. A
+    /// gRPC status counts as the HTTP status it stands for (RESOURCE_EXHAUSTED as 429,
+    /// see `crate::grpc`), any other as `grpc-CODE`.
     pub outcomes: BTreeMap<String, u64>,
     /// The 200s by `x-tandem-cache`, where any carried it (a model using tandem's cache).
     pub cache: Option<CacheSplit>,
@@ -159,7 +169,10 @@ struct Job {
 
 /// What every connection of one run shares with the others and with the scheduler.
 struct Shared {
+    /// Where requests go: the HTTP server, or its gRPC listener.
     addr: SocketAddr,
+    /// The requests are gRPC calls.
+    grpc: bool,
     /// Jobs wait here for a free connection; beyond `max_in_flight` they are dropped and
     /// counted, so a stalled server cannot make the generator's memory grow.
     jobs: tokio::sync::Mutex<tokio::sync::mpsc::Receiver<Job>>,
@@ -192,6 +205,14 @@ pub async fn measure_with(args: &LoadArgs, options: &LoadOptions) -> anyhow::Res
         "rate and duration must be positive"
     );
     let (addr, authority) = resolve(&args.url).await?;
+    let target = match &args.grpc {
+        Some(grpc) => (tokio::net::lookup_host(grpc).await)
+            .with_context(|| format!("--grpc {grpc}"))?
+            .next()
+            .with_context(|| format!("--grpc {grpc} does not resolve"))?,
+        None => addr,
+    };
+    let grpc = args.grpc.is_some();
     // Texts need no shape; rows are drawn in the shape of the model's input.
     let shape = match &args.texts {
         Some(_) => requests::RowShape::mlp(0),
@@ -212,9 +233,10 @@ pub async fn measure_with(args: &LoadArgs, options: &LoadOptions) -> anyhow::Res
     // Every connection is open before the clock starts, as wrk2 does: opening them lazily
     // put a connect and a handshake into each of the first `connections` requests, and
     // made every run's first second look slow.
-    let opened = open_connections(addr, args.connections.max(1)).await;
+    let opened = open_connections(target, grpc, args.connections.max(1)).await;
     let shared = Arc::new(Shared {
-        addr,
+        addr: target,
+        grpc,
         jobs: tokio::sync::Mutex::new(jobs_rx),
         samples: Mutex::new(Vec::with_capacity(sends.len())),
         start: Instant::now(),
@@ -258,12 +280,51 @@ async fn resolve(url: &str) -> anyhow::Result<(SocketAddr, String)> {
 }
 
 /// `n` connections, opened together; `None` for each that failed (its first job retries).
-async fn open_connections(addr: SocketAddr, n: usize) -> Vec<Option<http1::Connection>> {
+async fn open_connections(addr: SocketAddr, grpc: bool, n: usize) -> Vec<Option<Connection>> {
     let mut opening = tokio::task::JoinSet::new();
     for _ in 0..n {
-        opening.spawn(async move { http1::Connection::open(addr).await.ok() });
+        opening.spawn(async move { Connection::open(addr, grpc).await.ok() });
     }
     opening.join_all().await
+}
+
+/// A connection of the run's protocol.
+enum Connection {
+    Http1(http1::Connection),
+    Grpc(grpc::Connection),
+}
+
+impl Connection {
+    async fn open(addr: SocketAddr, grpc: bool) -> io::Result<Connection> {
+        Ok(match grpc {
+            true => Connection::Grpc(grpc::Connection::open(addr).await?),
+            false => Connection::Http1(http1::Connection::open(addr).await?),
+        })
+    }
+
+    fn is_closed(&self) -> bool {
+        match self {
+            Connection::Http1(c) => c.is_closed(),
+            Connection::Grpc(c) => c.is_closed(),
+        }
+    }
+
+    /// Sends `target` for a job scheduled at `scheduled` and reads the answer to its last
+    /// byte.
+    async fn exchange(
+        &mut self,
+        target: &Target,
+        scratch: &mut Vec<u8>,
+        scheduled: Instant,
+    ) -> io::Result<Reply> {
+        match self {
+            Connection::Http1(c) => c.exchange(target.request(scratch, scheduled)).await,
+            Connection::Grpc(c) => {
+                let (message, left) = target.call(scheduled);
+                c.call(message, left).await
+            }
+        }
+    }
 }
 
 /// The schedule runs on its own OS thread (see `schedule::pace`); the channel closes, and
@@ -357,6 +418,7 @@ impl Tally {
             TRANSPORT_ERROR => "error".to_string(),
             CLIENT_OVERLOAD => "client_overload".to_string(),
             TIMEOUT => "timeout".to_string(),
+            code if code >= grpc::GRPC_CODE_BASE => format!("grpc-{}", code - grpc::GRPC_CODE_BASE),
             code => code.to_string(),
         };
         *self.outcomes.entry(label).or_default() += 1;
@@ -456,6 +518,7 @@ fn summarize(
         duration_s: args.duration,
         rows_per_request: args.rows,
         binary: args.binary,
+        grpc: args.grpc.clone(),
         api: args.api,
         bodies: args.bodies,
         zipf: args.zipf,
@@ -493,22 +556,21 @@ fn summarize(
 /// One keep-alive connection (`conn`, if it opened): takes jobs until the schedule ends,
 /// reconnecting after failures (a refused or reset connection counts the request as
 /// `error`).
-async fn connection(shared: Arc<Shared>, mut conn: Option<http1::Connection>) {
+async fn connection(shared: Arc<Shared>, mut conn: Option<Connection>) {
     let mut scratch = Vec::new();
     loop {
         let Some(job) = shared.jobs.lock().await.recv().await else {
             return;
         };
         if conn.as_ref().is_none_or(|c| c.is_closed()) {
-            conn = http1::Connection::open(shared.addr).await.ok();
+            conn = Connection::open(shared.addr, shared.grpc).await.ok();
         }
         let (status, cache) = match &mut conn {
             None => (TRANSPORT_ERROR, None),
             Some(c) => {
                 let target = &shared.targets[job.body as usize];
-                let request = target.request(&mut scratch, job.at);
                 // The latency is to the response's last byte, which `exchange` reads.
-                let exchange = c.exchange(request);
+                let exchange = c.exchange(target, &mut scratch, job.at);
                 let reply = match shared.request_timeout {
                     None => Ok(exchange.await),
                     Some(t) => tokio::time::timeout(t, exchange).await,

@@ -12,7 +12,11 @@ pub fn print_report(r: &LoadReport) {
         r.offered_rps,
         r.duration_s,
         r.rows_per_request,
-        if r.binary { "binary" } else { "json" },
+        match (&r.grpc, r.binary) {
+            (Some(_), _) => "grpc",
+            (None, true) => "binary",
+            (None, false) => "json",
+        },
         r.api,
         r.bodies,
         drawn

@@ -1,6 +1,7 @@
 //! What `tandem-bench load` sends: the request bodies (`--bodies` of them, each with its
-//! own random rows, as JSON or Triton's binary extension, or its own lines of a file of
-//! texts, for v2 or OpenAI's embeddings) and each whole HTTP request.
+//! own random rows, as JSON, Triton's binary extension or a gRPC `ModelInfer` message, or
+//! its own lines of a file of texts, for v2 or OpenAI's embeddings) and each whole HTTP
+//! request.
 
 use std::time::Duration;
 
@@ -12,8 +13,10 @@ use crate::cli::{Api, LoadArgs};
 
 /// One of the requests jobs send, built once.
 pub(super) struct Target {
-    /// Request line and headers, up to (not including) the blank line that ends them.
+    /// Request line and headers, up to (not including) the blank line that ends them
+    /// (empty for gRPC, whose connections write their own).
     head: Vec<u8>,
+    /// The HTTP body, or the framed gRPC message.
     body: Bytes,
     /// With `--propagate-deadline`: the budget, whose remainder each request carries.
     deadline_budget: Option<Duration>,
@@ -48,8 +51,25 @@ impl Target {
         }
     }
 
-    /// The whole request for a job scheduled at `scheduled`; `scratch` holds it when it
-    /// differs from request to request.
+    /// A gRPC call of the framed `message`.
+    pub(super) fn grpc(message: Bytes, deadline_budget: Option<Duration>) -> Target {
+        Target {
+            head: Vec::new(),
+            body: message,
+            deadline_budget,
+            fixed: None,
+        }
+    }
+
+    /// The framed gRPC message of a [`Target::grpc`], and what is left of the budget for
+    /// a job scheduled at `scheduled` where the deadline is propagated (`grpc-timeout`).
+    pub(super) fn call(&self, scheduled: Instant) -> (&Bytes, Option<Duration>) {
+        let left = (self.deadline_budget).map(|b| b.saturating_sub(scheduled.elapsed()));
+        (&self.body, left)
+    }
+
+    /// The whole HTTP/1.1 request for a job scheduled at `scheduled`; `scratch` holds it
+    /// when it differs from request to request.
     pub(super) fn request<'a>(&'a self, scratch: &'a mut Vec<u8>, scheduled: Instant) -> &'a [u8] {
         if let Some(fixed) = &self.fixed {
             return fixed;
@@ -137,24 +157,32 @@ pub(super) fn targets(
         let seed = args
             .seed
             .wrapping_add(i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        let (body, header_len) = match &texts {
-            Some(texts) => (text_payload(texts, args, i as usize), None),
-            None => payload(shape, args.rows, args.binary, seed),
+        let encoding = match (&args.grpc, args.binary) {
+            (Some(_), _) => Encoding::Grpc,
+            (None, true) => Encoding::Binary,
+            (None, false) => Encoding::Json,
+        };
+        let target = match &texts {
+            Some(texts) => {
+                let body = text_payload(texts, args, i as usize);
+                Target::new(authority, &path, body, None, deadline_budget)
+            }
+            None => {
+                let (body, header_len) = payload(shape, args.rows, encoding, &args.model, seed);
+                match encoding {
+                    Encoding::Grpc => Target::grpc(body, deadline_budget),
+                    _ => Target::new(authority, &path, body, header_len, deadline_budget),
+                }
+            }
         };
         // Bodies differ in length by a few digits at most: the first one's tells.
+        let len = target.body.len();
         anyhow::ensure!(
-            body.len().saturating_mul(count) <= MAX_BODIES_BYTES,
-            "--bodies {count} of about {} bytes each need more than {} MiB; send fewer",
-            body.len(),
+            len.saturating_mul(count) <= MAX_BODIES_BYTES,
+            "--bodies {count} of about {len} bytes each need more than {} MiB; send fewer",
             MAX_BODIES_BYTES >> 20
         );
-        targets.push(Target::new(
-            authority,
-            &path,
-            body,
-            header_len,
-            deadline_budget,
-        ));
+        targets.push(target);
     }
     Ok(targets)
 }
@@ -203,14 +231,34 @@ fn text_payload(texts: &[String], args: &LoadArgs, i: usize) -> Bytes {
     Bytes::from(body.to_string())
 }
 
-/// One request body: random rows, as JSON or binary.
-fn payload(row: &RowShape, rows: usize, binary: bool, seed: u64) -> (Bytes, Option<usize>) {
+/// How rows go over the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Encoding {
+    Json,
+    /// Triton's binary extension.
+    Binary,
+    /// A framed gRPC `ModelInfer` message.
+    Grpc,
+}
+
+/// One request body of `model`'s: random rows (the same for every encoding, given the
+/// seed), and the length of the binary extension's JSON header.
+fn payload(
+    row: &RowShape,
+    rows: usize,
+    encoding: Encoding,
+    model: &str,
+    seed: u64,
+) -> (Bytes, Option<usize>) {
     let mut rng = SplitMix64::new(seed);
     let values: Vec<f32> = (0..row.values() * rows).map(|_| rng.normal()).collect();
     let shape: Vec<usize> = std::iter::once(rows)
         .chain(row.dims.iter().copied())
         .collect();
-    if binary {
+    if encoding == Encoding::Grpc {
+        let message = crate::grpc::infer_message(model, &row.input, &shape, &values);
+        (message, None)
+    } else if encoding == Encoding::Binary {
         let header = serde_json::json!({
             "inputs": [{"name": row.input, "datatype": "FP32", "shape": shape,
                         "parameters": {"binary_data_size": values.len() * 4}}],
@@ -289,6 +337,33 @@ mod tests {
             .expect("refused")
             .to_string();
         assert!(e.contains("send fewer"), "{e}");
+    }
+
+    #[test]
+    fn grpc_bodies_carry_the_rows_json_bodies_carry() {
+        let mut a = test_args(LoadShape::Constant);
+        a.bodies = 2;
+        let json = targets(&a, &RowShape::mlp(4), "h:1").unwrap();
+        a.grpc = Some("h:2".into());
+        a.propagate_deadline = true;
+        let grpc = targets(&a, &RowShape::mlp(4), "h:1").unwrap();
+        for (j, g) in json.iter().zip(&grpc) {
+            let v: serde_json::Value = serde_json::from_slice(&j.body).unwrap();
+            let values: Vec<f32> = (v["inputs"][0]["data"].as_array().unwrap().iter())
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect();
+            let expected = crate::grpc::infer_message("m", "input-0", &[1, 4], &values);
+            let scheduled = Instant::now() - Duration::from_millis(20);
+            let (message, left) = g.call(scheduled);
+            assert_eq!(*message, expected);
+            assert!(g.head.is_empty() && g.fixed.is_none());
+            let left = left.expect("the deadline propagated");
+            assert!(
+                left <= Duration::from_millis(30),
+                "{left:?} of 50 ms after 20"
+            );
+        }
+        assert_ne!(grpc[0].body, grpc[1].body);
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub(super) fn test_args(shape: LoadShape) -> LoadArgs {
         texts: None,
         api: Api::V2,
         binary: false,
+        grpc: None,
         budget_ms: 50.0,
         connections: 1,
         propagate_deadline: false,

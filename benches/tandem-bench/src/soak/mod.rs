@@ -265,6 +265,7 @@ fn load_args(args: &SoakArgs, url: &str, rate: f64, duration: f64, seed: u64) ->
         repeat_share: None,
         clear_cache: false,
         binary: false,
+        grpc: None,
         budget_ms: args.budget_ms,
         connections: args.connections,
         propagate_deadline: false,

@@ -60,7 +60,7 @@ impl Tei {
         Ok(Call {
             state: self.state.clone(),
             model,
-            deadline: timeout.and_then(|t| Instant::now().checked_add(t)),
+            deadline: timeout.and_then(|t| super::Began::of(req).checked_add(t)),
         })
     }
 }
