@@ -105,6 +105,16 @@ def check_mlp(client, http, stub, args):
                  "INVALID_ARGUMENT", "input-0")
     expect_error(lambda: client.infer("no-such-model", [grpc_input("input-0", x, "FP32")]),
                  "NOT_FOUND", "no-such-model")
+    # A message over limits.max_body_bytes (16 MiB by default).
+    huge = service_pb2.ModelInferRequest(model_name=args.mlp)
+    huge.inputs.add(name="input-0", datatype="FP32", shape=[1, width])
+    huge.raw_input_contents.append(bytes(17 << 20))
+    try:
+        stub.ModelInfer(huge)
+        raise AssertionError("a 17 MiB message was accepted")
+    except grpc.RpcError as e:
+        assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, (e.code(), e.details())
+        assert "max_body_bytes" in e.details(), e.details()
     # The request's own timeout, one microsecond: the server refuses it as late.
     expect_error(lambda: client.infer(args.mlp, [grpc_input("input-0", x, "FP32")], timeout=1),
                  "DEADLINE_EXCEEDED")

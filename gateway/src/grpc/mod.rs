@@ -66,8 +66,9 @@ impl Services {
         })
         .max_decoding_message_size(max_message_bytes)
         .max_encoding_message_size(max_message_bytes)
-        .accept_compressed(CompressionEncoding::Gzip)
-        .send_compressed(CompressionEncoding::Gzip);
+        // Compressed requests are read; answers go uncompressed (as Triton's do), even to
+        // clients that accept gzip, as grpcio's all do: a row of floats barely compresses.
+        .accept_compressed(CompressionEncoding::Gzip);
         let tei = tei::Tei {
             state: state.clone(),
         };
