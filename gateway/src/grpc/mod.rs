@@ -42,7 +42,7 @@ pub struct Peer(pub std::net::SocketAddr);
 pub struct Began(pub tokio::time::Instant);
 
 impl Began {
-    /// A call's start, as [`Services::answer`] stamped it.
+    /// A call's start, as `Services::answer` stamped it.
     fn of<T>(req: &tonic::Request<T>) -> tokio::time::Instant {
         (req.extensions().get::<Began>()).map_or_else(tokio::time::Instant::now, |b| b.0)
     }
@@ -106,9 +106,11 @@ impl Services {
         ];
         Services { routes }
     }
+}
 
-    /// The answer to one call from `peer`.
-    pub async fn answer(
+#[async_trait::async_trait]
+impl crate::http::Calls for Services {
+    async fn answer(
         &self,
         mut req: Request<Incoming>,
         peer: std::net::SocketAddr,

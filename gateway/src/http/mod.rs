@@ -90,8 +90,20 @@ pub enum Api {
     Http,
     /// `GET /metrics` alone.
     MetricsOnly,
-    /// The gRPC services.
-    Grpc(Arc<crate::grpc::Services>),
+    /// Calls answered by services of their own (the gRPC API), not by the routes.
+    Grpc(Arc<dyn Calls>),
+}
+
+/// What answers a listener's calls in place of the HTTP routes: the gRPC services, which
+/// depend on this module and so reach its connections only through this trait.
+#[async_trait::async_trait]
+pub trait Calls: Send + Sync {
+    /// The answer to one call from `peer`.
+    async fn answer(
+        &self,
+        req: http::Request<hyper::body::Incoming>,
+        peer: std::net::SocketAddr,
+    ) -> http::Response<tonic::body::Body>;
 }
 
 /// Open connections at most, for the listeners that share them (`limits.max_connections`).
