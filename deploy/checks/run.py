@@ -30,6 +30,7 @@ import yaml  # noqa: E402
 import dashboard  # noqa: E402
 import docker  # noqa: E402
 import flags as flagmod  # noqa: E402
+import kserve  # noqa: E402
 import manifests  # noqa: E402
 import promql  # noqa: E402
 from common import DEPLOY, Missing, Report, rel, run, tool  # noqa: E402
@@ -274,6 +275,12 @@ def collect_limits(ctx):
                 _LIMITS[(k, doc["metadata"]["name"])] = cfg.get("limits", {})
 
 
+def check_kserve_webhook(ctx, report):
+    """The InferenceService against KServe v0.20's validating webhook, rule by rule."""
+    path = DEPLOY / "k8s" / "kserve" / "inferenceservice.yaml"
+    kserve.check(yaml.safe_load(path.read_text()), report, rel(path))
+
+
 def check_dashboard(ctx, report):
     ctx.exprs.extend(dashboard.check(DASHBOARD, report))
 
@@ -320,6 +327,7 @@ CHECKS = [
     ("manifests render and validate", check_manifests),
     ("manifests' flags, probes, shutdown, GPU, trainer", check_manifest_contents),
     ("broken fixtures rejected", check_fixtures),
+    ("InferenceService against KServe v0.20's webhook rules", check_kserve_webhook),
     ("Grafana dashboard", check_dashboard),
     ("PromQL parses; metrics exist", check_promql),
 ]

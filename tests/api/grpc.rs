@@ -134,3 +134,24 @@ fn tei_grpc_clients_get_what_tei_s_http_routes_answer() {
     );
     assert!(report.contains("all checks passed"), "{report}");
 }
+
+#[test]
+fn api_keys_guard_grpc_as_they_guard_http() {
+    let test = "api_keys_guard_grpc_as_they_guard_http";
+    let Ok(python) = std::env::var("TANDEM_PYTHON") else {
+        return skip_or_fail(test, "TANDEM_PYTHON not set (scripts/test.sh sets it)");
+    };
+    let repo = TempDir::new("grpc-keys");
+    write_version(repo.path(), "m", 1, &[10, 20, 4], 7);
+    let repo_arg = repo.path().to_str().unwrap();
+    let server = Server::start(&["--model-repository", repo_arg, "--api-key", "s3cret"]);
+    let grpc = server.grpc_addr().to_string();
+    let args = ["--grpc", &grpc, "--mlp", "m", "--key", "s3cret"];
+    let (ok, report) = python_script(&python, "grpc_check.py", &args);
+    assert!(
+        ok,
+        "grpc_check.py --key failed:\n{report}\nserver log:\n{}",
+        server.log()
+    );
+    assert!(report.contains("all checks passed"), "{report}");
+}

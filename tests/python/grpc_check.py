@@ -204,9 +204,14 @@ def check_shedding(client, stub, args):
         assert int(trailers["grpc-retry-pushback-ms"]) >= 1, trailers
 
 
-def check_statistics_and_repository(client, args):
-    stats = client.get_inference_statistics(args.mlp, as_json=True)["model_stats"][0]
-    assert int(stats["inference_count"]) >= 3, stats
+def check_statistics_and_repository(client, args, x):
+    def count():
+        stats = client.get_inference_statistics(args.mlp, as_json=True)["model_stats"][0]
+        return int(stats.get("inference_count", 0))
+
+    before = count()
+    client.infer(args.mlp, [grpc_input("input-0", x, "FP32")])
+    assert count() == before + x.shape[0], (before, count())
     index = client.get_model_repository_index(as_json=True)["models"]
     assert any(m["name"] == args.mlp and m["state"] == "READY" for m in index), index
     client.unload_model(args.slow)
@@ -236,12 +241,43 @@ def check_health_and_reflection(channel, args):
         assert want in names, names
 
 
+def check_keys(args):
+    """With API keys set: liveness, readiness and the server's health open; the rest (a
+    model's health, load and unload too) refused UNAUTHENTICATED without `authorization`."""
+    client = grpcclient.InferenceServerClient(url=args.grpc)
+    key = {"authorization": f"Bearer {args.key}"}
+    assert client.is_server_live() and client.is_server_ready()
+    channel = grpc.insecure_channel(args.grpc)
+    health = health_pb2_grpc.HealthStub(channel)
+    assert health.Check(health_pb2.HealthCheckRequest(service="")).status == \
+        health_pb2.HealthCheckResponse.SERVING
+    try:
+        health.Check(health_pb2.HealthCheckRequest(service=args.mlp))
+        raise AssertionError("a model's health answered without a key")
+    except grpc.RpcError as e:
+        assert e.code() == grpc.StatusCode.UNAUTHENTICATED, e
+    expect_error(lambda: client.get_model_metadata(args.mlp), "UNAUTHENTICATED", "API key")
+    expect_error(lambda: client.unload_model(args.mlp), "UNAUTHENTICATED")
+    wrong = {"authorization": "Bearer nope"}
+    expect_error(lambda: client.get_model_metadata(args.mlp, headers=wrong), "UNAUTHENTICATED")
+    width = int(client.get_model_metadata(args.mlp, headers=key, as_json=True)["inputs"][0]["shape"][1])
+    x = np.zeros((1, width), np.float32)
+    got = client.infer(args.mlp, [grpc_input("input-0", x, "FP32")], headers=key)
+    assert got.as_numpy("output-0").shape == (1, 4), got.as_numpy("output-0").shape
+    print("all checks passed")
+
+
 def main():
     p = argparse.ArgumentParser()
-    for flag in ("--grpc", "--http", "--mlp", "--weights", "--slow", "--text"):
+    p.add_argument("--key", help="the server's API key: check only what keys guard")
+    for flag in ("--grpc", "--mlp"):
         p.add_argument(flag, required=True)
+    for flag in ("--http", "--weights", "--slow", "--text"):
+        p.add_argument(flag)
     p.add_argument("--onnx", action="store_true")
     args = p.parse_args()
+    if args.key:
+        return check_keys(args)
     client = grpcclient.InferenceServerClient(url=args.grpc)
     http = httpclient.InferenceServerClient(url=args.http)
     channel = grpc.insecure_channel(args.grpc)
@@ -255,7 +291,7 @@ def main():
     if args.onnx:
         check_onnx(client, http, stub)
     check_shedding(client, stub, args)
-    check_statistics_and_repository(client, args)
+    check_statistics_and_repository(client, args, x)
     check_health_and_reflection(channel, args)
     print("all checks passed")
 

@@ -1,7 +1,9 @@
 //! `grpc.health.v1.Health`, as Kubernetes' gRPC probes and `grpc_health_probe` call it:
 //! the server (service `""`, or the inference service's name) is SERVING when
 //! `/v2/health/ready` would answer 200; a model, by its name, while a version of it serves.
-//! Read at each call, not pushed: readiness has one source, the one HTTP reads.
+//! Read at each call, not pushed: readiness has one source, the one HTTP reads. The server's
+//! health is open, as HTTP's readiness is; a model's takes an API key where keys are set,
+//! as HTTP's model readiness does. A watch ends once the server drains, after saying so.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -24,7 +26,20 @@ pub struct Health {
 /// How often a watch looks again.
 const WATCH_EVERY: Duration = Duration::from_millis(250);
 
+/// The server's own names: `""` and the inference service.
+fn is_server(service: &str) -> bool {
+    service.is_empty() || service == SERVICE_NAME
+}
+
 impl Health {
+    /// A model's health where keys are set needs one of them.
+    fn keyed(&self, req: &Request<HealthCheckRequest>) -> Result<(), Status> {
+        match is_server(&req.get_ref().service) {
+            true => Ok(()),
+            false => super::service::keyed(&self.state, req),
+        }
+    }
+
     /// A service's status; `None` for a name that is neither the server's nor a model's.
     fn status(&self, service: &str) -> Option<ServingStatus> {
         let state = &self.state;
@@ -32,7 +47,7 @@ impl Health {
             true => ServingStatus::Serving,
             false => ServingStatus::NotServing,
         };
-        if service.is_empty() || service == SERVICE_NAME {
+        if is_server(service) {
             return Some(serving(state.is_ready()));
         }
         let draining = state.draining.load(Ordering::Acquire);
@@ -59,6 +74,7 @@ impl tonic_health::pb::health_server::Health for Health {
         &self,
         req: Request<HealthCheckRequest>,
     ) -> Result<Response<HealthCheckResponse>, Status> {
+        self.keyed(&req)?;
         let service = &req.get_ref().service;
         match self.status(service) {
             Some(status) => Ok(Response::new(answer(status))),
@@ -72,6 +88,7 @@ impl tonic_health::pb::health_server::Health for Health {
 
     /// The status now, then each change, until the client goes away.
     async fn watch(&self, req: Request<HealthCheckRequest>) -> Result<Response<Watch>, Status> {
+        self.keyed(&req)?;
         let service = req.into_inner().service;
         let health = Health {
             state: self.state.clone(),
@@ -88,6 +105,10 @@ impl tonic_health::pb::health_server::Health for Health {
                         return;
                     }
                     last = Some(now);
+                }
+                // Draining: NOT_SERVING is said; an open watch must not hold the shutdown.
+                if health.state.draining.load(Ordering::Acquire) {
+                    return;
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(WATCH_EVERY) => {}

@@ -81,22 +81,25 @@ async fn infer_on(
 }
 
 /// Requests of one stream in flight at once, at most: beyond it the stream is not read
-/// (HTTP/2 flow control holds the client), and answers a client does not read hold no
-/// more than this many results.
+/// (HTTP/2 flow control holds the client).
 const STREAM_IN_FLIGHT: usize = 64;
+/// Answers of one stream waiting to be sent, at most: a client that does not read holds
+/// no more than these and the requests in flight.
+const STREAM_WAITING: usize = 8;
 
 pub type AnswerStream =
     Pin<Box<dyn Stream<Item = Result<pb::ModelStreamInferResponse, Status>> + Send>>;
 
 /// `ModelStreamInfer`: each request run as it arrives, answered as it completes (in any
-/// order, each with its request's id), a failed one as its error message; the stream ends
-/// when the client's ends and every answer is sent.
+/// order, each with its request id), a failed one as its error message; the stream ends
+/// when the client's ends and every answer is sent. A client that goes away cancels what
+/// it left in flight.
 pub fn stream(
     state: Arc<AppState>,
     mut requests: tonic::Streaming<pb::ModelInferRequest>,
     call: Call,
 ) -> AnswerStream {
-    let (tx, rx) = mpsc::channel(STREAM_IN_FLIGHT);
+    let (tx, rx) = mpsc::channel(STREAM_WAITING);
     tokio::spawn(async move {
         let room = Arc::new(Semaphore::new(STREAM_IN_FLIGHT));
         loop {
@@ -121,8 +124,12 @@ pub fn stream(
                 ..call
             };
             tokio::spawn(async move {
-                let answer = stream_answer(&state, req, call).await;
-                let _ = tx.send(Ok(answer)).await;
+                tokio::select! {
+                    answer = stream_answer(&state, req, call) => {
+                        let _ = tx.send(Ok(answer)).await;
+                    }
+                    _ = tx.closed() => {}
+                }
                 drop(permit);
             });
         }

@@ -1,6 +1,8 @@
-//! A message over the size limit is RESOURCE_EXHAUSTED, as gRPC's own servers answer it
-//! and docs/api.md promises (tonic says OUT_OF_RANGE): rewritten on a unary call's
-//! trailers-only answer, and on a stream's when its handler reads the message.
+//! A client's fault that tonic reports as the server's, as gRPC's own servers and
+//! docs/grpc.md say it: a message over the size limit is RESOURCE_EXHAUSTED (tonic says
+//! OUT_OF_RANGE), and one that is not protobuf INVALID_ARGUMENT (tonic says INTERNAL).
+//! Rewritten on a unary call's trailers-only answer, and on a stream's when its handler
+//! reads the message.
 
 use http::Response;
 use tonic::body::Body;
@@ -8,30 +10,52 @@ use tonic::{Code, Status};
 
 /// What tonic says of a message past `max_decoding_message_size`.
 const TONIC_TOO_LARGE: &str = "message length too large";
+/// What prost says of bytes that are not the message.
+const PROST_UNDECODABLE: &str = "failed to decode Protobuf message";
 
-fn is_oversized(status: &Status) -> bool {
-    status.code() == Code::OutOfRange && status.message().contains(TONIC_TOO_LARGE)
-}
-
-fn exhausted(status: &Status) -> Status {
-    Status::resource_exhausted(format!(
-        "the request message exceeds limits.max_body_bytes ({})",
-        status.message()
-    ))
-}
-
-/// A stream's read error as the client is told it.
+/// `status` as the client is told it, where tonic misnames a client's fault.
 pub fn message_status(status: Status) -> Status {
-    match is_oversized(&status) {
-        true => exhausted(&status),
-        false => status,
+    let message = status.message();
+    match status.code() {
+        Code::OutOfRange if message.contains(TONIC_TOO_LARGE) => Status::resource_exhausted(
+            format!("the request message exceeds limits.max_body_bytes ({message})"),
+        ),
+        Code::Internal if message.starts_with(PROST_UNDECODABLE) => {
+            Status::invalid_argument(format!("the request is not the RPC's message: {message}"))
+        }
+        _ => status,
     }
 }
 
-/// A unary call refused for its message's size, as RESOURCE_EXHAUSTED.
-pub fn oversized_as_exhausted(response: Response<Body>) -> Response<Body> {
+/// A unary call refused before its handler ran, with the status the client is told.
+pub fn client_faults(response: Response<Body>) -> Response<Body> {
     match Status::from_header_map(response.headers()) {
-        Some(status) if is_oversized(&status) => exhausted(&status).into_http(),
+        Some(status) if matches!(status.code(), Code::OutOfRange | Code::Internal) => {
+            let told = message_status(status.clone());
+            match told.code() == status.code() {
+                true => response,
+                false => told.into_http(),
+            }
+        }
         _ => response,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tonic_s_names_for_a_client_s_faults_become_grpc_s() {
+        let big = Status::out_of_range("Error, decoded message length too large: found 9 bytes");
+        assert_eq!(message_status(big).code(), Code::ResourceExhausted);
+        let garbage = Status::internal("failed to decode Protobuf message: invalid wire type");
+        assert_eq!(message_status(garbage).code(), Code::InvalidArgument);
+        let ours = Status::internal("the model failed");
+        assert_eq!(message_status(ours).code(), Code::Internal);
+        let response =
+            client_faults(Status::internal("failed to decode Protobuf message: x").into_http());
+        let told = Status::from_header_map(response.headers()).unwrap();
+        assert_eq!(told.code(), Code::InvalidArgument);
     }
 }

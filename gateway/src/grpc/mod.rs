@@ -56,8 +56,9 @@ pub struct Services {
 }
 
 impl Services {
-    /// The services over `state`; a message (request or response) may be at most
-    /// `max_message_bytes`, HTTP's body limit.
+    /// The services over `state`; a request message may be at most `max_message_bytes`,
+    /// HTTP's body limit. Answers are not bounded, as HTTP's are not: a model's output is
+    /// sent whole once it has been computed.
     pub fn new(state: Arc<crate::http::AppState>, max_message_bytes: usize) -> Services {
         use pb::grpc_inference_service_server::GrpcInferenceServiceServer as InferenceServer;
         use tonic_health::pb::health_server::HealthServer;
@@ -65,7 +66,7 @@ impl Services {
             state: state.clone(),
         })
         .max_decoding_message_size(max_message_bytes)
-        .max_encoding_message_size(max_message_bytes)
+        .max_encoding_message_size(usize::MAX)
         // Compressed requests are read; answers go uncompressed (as Triton's do), even to
         // clients that accept gzip, as grpcio's all do: a row of floats barely compresses.
         .accept_compressed(CompressionEncoding::Gzip);
@@ -89,7 +90,7 @@ impl Services {
             ($server:expr) => {
                 $server
                     .max_decoding_message_size(max_message_bytes)
-                    .max_encoding_message_size(max_message_bytes)
+                    .max_encoding_message_size(usize::MAX)
             };
         }
         use tei::pb::{embed_server, info_server, predict_server, rerank_server, tokenize_server};
@@ -129,7 +130,7 @@ impl crate::http::Calls for Services {
         };
         let response = service.clone().oneshot(req).await;
         let response = response.unwrap_or_else(|never| match never {});
-        limits::oversized_as_exhausted(response)
+        limits::client_faults(response)
     }
 }
 

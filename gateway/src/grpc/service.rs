@@ -2,7 +2,7 @@
 //! from (the registry, the inference core, the repository control), or refused
 //! UNIMPLEMENTED where tandem has no such extension. API keys as on HTTP: liveness and
 //! readiness are open, the rest take `authorization: Bearer KEY`; load and unload take
-//! the admin API's authorization.
+//! the admin API's authorization besides.
 
 use std::sync::Arc;
 
@@ -209,6 +209,7 @@ impl pb::grpc_inference_service_server::GrpcInferenceService for Inference {
         &self,
         req: Request<pb::RepositoryModelLoadRequest>,
     ) -> Answer<pb::RepositoryModelLoadResponse> {
+        self.keyed(&req)?;
         self.admin(&req)?;
         let r = req.get_ref();
         let parameters = r.parameters.keys().map(String::as_str);
@@ -220,6 +221,7 @@ impl pb::grpc_inference_service_server::GrpcInferenceService for Inference {
         &self,
         req: Request<pb::RepositoryModelUnloadRequest>,
     ) -> Answer<pb::RepositoryModelUnloadResponse> {
+        self.keyed(&req)?;
         self.admin(&req)?;
         let unloaded = v2::unload_model(&self.state, &req.get_ref().model_name).await;
         answer(unloaded.map(|()| pb::RepositoryModelUnloadResponse {}))

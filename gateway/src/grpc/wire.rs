@@ -340,3 +340,119 @@ pub fn response_of(
         ..Default::default()
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::model_infer_request::InferInputTensor;
+
+    fn input(name: &str, datatype: &str, shape: &[i64]) -> InferInputTensor {
+        InferInputTensor {
+            name: name.into(),
+            datatype: datatype.into(),
+            shape: shape.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    fn typed(mut i: InferInputTensor, c: pb::InferTensorContents) -> InferInputTensor {
+        i.contents = Some(c);
+        i
+    }
+
+    fn request(inputs: Vec<InferInputTensor>, raw: Vec<Vec<u8>>) -> pb::ModelInferRequest {
+        pb::ModelInferRequest {
+            inputs,
+            raw_input_contents: raw,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn typed_contents_become_the_binary_layout_narrowed_and_length_prefixed() {
+        let ints = pb::InferTensorContents {
+            int_contents: vec![-1, 2],
+            ..Default::default()
+        };
+        let texts = pb::InferTensorContents {
+            bytes_contents: vec![b"ab".to_vec(), vec![]],
+            ..Default::default()
+        };
+        let inputs = vec![
+            typed(input("a", "INT8", &[1, 2]), ints.clone()),
+            typed(input("b", "INT32", &[1, 2]), ints),
+            typed(input("t", "BYTES", &[2]), texts),
+        ];
+        let (v2, binary) = request_of(request(inputs, vec![])).unwrap();
+        let sizes: Vec<_> = v2
+            .inputs
+            .iter()
+            .map(|i| i.parameters.binary_data_size)
+            .collect();
+        assert_eq!(sizes, [Some(2), Some(8), Some(10)]);
+        let mut want = vec![0xff, 2];
+        want.extend((-1i32).to_le_bytes());
+        want.extend(2i32.to_le_bytes());
+        want.extend(2u32.to_le_bytes());
+        want.extend(b"ab");
+        want.extend(0u32.to_le_bytes());
+        assert_eq!(binary, want);
+    }
+
+    #[test]
+    fn out_of_range_wrong_field_and_fp16_typed_are_refused_naming_the_input() {
+        let big = pb::InferTensorContents {
+            int_contents: vec![300],
+            ..Default::default()
+        };
+        let e = request_of(request(
+            vec![typed(input("x", "INT8", &[1]), big.clone())],
+            vec![],
+        ));
+        assert!(e.unwrap_err().to_string().contains("\"x\""));
+        let e = request_of(request(
+            vec![typed(input("y", "FP32", &[1]), big.clone())],
+            vec![],
+        ));
+        let message = e.unwrap_err().to_string();
+        assert!(
+            message.contains("fp32_contents") && message.contains("int_contents"),
+            "{message}"
+        );
+        let e = request_of(request(vec![typed(input("h", "FP16", &[1]), big)], vec![]));
+        assert!(e.unwrap_err().to_string().contains("raw_input_contents"));
+    }
+
+    #[test]
+    fn raw_contents_are_one_per_input_and_never_beside_typed_ones() {
+        let two = vec![input("a", "FP32", &[1]), input("b", "FP32", &[1])];
+        let (v2, binary) = request_of(request(two.clone(), vec![vec![1; 4], vec![2; 4]])).unwrap();
+        assert_eq!(v2.inputs[1].parameters.binary_data_size, Some(4));
+        assert_eq!(binary, [1, 1, 1, 1, 2, 2, 2, 2]);
+        let e = request_of(request(two.clone(), vec![vec![1; 4]])).unwrap_err();
+        assert!(e.to_string().contains("2 inputs"), "{e}");
+        let mut mixed = two;
+        mixed[0].contents = Some(pb::InferTensorContents::default());
+        let e = request_of(request(mixed, vec![vec![1; 4], vec![2; 4]])).unwrap_err();
+        assert!(e.to_string().contains("typed contents besides"), "{e}");
+    }
+
+    #[test]
+    fn parameters_are_read_by_their_type() {
+        use pb::infer_parameter::ParameterChoice::*;
+        let p = |c| pb::InferParameter {
+            parameter_choice: Some(c),
+        };
+        let mut map = HashMap::new();
+        map.insert("priority".to_string(), p(Int64Param(2)));
+        map.insert("timeout".to_string(), p(Uint64Param(500)));
+        map.insert("custom".to_string(), p(StringParam("kept out".into())));
+        let read = parameters_of(map.clone()).unwrap();
+        assert_eq!((read.priority, read.timeout), (Some(2), Some(500)));
+        map.insert("priority".to_string(), p(Int64Param(-1)));
+        assert!(parameters_of(map.clone()).is_err());
+        map.insert("priority".to_string(), p(BoolParam(true)));
+        let e = parameters_of(map).unwrap_err();
+        assert!(e.to_string().contains("bool true"), "{e}");
+    }
+}

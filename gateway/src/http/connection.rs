@@ -49,7 +49,10 @@ struct Activity {
 
 /// A response as the layers around the routes give it.
 type Answer = Response<AnswerBody>;
-type AnswerBody = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
+/// The routes' body as their layers give it, or a gRPC call's.
+type AnswerBody = Either<RoutesBody, GrpcBody>;
+type RoutesBody = tower_http::body::UnsyncBoxBody<Bytes, BoxError>;
+type GrpcBody = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// What a connection sends: the answer, or over HTTP/2 the answer tracked until it is read.
 type Sent = Response<Either<AnswerBody, Tracked<AnswerBody>>>;
@@ -212,7 +215,7 @@ impl Connection {
                         _ => routes.oneshot(req).await,
                     };
                     let answer = answer.unwrap_or_else(|never| match never {});
-                    answer.map(http_body_util::BodyExt::boxed_unsync)
+                    answer.map(Either::Left)
                 })
                 .await;
                 // Whatever this request, or a layer that answered it, left unclaimed is not
@@ -237,12 +240,14 @@ fn until_sent(answer: Response<tonic::body::Body>, activity: Arc<Activity>) -> A
     activity.in_flight.fetch_add(1, Ordering::Relaxed);
     let guard = InFlight(activity);
     answer.map(move |body| {
-        body.map_frame(move |frame| {
+        let held = body.map_frame(move |frame| {
             let _held = &guard;
             frame
-        })
-        .map_err(|status| Box::new(status) as BoxError)
-        .boxed_unsync()
+        });
+        Either::Right(
+            held.map_err(|status| Box::new(status) as BoxError)
+                .boxed_unsync(),
+        )
     })
 }
 
@@ -303,7 +308,7 @@ where
 /// itself; over HTTP/2 a body would be a protocol error for the client.
 fn without_body(response: &mut Answer) {
     let length = hyper::body::Body::size_hint(response.body()).exact();
-    *response.body_mut() = Default::default();
+    *response.body_mut() = Either::Left(Default::default());
     if let Some(length) = length {
         response
             .headers_mut()

@@ -8,7 +8,9 @@
 //! covers the rest, and the end only after that. The time since a body was last asked for
 //! is how long its client has not read; a response with nothing asked for within the
 //! write-stall timeout cuts its connection. Once the end is asked for, the whole body fits
-//! the window, and a socket that does not take it is the write-stall limit's.
+//! the window, and a socket that does not take it is the write-stall limit's. A body with
+//! nothing to give yet (a gRPC stream between answers) waits on the server, not on its
+//! client: it is not stalled until it has something and is not asked for it.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +23,9 @@ use hyper::body::{Body, Frame, SizeHint};
 
 /// HTTP/2's default (and smallest) frame size: a piece is never more than one frame.
 pub const PIECE: usize = 16 * 1024;
+
+/// A body's "last moved" while it waits for the server: never stalled.
+const WAITING_ON_SERVER: u64 = u64::MAX;
 
 /// The responses of one connection still being sent, each with when it last moved.
 pub struct Sending {
@@ -64,7 +69,8 @@ impl Sending {
         let now = self.now();
         let bodies = self.bodies.lock().unwrap_or_else(|p| p.into_inner());
         bodies.iter().filter_map(Weak::upgrade).any(|moved| {
-            now.saturating_sub(moved.load(Ordering::Relaxed)) > limit.as_millis() as u64
+            let moved = moved.load(Ordering::Relaxed);
+            moved != WAITING_ON_SERVER && now.saturating_sub(moved) > limit.as_millis() as u64
         })
     }
 }
@@ -124,6 +130,13 @@ where
             Poll::Ready(None) => {
                 this.moved = None;
                 Poll::Ready(None)
+            }
+            Poll::Pending => {
+                // It wakes hyper when it has a frame, and the next ask stamps the time.
+                if let Some(moved) = &this.moved {
+                    moved.store(WAITING_ON_SERVER, Ordering::Relaxed);
+                }
+                Poll::Pending
             }
             other => other,
         }
@@ -194,5 +207,26 @@ mod tests {
         assert!(sending.stalled(Duration::from_millis(1)));
         drop(tracked);
         assert!(!sending.stalled(Duration::ZERO));
+    }
+
+    #[tokio::test]
+    async fn a_body_with_nothing_to_give_is_not_stalled_until_it_has_something() {
+        let sending = Sending::default();
+        let (tx, rx) =
+            tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::convert::Infallible>>(1);
+        let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+        let mut tracked = sending.track(http_body_util::StreamBody::new(stream));
+        // Asked for a frame while the server has none: waiting on the server.
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(Pin::new(&mut tracked).poll_frame(&mut cx).is_pending());
+        std::thread::sleep(Duration::from_millis(3));
+        assert!(!sending.stalled(Duration::from_millis(1)));
+        // It has a frame, and is asked again: a client that then stops reading stalls it.
+        tx.send(Ok(Frame::data(Bytes::from_static(b"answer"))))
+            .await
+            .unwrap();
+        assert!(tracked.frame().await.is_some());
+        std::thread::sleep(Duration::from_millis(3));
+        assert!(sending.stalled(Duration::from_millis(1)));
     }
 }

@@ -9,14 +9,13 @@
 //! protobuf). The message is built once per body, the rows little-endian in
 //! `raw_input_contents` (tritonclient's default); the answer is read to its last byte but
 //! not decoded. Its `grpc-status` (in the trailers, or in the headers of a trailers-only
-//! answer) becomes a status in HTTP's terms, as the server's table in docs/api.md maps
+//! answer) becomes a status in HTTP's terms, as the server's table in docs/grpc.md maps
 //! them the other way: OK is 200, RESOURCE_EXHAUSTED 429 (shed), DEADLINE_EXCEEDED 504,
 //! UNAVAILABLE 503, any other code `GRPC_CODE_BASE + code`.
 //!
 //! The crate `h2` (hyper's HTTP/2, without hyper's layers) speaks the protocol; each
 //! connection's I/O runs on a task of its own, which answers the server's PINGs between
-//! calls too. (Driving it from the caller's task instead, as `http1` does its socket, cost
-//! the client no less CPU per call.)
+//! calls too.
 
 use std::io;
 use std::net::SocketAddr;

@@ -126,7 +126,7 @@ impl pb::predict_server::Predict for Tei {
         &self,
         req: Request<Streaming<pb::PredictRequest>>,
     ) -> Answer<Self::PredictStreamStream> {
-        let call = self.call(&req)?;
+        let call = self.stream_call(&req)?;
         Ok(Response::new(in_order(req.into_inner(), call, predict)))
     }
 
@@ -136,7 +136,7 @@ impl pb::predict_server::Predict for Tei {
         &self,
         req: Request<Streaming<pb::PredictPairRequest>>,
     ) -> Answer<Self::PredictPairStreamStream> {
-        let call = self.call(&req)?;
+        let call = self.stream_call(&req)?;
         Ok(Response::new(in_order(
             req.into_inner(),
             call,
@@ -165,8 +165,10 @@ impl pb::rerank_server::Rerank for Tei {
         &self,
         req: Request<Streaming<pb::RerankStreamRequest>>,
     ) -> Answer<pb::RerankResponse> {
-        let call = self.call(&req)?;
-        let messages = collected(req.into_inner()).await?;
+        let call = self.stream_call(&req)?;
+        let limit = self.state.config().limits.max_body_bytes;
+        let size = |m: &pb::RerankStreamRequest| m.query.len() + m.text.len();
+        let messages = collected(req.into_inner(), limit, size).await?;
         let Some(first) = messages.first() else {
             return Err(Status::invalid_argument(
                 "the stream holds no text to rerank",

@@ -111,7 +111,7 @@ impl pb::embed_server::Embed for Tei {
         &self,
         req: Request<Streaming<pb::EmbedRequest>>,
     ) -> Answer<Self::EmbedStreamStream> {
-        let call = self.call(&req)?;
+        let call = self.stream_call(&req)?;
         Ok(Response::new(in_order(req.into_inner(), call, embed)))
     }
 
@@ -131,7 +131,7 @@ impl pb::embed_server::Embed for Tei {
         &self,
         req: Request<Streaming<pb::EmbedSparseRequest>>,
     ) -> Answer<Self::EmbedSparseStreamStream> {
-        let call = self.call(&req)?;
+        let call = self.stream_call(&req)?;
         Ok(Response::new(in_order(
             req.into_inner(),
             call,
@@ -150,7 +150,7 @@ impl pb::embed_server::Embed for Tei {
         &self,
         req: Request<Streaming<pb::EmbedAllRequest>>,
     ) -> Answer<Self::EmbedAllStreamStream> {
-        let call = self.call(&req)?;
+        let call = self.stream_call(&req)?;
         Ok(Response::new(in_order(req.into_inner(), call, embed_all)))
     }
 }

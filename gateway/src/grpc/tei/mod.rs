@@ -41,12 +41,14 @@ pub struct Tei {
     pub state: Arc<AppState>,
 }
 
-/// One call's context: which model, and by when.
+/// One call's context: which model, by when, and when its head arrived (`None` for a
+/// stream's requests, each of which arrives when it is read).
 #[derive(Clone)]
 struct Call {
     state: Arc<AppState>,
     model: Option<String>,
     deadline: Option<Instant>,
+    began: Option<Instant>,
 }
 
 impl Tei {
@@ -57,10 +59,21 @@ impl Tei {
         let model = (req.metadata().get("model"))
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let began = super::Began::of(req);
         Ok(Call {
             state: self.state.clone(),
             model,
-            deadline: timeout.and_then(|t| super::Began::of(req).checked_add(t)),
+            deadline: timeout.and_then(|t| began.checked_add(t)),
+            began: Some(began),
+        })
+    }
+
+    /// [`Tei::call`] for a stream, whose requests arrive as they are read.
+    fn stream_call<T>(&self, req: &Request<T>) -> Result<Call, Status> {
+        let call = self.call(req)?;
+        Ok(Call {
+            began: None,
+            ..call
         })
     }
 }
@@ -73,7 +86,7 @@ impl Call {
         F: FnOnce(Arc<ModelVersion>, Arrival, Duration) -> Fut,
         Fut: Future<Output = Result<T, ApiError>>,
     {
-        let began = Instant::now();
+        let began = self.began.unwrap_or_else(Instant::now);
         let arrival = Arrival {
             arrived: began.into_std(),
             read_from: began.into_std(),
@@ -94,15 +107,32 @@ impl Call {
         crate::http::count::finished(version.as_deref(), status, "grpc", began.elapsed());
         answer.map_err(|e| status_of(&e))
     }
+
+    /// `work` on the call's model, not counted as an inference (tokenizing, decoding), as
+    /// HTTP's `/tokenize` and `/decode` are not.
+    async fn uncounted<T, F, Fut>(&self, work: F) -> Result<T, Status>
+    where
+        F: FnOnce(Arc<ModelVersion>) -> Fut,
+        Fut: Future<Output = Result<T, ApiError>>,
+    {
+        let answer = match text_version(&self.state, self.model.as_deref()) {
+            Ok(version) => work(version).await,
+            Err(e) => Err(e),
+        };
+        answer.map_err(|e| status_of(&e))
+    }
 }
 
-/// Requests of one stream in flight at once, at most (as the inference service's).
+/// Requests of one stream in flight at once, at most, and answers waiting to be sent (as
+/// the inference service's).
 const STREAM_IN_FLIGHT: usize = 64;
+const STREAM_WAITING: usize = 8;
 
 pub type Answers<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 /// A stream's requests each run by `answer` as it arrives, answered in order; the stream
-/// ends after the first error, or when the client's ends and every answer is sent.
+/// ends after the first error, or when the client's ends and every answer is sent. A
+/// client that goes away cancels what it left in flight.
 fn in_order<Req, Resp, F, Fut>(
     mut requests: tonic::Streaming<Req>,
     call: Call,
@@ -114,12 +144,22 @@ where
     F: Fn(Call, Req) -> Fut + Send + 'static,
     Fut: Future<Output = Result<Resp, Status>> + Send + 'static,
 {
-    let (tx, rx) = mpsc::channel(STREAM_IN_FLIGHT);
+    let (tx, rx) = mpsc::channel(STREAM_WAITING);
     let (pending_tx, mut pending_rx) = mpsc::channel(STREAM_IN_FLIGHT);
+    let gone = tx.clone();
     tokio::spawn(async move {
         while let Some(next) = requests.next().await {
+            let gone = gone.clone();
             let running = match next {
-                Ok(req) => tokio::spawn(answer(call.clone(), req)),
+                Ok(req) => {
+                    let answering = answer(call.clone(), req);
+                    tokio::spawn(async move {
+                        tokio::select! {
+                            answered = answering => answered,
+                            _ = gone.closed() => Err(Status::cancelled("the client went away")),
+                        }
+                    })
+                }
                 Err(e) => tokio::spawn(async move { Err(message_status(e)) }),
             };
             if pending_tx.send(running).await.is_err() {
@@ -141,16 +181,28 @@ where
     Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
 }
 
-/// Every message of a client stream, at most [`MAX_TEXTS`] of them.
-async fn collected<Req>(mut requests: tonic::Streaming<Req>) -> Result<Vec<Req>, Status> {
-    let mut all = Vec::new();
+/// Every message of a client stream: at most [`MAX_TEXTS`] of them, and at most
+/// `max_bytes` of them in all (each message's `size`), as one HTTP body holds.
+async fn collected<Req>(
+    mut requests: tonic::Streaming<Req>,
+    max_bytes: usize,
+    size: impl Fn(&Req) -> usize,
+) -> Result<Vec<Req>, Status> {
+    let (mut all, mut bytes) = (Vec::new(), 0);
     while let Some(next) = requests.next().await {
         if all.len() == MAX_TEXTS {
             return Err(Status::invalid_argument(format!(
                 "the stream holds more than {MAX_TEXTS} texts; a request takes at most that many"
             )));
         }
-        all.push(next.map_err(message_status)?);
+        let next = next.map_err(message_status)?;
+        bytes += size(&next);
+        if bytes > max_bytes {
+            return Err(Status::resource_exhausted(format!(
+                "the stream's texts exceed limits.max_body_bytes ({max_bytes} bytes) in all"
+            )));
+        }
+        all.push(next);
     }
     Ok(all)
 }

@@ -23,7 +23,7 @@ fn refused(what: &str, e: EncodeError) -> ApiError {
 }
 
 async fn tokenize(call: Call, r: pb::EncodeRequest) -> Result<pb::EncodeResponse, Status> {
-    call.run(|version, _, _| async move {
+    call.uncounted(|version| async move {
         let model = text_model(&version)?;
         let mut inputs = one_text(r.inputs)?;
         apply_prompt(model, &mut inputs, r.prompt_name.as_deref())?;
@@ -53,7 +53,7 @@ async fn tokenize(call: Call, r: pb::EncodeRequest) -> Result<pb::EncodeResponse
 }
 
 async fn decode(call: Call, r: pb::DecodeRequest) -> Result<pb::DecodeResponse, Status> {
-    call.run(|version, _, _| async move {
+    call.uncounted(|version| async move {
         let model = text_model(&version)?;
         if r.ids.is_empty() {
             return Err(ApiError::empty("ids holds no token ids"));
@@ -95,7 +95,7 @@ impl pb::tokenize_server::Tokenize for Tei {
         &self,
         req: Request<Streaming<pb::EncodeRequest>>,
     ) -> Answer<Self::TokenizeStreamStream> {
-        let call = self.call(&req)?;
+        let call = self.stream_call(&req)?;
         Ok(Response::new(in_order(req.into_inner(), call, tokenize)))
     }
 
@@ -110,7 +110,7 @@ impl pb::tokenize_server::Tokenize for Tei {
         &self,
         req: Request<Streaming<pb::DecodeRequest>>,
     ) -> Answer<Self::DecodeStreamStream> {
-        let call = self.call(&req)?;
+        let call = self.stream_call(&req)?;
         Ok(Response::new(in_order(req.into_inner(), call, decode)))
     }
 }
