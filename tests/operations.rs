@@ -31,6 +31,7 @@ const K8S_BUDGET_S: f64 = 0.050;
 const OTHER_CONFIGS: &[&str] = &[
     "deploy/docker/tandem.toml",
     "deploy/k8s/overlays/gpu/tandem.toml",
+    "deploy/k8s/kserve/tandem.toml",
 ];
 
 const RATE: f64 = 200.0;

@@ -113,6 +113,19 @@ RULES = [
 ]
 
 
+def check_shutdown(isvc, limits, report, where):
+    """The runtime drains before it stops (readiness 503 while the endpoints drop the pod),
+    and the kubelet waits past its drain and grace before it kills."""
+    drain = limits.get("shutdown_drain_ms", 0) / 1000
+    grace = limits.get("shutdown_grace_ms", 30000) / 1000
+    if drain <= 0:
+        report.fail(f"{where}: shutdown_drain_ms must be above 0: requests would meet a closed listener")
+    tgps = _predictor(isvc).get("terminationGracePeriodSeconds", 30)
+    if tgps <= drain + grace:
+        report.fail(f"{where}: terminationGracePeriodSeconds {tgps} leaves no margin after "
+                    f"drain {drain:g} s + grace {grace:g} s")
+
+
 def check(isvc, report, where):
     """Every rule holds for the shipped `isvc`, and each rule's breakage fails it."""
     if not _keda(isvc):

@@ -276,9 +276,13 @@ def collect_limits(ctx):
 
 
 def check_kserve_webhook(ctx, report):
-    """The InferenceService against KServe v0.20's validating webhook, rule by rule."""
+    """The InferenceService against KServe v0.20's validating webhook, rule by rule, and
+    its shutdown budget against the runtime's tandem.toml."""
     path = DEPLOY / "k8s" / "kserve" / "inferenceservice.yaml"
-    kserve.check(yaml.safe_load(path.read_text()), report, rel(path))
+    isvc = yaml.safe_load(path.read_text())
+    kserve.check(isvc, report, rel(path))
+    limits = tomllib.loads((DEPLOY / "k8s" / "kserve" / "tandem.toml").read_text()).get("limits", {})
+    kserve.check_shutdown(isvc, limits, report, rel(path))
 
 
 def check_dashboard(ctx, report):
@@ -327,7 +331,7 @@ CHECKS = [
     ("manifests render and validate", check_manifests),
     ("manifests' flags, probes, shutdown, GPU, trainer", check_manifest_contents),
     ("broken fixtures rejected", check_fixtures),
-    ("InferenceService against KServe v0.20's webhook rules", check_kserve_webhook),
+    ("InferenceService against KServe v0.20's webhook rules; its shutdown budget", check_kserve_webhook),
     ("Grafana dashboard", check_dashboard),
     ("PromQL parses; metrics exist", check_promql),
 ]
