@@ -37,14 +37,6 @@ const OTHER_CONFIGS: &[&str] = &[
 const RATE: f64 = 200.0;
 const LOAD_SECONDS: f64 = 14.0;
 
-fn skip_or_fail(test: &str, reason: &str) {
-    assert!(
-        std::env::var_os("TANDEM_REQUIRE_TOOLS").is_none(),
-        "{test}: {reason} (TANDEM_REQUIRE_TOOLS is set)"
-    );
-    kernels::cuda::report_skip(test, reason);
-}
-
 fn installed(program: &str) -> bool {
     Command::new(program)
         .arg("--version")

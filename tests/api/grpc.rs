@@ -8,28 +8,7 @@
 //! ORT_DYLIB_PATH for the ONNX part), which scripts/test.sh sets; without them the tests
 //! skip, unless TANDEM_REQUIRE_TOOLS is set.
 
-use std::process::Command;
-
 use crate::support::*;
-
-fn skip_or_fail(test: &str, reason: &str) {
-    assert!(
-        std::env::var_os("TANDEM_REQUIRE_TOOLS").is_none(),
-        "{test}: {reason} (TANDEM_REQUIRE_TOOLS is set)"
-    );
-    kernels::cuda::report_skip(test, reason);
-}
-
-fn python_script(python: &str, script: &str, args: &[&str]) -> (bool, String) {
-    let path = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new(python).arg(path).args(args).output().unwrap();
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), report)
-}
 
 #[test]
 fn tritonclient_grpc_works_unchanged_and_agrees_with_http() {
@@ -49,7 +28,7 @@ fn tritonclient_grpc_works_unchanged_and_agrees_with_http() {
     std::fs::write(repo.path().join("text/config.toml"), "p99_ms = 2000\n").unwrap();
     let onnx = std::env::var_os("ORT_DYLIB_PATH").is_some();
     if onnx {
-        let (ok, report) = python_script(
+        let (ok, report) = run_python(
             &python,
             "make_onnx_models.py",
             &[repo.path().to_str().unwrap(), "grpc"],
@@ -68,7 +47,7 @@ fn tritonclient_grpc_works_unchanged_and_agrees_with_http() {
     if onnx {
         args.push("--onnx");
     }
-    let (ok, report) = python_script(&python, "grpc_check.py", &args);
+    let (ok, report) = run_python(&python, "grpc_check.py", &args);
     assert!(
         ok,
         "grpc_check.py failed:\n{report}\nserver log:\n{}",
@@ -126,7 +105,7 @@ fn tei_grpc_clients_get_what_tei_s_http_routes_answer() {
         "--reranker",
         "rerank",
     ];
-    let (ok, report) = python_script(&python, "tei_grpc_check.py", &args);
+    let (ok, report) = run_python(&python, "tei_grpc_check.py", &args);
     assert!(
         ok,
         "tei_grpc_check.py failed:\n{report}\nserver log:\n{}",
@@ -147,7 +126,7 @@ fn api_keys_guard_grpc_as_they_guard_http() {
     let server = Server::start(&["--model-repository", repo_arg, "--api-key", "s3cret"]);
     let grpc = server.grpc_addr().to_string();
     let args = ["--grpc", &grpc, "--mlp", "m", "--key", "s3cret"];
-    let (ok, report) = python_script(&python, "grpc_check.py", &args);
+    let (ok, report) = run_python(&python, "grpc_check.py", &args);
     assert!(
         ok,
         "grpc_check.py --key failed:\n{report}\nserver log:\n{}",

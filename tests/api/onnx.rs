@@ -7,18 +7,9 @@
 //! scripts/test.sh sets; without them the tests skip, unless TANDEM_REQUIRE_TOOLS is set.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use crate::support::*;
-
-fn skip_or_fail(test: &str, reason: &str) {
-    assert!(
-        std::env::var_os("TANDEM_REQUIRE_TOOLS").is_none(),
-        "{test}: {reason} (TANDEM_REQUIRE_TOOLS is set)"
-    );
-    kernels::cuda::report_skip(test, reason);
-}
 
 /// The Python interpreter with onnx and onnxruntime, if this run has it and ONNX Runtime's
 /// library.
@@ -32,17 +23,6 @@ fn python(test: &str) -> Option<String> {
         return None;
     }
     Some(python)
-}
-
-fn run_python(python: &str, script: &str, args: &[&str]) -> (bool, String) {
-    let path = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new(python).arg(path).args(args).output().unwrap();
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), report)
 }
 
 fn make_models(python: &str, repo: &Path, which: &str) {

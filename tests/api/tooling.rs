@@ -8,14 +8,6 @@ use std::process::{Command, Stdio};
 
 use crate::support::*;
 
-fn skip_or_fail(test: &str, reason: &str) {
-    assert!(
-        std::env::var_os("TANDEM_REQUIRE_TOOLS").is_none(),
-        "{test}: {reason} (TANDEM_REQUIRE_TOOLS is set)"
-    );
-    kernels::cuda::report_skip(test, reason);
-}
-
 #[test]
 fn promtool_finds_nothing_wrong_with_a_live_scrape() {
     if Command::new("promtool").arg("--version").output().is_err() {

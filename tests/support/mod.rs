@@ -492,3 +492,26 @@ impl Drop for Server {
         }
     }
 }
+
+/// A test that needs a tool this run lacks: SKIPPED, or failed where CI requires every
+/// tool (`TANDEM_REQUIRE_TOOLS`).
+pub fn skip_or_fail(test: &str, reason: &str) {
+    assert!(
+        std::env::var_os("TANDEM_REQUIRE_TOOLS").is_none(),
+        "{test}: {reason} (TANDEM_REQUIRE_TOOLS is set)"
+    );
+    kernels::cuda::report_skip(test, reason);
+}
+
+/// Runs tests/python/`script` with `args` under `python`: whether it succeeded, and its
+/// output.
+pub fn run_python(python: &str, script: &str, args: &[&str]) -> (bool, String) {
+    let path = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(python).arg(path).args(args).output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), report)
+}
