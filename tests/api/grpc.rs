@@ -134,3 +134,35 @@ fn api_keys_guard_grpc_as_they_guard_http() {
     );
     assert!(report.contains("all checks passed"), "{report}");
 }
+
+#[test]
+fn a_draining_server_says_so_over_grpc_serves_on_and_ends_its_health_watches() {
+    let test = "a_draining_server_says_so_over_grpc_serves_on_and_ends_its_health_watches";
+    let Ok(python) = std::env::var("TANDEM_PYTHON") else {
+        return skip_or_fail(test, "TANDEM_PYTHON not set (scripts/test.sh sets it)");
+    };
+    let repo = TempDir::new("grpc-drain");
+    write_version(repo.path(), "m", 1, &[10, 20, 4], 7);
+    let config = repo.path().join("tandem.toml");
+    let toml = format!(
+        "model_repository = \"{}\"\n[limits]\nshutdown_drain_ms = 3000\n",
+        repo.path().display()
+    );
+    std::fs::write(&config, toml).unwrap();
+    let mut server = Server::start(&["--config", config.to_str().unwrap()]);
+    let (grpc, pid) = (server.grpc_addr().to_string(), server.pid().to_string());
+    let args = ["--grpc", &grpc, "--mlp", "m", "--drain-pid", &pid];
+    let (ok, report) = run_python(&python, "grpc_check.py", &args);
+    assert!(
+        ok,
+        "grpc_check.py --drain-pid failed:\n{report}\nserver log:\n{}",
+        server.log()
+    );
+    assert!(report.contains("all checks passed"), "{report}");
+    let exited = server.wait_exit(std::time::Duration::from_secs(30));
+    assert!(
+        exited.is_some_and(|s| s.success()),
+        "{exited:?}\n{}",
+        server.log()
+    );
+}

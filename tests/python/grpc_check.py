@@ -267,9 +267,42 @@ def check_keys(args):
     print("all checks passed")
 
 
+def check_drain(args):
+    """SIGTERM to a server with a drain: over gRPC, readiness and the server's health go
+    NOT_SERVING while requests are still served, and a health Watch says so and ends."""
+    import os
+    import signal
+    import threading
+    import time
+
+    client = grpcclient.InferenceServerClient(url=args.grpc)
+    channel = grpc.insecure_channel(args.grpc)
+    health = health_pb2_grpc.HealthStub(channel)
+    watched = []
+    watch = health.Watch(health_pb2.HealthCheckRequest(service=""))
+    watcher = threading.Thread(target=lambda: watched.extend(r.status for r in watch))
+    watcher.start()
+    assert client.is_server_ready()
+    width = int(client.get_model_metadata(args.mlp, as_json=True)["inputs"][0]["shape"][1])
+    x = np.zeros((1, width), np.float32)
+    os.kill(args.drain_pid, signal.SIGTERM)
+    deadline = time.monotonic() + 1.5
+    while client.is_server_ready():
+        assert time.monotonic() < deadline, "still ready 1.5 s after SIGTERM"
+        time.sleep(0.05)
+    # Draining: not ready, yet serving.
+    assert client.infer(args.mlp, [grpc_input("input-0", x, "FP32")]).as_numpy("output-0") is not None
+    watcher.join(timeout=5)
+    assert not watcher.is_alive(), "the health watch outlived the drain"
+    serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+    assert watched[:1] == [serving] and watched[-1] == not_serving, watched
+    print("all checks passed")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--key", help="the server's API key: check only what keys guard")
+    p.add_argument("--drain-pid", type=int, help="the server's pid: check only its drain")
     for flag in ("--grpc", "--mlp"):
         p.add_argument(flag, required=True)
     for flag in ("--http", "--weights", "--slow", "--text"):
@@ -278,6 +311,8 @@ def main():
     args = p.parse_args()
     if args.key:
         return check_keys(args)
+    if args.drain_pid:
+        return check_drain(args)
     client = grpcclient.InferenceServerClient(url=args.grpc)
     http = httpclient.InferenceServerClient(url=args.http)
     channel = grpc.insecure_channel(args.grpc)
