@@ -82,6 +82,8 @@ pub enum StartError {
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot build the gRPC services' reflection from the compiled descriptors: {0}")]
+    GrpcServices(String),
     #[error("cannot bind the metrics listener {addr}: {source}")]
     MetricsListen {
         addr: std::net::SocketAddr,
@@ -224,7 +226,9 @@ impl Gateway {
             let bound = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
             tracing::info!(grpc_addr = %bound, "gRPC listening");
             let max_message = self.config.limits.max_body_bytes;
-            let services = Arc::new(grpc::Services::new(state.clone(), max_message));
+            let services = grpc::Services::new(state.clone(), max_message)
+                .map_err(|e| StartError::GrpcServices(e.to_string()))?;
+            let services = Arc::new(services);
             let grpc = http::serve(
                 l,
                 state.clone(),

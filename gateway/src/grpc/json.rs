@@ -11,10 +11,16 @@ use crate::error::ApiError;
 /// The compiled grpc_service.proto (with model_config.proto): reflection serves it too.
 pub static DESCRIPTORS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/grpc_service.bin"));
 
-fn pool() -> &'static DescriptorPool {
-    static POOL: OnceLock<DescriptorPool> = OnceLock::new();
-    POOL.get_or_init(|| {
-        DescriptorPool::decode(DESCRIPTORS).expect("the build compiled grpc_service.proto")
+/// The service's descriptors, decoded once; a build that compiled them wrong is a 500 on
+/// the calls that read them, not a panic.
+fn pool() -> Result<&'static DescriptorPool, ApiError> {
+    static POOL: OnceLock<Result<DescriptorPool, String>> = OnceLock::new();
+    let decoded =
+        POOL.get_or_init(|| DescriptorPool::decode(DESCRIPTORS).map_err(|e| e.to_string()));
+    decoded.as_ref().map_err(|e| {
+        ApiError::Internal(format!(
+            "the compiled grpc_service.proto does not decode: {e}"
+        ))
     })
 }
 
@@ -27,7 +33,7 @@ pub fn message<M: prost::Message + Default>(
     let failed = |e: &dyn std::fmt::Display| {
         ApiError::Internal(format!("cannot encode the answer as inference.{name}: {e}"))
     };
-    let descriptor = pool()
+    let descriptor = pool()?
         .get_message_by_name(&format!("inference.{name}"))
         .ok_or_else(|| failed(&"no such message"))?;
     let options = DeserializeOptions::new().deny_unknown_fields(false);

@@ -58,8 +58,12 @@ pub struct Services {
 impl Services {
     /// The services over `state`; a request message may be at most `max_message_bytes`,
     /// HTTP's body limit. Answers are not bounded, as HTTP's are not: a model's output is
-    /// sent whole once it has been computed.
-    pub fn new(state: Arc<crate::http::AppState>, max_message_bytes: usize) -> Services {
+    /// sent whole once it has been computed. Fails where reflection cannot read the
+    /// compiled descriptors.
+    pub fn new(
+        state: Arc<crate::http::AppState>,
+        max_message_bytes: usize,
+    ) -> Result<Services, tonic_reflection::server::Error> {
         use pb::grpc_inference_service_server::GrpcInferenceServiceServer as InferenceServer;
         use tonic_health::pb::health_server::HealthServer;
         let inference = InferenceServer::new(service::Inference {
@@ -79,12 +83,8 @@ impl Services {
                 .register_encoded_file_descriptor_set(json::DESCRIPTORS)
                 .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         };
-        let v1 = reflection()
-            .build_v1()
-            .expect("the service descriptors are valid");
-        let v1alpha = reflection()
-            .build_v1alpha()
-            .expect("the service descriptors are valid");
+        let v1 = reflection().build_v1()?;
+        let v1alpha = reflection().build_v1alpha()?;
         // Each generated server has its own builder methods: one macro bounds them all.
         macro_rules! bounded {
             ($server:expr) => {
@@ -105,7 +105,7 @@ impl Services {
             route(v1),
             route(v1alpha),
         ];
-        Services { routes }
+        Ok(Services { routes })
     }
 }
 
