@@ -286,6 +286,8 @@ fn log_loaded(spec: &LoadSpec, info: &ReplicaInfo, max_rows: usize, started: std
         device = %info.device,
         replicas = spec.settings.replicas.max(1),
         elapsed_ms = started.elapsed().as_millis() as u64,
+        load_ms = info.load_took.as_millis() as u64,
+        warmup_ms = info.warmup_took.as_millis() as u64,
         warmup_us = %warmup
             .iter()
             .map(|(rows, d)| format!("{rows}:{}", d.as_micros()))

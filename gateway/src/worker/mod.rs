@@ -31,6 +31,9 @@ pub struct ReplicaInfo {
     pub device: String,
     /// Warm-up time of one forward pass per batch size (in batch rows).
     pub warmup: Vec<(usize, Duration)>,
+    /// How long loading the weights took, and then the warm-up: where a cold start goes.
+    pub load_took: Duration,
+    pub warmup_took: Duration,
 }
 
 pub struct WorkerSpec {
@@ -92,6 +95,7 @@ fn load_and_serve<L>(
 ) where
     L: FnOnce() -> Result<Box<dyn Model>, String>,
 {
+    let started = std::time::Instant::now();
     let mut model = match load() {
         Ok(m) => m,
         Err(e) => {
@@ -105,8 +109,10 @@ fn load_and_serve<L>(
             tracing::warn!(model = %spec.model_label, error = %e, "compute threads left floating: cannot pin them one per core");
         }
     }
+    let load_took = started.elapsed();
     let (max_rows, max_outputs) = spec.settings.batch_limits(&model.input());
-    let warmup = match warmup::warm_up(model.as_mut(), max_rows, max_outputs) {
+    let p99 = spec.settings.budget();
+    let warmup = match warmup::warm_up(model.as_mut(), max_rows, max_outputs, p99) {
         Ok(w) => w,
         Err(e) => {
             let _ = ready.send(Err(format!("warm-up failed: {e}")));
@@ -119,6 +125,8 @@ fn load_and_serve<L>(
         output_width: model.output_width(),
         device: model.device().label(),
         warmup,
+        load_took,
+        warmup_took: started.elapsed() - load_took,
     };
     if ready.send(Ok(info)).is_err() {
         return;
@@ -144,6 +152,7 @@ struct Buffers {
 fn serve(spec: WorkerSpec, model: &mut dyn Model) {
     let device = model.device().label();
     let label = spec.model_label.clone();
+    names::register_request_series(&label);
     let m = WorkerMetrics {
         compute: metrics::histogram!(names::COMPUTE_DURATION, "model" => label.clone(), "device" => device),
         queue: metrics::histogram!(names::QUEUE_DURATION, "model" => label.clone()),

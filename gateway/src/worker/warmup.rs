@@ -3,10 +3,13 @@
 //! skew it. Dense models run batches of rows; text models batches of sequences of a
 //! typical length, sized in token-units.
 //!
-//! The timed rounds stop early once warm-up has taken [`BUDGET`]: a large encoder on a
-//! small CPU (ModernBERT-base on two cores runs its largest warm-up batch in ~3 s) would
-//! otherwise hold both cores for a minute while a new version loads beside the ones
-//! serving. Batches that slow vary little from run to run, so fewer rounds of them suffice.
+//! Readiness waits for warm-up, and a pod scaled up from zero holds its first request for
+//! it, so warm-up does only what the first batches need:
+//! - sizes grow until one batch takes longer than the model's p99 budget: no batch of that
+//!   size or larger can be formed within the budget, and the latency model extrapolates
+//!   beyond the largest size it was given;
+//! - timed rounds stop once warm-up has taken [`BUDGET`] (at least one runs). The latency
+//!   model's scale and spread follow every batch served from then on.
 
 use std::time::{Duration, Instant};
 
@@ -16,7 +19,7 @@ use models::{Batch, InputKind, Model, PackedTokens, TextInput};
 const ROUNDS: usize = 5;
 
 /// Warm-up time after which no further timed round starts.
-const BUDGET: Duration = Duration::from_secs(5);
+const BUDGET: Duration = Duration::from_millis(250);
 
 /// Tokens in each warm-up sequence (or the model's limit, if lower): a sentence's worth.
 const SEQUENCE_TOKENS: usize = 32;
@@ -159,13 +162,21 @@ fn text_samples(text: &TextInput, max_rows: usize, max_outputs: usize) -> Vec<Sa
         .collect()
 }
 
-/// Times every warm-up batch: (batch rows, median time).
+/// Times the warm-up batches up to the first that takes longer than `p99`: (batch rows,
+/// median time).
 pub fn warm_up(
     model: &mut dyn Model,
     max_rows: usize,
     max_outputs: usize,
+    p99: Duration,
 ) -> Result<Vec<(usize, Duration)>, String> {
-    let warmup = warm_up_within(model, max_rows, max_outputs, BUDGET)?;
+    let limits = Limits {
+        max_rows,
+        max_outputs,
+        p99,
+        budget: BUDGET,
+    };
+    let warmup = warm_up_within(model, &limits)?;
     if warmup.timed_rounds < ROUNDS {
         tracing::info!(
             timed_rounds = warmup.timed_rounds,
@@ -184,37 +195,45 @@ struct Warmup {
     timed_rounds: usize,
 }
 
-/// [`warm_up`], starting no timed round after the first once `budget` has passed.
-fn warm_up_within(
-    model: &mut dyn Model,
+/// What a warm-up may run.
+struct Limits {
     max_rows: usize,
     max_outputs: usize,
+    /// No size past the first whose batch takes longer than this.
+    p99: Duration,
+    /// No timed round after the first starts once warm-up has taken this long.
     budget: Duration,
-) -> Result<Warmup, String> {
-    let samples = samples(&model.input(), max_rows, max_outputs);
+}
+
+/// [`warm_up`] within `limits`.
+fn warm_up_within(model: &mut dyn Model, limits: &Limits) -> Result<Warmup, String> {
+    let mut samples = samples(&model.input(), limits.max_rows, limits.max_outputs);
     let width = model.output_width();
-    let mut times = vec![Vec::with_capacity(ROUNDS); samples.len()];
     let start = Instant::now();
+    // The untimed round, in growing sizes: the first over the budget is the last kept
+    // (its time, with the first run's costs, only overstates it).
+    for (i, sample) in samples.iter().enumerate() {
+        let t = Instant::now();
+        if let Err(e) = run_sample(model, sample, width) {
+            return skip_variable_shapes(model, e);
+        }
+        if t.elapsed() > limits.p99 {
+            samples.truncate(i + 1);
+            break;
+        }
+    }
+    let mut times = vec![Vec::with_capacity(ROUNDS); samples.len()];
     let mut timed_rounds = 0;
-    for round in 0..=ROUNDS {
-        if round > 1 && start.elapsed() >= budget {
+    for round in 1..=ROUNDS {
+        if round > 1 && start.elapsed() >= limits.budget {
             break;
         }
         for (i, sample) in samples.iter().enumerate() {
             let t = Instant::now();
             if let Err(e) = run_sample(model, sample, width) {
-                if !variable_shapes(&model.input()) {
-                    return Err(e);
-                }
-                tracing::warn!(error = %e, "warm-up with variable dimensions at 1 failed; the latency model learns from the first batches instead");
-                return Ok(Warmup {
-                    medians: Vec::new(),
-                    timed_rounds: 0,
-                });
+                return skip_variable_shapes(model, e);
             }
-            if round > 0 {
-                times[i].push(t.elapsed());
-            }
+            times[i].push(t.elapsed());
         }
         timed_rounds = round;
     }
@@ -232,6 +251,20 @@ fn warm_up_within(
     })
 }
 
+/// A failed warm-up batch: an error, except for a model with variable dimensions, whose
+/// warm-up inputs at 1 may be no size it accepts; its latency model then learns from the
+/// first batches instead.
+fn skip_variable_shapes(model: &dyn Model, error: String) -> Result<Warmup, String> {
+    if !variable_shapes(&model.input()) {
+        return Err(error);
+    }
+    tracing::warn!(error = %error, "warm-up with variable dimensions at 1 failed; the latency model learns from the first batches instead");
+    Ok(Warmup {
+        medians: Vec::new(),
+        timed_rounds: 0,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,19 +276,43 @@ mod tests {
         assert_eq!(warmup_buckets(100), vec![1, 2, 4, 8, 16, 32, 64, 100]);
     }
 
-    /// A model whose warm-up outlasts the budget stops after one timed round, with a median
-    /// for every batch size; one within it runs all five.
+    /// A model whose warm-up outlasts the time budget stops after one timed round, with a
+    /// median for every batch size; one within it runs all five.
     #[test]
     fn timed_rounds_stop_once_the_budget_is_spent() {
         let checkpoint = models::Checkpoint::random(&[256, 256, 8], models::DType::F32, 3);
         let mut mlp = models::Mlp::new(&checkpoint, &models::Device::Cpu).unwrap();
-        let all = warm_up_within(&mut mlp, 64, 64, Duration::from_secs(60)).unwrap();
+        let limits = |budget| Limits {
+            max_rows: 64,
+            max_outputs: 64,
+            p99: Duration::from_secs(60),
+            budget,
+        };
+        let all = warm_up_within(&mut mlp, &limits(Duration::from_secs(60))).unwrap();
         assert_eq!(all.timed_rounds, ROUNDS);
-        let spent = warm_up_within(&mut mlp, 64, 64, Duration::ZERO).unwrap();
+        let spent = warm_up_within(&mut mlp, &limits(Duration::ZERO)).unwrap();
         assert_eq!(spent.timed_rounds, 1);
         let sizes = |w: &Warmup| w.medians.iter().map(|(rows, _)| *rows).collect::<Vec<_>>();
         assert_eq!(sizes(&spent), sizes(&all));
         assert_eq!(sizes(&all), warmup_buckets(64));
+    }
+
+    /// Sizes stop growing at the first whose batch outlasts the p99 budget: with a budget
+    /// no batch meets, only the smallest size is warmed up.
+    #[test]
+    fn sizes_stop_at_the_first_over_the_budget() {
+        let checkpoint = models::Checkpoint::random(&[256, 256, 8], models::DType::F32, 3);
+        let mut mlp = models::Mlp::new(&checkpoint, &models::Device::Cpu).unwrap();
+        let limits = Limits {
+            max_rows: 64,
+            max_outputs: 64,
+            p99: Duration::ZERO,
+            budget: Duration::from_secs(60),
+        };
+        let w = warm_up_within(&mut mlp, &limits).unwrap();
+        assert_eq!(w.medians.len(), 1);
+        assert_eq!(w.medians[0].0, 1);
+        assert_eq!(w.timed_rounds, ROUNDS);
     }
 
     #[test]
