@@ -75,7 +75,15 @@ fn the_real_trainer_steps_aside_on(device: &str) {
         metric(&s.server, "tandem_trainer_samples_per_second", None).unwrap_or(0.0) > 100.0
     });
     // Cost: training was charged for what it was lent.
-    assert!(metric(&s.server, "tandem_cost_usd", Some("kind=\"training\"")).unwrap_or(0.0) > 0.0);
+    assert!(
+        metric(
+            &s.server,
+            "tandem_cost_usd_total",
+            Some("kind=\"training\"")
+        )
+        .unwrap_or(0.0)
+            > 0.0
+    );
     assert!(
         metric(
             &s.server,
@@ -86,7 +94,13 @@ fn the_real_trainer_steps_aside_on(device: &str) {
             > 0.0
     );
     assert!(
-        metric(&s.server, "tandem_training_harvested_device_seconds", None).unwrap_or(0.0) > 0.0
+        metric(
+            &s.server,
+            "tandem_training_harvested_device_seconds_total",
+            None
+        )
+        .unwrap_or(0.0)
+            > 0.0
     );
     trainer.kill().unwrap();
     trainer.wait().unwrap();

@@ -1,7 +1,7 @@
 //! Cost per inference, as an operator reads it: with a device price set, the ledger runs
 //! whether or not the trainer coordinator does, and `tandem_cost_per_inference_usd` agrees
 //! with what Prometheus computes from the counters —
-//! `increase(tandem_cost_usd{kind="inference"}[w]) / increase(tandem_requests_total{code="200"}[w])`
+//! `increase(tandem_cost_usd_total{kind="inference"}[w]) / increase(tandem_requests_total{code="200"}[w])`
 //! over the gauge's window `w` — under steady load, with the coordinator off, and on with a
 //! trainer borrowing the device.
 
@@ -83,7 +83,7 @@ fn the_gauge_agrees_with_the_counters(server: &Server) {
 fn ratio(before: &str, after: &str) -> f64 {
     let delta =
         |name: &str, labels: &[&str]| value(after, name, labels) - value(before, name, labels);
-    let cost = delta("tandem_cost_usd", &["kind=\"inference\""]);
+    let cost = delta("tandem_cost_usd_total", &["kind=\"inference\""]);
     let answered = delta("tandem_requests_total", &["model=\"m\"", "code=\"200\""]);
     assert!(answered > 100.0, "only {answered} answered");
     let gauge = value(after, "tandem_cost_per_inference_usd", &["model=\"m\""]);
@@ -96,8 +96,11 @@ fn without_the_coordinator_the_ledger_runs_and_agrees_with_the_counters() {
     the_gauge_agrees_with_the_counters(&server);
     let text = scrape(&server);
     // All of it is inference: nothing was lent.
-    assert_eq!(value(&text, "tandem_cost_usd", &["kind=\"training\""]), 0.0);
-    assert!(value(&text, "tandem_cost_usd", &["kind=\"inference\""]) > 0.0);
+    assert_eq!(
+        value(&text, "tandem_cost_usd_total", &["kind=\"training\""]),
+        0.0
+    );
+    assert!(value(&text, "tandem_cost_usd_total", &["kind=\"inference\""]) > 0.0);
 }
 
 #[test]
@@ -125,7 +128,7 @@ fn with_a_trainer_lent_the_device_the_ledger_still_agrees_with_the_counters() {
     the_gauge_agrees_with_the_counters(&server);
     let text = scrape(&server);
     assert!(
-        value(&text, "tandem_cost_usd", &["kind=\"training\""]) > 0.0,
+        value(&text, "tandem_cost_usd_total", &["kind=\"training\""]) > 0.0,
         "nothing was charged to training"
     );
     trainer.kill().unwrap();

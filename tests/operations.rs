@@ -31,7 +31,7 @@ const K8S_BUDGET_S: f64 = 0.050;
 const OTHER_CONFIGS: &[&str] = &[
     "deploy/docker/tandem.toml",
     "deploy/k8s/overlays/gpu/tandem.toml",
-    "deploy/k8s/kserve/tandem.toml",
+    "deploy/k8s/kserve/runtime/tandem.toml",
 ];
 
 const RATE: f64 = 200.0;
@@ -242,6 +242,13 @@ fn deploy_artifacts_hold_against_a_live_server_and_prometheus() {
         "--coloc-socket",
         &socket,
     ]);
+    // A second after it is ready (the ledger's 250 ms tick), before any request or
+    // trainer: every series the rules and dashboard read is already there.
+    std::thread::sleep(Duration::from_secs(1));
+    let fresh = server.get("/metrics");
+    assert_eq!(fresh.status, 200);
+    let fresh_file = tmp.path().join("fresh.txt");
+    std::fs::write(&fresh_file, fresh.text()).unwrap();
     let mut trainer = Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args([
             "train",
@@ -326,11 +333,11 @@ fn deploy_artifacts_hold_against_a_live_server_and_prometheus() {
     // The device costs device_hour_usd; the share lent to the trainer is charged to
     // training, the rest split over the requests answered.
     let lent = prometheus.scalar(
-        "sum(rate(tandem_training_harvested_device_seconds[10s]))",
+        "sum(rate(tandem_training_harvested_device_seconds_total[10s]))",
         at,
     );
     let per_inference = prometheus.scalar(
-        r#"sum(rate(tandem_cost_usd{kind="inference"}[10s])) / sum(rate(tandem_requests_total{code="200"}[10s]))"#,
+        r#"sum(rate(tandem_cost_usd_total{kind="inference"}[10s])) / sum(rate(tandem_requests_total{code="200"}[10s]))"#,
         at,
     );
     let implied = K8S_DEVICE_HOUR_USD / 3600.0 * (1.0 - lent) / qps;
@@ -377,6 +384,8 @@ fn deploy_artifacts_hold_against_a_live_server_and_prometheus() {
         .arg(repo_path("deploy/checks/run.py"))
         .arg("--scrape")
         .arg(&scrape_file)
+        .arg("--fresh-scrape")
+        .arg(&fresh_file)
         .args(["--tandem", env!("CARGO_BIN_EXE_tandem")])
         .output()
         .unwrap();
@@ -388,4 +397,97 @@ fn deploy_artifacts_hold_against_a_live_server_and_prometheus() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The KServe runtime as KServe runs it: the shipped ServingRuntime's own args, with the
+/// InferenceService's name for `{{.Name}}` and all-MiniLM-L6-v2's snapshot where the
+/// storage initializer mounts it (/mnt/models), answers `/v1/embeddings` under that name.
+/// The time from exec to that first answer is the cold start the deploy kit's probes and
+/// scale-from-zero wait are checked against (deploy/checks/run.py --cold-start-s), and a
+/// cold start far past them is caught.
+#[test]
+fn kserve_runtime_serves_its_model_within_the_probes() {
+    const TEST: &str = "kserve_runtime_serves_its_model_within_the_probes";
+    let Some(python) = python() else {
+        return skip_or_fail(TEST, "no Python with PyYAML (scripts/test.sh)");
+    };
+    let Some(minilm) = support::text::minilm() else {
+        return skip_or_fail(
+            TEST,
+            "all-MiniLM-L6-v2 not fetched (scripts/fetch-models.sh)",
+        );
+    };
+    let out = Command::new(&python)
+        .arg(repo_path("deploy/checks/kserve.py"))
+        .args(["runtime-args", "minilm", minilm.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shipped: Vec<String> = serde_json::from_slice(&out.stdout).unwrap();
+    let tmp = TempDir::new("kserve-runtime");
+    let args = local_args(&shipped, socket_in(&tmp, "coloc.sock"));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+
+    let started = std::time::Instant::now();
+    let server = Server::spawn(&args);
+    server.wait_ready(Duration::from_secs(60));
+    let r = server.post_json(
+        "/v1/embeddings",
+        &serde_json::json!({"model": "minilm", "input": "a cold start"}),
+    );
+    let cold_start = started.elapsed().as_secs_f64();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json()["data"][0]["embedding"].as_array().unwrap().len(),
+        384
+    );
+
+    let checks = |seconds: f64| {
+        Command::new(&python)
+            .arg(repo_path("deploy/checks/run.py"))
+            .args(["--cold-start-s", &seconds.to_string()])
+            .output()
+            .unwrap()
+    };
+    let out = checks(cold_start);
+    assert!(
+        out.status.success(),
+        "deploy/checks/run.py --cold-start-s {cold_start:.2}:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let slow = checks(1000.0);
+    let text = String::from_utf8_lossy(&slow.stdout);
+    assert!(
+        !slow.status.success() && text.contains("startupProbe allows"),
+        "a 1000 s cold start passed the probe check:\n{text}"
+    );
+}
+
+/// The runtime's args for a server on this machine: its own addresses on loopback (port
+/// 0), the runtime's tandem.toml where the ConfigMap mounts it, its own trainer socket.
+fn local_args(shipped: &[String], socket: String) -> Vec<String> {
+    let mut args = Vec::new();
+    let mut words = shipped.iter().skip_while(|w| *w == "serve");
+    while let Some(w) = words.next() {
+        match w.as_str() {
+            "--listen" | "--grpc-listen" => {
+                words.next();
+                args.extend([w.clone(), "127.0.0.1:0".into()]);
+            }
+            "--config" => {
+                words.next();
+                args.extend([
+                    w.clone(),
+                    repo_path("deploy/k8s/kserve/runtime/tandem.toml"),
+                ]);
+            }
+            _ => args.push(w.clone()),
+        }
+    }
+    args.extend(["--coloc-socket".into(), socket]);
+    args
 }

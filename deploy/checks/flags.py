@@ -1,7 +1,7 @@
 """Which `tandem` subcommands and flags exist, and which ones an artifact uses.
 
 The truth is the binary's own `--help` (clap prints every long flag); without a binary,
-src/cli/mod.rs is read instead (the fields of its `Args` structs become `--kebab-case` flags).
+src/cli/ is read instead (the fields of its `Args` structs become `--kebab-case` flags).
 """
 
 import re
@@ -24,23 +24,26 @@ def from_binary(binary: str) -> dict:
 
 
 def from_source() -> dict:
-    """Long flags of ServeArgs and TrainArgs in src/cli/mod.rs."""
-    text = (REPO / "src" / "cli" / "mod.rs").read_text()
-    structs = {"serve": "ServeArgs", "train": "TrainArgs"}
-    flags = {}
-    for sub, struct in structs.items():
-        body = re.search(r"pub struct %s \{(.*?)\n\}" % struct, text, re.S)
-        if not body:
-            raise RuntimeError(f"src/cli/mod.rs: no struct {struct}")
-        found = {"help"}
-        # Each field with #[arg(...)] attributes; `long = "x"` renames it.
-        for attrs, name in re.findall(r"((?:#\[arg\([^\]]*\)\]\s*)+)pub (\w+):", body.group(1)):
-            if "long" not in attrs:
-                continue
-            renamed = re.search(r'long\s*=\s*"([^"]+)"', attrs)
-            found.add(renamed.group(1) if renamed else name.replace("_", "-"))
-        flags[sub] = found
-    return flags
+    """Long flags of ServeArgs and TrainArgs in src/cli/, those of the structs they
+    flatten included."""
+    text = "\n".join(p.read_text() for p in sorted((REPO / "src" / "cli").glob("*.rs")))
+    return {sub: _struct_flags(text, struct) for sub, struct in (("serve", "ServeArgs"), ("train", "TrainArgs"))}
+
+
+def _struct_flags(text: str, struct: str) -> set:
+    body = re.search(r"pub struct %s \{(.*?)\n\}" % struct, text, re.S)
+    if not body:
+        raise RuntimeError(f"src/cli: no struct {struct}")
+    found = {"help"}
+    # Each field with #[arg(...)] attributes; `long = "x"` renames it.
+    for attrs, name in re.findall(r"((?:#\[arg\([^\]]*\)\]\s*)+)pub (\w+):", body.group(1)):
+        if "long" not in attrs:
+            continue
+        renamed = re.search(r'long\s*=\s*"([^"]+)"', attrs)
+        found.add(renamed.group(1) if renamed else name.replace("_", "-"))
+    for inner in re.findall(r"#\[command\(flatten\)\]\s*pub \w+: (\w+)", body.group(1)):
+        found |= _struct_flags(text, inner)
+    return found
 
 
 def invocations(words):

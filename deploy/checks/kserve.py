@@ -1,4 +1,4 @@
-"""The InferenceService the KServe kit ships, held against the rules KServe v0.20's
+"""The InferenceServices the KServe kits ship, held against the rules KServe v0.20's
 validating webhook applies to it, as that release's source writes them (each rule names
 its file and lines at tag v0.20.0 of github.com/kserve/kserve). A schema check cannot see
 these: they are Go code, not the CRD. Each rule also gets a copy of the shipped object
@@ -31,6 +31,13 @@ def _keda(isvc):
     a = _annotations(isvc)
     return (a.get("serving.kserve.io/deploymentMode") == "Standard"
             and a.get("serving.kserve.io/autoscalerClass") == "keda")
+
+
+def _knative(isvc):
+    """Whether the KPA rules apply (lines 459-463: any mode but Standard, no HPA class)."""
+    a = _annotations(isvc)
+    mode = a.get("serving.kserve.io/deploymentMode", "Standard")
+    return mode in ("Knative", "Serverless") and a.get("autoscaling.knative.dev/class") != "hpa.autoscaling.knative.dev"
 
 
 def _metrics(isvc):
@@ -85,14 +92,18 @@ PRED = ["spec", "predictor"]
 EXTERNAL = PRED + ["autoScaling", "metrics", 0, "external"]
 
 # (where, what, holds, a breakage the rule must refuse)
-RULES = [
+COMMON = [
     (f"{VALIDATION}:469-475", "the name is a DNS-1035 label",
-     lambda i: bool(NAME.match(i["metadata"]["name"])), _set(["metadata", "name"], "Digits")),
+     lambda i: bool(NAME.match(i["metadata"]["name"])), _set(["metadata", "name"], "MiniLM")),
     (f"{VALIDATION}:477-491, {CONSTANTS}:276-282", "the autoscaler class is hpa, external, keda or none",
      lambda i: _annotations(i).get("serving.kserve.io/autoscalerClass", "hpa") in ALLOWED_CLASSES,
      _set(["metadata", "annotations", "serving.kserve.io/autoscalerClass"], "kpa")),
     (f"{COMPONENT}:374-388", "0 <= minReplicas <= maxReplicas",
      _replicas_ok, _set(PRED + ["minReplicas"], 9)),
+]
+
+# Standard deployment mode with the keda autoscaler class.
+KEDA_RULES = COMMON + [
     (f"{VALIDATION}:567-570", "no scaleMetric under KEDA",
      lambda i: not _keda(i) or "scaleMetric" not in _predictor(i), _set(PRED + ["scaleMetric"], "cpu")),
     (f"{VALIDATION}:574-630", "KEDA metrics are Resource, External or PodMetric",
@@ -112,6 +123,20 @@ RULES = [
      _set(EXTERNAL + ["target"], {"type": "Utilization", "value": "1"})),
 ]
 
+# Knative deployment mode (KPA), validateScalingKPACompExtension.
+KPA_RULES = COMMON + [
+    (f"{VALIDATION}:646-648", "no deploymentStrategy (raw deployment mode only)",
+     lambda i: not _knative(i) or "deploymentStrategy" not in _predictor(i),
+     _set(PRED + ["deploymentStrategy"], {"type": "Recreate"})),
+    (f"{VALIDATION}:649-657, {CONSTANTS}:290-294", "the scaleMetric is concurrency or rps",
+     lambda i: not _knative(i) or _predictor(i).get("scaleMetric", "concurrency") in ("concurrency", "rps"),
+     _set(PRED + ["scaleMetric"], "cpu")),
+    (f"{VALIDATION}:659-665", "an rps target is at least 1",
+     lambda i: not _knative(i) or _predictor(i).get("scaleMetric") != "rps"
+     or _predictor(i).get("scaleTarget", 1) >= 1,
+     lambda i: _predictor(i).update(scaleMetric="rps", scaleTarget=0)),
+]
+
 
 def check_shutdown(isvc, limits, report, where):
     """The runtime drains before it stops (readiness 503 while the endpoints drop the pod),
@@ -127,14 +152,56 @@ def check_shutdown(isvc, limits, report, where):
 
 
 def check(isvc, report, where):
-    """Every rule holds for the shipped `isvc`, and each rule's breakage fails it."""
-    if not _keda(isvc):
-        report.fail(f"{where}: expected deploymentMode Standard with the keda autoscaler class")
-    for source, what, holds, breakage in RULES:
+    """Every rule of the InferenceService's mode holds for the shipped `isvc`, and each
+    rule's breakage fails it."""
+    if _keda(isvc):
+        rules = KEDA_RULES
+    elif _knative(isvc):
+        rules = KPA_RULES
+    else:
+        report.fail(f"{where}: expected deploymentMode Standard with the keda autoscaler class, or Knative")
+        return
+    for source, what, holds, breakage in rules:
         if not holds(isvc):
             report.fail(f"{where}: KServe v0.20 would refuse it: {what} ({source})")
         broken = copy.deepcopy(isvc)
         breakage(broken)
         if holds(broken):
             report.fail(f"the rule {what!r} ({source}) passes its own breakage: it checks nothing")
-    report.note(f"{len(RULES)} webhook rules of KServe v0.20")
+    report.note(f"{where}: {len(rules)} webhook rules of KServe v0.20")
+
+
+def model_path_problem(runtime) -> str:
+    """Why a ServingRuntime would not serve what KServe mounts, or "": protocol v2, and
+    the model at /mnt/models, as `--model {{.Name}}=/mnt/models` or `--model-repository
+    /mnt/models`."""
+    spec = runtime.get("spec", {})
+    if "v2" not in spec.get("protocolVersions", []):
+        return "must speak protocol v2"
+    args = (spec.get("containers") or [{}])[0].get("args") or []
+    pairs = set(zip(args, args[1:]))
+    if ("--model", "{{.Name}}=/mnt/models") in pairs or ("--model-repository", "/mnt/models") in pairs:
+        return ""
+    return "must serve the model KServe mounts: --model {{.Name}}=/mnt/models (or --model-repository /mnt/models)"
+
+
+def runtime_args(runtime, name: str, model_dir: str) -> list:
+    """The serving container's args as KServe runs them for an InferenceService `name`
+    whose model the storage initializer put in `model_dir` (for /mnt/models)."""
+    args = runtime["spec"]["containers"][0]["args"]
+    return [a.replace("{{.Name}}", name).replace("/mnt/models", model_dir) for a in args]
+
+
+if __name__ == "__main__":
+    # kserve.py runtime-args NAME MODEL_DIR: the shipped runtime's args, as JSON.
+    import json
+    import sys
+
+    import yaml
+
+    from common import DEPLOY
+
+    if len(sys.argv) != 4 or sys.argv[1] != "runtime-args":
+        sys.exit("usage: kserve.py runtime-args NAME MODEL_DIR")
+    shipped = yaml.safe_load((DEPLOY / "k8s" / "kserve" / "runtime" / "servingruntime.yaml").read_text())
+    print(json.dumps(runtime_args(shipped, sys.argv[2], sys.argv[3])))

@@ -18,13 +18,15 @@ from common import DEPLOY, Missing, run, tool
 # 1.32 and later.
 KUBERNETES_VERSION = "1.32"
 
-KUSTOMIZATIONS = ["k8s/overlays/cpu", "k8s/overlays/gpu", "k8s/kserve"]
+KUSTOMIZATIONS = ["k8s/overlays/cpu", "k8s/overlays/gpu", "k8s/kserve", "k8s/kserve-serverless"]
 
 CUSTOM = {
     ("keda.sh/v1alpha1", "ScaledObject"): "keda.sh_v1alpha1_scaledobject.json",
     ("serving.kserve.io/v1alpha1", "ServingRuntime"): "serving.kserve.io_v1alpha1_servingruntime.json",
     ("serving.kserve.io/v1beta1", "InferenceService"): "serving.kserve.io_v1beta1_inferenceservice.json",
+    ("http.keda.sh/v1alpha1", "HTTPScaledObject"): "http.keda.sh_v1alpha1_httpscaledobject.json",
     ("monitoring.coreos.com/v1", "PodMonitor"): "monitoring.coreos.com_v1_podmonitor.json",
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "monitoring.coreos.com_v1_servicemonitor.json",
     ("monitoring.coreos.com/v1", "PrometheusRule"): "monitoring.coreos.com_v1_prometheusrule.json",
 }
 

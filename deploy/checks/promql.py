@@ -107,3 +107,23 @@ def check_names(exprs, recorded: set, scraped, report):
     for name, places in sorted(missing.items()):
         shown = "; ".join(places[:4]) + (f"; and {len(places) - 4} more" if len(places) > 4 else "")
         report.fail(f"{name} is not in the live scrape of tandem serve, but is read by: {shown}")
+
+
+# Series born with a connected trainer (labelled by its slot): no trainer, no series.
+BORN_WITH_A_TRAINER = re.compile(r"^tandem_trainer_")
+
+
+def check_present_from_start(exprs, fresh, report):
+    """Every series the rules and dashboard read is in the scrape of a server that has
+    just started (no request served, no trainer connected), so an alert or panel never
+    reads an absent series; per-trainer series excepted."""
+    missing = {}
+    for e in exprs:
+        for name in metric_names(e.expr):
+            if ":" in name or BORN_WITH_A_TRAINER.match(name):
+                continue
+            if name not in fresh:
+                missing.setdefault(name, []).append(e.where)
+    for name, places in sorted(missing.items()):
+        shown = "; ".join(places[:4]) + (f"; and {len(places) - 4} more" if len(places) > 4 else "")
+        report.fail(f"{name} is absent from a fresh server's scrape, but is read by: {shown}")

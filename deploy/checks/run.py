@@ -5,19 +5,24 @@ fixtures rejected), the Prometheus rules (promtool check and unit tests), the Gr
 dashboard, and every PromQL expression among them (parsed by promtool; every metric it
 reads present in a live scrape of tandem serve).
 
-    deploy/checks/run.py [--scrape FILE] [--tandem BIN] [--require-tools]
+    deploy/checks/run.py [--scrape FILE] [--fresh-scrape FILE] [--cold-start-s S] [--tandem BIN]
+                         [--require-tools]
     deploy/checks/run.py --write     # regenerate deploy/k8s/base/prometheusrule.yaml
 
 --scrape is the text of GET /metrics from a running server that has served requests and
 has a trainer connected (tests/operations.rs makes one); without it the metric names are
-not checked. --tandem is the binary whose --help lists the flags (else src/cli/mod.rs is
-read). A missing external tool (promtool, kubectl or kustomize, cargo) skips the checks
+not checked. --fresh-scrape is the same text from a server that has just become ready (no
+request, no trainer): every series the rules and dashboard read must be in it. --tandem
+is the binary whose --help lists the flags (else src/cli/ is read). --cold-start-s is a
+measured cold start (exec to the first answer): every startup probe and the scale-from-zero
+wait must leave room for it. A missing external tool (promtool, kubectl or kustomize, cargo) skips the checks
 that need it, unless --require-tools (or TANDEM_REQUIRE_TOOLS) is given.
 
 Prints one line per check and a closing `N passed, N failed` line; exits 1 on a failure.
 """
 
 import argparse
+import copy
 import os
 import sys
 import tomllib
@@ -30,6 +35,7 @@ import yaml  # noqa: E402
 import dashboard  # noqa: E402
 import docker  # noqa: E402
 import flags as flagmod  # noqa: E402
+import helm as helmchart  # noqa: E402
 import kserve  # noqa: E402
 import manifests  # noqa: E402
 import promql  # noqa: E402
@@ -157,6 +163,10 @@ def check_prometheus_rule_in_sync(ctx, report):
         report.note(f"wrote {rel(PROMETHEUS_RULE)}")
     elif not PROMETHEUS_RULE.exists() or PROMETHEUS_RULE.read_text() != want:
         report.fail(f"{rel(PROMETHEUS_RULE)} differs from {rel(RULES)}: run deploy/checks/run.py --write")
+    if ctx.args.write:
+        helmchart.write_rules_copy()
+    else:
+        helmchart.check_rules_copy(report)
 
 
 def check_manifests(ctx, report):
@@ -171,6 +181,42 @@ def check_manifests(ctx, report):
             for problem in manifests.validate(doc):
                 report.fail(f"deploy/{k} {manifests.name_of(doc)}: {problem}")
         report.note(f"deploy/{k}: {len(docs)} objects")
+
+
+def check_helm(ctx, report):
+    """The chart: strict lint and a render for each of its ci/ values files, the rendered
+    objects validated as the overlays are (and checked with them afterwards)."""
+    for f in helmchart.values_files():
+        key = f"helm/tandem {f.name}"
+        for problem in helmchart.lint(f):
+            report.fail(f"{key}: helm lint: {problem}")
+        try:
+            docs = helmchart.render(yaml.safe_load(f.read_text()) or {})
+        except Exception as e:  # HelmError: the render's own message
+            report.fail(f"{key} does not render: {e}")
+            continue
+        ctx.rendered[key] = docs
+        for doc in docs:
+            for problem in manifests.validate(doc):
+                report.fail(f"deploy/{key} {manifests.name_of(doc)}: {problem}")
+        report.note(f"{f.name}: {len(docs)} objects")
+    if not helmchart.values_files():
+        report.fail("deploy/helm/tandem/ci: no values files")
+
+
+def check_helm_refusals(ctx, report):
+    """Each broken values file fails to render, with its own message."""
+    fixtures = list(helmchart.broken_fixtures())
+    if not fixtures:
+        report.fail("deploy/checks/fixtures/helm: no fixtures")
+    for path, values, expect in fixtures:
+        error = helmchart.rejection(values)
+        if not error:
+            report.fail(f"{rel(path)}: rendered, but it is broken")
+        for e in expect:
+            if error and e not in error:
+                report.fail(f"{rel(path)}: refused, but not for {e!r}: {error}")
+    report.note(f"{len(fixtures)} refused")
 
 
 def _containers(doc):
@@ -206,10 +252,8 @@ def check_manifest_contents(ctx, report):
                     q = m.get("external", {}).get("metric", {}).get("query")
                     if q:
                         ctx.exprs.append(promql.Expr(f"{where} autoScaling", q))
-            if doc.get("kind") == "ServingRuntime":
-                c = doc["spec"]["containers"][0]
-                if "/mnt/models" not in c.get("args", []) or "v2" not in doc["spec"].get("protocolVersions", []):
-                    report.fail(f"{where}: must serve protocol v2 from --model-repository /mnt/models")
+            if doc.get("kind") == "ServingRuntime" and kserve.model_path_problem(doc):
+                report.fail(f"{where}: {kserve.model_path_problem(doc)}")
 
 
 def check_deployment(k, doc, where, report):
@@ -275,14 +319,73 @@ def collect_limits(ctx):
                 _LIMITS[(k, doc["metadata"]["name"])] = cfg.get("limits", {})
 
 
+KSERVE_RUNTIME = DEPLOY / "k8s" / "kserve" / "runtime"
+INFERENCE_SERVICES = [DEPLOY / "k8s" / k / "inferenceservice.yaml" for k in ("kserve", "kserve-serverless")]
+
+
 def check_kserve_webhook(ctx, report):
-    """The InferenceService against KServe v0.20's validating webhook, rule by rule, and
-    its shutdown budget against the runtime's tandem.toml."""
-    path = DEPLOY / "k8s" / "kserve" / "inferenceservice.yaml"
-    isvc = yaml.safe_load(path.read_text())
-    kserve.check(isvc, report, rel(path))
-    limits = tomllib.loads((DEPLOY / "k8s" / "kserve" / "tandem.toml").read_text()).get("limits", {})
-    kserve.check_shutdown(isvc, limits, report, rel(path))
+    """The InferenceServices against KServe v0.20's webhook, rule by rule, and their
+    shutdown budget against the runtime's tandem.toml; the runtime serves what KServe
+    mounts, and one without a model path is refused."""
+    limits = tomllib.loads((KSERVE_RUNTIME / "tandem.toml").read_text()).get("limits", {})
+    for path in INFERENCE_SERVICES:
+        isvc = yaml.safe_load(path.read_text())
+        kserve.check(isvc, report, rel(path))
+        kserve.check_shutdown(isvc, limits, report, rel(path))
+    runtime = yaml.safe_load((KSERVE_RUNTIME / "servingruntime.yaml").read_text())
+    problem = kserve.model_path_problem(runtime)
+    if problem:
+        report.fail(f"{rel(KSERVE_RUNTIME / 'servingruntime.yaml')}: {problem}")
+    broken = copy.deepcopy(runtime)
+    args = broken["spec"]["containers"][0]["args"]
+    del args[args.index("--model"):args.index("--model") + 2]
+    if not kserve.model_path_problem(broken):
+        report.fail("a ServingRuntime without a model path passes the model-path check")
+
+
+# A pod's own start before tandem's: scheduling, the image from a warm node, the container.
+POD_START_S = 20
+# Cold starts on a loaded node, a cold page cache or a slower CPU than the one measured.
+COLD_START_MARGIN = 3
+
+
+def _startup_budget(container):
+    p = container.get("startupProbe") or {}
+    return p.get("initialDelaySeconds", 0) + p.get("periodSeconds", 10) * p.get("failureThreshold", 3)
+
+
+def check_probe_budgets(ctx, report):
+    """The probes and the scale-from-zero wait leave room for the cold start measured
+    (--cold-start-s): every startup probe's budget, and the HTTP add-on's conditionWait
+    after a pod's start, hold COLD_START_MARGIN times it."""
+    if not ctx.args.cold_start_s:
+        report.note("no --cold-start-s: probe budgets not checked against a measured cold start")
+        return
+    need = COLD_START_MARGIN * ctx.args.cold_start_s
+    for k, docs in ctx.rendered.items():
+        for doc in docs:
+            where = f"deploy/{k} {manifests.name_of(doc)}"
+            for c in _containers(doc):
+                if c["name"] in ("tandem", "kserve-container") and _startup_budget(c) < need:
+                    report.fail(f"{where} container {c['name']}: the startupProbe allows "
+                                f"{_startup_budget(c)} s, under {COLD_START_MARGIN} x the measured "
+                                f"cold start of {ctx.args.cold_start_s:.2f} s")
+            if doc.get("kind") == "HTTPScaledObject":
+                wait = doc["spec"].get("timeouts", {}).get("conditionWait", "")
+                seconds = _duration_s(wait)
+                if seconds < POD_START_S + need:
+                    report.fail(f"{where}: conditionWait {wait or 'unset'} holds the first request "
+                                f"under a pod's start ({POD_START_S} s) + {COLD_START_MARGIN} x "
+                                f"the cold start of {ctx.args.cold_start_s:.2f} s")
+    report.note(f"cold start {ctx.args.cold_start_s:.2f} s")
+
+
+def _duration_s(text: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    for unit in ("ms", "s", "m", "h"):
+        if text.endswith(unit) and text[: -len(unit)].isdigit():
+            return int(text[: -len(unit)]) * units[unit]
+    return 0
 
 
 def check_dashboard(ctx, report):
@@ -298,6 +401,9 @@ def check_promql(ctx, report):
     else:
         report.note("no --scrape: metric names not checked against a live server")
     promql.check_names(ctx.exprs, ctx.recorded, scraped, report)
+    if ctx.args.fresh_scrape:
+        fresh = promql.scrape_names(Path(ctx.args.fresh_scrape).read_text())
+        promql.check_present_from_start(ctx.exprs, fresh, report)
     report.note(f"{len(ctx.exprs)} expressions")
 
 
@@ -329,9 +435,12 @@ CHECKS = [
     ("Prometheus rules and unit tests", check_rules),
     ("PrometheusRule in sync with the rules", check_prometheus_rule_in_sync),
     ("manifests render and validate", check_manifests),
+    ("Helm chart lints, renders and validates (Helm v4 SDK)", check_helm),
+    ("Helm chart refuses broken values", check_helm_refusals),
     ("manifests' flags, probes, shutdown, GPU, trainer", check_manifest_contents),
     ("broken fixtures rejected", check_fixtures),
     ("InferenceService against KServe v0.20's webhook rules; its shutdown budget", check_kserve_webhook),
+    ("probes against the measured cold start", check_probe_budgets),
     ("Grafana dashboard", check_dashboard),
     ("PromQL parses; metrics exist", check_promql),
 ]
@@ -340,6 +449,8 @@ CHECKS = [
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scrape", help="a live /metrics text of tandem serve")
+    p.add_argument("--fresh-scrape", help="/metrics of a server just started (no request, no trainer)")
+    p.add_argument("--cold-start-s", type=float, help="a measured exec-to-first-answer time, in seconds")
     p.add_argument("--tandem", help="the tandem binary, whose --help lists its flags")
     p.add_argument("--require-tools", action="store_true",
                    default=bool(os.environ.get("TANDEM_REQUIRE_TOOLS")))
@@ -358,7 +469,7 @@ def main(argv=None):
                 report.skipped = str(e)
         except Exception as e:  # a check that cannot finish has failed, and says where
             report.fail(f"{type(e).__name__}: {e}")
-        if name.startswith("manifests render"):
+        if name.startswith("manifests render") or name.startswith("Helm chart lints"):
             collect_limits(ctx)
         if report.skipped:
             skipped += 1

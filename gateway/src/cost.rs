@@ -1,5 +1,6 @@
-//! What the device costs, and who it is charged to. Serving owns the ledger: it runs
-//! whenever `[cost] device_hour_usd` is set, with or without co-located training.
+//! What the device costs, and who it is charged to. Serving owns the ledger: it always
+//! runs, counting the device time lent to training, and charges dollars whenever
+//! `[cost] device_hour_usd` is set, with or without co-located training.
 //!
 //! Every second of the device costs `device_hour_usd / 3600`. The share lent to an active
 //! trainer ([`LentTime`], written by the trainer coordinator) is charged to training; the
@@ -18,7 +19,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::lifecycle::registry::Registry;
-use crate::metrics as names;
+use crate::metrics::{self as names, FloatCounter};
 use crate::shutdown::Shutdown;
 
 /// Device time lent to training so far, in nanoseconds: the coordinator adds each tick's
@@ -148,7 +149,8 @@ impl CostLedger {
     }
 
     /// The model's inference cost over the window divided by the requests it answered in
-    /// it; its last such value while it answers none.
+    /// it; its last such value while it answers none, 0 before its first answer (so the
+    /// series exists from the model's load).
     pub fn cost_per_inference(&mut self, model: &str) -> Option<f64> {
         let charges = self.models.get_mut(model)?;
         let usd: f64 = charges.ticks.iter().map(|c| c.usd).sum();
@@ -156,7 +158,7 @@ impl CostLedger {
         if answered > 0 {
             charges.last = Some(usd / answered as f64);
         }
-        charges.last
+        Some(charges.last.unwrap_or(0.0))
     }
 
     /// The same per 1,000 tokens, for a text model.
@@ -170,6 +172,11 @@ impl CostLedger {
         charges.last_per_1k_tokens
     }
 
+    /// Whether the device has a price (`[cost] device_hour_usd` > 0).
+    pub fn priced(&self) -> bool {
+        self.price_per_second > 0.0
+    }
+
     pub fn models(&self) -> Vec<String> {
         self.models.keys().cloned().collect()
     }
@@ -178,7 +185,27 @@ impl CostLedger {
 /// How often the ledger charges the device time that passed.
 const TICK: Duration = Duration::from_millis(250);
 
-/// Charges the device's time every tick until shutdown, and publishes the cost gauges.
+/// The ledger's running totals as counters: made at 0 when the ledger starts, so alerts
+/// and panels never see an absent series. Costs only where the device has a price.
+struct Totals {
+    inference_usd: Option<Arc<FloatCounter>>,
+    training_usd: Option<Arc<FloatCounter>>,
+    harvested_seconds: Arc<FloatCounter>,
+}
+
+impl Totals {
+    fn new(priced: bool) -> Totals {
+        let cost = |kind| priced.then(|| names::float_counter(names::COST, &[("kind", kind)]));
+        Totals {
+            inference_usd: cost("inference"),
+            training_usd: cost("training"),
+            harvested_seconds: names::float_counter(names::HARVESTED_DEVICE_SECONDS, &[]),
+        }
+    }
+}
+
+/// Charges the device's time every tick until shutdown, and publishes the totals and,
+/// where the device has a price, the cost gauges.
 pub async fn run(
     ledger: CostLedger,
     registry: Arc<Registry>,
@@ -186,6 +213,7 @@ pub async fn run(
     mut shutdown: Shutdown,
 ) {
     let mut ledger = ledger;
+    let totals = Totals::new(ledger.priced());
     let mut readings = UsageReadings::default();
     let mut tick = tokio::time::interval(TICK);
     let mut last = (Instant::now(), lent.total());
@@ -203,14 +231,23 @@ pub async fn run(
         let usage = readings.since_last(&registry);
         ledger.charge(wall, share, &usage, now.0);
         last = now;
-        publish(&mut ledger);
+        publish(&mut ledger, &totals);
     }
 }
 
-fn publish(ledger: &mut CostLedger) {
-    metrics::gauge!(names::COST, "kind" => "inference").set(ledger.inference_usd);
-    metrics::gauge!(names::COST, "kind" => "training").set(ledger.training_usd);
-    metrics::gauge!(names::HARVESTED_DEVICE_SECONDS).set(ledger.harvested_seconds);
+fn publish(ledger: &mut CostLedger, totals: &Totals) {
+    totals
+        .harvested_seconds
+        .advance_to(ledger.harvested_seconds);
+    let Some((inference, training)) = totals
+        .inference_usd
+        .as_ref()
+        .zip(totals.training_usd.as_ref())
+    else {
+        return;
+    };
+    inference.advance_to(ledger.inference_usd);
+    training.advance_to(ledger.training_usd);
     for model in ledger.models() {
         if let Some(c) = ledger.cost_per_inference(&model) {
             metrics::gauge!(names::COST_PER_INFERENCE, "model" => model.clone()).set(c);

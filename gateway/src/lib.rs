@@ -254,13 +254,11 @@ impl Gateway {
     /// The cost ledger, the samplers and the trainer coordinator.
     fn start_background(&mut self) -> Result<(), StartError> {
         let lent_time = Arc::new(cost::LentTime::default());
-        if self.config.cost.device_hour_usd > 0.0 {
-            let ledger =
-                cost::CostLedger::new(self.config.cost.device_hour_usd, self.config.cost.window());
-            let registry = self.state.registry.clone();
-            let run = cost::run(ledger, registry, lent_time.clone(), self.shutdown());
-            self.servers.push(tokio::spawn(run));
-        }
+        let ledger =
+            cost::CostLedger::new(self.config.cost.device_hour_usd, self.config.cost.window());
+        let registry = self.state.registry.clone();
+        let run = cost::run(ledger, registry, lent_time.clone(), self.shutdown());
+        self.servers.push(tokio::spawn(run));
         let label = self.device.label();
         self.samplers
             .push(tokio::spawn(sample_busy(self.busy.clone(), label)));

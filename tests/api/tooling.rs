@@ -85,10 +85,10 @@ fn promtool_finds_nothing_wrong_with_a_live_scrape() {
         "tandem_trainer_directives_total",
         "tandem_trainer_samples_per_second",
         "tandem_trainer_ack_duration_seconds_bucket",
-        "tandem_cost_usd",
+        "tandem_cost_usd_total",
         "tandem_cost_per_inference_usd",
         "tandem_load_ratio",
-        "tandem_training_harvested_device_seconds",
+        "tandem_training_harvested_device_seconds_total",
     ] {
         assert!(text.contains(family), "{family} missing from:\n{text}");
     }

@@ -9,7 +9,7 @@ use metrics::{Counter, Gauge};
 use moka::notification::RemovalCause;
 
 use super::key::Key;
-use crate::metrics as names;
+use crate::metrics::{self as names, FloatCounter};
 
 /// What is stored for a key.
 #[derive(Debug)]
@@ -72,11 +72,10 @@ pub struct Account {
     pub(crate) hits: Counter,
     pub(crate) misses: Counter,
     evictions: [Counter; CAUSES.len()],
-    /// Growing only, as `tandem_training_harvested_device_seconds` does: fractions of a
-    /// second need a gauge's float.
-    saved_seconds: Gauge,
+    /// Fractions of a second: a float counter.
+    saved_seconds: Arc<FloatCounter>,
     /// Where the device has a price.
-    saved_usd: Option<Gauge>,
+    saved_usd: Option<Arc<FloatCounter>>,
 }
 
 impl Account {
@@ -90,9 +89,9 @@ impl Account {
             evictions: CAUSES.map(|reason| {
                 metrics::counter!(names::CACHE_EVICTIONS, "model" => model.to_string(), "reason" => reason)
             }),
-            saved_seconds: metrics::gauge!(names::CACHE_SAVED_DEVICE_SECONDS, "model" => model.to_string()),
+            saved_seconds: names::float_counter(names::CACHE_SAVED_DEVICE_SECONDS, &[("model", model)]),
             saved_usd: priced
-                .then(|| metrics::gauge!(names::CACHE_SAVED_USD, "model" => model.to_string())),
+                .then(|| names::float_counter(names::CACHE_SAVED_USD, &[("model", model)])),
         }
     }
 
@@ -190,9 +189,9 @@ impl ResponseCache {
     /// Counts `device` time as saved by hits of `account`'s.
     pub(crate) fn saved(&self, account: &Account, device: Duration) {
         let seconds = device.as_secs_f64();
-        account.saved_seconds.increment(seconds);
+        account.saved_seconds.add(seconds);
         if let Some(usd) = &account.saved_usd {
-            usd.increment(seconds * self.usd_per_second);
+            usd.add(seconds * self.usd_per_second);
         }
     }
 }

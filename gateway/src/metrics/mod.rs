@@ -2,8 +2,11 @@
 //! sites use the constants. Names start with `tandem_`, use base units, counters end in
 //! `_total`; labels are bounded (model, version, device, reason, code).
 
+mod float;
+
 use std::sync::OnceLock;
 
+pub use float::{FloatCounter, float_counter};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub const REQUESTS: &str = "tandem_requests_total";
@@ -43,16 +46,16 @@ pub const TRAINER_ESCALATIONS: &str = "tandem_trainer_escalations_total";
 pub const TRAINER_ACK_DURATION: &str = "tandem_trainer_ack_duration_seconds";
 pub const TRAINER_SAMPLES_PER_SECOND: &str = "tandem_trainer_samples_per_second";
 pub const TRAINER_LOSS: &str = "tandem_trainer_loss";
-pub const COST: &str = "tandem_cost_usd";
+pub const COST: &str = "tandem_cost_usd_total";
 pub const COST_PER_INFERENCE: &str = "tandem_cost_per_inference_usd";
-pub const HARVESTED_DEVICE_SECONDS: &str = "tandem_training_harvested_device_seconds";
+pub const HARVESTED_DEVICE_SECONDS: &str = "tandem_training_harvested_device_seconds_total";
 pub const CACHE_HITS: &str = "tandem_cache_hits_total";
 pub const CACHE_MISSES: &str = "tandem_cache_misses_total";
 pub const CACHE_EVICTIONS: &str = "tandem_cache_evictions_total";
 pub const CACHE_BYTES: &str = "tandem_cache_bytes";
 pub const CACHE_ENTRIES: &str = "tandem_cache_entries";
-pub const CACHE_SAVED_DEVICE_SECONDS: &str = "tandem_cache_saved_device_seconds";
-pub const CACHE_SAVED_USD: &str = "tandem_cache_saved_usd";
+pub const CACHE_SAVED_DEVICE_SECONDS: &str = "tandem_cache_saved_device_seconds_total";
+pub const CACHE_SAVED_USD: &str = "tandem_cache_saved_usd_total";
 
 /// Latency buckets from 100 µs to 10 s: fine where budgets live (1–100 ms).
 const LATENCY_BUCKETS: &[f64] = &[
@@ -70,6 +73,8 @@ const ROW_BUCKETS: &[f64] = &[
 #[derive(Clone, Copy)]
 enum Kind {
     Counter,
+    /// A counter of fractions ([`float`]), rendered apart from the recorder's.
+    FloatCounter,
     Gauge,
     Histogram,
 }
@@ -114,16 +119,16 @@ const HELP: &[(&str, Kind, bool, &str)] = &[
     (TRAINER_ACK_DURATION, Kind::Histogram, true, "Time from a directive to the trainer's ack."),
     (TRAINER_SAMPLES_PER_SECOND, Kind::Gauge, false, "Training samples per second the trainer last reported."),
     (TRAINER_LOSS, Kind::Gauge, false, "Training loss the trainer last reported."),
-    (COST, Kind::Gauge, false, "Device cost so far in US dollars, charged to inference or training by the share lent."),
+    (COST, Kind::FloatCounter, false, "Device cost so far in US dollars, charged to inference or training by the share lent."),
     (COST_PER_INFERENCE, Kind::Gauge, false, "Inference cost charged to the model over [cost] window_s (split by the device time its batches took) divided by the requests it answered in that window, in US dollars; holds its last value while the model answers nothing."),
-    (HARVESTED_DEVICE_SECONDS, Kind::Gauge, true, "Device-seconds lent to training so far."),
+    (HARVESTED_DEVICE_SECONDS, Kind::FloatCounter, true, "Device-seconds lent to training so far."),
     (CACHE_HITS, Kind::Counter, false, "Inputs answered from the response cache (a text, a row, or a whole request where the model's rows are not independent), counting those another request was computing."),
     (CACHE_MISSES, Kind::Counter, false, "Inputs looked up in the response cache and computed."),
     (CACHE_EVICTIONS, Kind::Counter, false, "Entries that left the response cache, by reason: size (evicted, or not admitted, to keep within max_bytes), expired, invalidated (a version unloaded or replaced, or the model's cache cleared), replaced."),
     (CACHE_BYTES, Kind::Gauge, false, "Bytes the model's entries take in the response cache, keys included."),
     (CACHE_ENTRIES, Kind::Gauge, false, "Entries the model has in the response cache."),
-    (CACHE_SAVED_DEVICE_SECONDS, Kind::Gauge, true, "Device time the response cache saved so far: each hit counted at the model's mean device time per input computed so far."),
-    (CACHE_SAVED_USD, Kind::Gauge, false, "What the device time the response cache saved so far would have cost, at [cost] device_hour_usd."),
+    (CACHE_SAVED_DEVICE_SECONDS, Kind::FloatCounter, true, "Device time the response cache saved so far: each hit counted at the model's mean device time per input computed so far."),
+    (CACHE_SAVED_USD, Kind::FloatCounter, false, "What the device time the response cache saved so far would have cost, at [cost] device_hour_usd."),
 ];
 
 fn describe() {
@@ -131,6 +136,7 @@ fn describe() {
     for &(name, kind, seconds, help) in HELP {
         match (kind, seconds) {
             (Kind::Counter, _) => describe_counter!(name, help),
+            (Kind::FloatCounter, _) => {}
             (Kind::Gauge, true) => describe_gauge!(name, Unit::Seconds, help),
             (Kind::Gauge, false) => describe_gauge!(name, help),
             (Kind::Histogram, true) => describe_histogram!(name, Unit::Seconds, help),
@@ -187,6 +193,25 @@ pub fn render_loaded_versions(versions: &[(String, u64)]) -> String {
     out
 }
 
+/// A model's answered-request series, made at 0 when it starts serving, so that alerts and
+/// panels reading them find a series before the first answer (the status and protocol
+/// that most answers carry; others are born with their first answer).
+pub fn register_request_series(model: &str) {
+    let model = model.to_string();
+    metrics::counter!(REQUESTS, "model" => model.clone(), "code" => "200", "protocol" => "http")
+        .increment(0);
+    let _ = metrics::histogram!(REQUEST_DURATION, "model" => model, "protocol" => "http");
+}
+
+/// Every float counter made so far ([`float_counter`]), as exposition text.
+pub fn render_float_counters() -> String {
+    float::render(|name| {
+        HELP.iter()
+            .find(|(n, ..)| *n == name)
+            .map_or("", |(.., help)| *help)
+    })
+}
+
 /// A label value as the exposition format spells it: backslash, quote and newline escaped.
 fn escape_label(value: &str) -> String {
     value
@@ -204,7 +229,7 @@ mod tests {
     #[test]
     fn every_declared_metric_has_help_text() {
         let described: Vec<&str> = HELP.iter().map(|(name, ..)| *name).collect();
-        let declared = include_str!("metrics.rs").lines().filter_map(|l| {
+        let declared = include_str!("mod.rs").lines().filter_map(|l| {
             let (name, value) = l.strip_prefix("pub const ")?.split_once(": &str = \"")?;
             Some((name, value.strip_suffix("\";")?))
         });

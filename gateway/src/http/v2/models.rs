@@ -27,6 +27,7 @@ pub fn metrics(state: &AppState) -> Response<Full<Bytes>> {
         .map(|v| (v.name.clone(), v.version))
         .collect();
     let mut text = state.metrics.render();
+    text.push_str(&names::render_float_counters());
     text.push_str(&names::render_loaded_versions(&loaded));
     let mut r = Response::new(Full::new(Bytes::from(text)));
     r.headers_mut().insert(
