@@ -140,15 +140,23 @@ KPA_RULES = COMMON + [
 
 def check_shutdown(isvc, limits, report, where):
     """The runtime drains before it stops (readiness 503 while the endpoints drop the pod),
-    and the kubelet waits past its drain and grace before it kills."""
+    and the kubelet waits past its drain and grace before it kills: in Standard mode the
+    predictor's terminationGracePeriodSeconds; on Knative the revision timeout, from which
+    Knative sets it (its webhook refuses the field: "must not set the field(s):
+    spec.template.spec.terminationGracePeriodSeconds")."""
     drain = limits.get("shutdown_drain_ms", 0) / 1000
     grace = limits.get("shutdown_grace_ms", 30000) / 1000
     if drain <= 0:
         report.fail(f"{where}: shutdown_drain_ms must be above 0: requests would meet a closed listener")
-    tgps = _predictor(isvc).get("terminationGracePeriodSeconds", 30)
-    if tgps <= drain + grace:
-        report.fail(f"{where}: terminationGracePeriodSeconds {tgps} leaves no margin after "
-                    f"drain {drain:g} s + grace {grace:g} s")
+    predictor = _predictor(isvc)
+    if _knative(isvc):
+        if "terminationGracePeriodSeconds" in predictor:
+            report.fail(f"{where}: Knative refuses terminationGracePeriodSeconds; set the predictor's timeout")
+        field, budget = "timeout", predictor.get("timeout", 300)
+    else:
+        field, budget = "terminationGracePeriodSeconds", predictor.get("terminationGracePeriodSeconds", 30)
+    if budget <= drain + grace:
+        report.fail(f"{where}: {field} {budget} leaves no margin after drain {drain:g} s + grace {grace:g} s")
 
 
 def check(isvc, report, where):

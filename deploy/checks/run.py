@@ -107,7 +107,7 @@ def check_flags(ctx, report):
         report.note(f"flags from {ctx.args.tandem} --help")
     else:
         ctx.flags = flagmod.from_source()
-        report.note("flags from src/cli/mod.rs (no --tandem binary given)")
+        report.note("flags from src/cli/ (no --tandem binary given)")
     for sub in flagmod.SUBCOMMANDS:
         if not ctx.flags.get(sub):
             report.fail(f"found no flags of `tandem {sub}`")
@@ -332,6 +332,12 @@ def check_kserve_webhook(ctx, report):
         isvc = yaml.safe_load(path.read_text())
         kserve.check(isvc, report, rel(path))
         kserve.check_shutdown(isvc, limits, report, rel(path))
+    knative = yaml.safe_load(INFERENCE_SERVICES[1].read_text())
+    knative["spec"]["predictor"]["terminationGracePeriodSeconds"] = 30
+    refused = Report("breakage")
+    kserve.check_shutdown(knative, limits, refused, "breakage")
+    if not refused.problems:
+        report.fail("a Knative InferenceService with terminationGracePeriodSeconds passes the shutdown check")
     runtime = yaml.safe_load((KSERVE_RUNTIME / "servingruntime.yaml").read_text())
     problem = kserve.model_path_problem(runtime)
     if problem:
