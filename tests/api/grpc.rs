@@ -37,7 +37,13 @@ fn tritonclient_grpc_works_unchanged_and_agrees_with_http() {
     } else {
         skip_or_fail(test, "ORT_DYLIB_PATH not set: the ONNX part is skipped");
     }
-    let server = Server::start(&["--model-repository", repo.path().to_str().unwrap()]);
+    let server = Server::start(&[
+        "--model-repository",
+        repo.path().to_str().unwrap(),
+        "--log-format",
+        "json",
+        "--access-log",
+    ]);
     let (grpc, http) = (server.grpc_addr().to_string(), server.addr.to_string());
     let weights = repo.path().join("m/1/model.safetensors");
     let mut args = vec![
@@ -62,6 +68,34 @@ fn tritonclient_grpc_works_unchanged_and_agrees_with_http() {
         grpc_requests > 0.0,
         "no gRPC request counted under protocol=\"grpc\""
     );
+    // The 17 MiB message tonic refused before the handler ran is counted too, as HTTP
+    // counts a 413.
+    let too_large = server.series(
+        "tandem_requests_total",
+        &["model=\"_unknown\"", "protocol=\"grpc\"", "code=\"413\""],
+    );
+    assert!(
+        too_large >= 1.0,
+        "the refused 17 MiB message was not counted"
+    );
+    // The access log gives each call's grpc-status: OK from an answer's trailers, NOT_FOUND
+    // (5) from a refusal's head.
+    let statuses: Vec<String> = server
+        .log()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| {
+            l["target"] == "access"
+                && l["span"]["route"] == "/inference.GRPCInferenceService/ModelInfer"
+        })
+        .filter_map(|l| l["grpc_status"].as_str().map(str::to_string))
+        .collect();
+    for code in ["0", "5"] {
+        assert!(
+            statuses.iter().any(|s| s == code),
+            "no ModelInfer access line with grpc_status {code}: {statuses:?}"
+        );
+    }
 }
 
 #[test]

@@ -51,6 +51,13 @@ pub async fn infer(
     answer
 }
 
+/// A request refused before its model was looked up (a malformed `grpc-timeout`): counted
+/// under `_unknown` as a 400, as HTTP counts a request it cannot read.
+pub fn refused_unread<T>(req: &tonic::Request<T>) {
+    let took = super::Began::of(req).elapsed();
+    crate::http::count::finished(None, http::StatusCode::BAD_REQUEST, "grpc", took);
+}
+
 /// `""` is the newest version, as Triton reads it.
 fn version_of(v: &str) -> Option<&str> {
     (!v.is_empty()).then_some(v)

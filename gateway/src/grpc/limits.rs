@@ -27,17 +27,24 @@ pub fn message_status(status: Status) -> Status {
     }
 }
 
-/// A unary call refused before its handler ran, with the status the client is told.
-pub fn client_faults(response: Response<Body>) -> Response<Body> {
+/// A unary call refused before its handler ran, with the status the client is told, and
+/// the HTTP status that refusal maps to where it was a client's message tonic refused.
+pub fn client_faults(response: Response<Body>) -> (Response<Body>, Option<http::StatusCode>) {
     match Status::from_header_map(response.headers()) {
         Some(status) if matches!(status.code(), Code::OutOfRange | Code::Internal) => {
             let told = message_status(status.clone());
             match told.code() == status.code() {
-                true => response,
-                false => told.into_http(),
+                true => (response, None),
+                false => {
+                    let refused = match told.code() {
+                        Code::ResourceExhausted => http::StatusCode::PAYLOAD_TOO_LARGE,
+                        _ => http::StatusCode::BAD_REQUEST,
+                    };
+                    (told.into_http(), Some(refused))
+                }
             }
         }
-        _ => response,
+        _ => (response, None),
     }
 }
 
@@ -53,9 +60,12 @@ mod tests {
         assert_eq!(message_status(garbage).code(), Code::InvalidArgument);
         let ours = Status::internal("the model failed");
         assert_eq!(message_status(ours).code(), Code::Internal);
-        let response =
+        let (response, refused) =
             client_faults(Status::internal("failed to decode Protobuf message: x").into_http());
         let told = Status::from_header_map(response.headers()).unwrap();
         assert_eq!(told.code(), Code::InvalidArgument);
+        assert_eq!(refused, Some(http::StatusCode::BAD_REQUEST));
+        let (_, refused) = client_faults(Status::internal("the model failed").into_http());
+        assert_eq!(refused, None);
     }
 }

@@ -116,8 +116,8 @@ impl crate::http::Calls for Services {
         mut req: Request<Incoming>,
         peer: std::net::SocketAddr,
     ) -> Response<Body> {
-        req.extensions_mut()
-            .insert(Began(tokio::time::Instant::now()));
+        let began = tokio::time::Instant::now();
+        req.extensions_mut().insert(Began(began));
         req.extensions_mut().insert(Peer(peer));
         let path = req.uri().path();
         let Some((_, service)) = self
@@ -128,11 +128,29 @@ impl crate::http::Calls for Services {
             let status = tonic::Status::unimplemented(format!("no gRPC method {path}"));
             return status.into_http();
         };
+        let counted = COUNTED.contains(&path);
         let response = service.clone().oneshot(req).await;
         let response = response.unwrap_or_else(|never| match never {});
-        limits::client_faults(response)
+        let (response, refused) = limits::client_faults(response);
+        // A message refused before the handler ran is an inference request answered all
+        // the same, as HTTP counts its 400s and 413s.
+        if let Some(status) = refused.filter(|_| counted) {
+            crate::http::count::finished(None, status, "grpc", began.elapsed());
+        }
+        response
     }
 }
+
+/// The unary calls counted in `tandem_requests_total` (streams count each request).
+const COUNTED: &[&str] = &[
+    "/inference.GRPCInferenceService/ModelInfer",
+    "/tei.v1.Embed/Embed",
+    "/tei.v1.Embed/EmbedSparse",
+    "/tei.v1.Embed/EmbedAll",
+    "/tei.v1.Predict/Predict",
+    "/tei.v1.Predict/PredictPair",
+    "/tei.v1.Rerank/Rerank",
+];
 
 fn route<S>(service: S) -> (String, Routed)
 where

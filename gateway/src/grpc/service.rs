@@ -140,7 +140,9 @@ impl pb::grpc_inference_service_server::GrpcInferenceService for Inference {
         req: Request<pb::ModelInferRequest>,
     ) -> Answer<pb::ModelInferResponse> {
         self.keyed(&req)?;
-        let call = self.call(&req)?;
+        let call = self
+            .call(&req)
+            .inspect_err(|_| infer::refused_unread(&req))?;
         let (response, cache) = infer::infer(&self.state, req.into_inner(), call)
             .await
             .map_err(|e| status_of(&e))?;

@@ -42,14 +42,25 @@ pub fn record_model(name: &str) {
     crate::infer::phases::model(name);
 }
 
-/// The access log line of an answered request, inside its span.
-pub fn log(status: StatusCode, latency: Duration) {
-    tracing::info!(
-        target: "access",
-        status = status.as_u16(),
-        latency_ms = latency.as_micros() as f64 / 1e3,
-        "answered"
-    );
+/// The access log line of an answered request, inside its span; a gRPC call's with its
+/// `grpc-status` (its HTTP status is 200 whatever the outcome).
+pub fn log(status: StatusCode, grpc_status: Option<&str>, latency: Duration) {
+    let latency_ms = latency.as_micros() as f64 / 1e3;
+    match grpc_status {
+        Some(grpc_status) => tracing::info!(
+            target: "access",
+            status = status.as_u16(),
+            grpc_status,
+            latency_ms,
+            "answered"
+        ),
+        None => tracing::info!(
+            target: "access",
+            status = status.as_u16(),
+            latency_ms,
+            "answered"
+        ),
+    }
 }
 
 /// CORS for the origins configured (none: no layer). Preflights are answered before any

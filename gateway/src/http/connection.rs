@@ -299,9 +299,41 @@ where
     }
     response.headers_mut().insert(request_id::HEADER, id);
     if edge.access_log {
-        span.in_scope(|| access::log(response.status(), began.elapsed()));
+        log_answer(&mut response, &span, began);
     }
     response
+}
+
+/// The access log line: at once, or for a gRPC call that answers with a body (its status
+/// comes in the trailers), once the trailers pass. A call refused or failed before its
+/// answer began carries its `grpc-status` in the head.
+fn log_answer(response: &mut Answer, span: &tracing::Span, began: Instant) {
+    let headers = response.headers();
+    let grpc = headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    let in_head = headers.get("grpc-status").and_then(|v| v.to_str().ok());
+    if !grpc || in_head.is_some() {
+        span.in_scope(|| access::log(response.status(), in_head, began.elapsed()));
+        return;
+    }
+    let body = match std::mem::replace(response.body_mut(), Either::Left(Default::default())) {
+        Either::Right(body) => body,
+        routes => {
+            *response.body_mut() = routes;
+            return;
+        }
+    };
+    use http_body_util::BodyExt;
+    let (span, status) = (span.clone(), response.status());
+    let logged = body.map_frame(move |frame| {
+        if let Some(trailers) = frame.trailers_ref() {
+            let code = trailers.get("grpc-status").and_then(|v| v.to_str().ok());
+            span.in_scope(|| access::log(status, Some(code.unwrap_or("")), began.elapsed()));
+        }
+        frame
+    });
+    *response.body_mut() = Either::Right(logged.boxed_unsync());
 }
 
 /// A HEAD's answer: GET's headers and length, no body. hyper holds an HTTP/1 body back

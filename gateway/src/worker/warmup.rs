@@ -1,7 +1,8 @@
-//! Warm-up: every batch size once untimed (buffers grow, kernels compile), then timed
-//! rounds; the median of each size seeds the latency model, so one preempted run cannot
-//! skew it. Dense models run batches of rows; text models batches of sequences of a
-//! typical length, sized in token-units.
+//! Warm-up: every batch size once (buffers grow, kernels compile), then timed rounds; the
+//! fastest run of each size seeds the latency model's shape, since the noise of a shared
+//! host only ever adds time (a preempted run cannot skew it), and the model's scale follows
+//! the typical level from the first batches served on. Dense models run batches of rows;
+//! text models batches of sequences of a typical length, sized in token-units.
 //!
 //! Readiness waits for warm-up, and a pod scaled up from zero holds its first request for
 //! it, so warm-up does only what the first batches need:
@@ -163,7 +164,7 @@ fn text_samples(text: &TextInput, max_rows: usize, max_outputs: usize) -> Vec<Sa
 }
 
 /// Times the warm-up batches up to the first that takes longer than `p99`: (batch rows,
-/// median time).
+/// fastest time).
 pub fn warm_up(
     model: &mut dyn Model,
     max_rows: usize,
@@ -184,13 +185,13 @@ pub fn warm_up(
             "warm-up timed fewer rounds: its time budget was spent"
         );
     }
-    Ok(warmup.medians)
+    Ok(warmup.fastest)
 }
 
 /// What a warm-up measured.
 struct Warmup {
-    /// (batch rows, median time) per warm-up batch.
-    medians: Vec<(usize, Duration)>,
+    /// (batch rows, fastest time) per warm-up batch.
+    fastest: Vec<(usize, Duration)>,
     /// Timed rounds run: [`ROUNDS`], or fewer once `budget` was spent.
     timed_rounds: usize,
 }
@@ -214,20 +215,22 @@ fn warm_up_within(model: &mut dyn Model, limits: &Limits) -> Result<Warmup, Stri
     // run (a first run also pays for compiling kernels and growing buffers), and at least
     // two sizes: the latency model needs two to tell a batch's fixed cost from its rows'.
     let mut keep = samples.len();
+    let mut times = vec![Vec::with_capacity(ROUNDS + 1); samples.len()];
     for (i, sample) in samples.iter().enumerate() {
         if i >= keep {
             break;
         }
-        let over = match over_budget(model, sample, width, limits.p99) {
-            Ok(over) => over,
+        let (over, took) = match over_budget(model, sample, width, limits.p99) {
+            Ok(run) => run,
             Err(e) => return skip_variable_shapes(model, e),
         };
+        times[i].push(took);
         if over && keep == samples.len() {
             keep = (i + 1).max(2);
         }
     }
     samples.truncate(keep);
-    let mut times = vec![Vec::with_capacity(ROUNDS); samples.len()];
+    times.truncate(keep);
     let mut timed_rounds = 0;
     for round in 1..=ROUNDS {
         if round > 1 && start.elapsed() >= limits.budget {
@@ -242,36 +245,35 @@ fn warm_up_within(model: &mut dyn Model, limits: &Limits) -> Result<Warmup, Stri
         }
         timed_rounds = round;
     }
-    let medians = samples
+    let fastest = samples
         .iter()
         .zip(times)
-        .map(|(sample, mut t)| {
-            t.sort();
-            (sample.rows(), t[t.len() / 2])
-        })
+        .map(|(sample, t)| (sample.rows(), t.into_iter().min().unwrap_or_default()))
         .collect();
     Ok(Warmup {
-        medians,
+        fastest,
         timed_rounds,
     })
 }
 
-/// Runs `sample` once, and again if that took longer than `p99`: whether the second run
-/// did too.
+/// Runs `sample` once, and again if that took longer than `p99`: whether the last run did
+/// too, and how long it took.
 fn over_budget(
     model: &mut dyn Model,
     sample: &Sample,
     width: usize,
     p99: Duration,
-) -> Result<bool, String> {
+) -> Result<(bool, Duration), String> {
+    let mut took = Duration::ZERO;
     for _ in 0..2 {
         let t = Instant::now();
         run_sample(model, sample, width)?;
-        if t.elapsed() <= p99 {
-            return Ok(false);
+        took = t.elapsed();
+        if took <= p99 {
+            return Ok((false, took));
         }
     }
-    Ok(true)
+    Ok((true, took))
 }
 
 /// A failed warm-up batch: an error, except for a model with variable dimensions, whose
@@ -283,7 +285,7 @@ fn skip_variable_shapes(model: &dyn Model, error: String) -> Result<Warmup, Stri
     }
     tracing::warn!(error = %error, "warm-up with variable dimensions at 1 failed; the latency model learns from the first batches instead");
     Ok(Warmup {
-        medians: Vec::new(),
+        fastest: Vec::new(),
         timed_rounds: 0,
     })
 }
@@ -300,7 +302,7 @@ mod tests {
     }
 
     /// A model whose warm-up outlasts the time budget stops after one timed round, with a
-    /// median for every batch size; one within it runs all five.
+    /// time for every batch size; one within it runs all five.
     #[test]
     fn timed_rounds_stop_once_the_budget_is_spent() {
         let checkpoint = models::Checkpoint::random(&[256, 256, 8], models::DType::F32, 3);
@@ -315,7 +317,7 @@ mod tests {
         assert_eq!(all.timed_rounds, ROUNDS);
         let spent = warm_up_within(&mut mlp, &limits(Duration::ZERO)).unwrap();
         assert_eq!(spent.timed_rounds, 1);
-        let sizes = |w: &Warmup| w.medians.iter().map(|(rows, _)| *rows).collect::<Vec<_>>();
+        let sizes = |w: &Warmup| w.fastest.iter().map(|(rows, _)| *rows).collect::<Vec<_>>();
         assert_eq!(sizes(&spent), sizes(&all));
         assert_eq!(sizes(&all), warmup_buckets(64));
     }
@@ -333,7 +335,7 @@ mod tests {
             budget: Duration::from_secs(60),
         };
         let w = warm_up_within(&mut mlp, &limits).unwrap();
-        let sizes: Vec<usize> = w.medians.iter().map(|(rows, _)| *rows).collect();
+        let sizes: Vec<usize> = w.fastest.iter().map(|(rows, _)| *rows).collect();
         assert_eq!(sizes, vec![1, 2]);
         assert_eq!(w.timed_rounds, ROUNDS);
     }
