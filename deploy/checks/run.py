@@ -176,11 +176,16 @@ def check_manifests(ctx, report):
         except RuntimeError as e:
             report.fail(f"deploy/{k} does not render:\n{e}")
             continue
-        ctx.rendered[k] = docs
-        for doc in docs:
-            for problem in manifests.validate(doc):
-                report.fail(f"deploy/{k} {manifests.name_of(doc)}: {problem}")
+        keep_validated(ctx, k, docs, report)
         report.note(f"deploy/{k}: {len(docs)} objects")
+
+
+def keep_validated(ctx, key, docs, report):
+    """Rendered objects, validated against their schemas and kept for the checks after."""
+    ctx.rendered[key] = docs
+    for doc in docs:
+        for problem in manifests.validate(doc):
+            report.fail(f"deploy/{key} {manifests.name_of(doc)}: {problem}")
 
 
 def check_helm(ctx, report):
@@ -195,10 +200,7 @@ def check_helm(ctx, report):
         except Exception as e:  # HelmError: the render's own message
             report.fail(f"{key} does not render: {e}")
             continue
-        ctx.rendered[key] = docs
-        for doc in docs:
-            for problem in manifests.validate(doc):
-                report.fail(f"deploy/{key} {manifests.name_of(doc)}: {problem}")
+        keep_validated(ctx, key, docs, report)
         report.note(f"{f.name}: {len(docs)} objects")
     if not helmchart.values_files():
         report.fail("deploy/helm/tandem/ci: no values files")
