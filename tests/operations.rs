@@ -491,3 +491,104 @@ fn local_args(shipped: &[String], socket: String) -> Vec<String> {
     args.extend(["--coloc-socket".into(), socket]);
     args
 }
+
+/// Each configuration the Helm chart renders from its ci/ values files starts a server
+/// that serves: the ConfigMap's tandem.toml and the tandem container's own flags, with the
+/// pod's paths mapped to this machine's (the bundled repository for any model source, a
+/// key file where the chart sets one). TLS flags are left out: serving TLS is tested in
+/// tests/api/tls.rs, and the files are the Secret's.
+#[test]
+fn every_helm_values_file_renders_a_server_that_serves() {
+    const TEST: &str = "every_helm_values_file_renders_a_server_that_serves";
+    let Some(python) = python() else {
+        return skip_or_fail(TEST, "no Python with PyYAML (scripts/test.sh)");
+    };
+    let tmp = TempDir::new("helm-serve");
+    let keys = tmp.path().join("api-keys");
+    std::fs::write(&keys, "key-one\n").unwrap();
+    let chart_ci = Path::new(REPO).join("deploy/helm/tandem/ci");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&chart_ci)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert!(
+        !files.is_empty(),
+        "no values files in {}",
+        chart_ci.display()
+    );
+    for values in files {
+        let out = Command::new(&python)
+            .arg(repo_path("deploy/checks/helm.py"))
+            .arg("serve-command")
+            .arg(&values)
+            .output()
+            .unwrap();
+        let name = values.file_stem().unwrap().to_str().unwrap().to_string();
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rendered: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let config = rendered["config"]
+            .as_str()
+            .unwrap()
+            .replace("/etc/tandem/api-keys/api-keys", keys.to_str().unwrap());
+        let keyed = config.contains("api_keys_file");
+        let config_path = tmp.path().join(format!("{name}.toml"));
+        std::fs::write(&config_path, config).unwrap();
+        let args: Vec<String> = rendered["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect();
+        let socket = socket_in(&tmp, &format!("{name}.sock"));
+        let args = pod_args_here(&args, &config_path, &socket);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let server = Server::start(&args);
+        let body = infer_body(&inputs(64, 1), 1).to_string();
+        let auth = [("Authorization", "Bearer key-one".to_string())];
+        let r = request(
+            server.addr,
+            "POST",
+            "/v2/models/digits/infer",
+            if keyed { &auth[..] } else { &[] },
+            body.as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{name}: {}\n{}", r.text(), server.log());
+        if keyed {
+            let r = request(
+                server.addr,
+                "POST",
+                "/v2/models/digits/infer",
+                &[],
+                body.as_bytes(),
+            );
+            assert_eq!(r.status, 401, "{name}: served without its API key");
+        }
+    }
+}
+
+/// A pod's `tandem serve` flags for a server here: loopback addresses (port 0), the
+/// config and socket given, the bundled repository, the CPU, no TLS.
+fn pod_args_here(pod: &[String], config: &Path, socket: &str) -> Vec<String> {
+    let mut args = Vec::new();
+    let mut words = pod.iter().skip_while(|w| *w == "serve");
+    while let Some(w) = words.next() {
+        let value = words.next().cloned().unwrap_or_default();
+        let here = match w.as_str() {
+            "--listen" | "--grpc-listen" | "--metrics-listen" => "127.0.0.1:0".to_string(),
+            "--config" => config.to_str().unwrap().to_string(),
+            "--model-repository" => repo_path("config/models"),
+            "--device" => "cpu".to_string(),
+            "--coloc-socket" => socket.to_string(),
+            "--tls-cert" | "--tls-key" => continue,
+            _ => value,
+        };
+        args.extend([w.clone(), here]);
+    }
+    args
+}

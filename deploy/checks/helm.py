@@ -83,3 +83,24 @@ def check_rules_copy(report):
 
 def write_rules_copy():
     RULES_COPY.write_text((DEPLOY / "prometheus" / "tandem.rules.yml").read_text())
+
+
+def serve_command(values_path: Path):
+    """What the chart's Deployment runs for these values: the tandem container's args and
+    the tandem.toml its ConfigMap holds."""
+    docs = render(yaml.safe_load(values_path.read_text()) or {})
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    tandem = next(c for c in containers if c["name"] == "tandem")
+    config = next(d for d in docs if d["kind"] == "ConfigMap")["data"]["tandem.toml"]
+    return {"args": tandem["args"], "config": config}
+
+
+if __name__ == "__main__":
+    # helm.py serve-command VALUES_FILE: the rendered serve command, as JSON.
+    import json
+    import sys
+
+    if len(sys.argv) != 3 or sys.argv[1] != "serve-command":
+        sys.exit("usage: helm.py serve-command VALUES_FILE")
+    print(json.dumps(serve_command(Path(sys.argv[2]))))

@@ -248,10 +248,16 @@ fn listening_on(line: &str) -> Option<String> {
     (json["message"] == "listening").then(|| json["addr"].as_str().map(str::to_string))?
 }
 
-/// The bound gRPC address in the `gRPC listening` line.
+/// The bound gRPC address in the `gRPC listening` line, as text or JSON.
 fn grpc_listening_on(line: &str) -> Option<SocketAddr> {
-    let rest = line.split("gRPC listening grpc_addr=").nth(1)?;
-    rest.trim().parse().ok()
+    if let Some(rest) = line.split("gRPC listening grpc_addr=").nth(1) {
+        return rest.trim().parse().ok();
+    }
+    let json: serde_json::Value = serde_json::from_str(line).ok()?;
+    if json["message"] != "gRPC listening" {
+        return None;
+    }
+    json["grpc_addr"].as_str()?.parse().ok()
 }
 
 /// The real `tandem serve`, on a free port, with its log collected.
