@@ -285,6 +285,11 @@ def check_drain(args):
     assert client.is_server_ready()
     width = int(client.get_model_metadata(args.mlp, as_json=True)["inputs"][0]["shape"][1])
     x = np.zeros((1, width), np.float32)
+    # The watch has given its first status before the signal (the thread may start late).
+    deadline = time.monotonic() + 5
+    while not watched:
+        assert time.monotonic() < deadline, "the health watch gave no first status"
+        time.sleep(0.01)
     os.kill(args.drain_pid, signal.SIGTERM)
     deadline = time.monotonic() + 1.5
     while client.is_server_ready():
