@@ -188,17 +188,16 @@ const TICK: Duration = Duration::from_millis(250);
 /// The ledger's running totals as counters: made at 0 when the ledger starts, so alerts
 /// and panels never see an absent series. Costs only where the device has a price.
 struct Totals {
-    inference_usd: Option<Arc<FloatCounter>>,
-    training_usd: Option<Arc<FloatCounter>>,
+    /// Inference's and training's dollars.
+    usd: Option<[Arc<FloatCounter>; 2]>,
     harvested_seconds: Arc<FloatCounter>,
 }
 
 impl Totals {
     fn new(priced: bool) -> Totals {
-        let cost = |kind| priced.then(|| names::float_counter(names::COST, &[("kind", kind)]));
+        let cost = |kind| names::float_counter(names::COST, &[("kind", kind)]);
         Totals {
-            inference_usd: cost("inference"),
-            training_usd: cost("training"),
+            usd: priced.then(|| [cost("inference"), cost("training")]),
             harvested_seconds: names::float_counter(names::HARVESTED_DEVICE_SECONDS, &[]),
         }
     }
@@ -239,11 +238,7 @@ fn publish(ledger: &mut CostLedger, totals: &Totals) {
     totals
         .harvested_seconds
         .advance_to(ledger.harvested_seconds);
-    let Some((inference, training)) = totals
-        .inference_usd
-        .as_ref()
-        .zip(totals.training_usd.as_ref())
-    else {
+    let Some([inference, training]) = &totals.usd else {
         return;
     };
     inference.advance_to(ledger.inference_usd);
