@@ -9,6 +9,7 @@
 //! CPU or a GPU through `kernels`.
 
 pub mod checkpoint;
+pub mod decoder;
 pub mod device;
 pub mod encoder;
 mod error;

@@ -260,7 +260,7 @@ pub(super) fn attention_input<'a>(
 
 /// One vector per sequence from its token states (their mean, or the first, `[CLS]`), or
 /// every state of a sequence that keeps them, in order.
-pub(super) fn pool(
+pub(crate) fn pool(
     x: &[f32],
     tokens: &PackedTokens,
     h: usize,
@@ -281,6 +281,7 @@ pub(super) fn pool(
         let Some(out) = rows.next() else { return };
         match pooling {
             Pooling::Cls => out.copy_from_slice(&states[..h]),
+            Pooling::LastToken => out.copy_from_slice(&states[states.len() - h..]),
             Pooling::Mean => {
                 out.fill(0.0);
                 let n = range.len() as f32;

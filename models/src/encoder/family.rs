@@ -1,5 +1,5 @@
 //! The transformer families served (BERT, DistilBERT, MPNet, RoBERTa, XLM-RoBERTa, ModernBERT,
-//! NomicBERT and GTE): what tells them apart, and MPNet's buckets of relative positions.
+//! NomicBERT, GTE, and the Qwen2 and Qwen3 decoders): what tells them apart, and MPNet's buckets of relative positions.
 
 /// The transformer families served. BERT's four share its layers and differ in how tensors
 /// are named and how positions are numbered; ModernBERT's layers are their own, and NomicBERT
@@ -36,6 +36,10 @@ pub enum Family {
     /// gated feed-forward (`up_gate_proj`, `down_proj`) and, in some, no token types;
     /// tensors may sit under `new.`.
     Gte,
+    /// Qwen2 (`"qwen2"`, gte-Qwen2) and Qwen3 (`"qwen3"`, Qwen3-Embedding): decoders
+    /// (`crate::decoder`), tensors under `model.` in a causal LM's checkpoint.
+    Qwen2,
+    Qwen3,
 }
 
 impl Family {
@@ -49,6 +53,7 @@ impl Family {
             Family::ModernBert => "model.",
             Family::NomicBert => "bert.",
             Family::Gte => "new.",
+            Family::Qwen2 | Family::Qwen3 => "model.",
         }
     }
 

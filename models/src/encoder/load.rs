@@ -7,7 +7,7 @@ use std::path::Path;
 use super::dense_module::DenseModule;
 use super::family::{Family, RELATIVE_BUCKETS};
 use super::spec::EncoderConfig;
-use super::weights::{Dense, EncoderWeights, Found, parse, read_file};
+use super::weights::{Dense, Embeddings, EncoderWeights, Found, parse, read_file};
 use super::{gte, modern, nomic};
 use crate::{LoadError, WeightData};
 
@@ -18,7 +18,13 @@ impl EncoderWeights {
         let bytes = read_file(path)?;
         let tensors = parse(path, &bytes)?;
         let mut found = Found::index(path, &tensors, config)?;
+        let decoder = match config.decoder {
+            Some(_) => Some(crate::decoder::weights::read(&mut found, config)?),
+            None => None,
+        };
         let (embeddings, layers, modern, classifier) = match (config.family, &config.modern) {
+            // A decoder's embeddings and layers are its own.
+            _ if decoder.is_some() => (Embeddings::none(), Vec::new(), None, None),
             (Family::ModernBert, Some(params)) => {
                 let (embeddings, modern, classifier) =
                     modern::read_weights(&mut found, config, params)?;
@@ -76,6 +82,7 @@ impl EncoderWeights {
             relative_bias,
             modern,
             dense,
+            decoder,
         })
     }
 }

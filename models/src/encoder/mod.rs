@@ -25,7 +25,7 @@
 //! is owned by one worker thread), so that the gateway can tokenize where it validates.
 
 pub mod config;
-mod cpu;
+pub(crate) mod cpu;
 mod cuda;
 pub mod dense_module;
 pub mod family;
@@ -36,7 +36,7 @@ mod load;
 pub mod modern;
 mod modern_cpu;
 mod modern_cuda;
-mod modules;
+pub(crate) mod modules;
 mod nomic;
 pub mod projection;
 mod serving;
@@ -85,6 +85,7 @@ enum Backend {
     ModernCpu(Box<modern_cpu::ModernCpuEncoder>),
     Cuda(Box<cuda::CudaEncoder>),
     ModernCuda(Box<modern_cuda::ModernCudaEncoder>),
+    DecoderCpu(Box<crate::decoder::cpu::DecoderCpu>),
 }
 
 impl Backend {
@@ -96,6 +97,7 @@ impl Backend {
             Backend::ModernCpu(m) => m.forward(tokens, output),
             Backend::Cuda(m) => m.forward(tokens, output),
             Backend::ModernCuda(m) => m.forward(tokens, output),
+            Backend::DecoderCpu(m) => m.forward(tokens, output),
         }
     }
 
@@ -104,6 +106,7 @@ impl Backend {
         match self {
             Backend::Cpu(m) => Some(m.precision),
             Backend::ModernCpu(m) => Some(m.precision),
+            Backend::DecoderCpu(m) => Some(m.precision),
             Backend::Cuda(_) | Backend::ModernCuda(_) => None,
         }
     }
@@ -113,6 +116,7 @@ impl Backend {
         match self {
             Backend::Cpu(m) => m.threads,
             Backend::ModernCpu(m) => m.threads,
+            Backend::DecoderCpu(m) => m.threads,
             Backend::Cuda(_) | Backend::ModernCuda(_) => rayon::current_num_threads(),
         }
     }
@@ -125,6 +129,12 @@ impl Backend {
         device: &Device,
         cpu_precision: MatmulPrecision,
     ) -> Result<Backend, LoadError> {
+        if let (Some(decoder), Some(params)) = (weights.decoder.take(), &config.decoder) {
+            // `refuse_cpu_only_on_gpu` has refused a decoder on a GPU.
+            return Ok(Backend::DecoderCpu(Box::new(
+                crate::decoder::cpu::DecoderCpu::new(config, params, decoder, cpu_precision)?,
+            )));
+        }
         match (device, weights.modern.take(), &config.modern) {
             (Device::Cpu, Some(modern), Some(params)) => Ok(Backend::ModernCpu(Box::new(
                 modern_cpu::ModernCpuEncoder::new(
@@ -283,19 +293,24 @@ impl Encoder {
         &self.device
     }
 
+    fn on_cpu(&self) -> bool {
+        matches!(
+            self.backend,
+            Backend::Cpu(_) | Backend::ModernCpu(_) | Backend::DecoderCpu(_)
+        )
+    }
+
     /// Whether a forward pass on the CPU splits a long sequence's layers over more than one
     /// thread (on a GPU the host's threads only prepare and copy).
     pub fn splits_layers_over_threads(&self) -> bool {
-        let on_cpu = matches!(self.backend, Backend::Cpu(_) | Backend::ModernCpu(_));
-        on_cpu && self.backend.threads() > 1
+        self.on_cpu() && self.backend.threads() > 1
     }
 
     /// Whether it answers a sequence with its every token's state (TEI's `/embed_all`):
     /// those are its outputs' width only where no classifier head or Dense module follows
     /// pooling, and only the CPU's encoders write them.
     pub fn serves_token_states(&self) -> bool {
-        let on_cpu = matches!(self.backend, Backend::Cpu(_) | Backend::ModernCpu(_));
-        on_cpu && self.head.is_none() && self.projection.is_none() && self.sparse.is_none()
+        self.on_cpu() && self.head.is_none() && self.projection.is_none() && self.sparse.is_none()
     }
 
     /// Whether it is a sparse encoder: a weight a vocabulary entry, most of them zero.
@@ -338,6 +353,7 @@ impl Encoder {
         match &mut self.backend {
             Backend::Cpu(m) => m.threads = threads.max(1),
             Backend::ModernCpu(m) => m.threads = threads.max(1),
+            Backend::DecoderCpu(m) => m.threads = threads.max(1),
             Backend::Cuda(_) | Backend::ModernCuda(_) => {}
         }
     }
@@ -350,15 +366,20 @@ impl Encoder {
         let layers = c.layers as u64;
         let dense = c.dense_flops_per_token() * tokens.tokens() as u64 * layers;
         let square = tokens.sum_squared_lengths();
-        let pairs = match (&c.modern, c.sliding_window()) {
-            (Some(m), Some(s)) => {
+        let pairs = match (&c.modern, c.sliding_window(), &c.decoder) {
+            (Some(m), Some(s), _) => {
                 let local = (m.global.iter().filter(|g| !**g).count()) as u64;
                 let windowed: u64 = tokens.lengths().map(|n| s.pairs(n)).sum();
                 (layers - local) * square + local * windowed
             }
+            // A causal layer scores each token against those up to it: n(n + 1) / 2.
+            (_, _, Some(d)) if d.causal => {
+                let n = tokens.tokens() as u64;
+                layers * (square + n) / 2
+            }
             _ => layers * square,
         };
-        dense + 4 * c.hidden as u64 * pairs
+        dense + c.attention_flops_per_pair() * pairs
     }
 
     /// Runs a packed batch and writes one row per sequence into `output` (`[sequences,
@@ -481,10 +502,14 @@ fn check_matches(config: &EncoderConfig, weights: &EncoderWeights) -> Result<(),
     if config.sparse.is_some() != weights.masked_lm.is_some() {
         return mismatch("a sparse encoder has a masked-language head, and only a sparse encoder");
     }
+    if config.decoder.is_some() != weights.decoder.is_some() {
+        return mismatch("a decoder's parameters and layers come together");
+    }
     // Type ids go unread only where there is no table to read them from.
     let no_types = config.type_vocab_size == 0;
-    if no_types && (config.family != Family::Gte || !weights.embeddings.token_type.is_empty()) {
-        return mismatch("only a GTE without a token type table reads no type ids");
+    let without_table = config.family == Family::Gte || config.decoder.is_some();
+    if no_types && (!without_table || !weights.embeddings.token_type.is_empty()) {
+        return mismatch("only a GTE without a token type table, or a decoder, reads no type ids");
     }
     let widths = config.dense.iter().map(|m| (m.in_features, m.out_features));
     let given = weights.dense.iter().map(|d| (d.inputs, d.outputs));

@@ -50,16 +50,16 @@ fn class_name(kind: &str) -> &str {
 }
 
 /// What follows the transformer of an encoder of embeddings.
-pub(super) struct HeadModules {
-    pub(super) pooling: Pooling,
-    pub(super) dense: Vec<DenseModule>,
-    pub(super) normalize: bool,
+pub(crate) struct HeadModules {
+    pub(crate) pooling: Pooling,
+    pub(crate) dense: Vec<DenseModule>,
+    pub(crate) normalize: bool,
 }
 
 /// How an encoder of embeddings pools, projects and normalises, from its modules: the
 /// pooling first, then any Dense modules (each taking the previous width), then Normalize,
 /// the order sentence-transformers runs them in for every model tandem serves.
-pub(super) fn read_head_modules(dir: &Path, hidden: usize) -> Result<HeadModules, LoadError> {
+pub(crate) fn read_head_modules(dir: &Path, hidden: usize) -> Result<HeadModules, LoadError> {
     let modules = read_modules(dir)?;
     let order = |what: &str| LoadError::Unsupported {
         path: dir.join("modules.json"),
@@ -247,10 +247,11 @@ fn read_pooling(path: &Path) -> Result<Pooling, LoadError> {
     match modes.as_slice() {
         ["mean"] => Ok(Pooling::Mean),
         ["cls"] => Ok(Pooling::Cls),
+        ["lasttoken"] => Ok(Pooling::LastToken),
         _ => Err(LoadError::Unsupported {
             path: path.to_path_buf(),
             what: format!("pooling {}", describe_modes(&modes)),
-            supported: "exactly one of mean and cls pooling is served",
+            supported: "exactly one of mean, cls and lasttoken pooling is served",
         }),
     }
 }

@@ -5,6 +5,7 @@
 use super::dense_module::DenseModule;
 use super::family::Family;
 use crate::SlidingWindow;
+use crate::decoder::DecoderParams;
 use crate::text::packed::PackedTokens;
 use crate::text::pooling::{Pooling, SparsePooling};
 pub use crate::text::rotary::Ntk;
@@ -48,12 +49,16 @@ pub struct EncoderConfig {
     /// weight a vocabulary entry, from the masked-language head; `pooling`, `dense` and
     /// `normalize` do not apply.
     pub sparse: Option<SparsePooling>,
+    /// A decoder's grouped-query attention, rotary base and layer form (Qwen2, Qwen3); its
+    /// `type_vocab_size` is 0 and `layer_norm_eps` its RMSNorms' epsilon.
+    pub decoder: Option<DecoderParams>,
 }
 
 impl EncoderConfig {
     /// What makes it a model served on the CPU only, if anything: a sparse encoder's head
     /// runs on the host over every token's state, which only the CPU's encoders keep, and
-    /// NomicBERT's and GTE's layers have no CUDA kernels.
+    /// NomicBERT's and GTE's layers, the decoders' and last-token pooling have no CUDA
+    /// kernels.
     pub fn cpu_only(&self) -> Option<&'static str> {
         if self.sparse.is_some() {
             Some("a sparse encoder (BertForMaskedLM, SPLADE)")
@@ -61,6 +66,10 @@ impl EncoderConfig {
             Some("a NomicBERT encoder")
         } else if self.family == Family::Gte {
             Some("a GTE encoder")
+        } else if self.decoder.is_some() {
+            Some("a decoder (Qwen2, Qwen3)")
+        } else if self.pooling == Pooling::LastToken {
+            Some("an encoder with last-token pooling")
         } else {
             None
         }
@@ -73,8 +82,11 @@ impl EncoderConfig {
 
     /// FLOPs of one layer's dense products for one token: `2 × (4h² + 2hi)` for BERT's
     /// families, and `2 × (4h² + 3hi)` for ModernBERT, whose gated feed-forward has a third
-    /// matrix of `h · i`.
+    /// matrix of `h · i`; a decoder's as `crate::decoder` counts them.
     pub fn dense_flops_per_token(&self) -> u64 {
+        if let Some(p) = &self.decoder {
+            return crate::decoder::dense_flops_per_token(self, p);
+        }
         let (h, i) = (self.hidden as u64, self.intermediate as u64);
         let ffn_matrices = if self.modern.is_some() { 3 } else { 2 };
         2 * (4 * h * h + ffn_matrices * h * i)
@@ -92,7 +104,16 @@ impl EncoderConfig {
 
     /// Values per head.
     pub fn head_dim(&self) -> usize {
-        self.hidden / self.heads
+        match &self.decoder {
+            Some(p) => p.head_dim,
+            None => self.hidden / self.heads,
+        }
+    }
+
+    /// FLOPs of attention for a pair of tokens a layer scores: `4 · heads · head_dim` (the
+    /// score and the weighted sum).
+    pub fn attention_flops_per_pair(&self) -> u64 {
+        4 * (self.heads * self.head_dim()) as u64
     }
 
     /// The row of the position table of a sequence's first token (when it is not padding):

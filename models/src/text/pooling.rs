@@ -7,6 +7,9 @@ pub enum Pooling {
     Mean,
     /// The state of the first token (`[CLS]`).
     Cls,
+    /// The state of the last token: a decoder's, which alone has read the whole sequence
+    /// (the end of text the tokenizer appends).
+    LastToken,
 }
 
 /// How a sparse encoder (SPLADE) turns its masked-language head's logits into one weight a

@@ -51,8 +51,7 @@ impl Rotary {
     }
 
     /// Turns every head's query and key of each token (the first two thirds of its `qkv`
-    /// row) by its position in its sequence: value `j` of the first half with value `j` of
-    /// the second, by frequency `j` (transformers' `rotate_half`).
+    /// row) by its position in its sequence ([`Rotary::apply_rows`]).
     pub(crate) fn apply(
         &self,
         qkv: &mut [f32],
@@ -60,15 +59,28 @@ impl Rotary {
         hidden: usize,
         head_dim: usize,
     ) {
+        self.apply_rows(qkv, tokens, 3 * hidden, 2 * hidden, head_dim);
+    }
+
+    /// Turns the first `turned` values of each token's `width`-wide row (its query and key
+    /// heads) by its position in its sequence: value `j` of each head's first half with value
+    /// `j` of its second, by frequency `j` (transformers' `rotate_half`).
+    pub(crate) fn apply_rows(
+        &self,
+        rows: &mut [f32],
+        tokens: &PackedTokens,
+        width: usize,
+        turned: usize,
+        head_dim: usize,
+    ) {
         let half = self.half;
         for seq in 0..tokens.sequences() {
             let range = tokens.range(seq);
-            let rows =
-                qkv[range.start * 3 * hidden..range.end * 3 * hidden].chunks_exact_mut(3 * hidden);
+            let rows = rows[range.start * width..range.end * width].chunks_exact_mut(width);
             for (position, row) in rows.enumerate() {
                 let cos = &self.cos[position * half..][..half];
                 let sin = &self.sin[position * half..][..half];
-                for head in row[..2 * hidden].chunks_exact_mut(head_dim) {
+                for head in row[..turned].chunks_exact_mut(head_dim) {
                     let (a, b) = head.split_at_mut(half);
                     for j in 0..half {
                         let (x, y) = (a[j], b[j]);

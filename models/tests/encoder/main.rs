@@ -10,6 +10,7 @@ mod basics;
 mod bf16_products;
 mod bf16x3_products;
 mod classifier;
+mod decoders;
 mod families;
 mod gte;
 mod load;

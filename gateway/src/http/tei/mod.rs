@@ -104,6 +104,7 @@ fn model_type(input: &models::TextInput) -> serde_json::Value {
             _ if input.sparse => "splade",
             models::encoder::Pooling::Mean => "mean",
             models::encoder::Pooling::Cls => "cls",
+            models::encoder::Pooling::LastToken => "last_token",
         };
         return json!({"embedding": {"pooling": pooling}});
     }

@@ -36,6 +36,11 @@ impl FamilyLayers {
             type_vocab_size: bert.type_vocab_size,
         };
         Ok(match family {
+            Family::Qwen2 | Family::Qwen3 => {
+                return Err(LoadError::Inconsistent(
+                    "a decoder's config.json is read as a decoder's (crate::decoder)".into(),
+                ));
+            }
             // DistilBERT's LayerNorms fix their epsilon at 1e-12 whatever the config says.
             Family::DistilBert => bert_layers(bert_eps()),
             Family::ModernBert => {

@@ -18,6 +18,11 @@ const DEFAULT_MAX_SEQ_LEN: usize = 512;
 
 /// The limit in tokens, special ones included, before the position table caps it.
 pub(super) fn read_max_seq_len(dir: &Path) -> Result<usize, LoadError> {
+    Ok(given_max_seq_len(dir)?.unwrap_or(DEFAULT_MAX_SEQ_LEN))
+}
+
+/// The limit the folder's files give, if any.
+pub(crate) fn given_max_seq_len(dir: &Path) -> Result<Option<usize>, LoadError> {
     let path = dir.join("sentence_bert_config.json");
     let given = match path.is_file() {
         true => read_json::<SentenceJson>(&path)?.max_seq_length,
@@ -28,8 +33,8 @@ pub(super) fn read_max_seq_len(dir: &Path) -> Result<usize, LoadError> {
             path,
             reason: "max_seq_length is 0, expected at least 1".into(),
         }),
-        Some(n) => Ok(n),
-        None => Ok(tokenizer_max_length(dir)?.unwrap_or(DEFAULT_MAX_SEQ_LEN)),
+        Some(n) => Ok(Some(n)),
+        None => tokenizer_max_length(dir),
     }
 }
 

@@ -22,7 +22,7 @@ use family_layers::FamilyLayers;
 use max_seq_len::read_max_seq_len;
 
 mod family_layers;
-mod max_seq_len;
+pub(crate) mod max_seq_len;
 
 /// `config.json` as transformers writes it for BERT and RoBERTa, for DistilBERT under its
 /// own names (`dim`, `n_layers`, ...) and for NomicBERT under GPT-2's (`n_embd`, `n_layer`,
@@ -131,7 +131,7 @@ enum Kind {
 }
 
 const SERVED_MODEL_TYPES: &str = "the model types served are \"bert\", \"distilbert\", \"modernbert\", \"mpnet\", \
-     \"new\" (GTE), \"nomic_bert\", \"roberta\" and \"xlm-roberta\"";
+     \"new\" (GTE), \"nomic_bert\", \"qwen2\", \"qwen3\", \"roberta\" and \"xlm-roberta\"";
 
 fn two() -> usize {
     2
@@ -147,9 +147,13 @@ fn absolute() -> String {
 }
 
 impl EncoderConfig {
-    /// Reads and validates the configuration files of the folder `dir`.
+    /// Reads and validates the configuration files of the folder `dir`: an encoder's, or a
+    /// decoder's served as one (`crate::decoder::config`).
     pub fn read(dir: &Path) -> Result<EncoderConfig, LoadError> {
         let path = required(dir, "config.json")?;
+        if let Some(arch) = crate::decoder::config::decoder_model_type(&path)? {
+            return crate::decoder::config::read(dir, &path, arch);
+        }
         let bert: BertJson = read_json(&path)?;
         let (family, kind) = check_architecture(&path, &bert)?;
         let labels = read_labels(&path, &bert, kind)?;
@@ -183,7 +187,9 @@ impl EncoderConfig {
             | Family::DistilBert
             | Family::ModernBert
             | Family::NomicBert
-            | Family::Gte => bert.pad_token_id.unwrap_or(0),
+            | Family::Gte
+            | Family::Qwen2
+            | Family::Qwen3 => bert.pad_token_id.unwrap_or(0),
             Family::Roberta => bert.pad_token_id.unwrap_or(1),
             // transformers' MPNetEmbeddings fixes its padding index at 1.
             Family::Mpnet => 1,
@@ -210,6 +216,7 @@ impl EncoderConfig {
             multi_label: bert.problem_type.as_deref() == Some("multi_label_classification"),
             modern,
             sparse,
+            decoder: None,
         })
     }
 }

@@ -138,7 +138,9 @@ pub fn write_synthetic(dir: &Path, spec: &SyntheticSpec) -> std::io::Result<()> 
         | Family::Mpnet
         | Family::ModernBert
         | Family::NomicBert
-        | Family::Gte => {
+        | Family::Gte
+        | Family::Qwen2
+        | Family::Qwen3 => {
             let vocab = vocabulary();
             (tokenizer_json(&vocab), vocab.len())
         }
@@ -308,6 +310,8 @@ fn with_task_head(config: &mut serde_json::Value, spec: &SyntheticSpec) {
             Family::Gte => "NewForSequenceClassification",
             // Not served: the load refuses it.
             Family::NomicBert => "NomicBertForSequenceClassification",
+            Family::Qwen2 => "Qwen2ForSequenceClassification",
+            Family::Qwen3 => "Qwen3ForSequenceClassification",
         }]);
         config["id2label"] = json!(id2label);
     }
@@ -445,8 +449,12 @@ fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
             Family::Bert => ("pooler.dense", "classifier"),
             Family::Roberta | Family::Mpnet => ("classifier.dense", "classifier.out_proj"),
             Family::DistilBert => ("pre_classifier", "classifier"),
-            Family::ModernBert | Family::NomicBert | Family::Gte => {
-                unreachable!("these are drawn above")
+            Family::ModernBert
+            | Family::NomicBert
+            | Family::Gte
+            | Family::Qwen2
+            | Family::Qwen3 => {
+                unreachable!("these are drawn above, or not at all (the decoders)")
             }
         };
         drawn.dense(pooler, h, h, 1.0 / (h as f32).sqrt());
@@ -513,7 +521,13 @@ fn family_name(family: Family, name: String) -> Option<String> {
     let names: &[(&str, &str)] = match family {
         Family::DistilBert => &DISTILBERT_NAMES,
         Family::Mpnet => &MPNET_NAMES,
-        Family::Bert | Family::Roberta | Family::ModernBert | Family::NomicBert | Family::Gte => {
+        Family::Bert
+        | Family::Roberta
+        | Family::ModernBert
+        | Family::NomicBert
+        | Family::Gte
+        | Family::Qwen2
+        | Family::Qwen3 => {
             return Some(name);
         }
     };

@@ -69,6 +69,21 @@ pub struct Embeddings {
     pub norm: Norm,
 }
 
+impl Embeddings {
+    /// The tables of a model that keeps its own (a decoder's).
+    pub fn none() -> Embeddings {
+        Embeddings {
+            word: Vec::new(),
+            position: Vec::new(),
+            token_type: Vec::new(),
+            norm: Norm {
+                gamma: Vec::new(),
+                beta: Vec::new(),
+            },
+        }
+    }
+}
+
 /// A sequence classifier's head: `activation(pooler · cls + b)`, then `classifier` to
 /// logits. RoBERTa's `classifier.dense` and `classifier.out_proj`, and DistilBERT's
 /// `pre_classifier` and `classifier`, are these two layers.
@@ -157,8 +172,9 @@ fn layer_names(family: Family) -> &'static LayerNames {
         Family::Bert | Family::Roberta => &BERT_LAYER,
         Family::DistilBert => &DISTILBERT_LAYER,
         Family::Mpnet => &MPNET_LAYER,
-        // `EncoderWeights::read` reads these layers with `modern`, `nomic` and `gte`.
-        Family::ModernBert | Family::NomicBert | Family::Gte => {
+        // `EncoderWeights::read` reads these layers with `modern`, `nomic`, `gte` and
+        // `crate::decoder`.
+        Family::ModernBert | Family::NomicBert | Family::Gte | Family::Qwen2 | Family::Qwen3 => {
             unreachable!("these layers are not BERT's")
         }
     }
@@ -207,6 +223,8 @@ pub struct EncoderWeights {
     /// The Dense modules after pooling (`config.dense`), widened to f32: they run on the
     /// host.
     pub dense: Vec<Dense>,
+    /// A decoder's layers (its `embeddings` and `layers` above are empty).
+    pub decoder: Option<crate::decoder::DecoderWeights>,
 }
 
 pub(super) fn read_file(path: &Path) -> Result<Vec<u8>, LoadError> {
@@ -229,7 +247,7 @@ pub(super) fn parse<'a>(path: &Path, bytes: &'a [u8]) -> Result<SafeTensors<'a>,
 }
 
 /// The file's tensors by canonical name, taken out as the encoder asks for them.
-pub(super) struct Found<'a> {
+pub(crate) struct Found<'a> {
     pub(super) path: PathBuf,
     pub(super) tensors: HashMap<String, TensorView<'a>>,
 }
@@ -285,7 +303,7 @@ impl<'a> Found<'a> {
     }
 
     /// A tensor widened to f32.
-    pub(super) fn f32(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
+    pub(crate) fn f32(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
         let view = self.take(name, shape)?;
         let values = decode_weight(name, &view)?.to_f32();
         check_finite(name, &values)?;
@@ -309,7 +327,7 @@ impl<'a> Found<'a> {
     }
 
     /// `{prefix}.weight` `[outputs, inputs]`, and `{prefix}.bias` if `bias` (else zeros).
-    pub(super) fn linear(
+    pub(crate) fn linear(
         &mut self,
         prefix: &str,
         inputs: usize,
@@ -383,8 +401,8 @@ impl<'a> Found<'a> {
             ),
             Family::DistilBert => ("pre_classifier", HeadActivation::Relu, "classifier"),
             // `EncoderWeights::read` reads ModernBERT's head with `modern::read_weights`;
-            // NomicBERT is served as an encoder of embeddings only.
-            Family::ModernBert | Family::NomicBert => {
+            // NomicBERT and the decoders are served as encoders of embeddings only.
+            Family::ModernBert | Family::NomicBert | Family::Qwen2 | Family::Qwen3 => {
                 unreachable!("this head is not BERT's")
             }
         };
@@ -453,7 +471,7 @@ impl<'a> Found<'a> {
 
 /// Matrices with the same input width, one above the other, in their common precision
 /// when they share one and f32 otherwise.
-pub(super) fn stack(parts: &[Dense]) -> Dense {
+pub(crate) fn stack(parts: &[Dense]) -> Dense {
     let dtypes: Vec<DType> = parts.iter().map(|d| d.weight.dtype()).collect();
     let weight = match dtypes[0] {
         DType::F16 if dtypes.iter().all(|d| *d == DType::F16) => WeightData::F16(
@@ -490,7 +508,7 @@ pub(super) fn packed(d: &Dense) -> Result<PackedLinear, LoadError> {
 }
 
 /// A dense layer's weights laid out in panels for products in `precision`.
-pub(super) fn packed_for(d: &Dense, precision: MatmulPrecision) -> Result<PackedLinear, LoadError> {
+pub(crate) fn packed_for(d: &Dense, precision: MatmulPrecision) -> Result<PackedLinear, LoadError> {
     Ok(PackedLinear::with_precision(
         d.weight.host(),
         &d.bias,

@@ -21,7 +21,8 @@ pub(super) fn canonical_name(name: &str, prefix: &str) -> String {
 
 /// Tensors a checkpoint may hold that the model does not use: the position ids buffer, the
 /// pooler unless a BERT (or GTE) classifier's head reads it, a ModernBERT's masked-language
-/// head, and a GTE encoder's token classifier (gte-multilingual-base's).
+/// head, a GTE encoder's token classifier (gte-multilingual-base's), and a decoder's
+/// language-model head.
 pub(super) fn is_ignored(canonical: &str, c: &EncoderConfig) -> bool {
     let pooler_read = c.is_classifier() && matches!(c.family, Family::Bert | Family::Gte);
     // A ModernBERT saved with its masked-language head, as sentence-transformers reads it;
@@ -31,7 +32,10 @@ pub(super) fn is_ignored(canonical: &str, c: &EncoderConfig) -> bool {
             || canonical.starts_with("decoder."));
     let token_classifier =
         c.family == Family::Gte && !c.is_classifier() && canonical.starts_with("classifier.");
-    canonical == "embeddings.position_ids"
+    // A causal LM's head, which an encoder of embeddings does not read.
+    let lm_head = c.decoder.is_some() && canonical == "lm_head.weight";
+    lm_head
+        || canonical == "embeddings.position_ids"
         || (!pooler_read && canonical.starts_with("pooler."))
         || language_head
         || token_classifier
