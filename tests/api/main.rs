@@ -21,6 +21,7 @@ mod serve_api;
 mod text_apis;
 mod text_classify;
 mod text_cohere_embed;
+mod text_decoders;
 mod text_rerank;
 mod text_serving;
 mod text_tei;
