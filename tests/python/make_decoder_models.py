@@ -26,6 +26,10 @@ Models:
           heads, last-token pooling, causal
   qwen2   Qwen2 (q/k/v biases), head_dim = hidden / heads, 4 query heads over 2 key/value
           heads, last-token pooling, causal
+  gemma3  Gemma3's text model as EmbeddingGemma has it: both ways, sliding-window layers
+          with a rotary base of their own, norms around each block, GELU-tanh, embeddings
+          scaled by sqrt(hidden), the beginning of text before each, mean pooling, two
+          Dense modules, EmbeddingGemma's prompts
 """
 
 import json
@@ -36,13 +40,22 @@ import torch
 from sentence_transformers import SentenceTransformer, models
 from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors, trainers
 from tokenizers.models import BPE
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2Model, Qwen3Config, Qwen3Model
+from transformers import (
+    Gemma3TextConfig, Gemma3TextModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2Model,
+    Qwen3Config, Qwen3Model,
+)
 
 EOS = "<|endoftext|>"
-SPECIALS = [EOS, "<|im_start|>", "<|im_end|>"]
+BOS = "<bos>"
+SPECIALS = [EOS, "<|im_start|>", "<|im_end|>", BOS]
 PROMPTS = {
     "query": "Instruct: Given a question, retrieve passages that answer it\nQuery:",
     "document": "",
+}
+# EmbeddingGemma's form of prompts.
+GEMMA_PROMPTS = {
+    "query": "task: search result | query: ",
+    "document": "title: none | text: ",
 }
 CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -73,7 +86,7 @@ CASES = [
 ]
 
 
-def tokenizer(vocab_size):
+def tokenizer(vocab_size, bos=None):
     tok = Tokenizer(BPE(unk_token=None))
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -85,10 +98,17 @@ def tokenizer(vocab_size):
         show_progress=False,
     )
     tok.train_from_iterator(CORPUS * 4, trainer)
-    eos = tok.token_to_id(EOS)
-    # Qwen3-Embedding's: the end of text after every text, which last-token pooling reads.
+    specials = [(EOS, tok.token_to_id(EOS))]
+    # Qwen3-Embedding's: the end of text after every text, which last-token pooling reads;
+    # EmbeddingGemma's: the beginning of text before it too.
+    start = ""
+    if bos:
+        specials.append((bos, tok.token_to_id(bos)))
+        start = f"{bos}:0 "
     tok.post_processor = processors.TemplateProcessing(
-        single=f"$A:0 {EOS}:0", pair=f"$A:0 {EOS}:0 $B:1 {EOS}:1", special_tokens=[(EOS, eos)]
+        single=f"{start}$A:0 {EOS}:0",
+        pair=f"{start}$A:0 {EOS}:0 $B:1 {EOS}:1",
+        special_tokens=specials,
     )
     return tok
 
@@ -107,10 +127,12 @@ def randomise(model, seed):
                 p.copy_(0.25 * noise)
 
 
-def build(out, name, config_class, model_class, seed, **sizes):
+def build(out, name, config_class, model_class, seed, form, **sizes):
+    """`form`: "bos" (the token before each text, if any), "pooling", "dense" (the Dense
+    modules' (in, out) sizes), "prompts"."""
     folder = os.path.join(out, name)
     os.makedirs(folder, exist_ok=True)
-    raw = tokenizer(400)
+    raw = tokenizer(400, form.get("bos"))
     fast = PreTrainedTokenizerFast(
         tokenizer_object=raw, eos_token=EOS, pad_token=EOS, model_max_length=512
     )
@@ -128,16 +150,22 @@ def build(out, name, config_class, model_class, seed, **sizes):
     # sentence-transformers' Transformer module reads the folder transformers wrote.
     model.save_pretrained(folder, safe_serialization=True)
     fast.save_pretrained(folder)
-    transformer = models.Transformer(folder, max_seq_length=512)
-    pooling = models.Pooling(config.hidden_size, pooling_mode="lasttoken")
-    st = SentenceTransformer(modules=[transformer, pooling, models.Normalize()], prompts=PROMPTS)
+    modules = [models.Transformer(folder, max_seq_length=512)]
+    modules.append(models.Pooling(config.hidden_size, pooling_mode=form["pooling"]))
+    for i, (inputs, outputs) in enumerate(form.get("dense", [])):
+        torch.manual_seed(seed + 100 + i)
+        modules.append(models.Dense(inputs, outputs, bias=False,
+                                    activation_function=torch.nn.Identity()))
+    modules.append(models.Normalize())
+    prompts = form["prompts"]
+    st = SentenceTransformer(modules=modules, prompts=prompts)
     st.save(folder)
     # Read back what was written, so the answers are those of the folder as served.
     st = SentenceTransformer(folder, device="cpu")
     cases = []
     for text, prompt_name in CASES:
-        prompt = PROMPTS[prompt_name] if prompt_name else ""
-        ids = st.tokenize([prompt + text])["input_ids"][0].tolist()
+        prompt = prompts[prompt_name] if prompt_name else ""
+        ids = st.preprocess([prompt + text])["input_ids"][0].tolist()
         embedding = st.encode([text], prompt_name=prompt_name, convert_to_numpy=True)[0]
         cases.append(
             {"text": text, "prompt_name": prompt_name, "ids": ids,
@@ -148,15 +176,29 @@ def build(out, name, config_class, model_class, seed, **sizes):
         json.dump({"cases": cases}, f)
 
 
+QWEN = {"pooling": "lasttoken", "prompts": PROMPTS}
+# EmbeddingGemma's: the beginning of text, mean pooling, two Dense modules out and back.
+GEMMA = {"bos": BOS, "pooling": "mean", "dense": [(32, 64), (64, 32)], "prompts": GEMMA_PROMPTS}
+
+
 def main():
     out = sys.argv[1]
     torch.use_deterministic_algorithms(True)
-    build(out, "qwen3", Qwen3Config, Qwen3Model, seed=3,
+    build(out, "qwen3", Qwen3Config, Qwen3Model, 3, QWEN,
           hidden_size=32, intermediate_size=64, num_hidden_layers=2,
           num_attention_heads=4, num_key_value_heads=2, head_dim=16)
-    build(out, "qwen2", Qwen2Config, Qwen2Model, seed=2,
+    build(out, "qwen2", Qwen2Config, Qwen2Model, 2, QWEN,
           hidden_size=32, intermediate_size=64, num_hidden_layers=2,
           num_attention_heads=4, num_key_value_heads=2)
+    # A window of 16 (a query sees 15 positions either way) in two layers of three, both
+    # ways; the others attend to the whole text.
+    build(out, "gemma3", Gemma3TextConfig, Gemma3TextModel, 5, GEMMA,
+          hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+          num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+          query_pre_attn_scalar=12, sliding_window=16, use_bidirectional_attention=True,
+          layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+          rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                           "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
 
 
 if __name__ == "__main__":

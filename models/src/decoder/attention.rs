@@ -21,6 +21,8 @@ pub(crate) struct Heads {
     pub(crate) causal: bool,
     /// A query sees only the keys at most this many positions away.
     pub(crate) window: Option<usize>,
+    /// What the scores are multiplied by before the softmax.
+    pub(crate) scale: f32,
 }
 
 impl Heads {
@@ -95,7 +97,7 @@ fn attend_unit(qkv: &[f32], heads: Heads, u: &mut Unit<'_>) {
     let k_at = |j: usize| &qkv[(u.start + j) * w + (heads.heads + kv_head) * d..][..d];
     let v_at =
         |j: usize| &qkv[(u.start + j) * w + (heads.heads + heads.kv_heads + kv_head) * d..][..d];
-    let scale = 1.0 / (d as f32).sqrt();
+    let scale = heads.scale;
     let mut scores = [0f32; KEY_BLOCK];
     let mut acc = vec![0f32; d];
     for i in 0..u.len {

@@ -1,21 +1,21 @@
-//! A decoder's `config.json` (transformers 4's `rope_theta` and 5's `rope_parameters`
-//! alike), read into an [`EncoderConfig`] with [`DecoderParams`]; its modules (pooling,
-//! Dense, Normalize) and its limit as the encoders' are read. What transformers would
-//! compute differently is refused with the value found: scaled rotary frequencies, sliding
-//! windows, another activation.
+//! A decoder's `config.json` read into an [`EncoderConfig`] with `DecoderParams`: the
+//! sizes every decoder has here, its own keys by its architecture's file (`qwen3`,
+//! `gemma3`); its modules (pooling, Dense, Normalize) and its limit as the encoders' are
+//! read. What transformers would compute differently is refused with the value found.
 
 use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{Architecture, DecoderParams, architecture};
+use super::{Architecture, Sizes, architecture};
 use crate::LoadError;
 use crate::encoder::config::max_seq_len::given_max_seq_len;
 use crate::encoder::spec::EncoderConfig;
 use crate::folder::read_json;
 
+/// The sizes every decoder's `config.json` gives.
 #[derive(Deserialize)]
-struct DecoderJson {
+struct SizesJson {
     model_type: String,
     architectures: Option<Vec<String>>,
     vocab_size: usize,
@@ -29,38 +29,7 @@ struct DecoderJson {
     intermediate_size: usize,
     max_position_embeddings: usize,
     rms_norm_eps: f64,
-    #[serde(default = "silu")]
-    hidden_act: String,
-    rope_theta: Option<f64>,
-    rope_scaling: Option<serde_json::Value>,
-    rope_parameters: Option<RopeParameters>,
-    #[serde(default)]
-    attention_bias: bool,
-    #[serde(default)]
-    use_sliding_window: bool,
-    /// gte-Qwen2's remote code attends both ways; transformers' own classes are causal.
-    #[serde(default = "yes")]
-    is_causal: bool,
 }
-
-/// transformers 5's rotary settings: the default type is the only one served.
-#[derive(Deserialize)]
-struct RopeParameters {
-    rope_theta: Option<f64>,
-    rope_type: Option<String>,
-    #[serde(flatten)]
-    rest: serde_json::Map<String, serde_json::Value>,
-}
-
-fn silu() -> String {
-    "silu".into()
-}
-fn yes() -> bool {
-    true
-}
-
-/// transformers' default rotary base for Qwen2 and Qwen3.
-const DEFAULT_ROPE_THETA: f64 = 10_000.0;
 
 /// The decoder architecture `config.json` names, if it names one (`None`: read it as an
 /// encoder's).
@@ -79,41 +48,24 @@ pub(crate) fn read(
     path: &Path,
     arch: &Architecture,
 ) -> Result<EncoderConfig, LoadError> {
-    let json: DecoderJson = read_json(path)?;
-    let unsupported = |what: String, supported| LoadError::Unsupported {
+    let raw: serde_json::Value = read_json(path)?;
+    let json: SizesJson = serde_json::from_value(raw.clone()).map_err(|e| LoadError::Config {
         path: path.to_path_buf(),
-        what,
-        supported,
-    };
+        reason: e.to_string(),
+    })?;
     for name in json.architectures.iter().flatten() {
         if !arch.architectures.contains(&name.as_str()) {
-            return Err(unsupported(
-                format!("architecture {name:?} of model_type {:?}", json.model_type),
-                "a decoder is served as an encoder of embeddings: Qwen2Model, \
-                 Qwen2ForCausalLM, Qwen3Model or Qwen3ForCausalLM (the head left out)",
-            ));
+            return Err(LoadError::Unsupported {
+                path: path.to_path_buf(),
+                what: format!("architecture {name:?} of model_type {:?}", json.model_type),
+                supported: "a decoder is served as an encoder of embeddings: Qwen2Model, \
+                            Qwen2ForCausalLM, Qwen3Model, Qwen3ForCausalLM or Gemma3TextModel \
+                            (a causal LM's head left out)",
+            });
         }
     }
-    if json.hidden_act != "silu" {
-        return Err(unsupported(
-            format!("hidden_act {:?}", json.hidden_act),
-            "a Qwen decoder's feed-forward is served with SiLU only",
-        ));
-    }
-    if json.use_sliding_window {
-        return Err(unsupported(
-            "use_sliding_window true".into(),
-            "Qwen decoders are served with full attention in every layer",
-        ));
-    }
-    if json.attention_bias && !arch.qkv_bias {
-        return Err(unsupported(
-            "attention_bias true".into(),
-            "Qwen3's attention is served without biases",
-        ));
-    }
-    let rope_theta = rope_theta(path, &json)?;
-    let params = check_sizes(path, &json, arch, rope_theta)?;
+    let sizes = check_sizes(path, &json)?;
+    let params = (arch.params)(path, &raw, sizes)?;
     let modules = crate::encoder::modules::read_head_modules(dir, json.hidden_size)?;
     let max_seq_len = given_max_seq_len(dir)?
         .unwrap_or(json.max_position_embeddings)
@@ -141,38 +93,9 @@ pub(crate) fn read(
     })
 }
 
-/// The rotary base, from `rope_parameters` or `rope_theta`; scaling of any kind refused.
-fn rope_theta(path: &Path, json: &DecoderJson) -> Result<f64, LoadError> {
-    let unsupported = |what: String| LoadError::Unsupported {
-        path: path.to_path_buf(),
-        what,
-        supported: "rotary embeddings are served unscaled (rope_type \"default\")",
-    };
-    if let Some(scaling) = json.rope_scaling.as_ref().filter(|s| !s.is_null()) {
-        return Err(unsupported(format!("rope_scaling {scaling}")));
-    }
-    let Some(p) = &json.rope_parameters else {
-        return Ok(json.rope_theta.unwrap_or(DEFAULT_ROPE_THETA));
-    };
-    if let Some(kind) = p.rope_type.as_deref().filter(|t| *t != "default") {
-        return Err(unsupported(format!("rope_type {kind:?}")));
-    }
-    if let Some(key) = p.rest.keys().next() {
-        return Err(unsupported(format!("rope_parameters key {key:?}")));
-    }
-    Ok(p.rope_theta
-        .or(json.rope_theta)
-        .unwrap_or(DEFAULT_ROPE_THETA))
-}
-
 /// Sizes that are not zero and that fit together: query heads in whole groups over the
-/// key/value heads, an even head size (rotary pairs), a finite positive epsilon and base.
-fn check_sizes(
-    path: &Path,
-    json: &DecoderJson,
-    arch: &Architecture,
-    rope_theta: f64,
-) -> Result<DecoderParams, LoadError> {
+/// key/value heads, an even head size (rotary pairs), a finite positive epsilon.
+fn check_sizes(path: &Path, json: &SizesJson) -> Result<Sizes, LoadError> {
     let invalid = |reason: String| LoadError::Config {
         path: path.to_path_buf(),
         reason,
@@ -181,8 +104,7 @@ fn check_sizes(
     let kv_heads = json.num_key_value_heads.unwrap_or(heads);
     let head_dim = match json.head_dim {
         Some(d) => d,
-        None if heads > 0 => json.hidden_size / heads,
-        None => 0,
+        None => json.hidden_size.checked_div(heads).unwrap_or(0),
     };
     let sizes = [
         ("vocab_size", json.vocab_size),
@@ -213,17 +135,76 @@ fn check_sizes(
             json.rms_norm_eps
         )));
     }
-    if !(rope_theta.is_finite() && rope_theta > 1.0) {
-        return Err(invalid(format!(
-            "the rotary base is {rope_theta}, expected a number above 1"
-        )));
-    }
-    Ok(DecoderParams {
+    Ok(Sizes {
         kv_heads,
         head_dim,
-        rope_theta,
-        qkv_bias: arch.qkv_bias,
-        qk_norm: arch.qk_norm,
-        causal: json.is_causal,
+        layers: json.num_hidden_layers,
     })
+}
+
+/// A key of `config.json` an architecture reads, refused with its value when it is not
+/// what `read` takes.
+pub(crate) fn key<'a, T: Deserialize<'a>>(
+    path: &Path,
+    json: &'a serde_json::Value,
+    name: &str,
+) -> Result<Option<T>, LoadError> {
+    match json.get(name) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(value) => T::deserialize(value)
+            .map(Some)
+            .map_err(|e| LoadError::Config {
+                path: path.to_path_buf(),
+                reason: format!("{name}: {e}"),
+            }),
+    }
+}
+
+/// A rotary base, refused unless finite and above 1.
+pub(crate) fn check_theta(path: &Path, theta: f64) -> Result<f64, LoadError> {
+    match theta.is_finite() && theta > 1.0 {
+        true => Ok(theta),
+        false => Err(LoadError::Config {
+            path: path.to_path_buf(),
+            reason: format!("the rotary base is {theta}, expected a number above 1"),
+        }),
+    }
+}
+
+/// transformers 5's `rope_parameters` of one kind of layer: the default type, its base;
+/// anything else (scaling of any kind) refused.
+pub(crate) fn rope_base(
+    path: &Path,
+    rope: &serde_json::Value,
+    default: f64,
+) -> Result<f64, LoadError> {
+    let unsupported = |what: String| LoadError::Unsupported {
+        path: path.to_path_buf(),
+        what,
+        supported: "rotary embeddings are served unscaled (rope_type \"default\")",
+    };
+    let Some(fields) = rope.as_object() else {
+        return Err(unsupported(format!("rope_parameters {rope}")));
+    };
+    for (name, value) in fields {
+        match (name.as_str(), value) {
+            ("rope_type", v) if v == "default" => {}
+            ("rope_theta", v) if v.is_number() => {}
+            _ => return Err(unsupported(format!("rope_parameters {name} {value}"))),
+        }
+    }
+    let theta = fields.get("rope_theta").and_then(|v| v.as_f64());
+    check_theta(path, theta.unwrap_or(default))
+}
+
+/// `rope_scaling` set to anything but null: refused.
+pub(crate) fn refuse_rope_scaling(path: &Path, json: &serde_json::Value) -> Result<(), LoadError> {
+    match json.get("rope_scaling") {
+        None | Some(serde_json::Value::Null) => Ok(()),
+        Some(scaling) => Err(LoadError::Unsupported {
+            path: path.to_path_buf(),
+            what: format!("rope_scaling {scaling}"),
+            supported: "rotary embeddings are served unscaled (rope_type \"default\")",
+        }),
+    }
 }

@@ -1,12 +1,13 @@
 //! A decoder's forward pass on the CPU over packed batches: every dense layer once over all
 //! the batch's tokens (the encoders' packed kernels, f32 or bf16 products), attention per
-//! sequence and head (`attention`), positions counted from each sequence's start.
+//! sequence and head (`attention`), positions counted from each sequence's start. Norm
+//! weights are kept with Gemma's offset added, so every RMSNorm here scales by its weight.
 
 use kernels::Activation;
 use kernels::cpu::{AlignedVec, MatmulPrecision, PackedLinear, silu_in_place};
 
 use super::attention::{Heads, attend};
-use super::{DecoderParams, DecoderWeights};
+use super::{DecoderParams, DecoderWeights, Gate};
 use crate::encoder::cpu::pool;
 use crate::encoder::spec::EncoderConfig;
 use crate::encoder::weights::packed_for;
@@ -18,6 +19,7 @@ pub(crate) struct DecoderCpu {
     config: EncoderConfig,
     params: DecoderParams,
     embed: Vec<f32>,
+    embed_scale: f32,
     layers: Vec<CpuLayer>,
     norm: Vec<f32>,
     scratch: Scratch,
@@ -32,7 +34,9 @@ struct CpuLayer {
     q_norm: Option<Vec<f32>>,
     k_norm: Option<Vec<f32>>,
     attention_out: PackedLinear,
-    post_norm: Vec<f32>,
+    attention_out_norm: Option<Vec<f32>>,
+    mlp_norm: Vec<f32>,
+    mlp_out_norm: Option<Vec<f32>>,
     gate_up: PackedLinear,
     down: PackedLinear,
 }
@@ -50,7 +54,9 @@ struct Scratch {
     up: AlignedVec,
     gated: AlignedVec,
     head_major: Vec<f32>,
-    rotary: Rotary,
+    /// Rotary cosines and sines of the global layers, and of the sliding-window ones.
+    global: Rotary,
+    local: Rotary,
 }
 
 impl DecoderCpu {
@@ -61,15 +67,22 @@ impl DecoderCpu {
         precision: MatmulPrecision,
     ) -> Result<Self, LoadError> {
         let packed = |d| packed_for(d, precision);
+        let norm = |w: &[f32]| {
+            w.iter()
+                .map(|v| v + params.norm_offset)
+                .collect::<Vec<f32>>()
+        };
         let layers = (weights.layers.iter())
             .map(|l| {
                 Ok(CpuLayer {
-                    input_norm: l.input_norm.clone(),
+                    input_norm: norm(&l.input_norm),
                     qkv: packed(&l.qkv)?,
-                    q_norm: l.q_norm.clone(),
-                    k_norm: l.k_norm.clone(),
+                    q_norm: l.q_norm.as_deref().map(norm),
+                    k_norm: l.k_norm.as_deref().map(norm),
                     attention_out: packed(&l.attention_out)?,
-                    post_norm: l.post_norm.clone(),
+                    attention_out_norm: l.attention_out_norm.as_deref().map(norm),
+                    mlp_norm: norm(&l.mlp_norm),
+                    mlp_out_norm: l.mlp_out_norm.as_deref().map(norm),
                     gate_up: packed(&l.gate_up)?,
                     down: packed(&l.down)?,
                 })
@@ -81,8 +94,9 @@ impl DecoderCpu {
             config: config.clone(),
             params: params.clone(),
             embed: weights.embed,
+            embed_scale: weights.embed_scale,
             layers,
-            norm: weights.norm,
+            norm: norm(&weights.norm),
             scratch: Scratch::default(),
             threads: rayon::current_num_threads(),
             precision,
@@ -110,14 +124,21 @@ impl DecoderCpu {
             // Every value is written before it is read.
             buffer.resize_for_overwrite(t * width);
         }
+        let scale = self.embed_scale;
         for (row, &id) in s.x.chunks_exact_mut(h).zip(&tokens.ids) {
-            row.copy_from_slice(&self.embed[id as usize * h..][..h]);
+            let embedding = &self.embed[id as usize * h..][..h];
+            row.iter_mut()
+                .zip(embedding)
+                .for_each(|(x, e)| *x = e * scale);
         }
-        s.rotary
-            .fill(p.rope_theta, None, tokens.max_len(), p.head_dim);
-        for layer in &self.layers {
-            attention_block(c, p, layer, tokens, s, threads)?;
-            feed_forward(c, layer, t, s, threads)?;
+        let span = tokens.max_len();
+        s.global.fill(p.rope_theta, None, span, p.head_dim);
+        if let Some(local) = &p.local {
+            s.local.fill(local.rope_theta, None, span, p.head_dim);
+        }
+        for (i, layer) in self.layers.iter().enumerate() {
+            attention_block(c, p, layer, p.window_of(i), tokens, s, threads)?;
+            feed_forward(c, p, layer, t, s, threads)?;
         }
         rms_norm(&mut s.x, &self.norm, c.layer_norm_eps);
         pool(&s.x, tokens, h, c.pooling, output);
@@ -125,11 +146,13 @@ impl DecoderCpu {
     }
 }
 
-/// `x += Wo · attention(rope(norm(Wq·n)), rope(norm(Wk·n)), Wv·n)`, `n = rms(x) · w`.
+/// `x += Wo · attention(rope(norm(Wq·n)), rope(norm(Wk·n)), Wv·n)`, `n = rms(x) · w`
+/// (the sum normalised first where the layer has a norm of its output), within `window`.
 fn attention_block(
     c: &EncoderConfig,
     p: &DecoderParams,
     l: &CpuLayer,
+    window: Option<usize>,
     tokens: &PackedTokens,
     s: &mut Scratch,
     threads: usize,
@@ -148,13 +171,18 @@ fn attention_block(
             rms_norm(&mut rest[..p.kv_heads * d], k_norm, c.layer_norm_eps);
         }
     }
-    s.rotary.apply_rows(&mut s.qkv, tokens, width, turned, d);
+    let rotary = match window {
+        Some(_) => &s.local,
+        None => &s.global,
+    };
+    rotary.apply_rows(&mut s.qkv, tokens, width, turned, d);
     let heads = Heads {
         heads: c.heads,
         kv_heads: p.kv_heads,
         head_dim: d,
         causal: p.causal,
-        window: None,
+        window,
+        scale: p.attention_scale as f32,
     };
     attend(
         &s.qkv,
@@ -166,13 +194,18 @@ fn attention_block(
     );
     l.attention_out
         .forward(&s.ctx, t, &mut s.out, id, threads)?;
+    if let Some(norm) = &l.attention_out_norm {
+        rms_norm(&mut s.out, norm, c.layer_norm_eps);
+    }
     add_in_place(&mut s.x, &s.out);
     Ok(())
 }
 
-/// `x += down · (silu(gate · m) ⊙ up · m)`, `m = rms(x) · w`.
+/// `x += down · (act(gate · m) ⊙ up · m)`, `m = rms(x) · w` (the sum normalised first
+/// where the layer has a norm of its output).
 fn feed_forward(
     c: &EncoderConfig,
+    p: &DecoderParams,
     l: &CpuLayer,
     t: usize,
     s: &mut Scratch,
@@ -180,23 +213,29 @@ fn feed_forward(
 ) -> Result<(), ModelError> {
     let id = Activation::Identity;
     s.normed.copy_from_slice(&s.x);
-    rms_norm(&mut s.normed, &l.post_norm, c.layer_norm_eps);
+    rms_norm(&mut s.normed, &l.mlp_norm, c.layer_norm_eps);
     l.gate_up.forward(&s.normed, t, &mut s.up, id, threads)?;
     let i = c.intermediate;
     for (gated, up) in s.gated.chunks_exact_mut(i).zip(s.up.chunks_exact(2 * i)) {
         gated.copy_from_slice(&up[..i]);
     }
-    silu_in_place(&mut s.gated, threads);
+    match p.gate {
+        Gate::Silu => silu_in_place(&mut s.gated, threads),
+        Gate::GeluTanh => s.gated.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
+    }
     for (gated, up) in s.gated.chunks_exact_mut(i).zip(s.up.chunks_exact(2 * i)) {
         gated.iter_mut().zip(&up[i..]).for_each(|(a, u)| *a *= u);
     }
     l.down.forward(&s.gated, t, &mut s.out, id, threads)?;
+    if let Some(norm) = &l.mlp_out_norm {
+        rms_norm(&mut s.out, norm, c.layer_norm_eps);
+    }
     add_in_place(&mut s.x, &s.out);
     Ok(())
 }
 
 /// Each run of `w.len()` values of `x` scaled to a root mean square of one, then by `w`, as
-/// transformers' Qwen RMSNorm computes it in f32.
+/// transformers' RMSNorms compute it in f32.
 pub(crate) fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
     for row in x.chunks_exact_mut(w.len()) {
         let mean = row.iter().map(|v| v * v).sum::<f32>() / w.len() as f32;
@@ -205,6 +244,12 @@ pub(crate) fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
             .zip(w)
             .for_each(|(v, g)| *v = g * (*v * scale));
     }
+}
+
+/// GELU by its tanh approximation, as torch's `gelu(x, approximate="tanh")`.
+fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
 }
 
 fn add_in_place(x: &mut [f32], add: &[f32]) {

@@ -1,15 +1,17 @@
-//! Decoder transformers served as sentence encoders (Qwen3-Embedding, gte-Qwen2): the same
-//! packed batches, tokenizer, pooling, Dense and Normalize modules, prompts and serving as
-//! the BERT family's (`crate::encoder`), on layers of their own.
+//! Decoder transformers served as sentence encoders (Qwen3-Embedding, gte-Qwen2,
+//! EmbeddingGemma): the same packed batches, tokenizer, pooling, Dense and Normalize
+//! modules, prompts and serving as the BERT family's (`crate::encoder`), on layers of their
+//! own.
 //!
-//! - `qwen2` and `qwen3`: what each `model_type` is (one file an architecture, chosen by
-//!   `config.json`'s `model_type`);
+//! - `qwen2`, `qwen3` and `gemma3`: what each `model_type` is and its own keys of
+//!   `config.json` (one file an architecture, chosen by `model_type`);
 //! - `config`: `config.json` read into an [`EncoderConfig`] with [`DecoderParams`], refusing
 //!   what would run differently from transformers (rope scaling, sliding windows, another
 //!   activation);
 //! - `weights`: `model.safetensors` by those names, validated against the config;
-//! - `cpu`: the forward pass, pre-norm layers of RMSNorm, rotary grouped-query attention
-//!   and a SwiGLU feed-forward, every dense layer once over all the batch's tokens;
+//! - `cpu`: the forward pass, layers of RMSNorm, rotary grouped-query attention (causal or
+//!   not, global or windowed) and a gated feed-forward, every dense layer once over all the
+//!   batch's tokens;
 //! - `attention`: blockwise attention over packed sequences, causal or not, several query
 //!   heads reading one key/value head in place (no copy per head), never holding more than
 //!   a block of scores.
@@ -17,10 +19,14 @@
 pub(crate) mod attention;
 pub(crate) mod config;
 pub(crate) mod cpu;
+mod gemma3;
 mod qwen2;
 mod qwen3;
 pub(crate) mod weights;
 
+use std::path::Path;
+
+use crate::LoadError;
 use crate::encoder::family::Family;
 use crate::encoder::spec::EncoderConfig;
 
@@ -31,16 +37,57 @@ pub use weights::{DecoderLayer, DecoderWeights};
 pub struct DecoderParams {
     /// Key/value heads: each serves `heads / kv_heads` query heads.
     pub kv_heads: usize,
-    /// Values per head (Qwen3's may make `heads · head_dim` differ from `hidden`).
+    /// Values per head (Qwen3's and Gemma3's may make `heads · head_dim` differ from
+    /// `hidden`).
     pub head_dim: usize,
-    /// The rotary base.
-    pub rope_theta: f64,
     /// The query, key and value projections add biases (Qwen2).
     pub qkv_bias: bool,
-    /// Queries and keys go through an RMSNorm per head before the rotation (Qwen3).
+    /// Queries and keys go through an RMSNorm per head before the rotation (Qwen3, Gemma3).
     pub qk_norm: bool,
-    /// A token attends only to those before it (and itself).
+    /// A token attends only to those before it (and itself); otherwise to its whole
+    /// sequence (EmbeddingGemma, gte-Qwen2).
     pub causal: bool,
+    pub gate: Gate,
+    pub norms: Norms,
+    /// Added to every RMSNorm's weight: Gemma's norms scale by `1 + w`.
+    pub norm_offset: f32,
+    /// The embeddings are scaled by `√hidden` (Gemma), rounded to the table's precision.
+    pub scale_embeddings: bool,
+    /// What the scores are multiplied by: `1 / √head_dim`, or Gemma3's
+    /// `query_pre_attn_scalar^-½`.
+    pub attention_scale: f64,
+    /// The rotary base of the layers that attend to the whole sequence.
+    pub rope_theta: f64,
+    /// The layers that attend within a window, where some do (Gemma3).
+    pub local: Option<LocalAttention>,
+}
+
+/// The feed-forward's gate: `down · (act(gate · x) ⊙ up · x)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gate {
+    Silu,
+    /// GELU by its tanh approximation (`gelu_pytorch_tanh`).
+    GeluTanh,
+}
+
+/// Where a layer's RMSNorms are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Norms {
+    /// Before attention and before the feed-forward (Qwen).
+    Pre,
+    /// Before and after each (Gemma3): `x += norm(f(norm(x)))`.
+    Sandwich,
+}
+
+/// Sliding-window layers: which, how far they see, and their rotary base.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LocalAttention {
+    /// Per layer: whether it attends within the window.
+    pub sliding: Vec<bool>,
+    /// A query sees the keys at most this many positions away (from the config's
+    /// `sliding_window` as transformers reads it: `gemma3`).
+    pub window: usize,
+    pub rope_theta: f64,
 }
 
 impl DecoderParams {
@@ -52,20 +99,38 @@ impl DecoderParams {
     pub fn qkv_width(&self, heads: usize) -> usize {
         (heads + 2 * self.kv_heads) * self.head_dim
     }
+
+    /// The window of layer `i`, if it has one.
+    pub fn window_of(&self, i: usize) -> Option<usize> {
+        let local = self.local.as_ref()?;
+        local
+            .sliding
+            .get(i)
+            .copied()
+            .unwrap_or(false)
+            .then_some(local.window)
+    }
 }
 
-/// One decoder architecture: its family, the `architectures` served, and its layers' form.
+/// The sizes every architecture's parameters are read with.
+pub(crate) struct Sizes {
+    pub(crate) kv_heads: usize,
+    pub(crate) head_dim: usize,
+    pub(crate) layers: usize,
+}
+
+/// One decoder architecture: its family, the `architectures` served, and how its own keys
+/// of `config.json` are read.
 pub(crate) struct Architecture {
     pub(crate) model_type: &'static str,
     pub(crate) family: Family,
     /// The `architectures` read as an encoder of embeddings (a causal LM's head is left out,
     /// as sentence-transformers leaves it).
     pub(crate) architectures: &'static [&'static str],
-    pub(crate) qkv_bias: bool,
-    pub(crate) qk_norm: bool,
+    pub(crate) params: fn(&Path, &serde_json::Value, Sizes) -> Result<DecoderParams, LoadError>,
 }
 
-const ARCHITECTURES: [&Architecture; 2] = [&qwen2::QWEN2, &qwen3::QWEN3];
+const ARCHITECTURES: [&Architecture; 3] = [&qwen2::QWEN2, &qwen3::QWEN3, &gemma3::GEMMA3];
 
 /// The decoder architecture of a `model_type`, if it is one.
 pub(crate) fn architecture(model_type: &str) -> Option<&'static Architecture> {

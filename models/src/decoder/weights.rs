@@ -6,14 +6,18 @@
 //! stored precision (f32, f16 or bf16) for the device to lay out; embeddings and norms are
 //! widened to f32.
 
-use super::DecoderParams;
+use safetensors::Dtype;
+
+use super::{DecoderParams, Norms};
 use crate::LoadError;
+use crate::checkpoint::{check_finite, decode_weight};
 use crate::encoder::spec::EncoderConfig;
 use crate::encoder::weights::{Dense, Found, stack};
 
 /// One layer: `x += Wo · attention(rope(norm_q(Wq·n)), rope(norm_k(Wk·n)), Wv·n)` with
-/// `n = rms(x) · input_norm`, then `x += down · (silu(gate · m) ⊙ up · m)` with
-/// `m = rms(x) · post_norm`.
+/// `n = rms(x) · input_norm`, then `x += down · (act(gate · m) ⊙ up · m)` with
+/// `m = rms(x) · mlp_norm`; Gemma3 normalises each block's output too before the sum.
+/// Norm weights are as stored (Gemma's scale by `1 + w`: `DecoderParams::norm_offset`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DecoderLayer {
     pub input_norm: Vec<f32>,
@@ -25,7 +29,13 @@ pub struct DecoderLayer {
     pub k_norm: Option<Vec<f32>>,
     /// `[hidden, H · d]`.
     pub attention_out: Dense,
-    pub post_norm: Vec<f32>,
+    /// Gemma3's norm of the attention's output.
+    pub attention_out_norm: Option<Vec<f32>>,
+    /// Before the feed-forward: Qwen's `post_attention_layernorm`, Gemma3's
+    /// `pre_feedforward_layernorm`.
+    pub mlp_norm: Vec<f32>,
+    /// Gemma3's norm of the feed-forward's output.
+    pub mlp_out_norm: Option<Vec<f32>>,
     /// `[2 · intermediate, hidden]`: the gate, then the half it multiplies.
     pub gate_up: Dense,
     pub down: Dense,
@@ -35,6 +45,9 @@ pub struct DecoderLayer {
 pub struct DecoderWeights {
     /// `[vocab, hidden]`.
     pub embed: Vec<f32>,
+    /// What embeddings are multiplied by: Gemma's `√hidden` in the table's stored
+    /// precision, as transformers rounds it; 1 for the others.
+    pub embed_scale: f32,
     pub layers: Vec<DecoderLayer>,
     /// The norm after the last layer.
     pub norm: Vec<f32>,
@@ -47,13 +60,21 @@ pub(crate) fn read(found: &mut Found<'_>, c: &EncoderConfig) -> Result<DecoderWe
             "a decoder's configuration without its parameters".into(),
         ));
     };
-    let embed = found.f32("embed_tokens.weight", &[c.vocab_size, c.hidden])?;
+    let table = found.take("embed_tokens.weight", &[c.vocab_size, c.hidden])?;
+    let stored = table.dtype();
+    let embed = decode_weight("embed_tokens.weight", &table)?.to_f32();
+    check_finite("embed_tokens.weight", &embed)?;
+    let embed_scale = match p.scale_embeddings {
+        true => rounded_to(stored, (c.hidden as f32).sqrt()),
+        false => 1.0,
+    };
     let layers = (0..c.layers)
         .map(|i| layer(found, c, p, i))
         .collect::<Result<Vec<_>, _>>()?;
     let norm = found.f32("norm.weight", &[c.hidden])?;
     Ok(DecoderWeights {
         embed,
+        embed_scale,
         layers,
         norm,
     })
@@ -82,14 +103,35 @@ fn layer(
     let k_norm = head_norm(found, "k_norm")?;
     let gate = found.linear(&name("mlp.gate_proj"), h, c.intermediate, false)?;
     let up = found.linear(&name("mlp.up_proj"), h, c.intermediate, false)?;
+    let mut norm = |part: &str| found.f32(&name(&format!("{part}.weight")), &[h]);
+    let (attention_out_norm, mlp_norm, mlp_out_norm) = match p.norms {
+        Norms::Pre => (None, norm("post_attention_layernorm")?, None),
+        Norms::Sandwich => (
+            Some(norm("post_attention_layernorm")?),
+            norm("pre_feedforward_layernorm")?,
+            Some(norm("post_feedforward_layernorm")?),
+        ),
+    };
     Ok(DecoderLayer {
         input_norm: found.f32(&name("input_layernorm.weight"), &[h])?,
         qkv: stack(&[query, key, value]),
         q_norm,
         k_norm,
         attention_out: found.linear(&name("self_attn.o_proj"), q, h, false)?,
-        post_norm: found.f32(&name("post_attention_layernorm.weight"), &[h])?,
+        attention_out_norm,
+        mlp_norm,
+        mlp_out_norm,
         gate_up: stack(&[gate, up]),
         down: found.linear(&name("mlp.down_proj"), c.intermediate, h, false)?,
     })
+}
+
+/// `value` as a tensor of `dtype` holds it (transformers multiplies by the scale in the
+/// table's precision: √768 is 27.75 in bf16).
+fn rounded_to(dtype: Dtype, value: f32) -> f32 {
+    match dtype {
+        Dtype::BF16 => half::bf16::from_f32(value).to_f32(),
+        Dtype::F16 => half::f16::from_f32(value).to_f32(),
+        _ => value,
+    }
 }

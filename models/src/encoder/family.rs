@@ -1,5 +1,5 @@
 //! The transformer families served (BERT, DistilBERT, MPNet, RoBERTa, XLM-RoBERTa, ModernBERT,
-//! NomicBERT, GTE, and the Qwen2 and Qwen3 decoders): what tells them apart, and MPNet's buckets of relative positions.
+//! NomicBERT, GTE, and the Qwen2, Qwen3 and Gemma3 decoders): what tells them apart, and MPNet's buckets of relative positions.
 
 /// The transformer families served. BERT's four share its layers and differ in how tensors
 /// are named and how positions are numbered; ModernBERT's layers are their own, and NomicBERT
@@ -40,6 +40,8 @@ pub enum Family {
     /// (`crate::decoder`), tensors under `model.` in a causal LM's checkpoint.
     Qwen2,
     Qwen3,
+    /// Gemma3's text model (`"gemma3_text"`, EmbeddingGemma): a decoder too.
+    Gemma3,
 }
 
 impl Family {
@@ -53,7 +55,7 @@ impl Family {
             Family::ModernBert => "model.",
             Family::NomicBert => "bert.",
             Family::Gte => "new.",
-            Family::Qwen2 | Family::Qwen3 => "model.",
+            Family::Qwen2 | Family::Qwen3 | Family::Gemma3 => "model.",
         }
     }
 

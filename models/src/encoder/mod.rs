@@ -366,18 +366,18 @@ impl Encoder {
         let layers = c.layers as u64;
         let dense = c.dense_flops_per_token() * tokens.tokens() as u64 * layers;
         let square = tokens.sum_squared_lengths();
-        let pairs = match (&c.modern, c.sliding_window(), &c.decoder) {
-            (Some(m), Some(s), _) => {
-                let local = (m.global.iter().filter(|g| !**g).count()) as u64;
+        let pairs = match c.sliding_window() {
+            Some(s) => {
+                let local = c.local_layers() as u64;
                 let windowed: u64 = tokens.lengths().map(|n| s.pairs(n)).sum();
                 (layers - local) * square + local * windowed
             }
-            // A causal layer scores each token against those up to it: n(n + 1) / 2.
-            (_, _, Some(d)) if d.causal => {
-                let n = tokens.tokens() as u64;
-                layers * (square + n) / 2
-            }
-            _ => layers * square,
+            None => layers * square,
+        };
+        // A causal layer scores each token against those up to it: about half the pairs.
+        let pairs = match &c.decoder {
+            Some(d) if d.causal => (pairs + layers * tokens.tokens() as u64) / 2,
+            _ => pairs,
         };
         dense + c.attention_flops_per_pair() * pairs
     }

@@ -67,7 +67,7 @@ impl EncoderConfig {
         } else if self.family == Family::Gte {
             Some("a GTE encoder")
         } else if self.decoder.is_some() {
-            Some("a decoder (Qwen2, Qwen3)")
+            Some("a decoder (Qwen2, Qwen3, Gemma3)")
         } else if self.pooling == Pooling::LastToken {
             Some("an encoder with last-token pooling")
         } else {
@@ -92,14 +92,31 @@ impl EncoderConfig {
         2 * (4 * h * h + ffn_matrices * h * i)
     }
 
-    /// ModernBERT's local layers: its window and their share of the layers.
+    /// ModernBERT's (or a decoder's) local layers: its window and their share of the
+    /// layers.
     pub fn sliding_window(&self) -> Option<SlidingWindow> {
-        let m = self.modern.as_ref()?;
-        let local = m.global.iter().filter(|global| !**global).count();
+        let window = match (&self.modern, &self.decoder) {
+            (Some(m), _) => m.window,
+            (None, Some(d)) => d.local.as_ref()?.window,
+            (None, None) => return None,
+        };
+        let local = self.local_layers();
         (local > 0).then(|| SlidingWindow {
-            window: m.window,
-            share: local as f64 / m.global.len() as f64,
+            window,
+            share: local as f64 / self.layers.max(1) as f64,
         })
+    }
+
+    /// How many layers attend within a window.
+    pub fn local_layers(&self) -> usize {
+        match (&self.modern, &self.decoder) {
+            (Some(m), _) => m.global.iter().filter(|global| !**global).count(),
+            (None, Some(d)) => d
+                .local
+                .as_ref()
+                .map_or(0, |l| l.sliding.iter().filter(|s| **s).count()),
+            (None, None) => 0,
+        }
     }
 
     /// Values per head.

@@ -14,7 +14,7 @@ use models::{LoadOptions, MatmulPrecision};
 use crate::support::embeddings::{assert_cosines, embed};
 use crate::support::folder::assert_contains;
 
-const DECODERS: [&str; 2] = ["qwen3", "qwen2"];
+const DECODERS: [&str; 3] = ["qwen3", "qwen2", "gemma3"];
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -116,6 +116,18 @@ fn a_decoder_folder_says_what_it_is() {
     let q2 = Encoder::load(&fixture("qwen2"), &Device::Cpu).unwrap();
     let d2 = q2.config().decoder.clone().unwrap();
     assert!(d2.qkv_bias && !d2.qk_norm && d2.head_dim == 8);
+    // EmbeddingGemma's form: a window of 16 both ways reaches 8 positions either side.
+    let g = Encoder::load(&fixture("gemma3"), &Device::Cpu).unwrap();
+    let (gc, gd) = (g.config(), g.config().decoder.clone().unwrap());
+    let local = gd.local.clone().unwrap();
+    assert_eq!(
+        (gc.pooling, gc.dense.len(), g.output_width()),
+        (Pooling::Mean, 2, 32)
+    );
+    assert_eq!((local.window, local.sliding), (8, vec![true, false, true]));
+    assert_eq!((local.rope_theta, gd.rope_theta), (1e4, 1e6));
+    assert!(!gd.causal && gd.norm_offset == 1.0 && gd.scale_embeddings);
+    assert!((gd.attention_scale - 12f64.powf(-0.5)).abs() < 1e-12);
 }
 
 /// A copy of a fixture with its config.json edited, and the reason it fails to load.
@@ -220,4 +232,38 @@ fn a_text_past_the_context_is_refused_when_asked() {
     let cut = tokenizer.encode(&long, Truncation::Right).unwrap();
     assert_eq!(cut.ids.len(), 512);
     assert_eq!(*cut.ids.last().unwrap(), 0, "the end of text stays last");
+}
+
+/// The fixtures made again by tests/python/make_decoder_models.py with the Python of
+/// `TANDEM_TORCH_PYTHON` (torch, transformers, sentence-transformers): the same tokens, and
+/// embeddings within f32's bound of those checked in (another version of the libraries may
+/// round differently). Slow and needs torch: run with `--ignored`.
+#[test]
+#[ignore]
+fn decoder_fixtures_regenerate() {
+    let Ok(python) = std::env::var("TANDEM_TORCH_PYTHON") else {
+        panic!(
+            "TANDEM_TORCH_PYTHON names a Python with torch, transformers and sentence-transformers"
+        );
+    };
+    let out = std::env::temp_dir().join(format!("tandem-decoders-{}", std::process::id()));
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/python/make_decoder_models.py");
+    let status = std::process::Command::new(python)
+        .arg(&script)
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{script:?} failed");
+    for name in DECODERS {
+        let made = std::fs::read_to_string(out.join(name).join("expected.json")).unwrap();
+        let made: serde_json::Value = serde_json::from_str(&made).unwrap();
+        for (case, want) in made["cases"].as_array().unwrap().iter().zip(cases(name)) {
+            let ids: Vec<u32> = serde_json::from_value(case["ids"].clone()).unwrap();
+            assert_eq!(ids, want.ids, "{name}: {:?}", want.text);
+            let got: Vec<f32> = serde_json::from_value(case["embedding"].clone()).unwrap();
+            assert_cosines(&got, &[want.embedding], 0.99999, name);
+        }
+    }
+    std::fs::remove_dir_all(&out).unwrap();
 }

@@ -36,7 +36,7 @@ impl FamilyLayers {
             type_vocab_size: bert.type_vocab_size,
         };
         Ok(match family {
-            Family::Qwen2 | Family::Qwen3 => {
+            Family::Qwen2 | Family::Qwen3 | Family::Gemma3 => {
                 return Err(LoadError::Inconsistent(
                     "a decoder's config.json is read as a decoder's (crate::decoder)".into(),
                 ));

@@ -131,7 +131,7 @@ enum Kind {
 }
 
 const SERVED_MODEL_TYPES: &str = "the model types served are \"bert\", \"distilbert\", \"modernbert\", \"mpnet\", \
-     \"new\" (GTE), \"nomic_bert\", \"qwen2\", \"qwen3\", \"roberta\" and \"xlm-roberta\"";
+     \"new\" (GTE), \"nomic_bert\", \"qwen2\", \"qwen3\", \"gemma3_text\", \"roberta\" and \"xlm-roberta\"";
 
 fn two() -> usize {
     2
@@ -189,7 +189,8 @@ impl EncoderConfig {
             | Family::NomicBert
             | Family::Gte
             | Family::Qwen2
-            | Family::Qwen3 => bert.pad_token_id.unwrap_or(0),
+            | Family::Qwen3
+            | Family::Gemma3 => bert.pad_token_id.unwrap_or(0),
             Family::Roberta => bert.pad_token_id.unwrap_or(1),
             // transformers' MPNetEmbeddings fixes its padding index at 1.
             Family::Mpnet => 1,

@@ -140,7 +140,8 @@ pub fn write_synthetic(dir: &Path, spec: &SyntheticSpec) -> std::io::Result<()> 
         | Family::NomicBert
         | Family::Gte
         | Family::Qwen2
-        | Family::Qwen3 => {
+        | Family::Qwen3
+        | Family::Gemma3 => {
             let vocab = vocabulary();
             (tokenizer_json(&vocab), vocab.len())
         }
@@ -312,6 +313,7 @@ fn with_task_head(config: &mut serde_json::Value, spec: &SyntheticSpec) {
             Family::NomicBert => "NomicBertForSequenceClassification",
             Family::Qwen2 => "Qwen2ForSequenceClassification",
             Family::Qwen3 => "Qwen3ForSequenceClassification",
+            Family::Gemma3 => "Gemma3ForSequenceClassification",
         }]);
         config["id2label"] = json!(id2label);
     }
@@ -453,7 +455,8 @@ fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
             | Family::NomicBert
             | Family::Gte
             | Family::Qwen2
-            | Family::Qwen3 => {
+            | Family::Qwen3
+            | Family::Gemma3 => {
                 unreachable!("these are drawn above, or not at all (the decoders)")
             }
         };
@@ -527,7 +530,8 @@ fn family_name(family: Family, name: String) -> Option<String> {
         | Family::NomicBert
         | Family::Gte
         | Family::Qwen2
-        | Family::Qwen3 => {
+        | Family::Qwen3
+        | Family::Gemma3 => {
             return Some(name);
         }
     };

@@ -174,7 +174,12 @@ fn layer_names(family: Family) -> &'static LayerNames {
         Family::Mpnet => &MPNET_LAYER,
         // `EncoderWeights::read` reads these layers with `modern`, `nomic`, `gte` and
         // `crate::decoder`.
-        Family::ModernBert | Family::NomicBert | Family::Gte | Family::Qwen2 | Family::Qwen3 => {
+        Family::ModernBert
+        | Family::NomicBert
+        | Family::Gte
+        | Family::Qwen2
+        | Family::Qwen3
+        | Family::Gemma3 => {
             unreachable!("these layers are not BERT's")
         }
     }
@@ -279,7 +284,7 @@ impl<'a> Found<'a> {
     }
 
     /// The tensor `name`, checked to have `shape`.
-    pub(super) fn take(
+    pub(crate) fn take(
         &mut self,
         name: &str,
         shape: &[usize],
@@ -402,7 +407,11 @@ impl<'a> Found<'a> {
             Family::DistilBert => ("pre_classifier", HeadActivation::Relu, "classifier"),
             // `EncoderWeights::read` reads ModernBERT's head with `modern::read_weights`;
             // NomicBERT and the decoders are served as encoders of embeddings only.
-            Family::ModernBert | Family::NomicBert | Family::Qwen2 | Family::Qwen3 => {
+            Family::ModernBert
+            | Family::NomicBert
+            | Family::Qwen2
+            | Family::Qwen3
+            | Family::Gemma3 => {
                 unreachable!("this head is not BERT's")
             }
         };
