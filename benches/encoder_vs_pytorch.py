@@ -14,6 +14,9 @@ divide fairly).
 `--trust-remote-code` one whose architecture is its own code: GTE's, from
 benches/make_gte.py.
 
+`--decoder` runs a decoder's cases instead (texts of 32, 128 and 512 tokens at batches of
+1, 8 and 32) on `--model DIR`: benches/make_qwen3.py's Qwen3-Embedding-0.6B-shaped folder.
+
 `--long 1024 2048` adds cases of texts that long, one per batch (the model's limit must
 allow them: benches/make_modernbert.py --max-seq-length).
 
@@ -150,6 +153,13 @@ CASES = [
     ("256 tokens, batch 8", passages(16), 8),
 ]
 
+def decoder_cases(tokenizer):
+    """Texts of 32, 128 and 512 tokens (the end of text included), two batches' worth of
+    each at batches of 1, 8 and 32."""
+    return [(f"{t} tokens, batch {b}", long_passages(2 * b, t, tokenizer), b)
+            for t in (32, 128, 512) for b in (1, 8, 32)]
+
+
 def default_model():
     cache = Path(os.environ.get("TANDEM_CACHE", Path.home() / ".cache/tandem"))
     return Path(os.environ.get("TANDEM_MINILM_DIR", cache / "models/all-minilm-l6-v2"))
@@ -248,6 +258,10 @@ def main():
                         help="both in bfloat16, beside both in f32 (see above)")
     parser.add_argument("--bf16x3", action="store_true",
                         help="tandem with bf16x3 products too, against both in f32 (see above)")
+    parser.add_argument("--decoder", action="store_true",
+                        help="a decoder's cases instead of the sentences and passages: texts "
+                             "of 32, 128 and 512 tokens at batches of 1, 8 and 32 "
+                             "(benches/make_qwen3.py's model)")
     parser.add_argument("--trust-remote-code", action="store_true",
                         help="let sentence-transformers run the model folder's own code "
                              "(GTE's, from benches/make_gte.py)")
@@ -264,9 +278,10 @@ def main():
         if tokens > model.max_seq_length:
             sys.exit(f"--long {tokens}: the model's limit is {model.max_seq_length} tokens")
     long_cases = [(f"long, {t} tokens, batch 1", long_passages(4, t, tokenizer), 1) for t in args.long]
-    cases = [c for c in CASES + long_cases if args.only in c[0]]
+    base = decoder_cases(tokenizer) if args.decoder else CASES
+    cases = [c for c in base + long_cases if args.only in c[0]]
     lengths = [len(tokenizer(s)["input_ids"]) for s in SENTENCES]
-    assert min(lengths) >= 8 and max(lengths) <= 30, lengths
+    assert args.decoder or (min(lengths) >= 8 and max(lengths) <= 30), lengths
     binary = build_rust_bench()
     limit = model.max_seq_length
     print(f"machine: {os.uname().nodename}, {os.cpu_count()} CPUs, torch {torch.__version__}"

@@ -39,11 +39,13 @@ impl Encoder {
     }
 
     /// What a sequence costs: per layer, the dense layers take
-    /// [`EncoderConfig::dense_flops_per_token`] and attention `4h` FLOPs a pair of tokens
-    /// it scores (scores and the weighted sum).
+    /// [`EncoderConfig::dense_flops_per_token`] and attention
+    /// [`EncoderConfig::attention_flops_per_pair`] a pair of tokens it scores (scores and the
+    /// weighted sum; a causal layer scores about half the pairs).
     pub fn text_input(&self) -> TextInput {
         let c = self.config();
-        let h = c.hidden as f64;
+        let causal = c.decoder.as_ref().is_some_and(|d| d.causal);
+        let pair = c.attention_flops_per_pair() as f64 * if causal { 0.5 } else { 1.0 };
         let per_token = c.dense_flops_per_token() as f64;
         // Faster dense layers make a pair of tokens in attention weigh more against a token.
         let pair_weight = super::pair_weight(self.cpu_precision(), c.head_dim());
@@ -54,7 +56,7 @@ impl Encoder {
             normalize_by_default: c.normalize,
             pooling: c.pooling,
             precision: self.precision(),
-            attention_per_token_pair: 4.0 * h / per_token * pair_weight,
+            attention_per_token_pair: pair / per_token * pair_weight,
             sliding_window: c.sliding_window(),
             labels: c.labels.clone(),
             multi_label: c.multi_label,
