@@ -190,8 +190,8 @@ def main():
     build(out, "qwen2", Qwen2Config, Qwen2Model, 2, QWEN,
           hidden_size=32, intermediate_size=64, num_hidden_layers=2,
           num_attention_heads=4, num_key_value_heads=2)
-    # A window of 16 (a query sees 15 positions either way) in two layers of three, both
-    # ways; the others attend to the whole text.
+    # A window of 16 in two layers of three, both ways (transformers halves it: a query sees
+    # 8 positions either way); the other layer attends to the whole text.
     build(out, "gemma3", Gemma3TextConfig, Gemma3TextModel, 5, GEMMA,
           hidden_size=32, intermediate_size=64, num_hidden_layers=3,
           num_attention_heads=4, num_key_value_heads=1, head_dim=16,

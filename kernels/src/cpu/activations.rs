@@ -1,6 +1,7 @@
 //! The feed-forward activations, in place: GELU with the exact error function (BERT's
 //! `gelu`), `x · Φ(x)`, through the fits in [`super::vmath`], accurate to f32 in both tails;
-//! and SiLU (NomicBERT's gate), `x / (1 + e⁻ˣ)`, through the same `exp`.
+//! and SiLU (NomicBERT's gate), `x / (1 + e⁻ˣ)`, through the same `exp`, which is here on
+//! its own too (a softmax's, outside the attention kernels).
 
 use super::in_parallel;
 use super::vmath;
@@ -17,6 +18,8 @@ const GRANULE: usize = 1024;
 enum Act {
     Gelu,
     Silu,
+    GeluTanh,
+    Exp,
 }
 
 impl Act {
@@ -24,6 +27,8 @@ impl Act {
         match self {
             Act::Gelu => vmath::gelu(x),
             Act::Silu => vmath::silu(x),
+            Act::GeluTanh => vmath::gelu_tanh(x),
+            Act::Exp => vmath::exp(x),
         }
     }
 }
@@ -36,6 +41,17 @@ pub fn gelu_in_place(x: &mut [f32], threads: usize) {
 /// `x = silu(x)` over every value, on up to `threads` threads of the current rayon pool.
 pub fn silu_in_place(x: &mut [f32], threads: usize) {
     in_place(x, threads, Act::Silu);
+}
+
+/// `x = gelu(x)` by its tanh approximation (`gelu_pytorch_tanh`, Gemma's gate) over every
+/// value, on up to `threads` threads of the current rayon pool.
+pub fn gelu_tanh_in_place(x: &mut [f32], threads: usize) {
+    in_place(x, threads, Act::GeluTanh);
+}
+
+/// `x = eˣ` over every value, on this thread (within 2 ulp; 0 below about -87.3).
+pub fn exp_in_place(x: &mut [f32]) {
+    activate(x, Act::Exp);
 }
 
 /// `act` over every value of `x`, in runs of [`GRANULE`] split over up to `threads`.
@@ -85,7 +101,7 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     use super::Act;
-    use crate::cpu::vmath::avx2::{gelu, silu};
+    use crate::cpu::vmath::avx2::{exp, gelu, gelu_tanh, silu};
 
     /// # Safety
     /// The CPU supports AVX2 and FMA; `x.len()` is a multiple of 8.
@@ -99,6 +115,8 @@ mod avx2 {
                 let y = match act {
                     Act::Gelu => gelu(v),
                     Act::Silu => silu(v),
+                    Act::GeluTanh => gelu_tanh(v),
+                    Act::Exp => exp(v),
                 };
                 _mm256_storeu_ps(p.add(i), y);
             }
@@ -111,7 +129,7 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::Act;
-    use crate::cpu::vmath::avx512::{gelu, silu};
+    use crate::cpu::vmath::avx512::{exp, gelu, gelu_tanh, silu};
 
     /// # Safety
     /// The CPU supports AVX-512 F; `x.len()` is a multiple of 16.
@@ -125,6 +143,8 @@ mod avx512 {
                 let y = match act {
                     Act::Gelu => gelu(v),
                     Act::Silu => silu(v),
+                    Act::GeluTanh => gelu_tanh(v),
+                    Act::Exp => exp(v),
                 };
                 _mm512_storeu_ps(p.add(i), y);
             }
@@ -135,6 +155,37 @@ mod avx512 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// torch's formula, `0.5·x·(1 + tanh(z))`, in f64, within f32's rounding; and the
+    /// softmax's `exp` within 2 ulp, 0 far below.
+    #[test]
+    fn gelu_tanh_and_exp_match_their_formulas_in_every_lane() {
+        let x0: Vec<f32> = (0..4099).map(|i| (i as f32 * 0.37).sin() * 12.0).collect();
+        let mut x = x0.clone();
+        gelu_tanh_in_place(&mut x, 1);
+        for (g, v) in x.iter().zip(&x0) {
+            let v = *v as f64;
+            let z = (2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v.powi(3));
+            let want = 0.5 * v * (1.0 + z.tanh());
+            assert!(
+                (*g as f64 - want).abs() <= 2e-6 * want.abs().max(1e-3),
+                "{v}: {g} {want}"
+            );
+        }
+        let mut e: Vec<f32> = (0..100).map(|i| i as f32 * 0.5 - 60.0).collect();
+        let e0 = e.clone();
+        exp_in_place(&mut e);
+        for (got, v) in e.iter().zip(&e0) {
+            let want = (*v as f64).exp();
+            assert!(
+                (*got as f64 - want).abs() <= 3e-7 * want,
+                "exp({v}) = {got}, want {want}"
+            );
+        }
+        let mut ends = [-1e4_f32, -100.0, 0.0, 100.0, 1e4].repeat(4);
+        gelu_tanh_in_place(&mut ends, 1);
+        assert!(ends.iter().all(|v| v.is_finite()), "{ends:?}");
+    }
 
     #[test]
     fn silu_is_x_times_its_sigmoid_and_finite_everywhere() {

@@ -30,7 +30,7 @@ mod small_batch;
 mod test_support;
 mod vmath;
 
-pub use activations::{gelu_in_place, silu_in_place};
+pub use activations::{exp_in_place, gelu_in_place, gelu_tanh_in_place, silu_in_place};
 pub use aligned::{Aligned, AlignedVec, Element};
 pub use attention::{
     AttentionInput, AttentionScratch, AttentionShape, RelativeBias, attention, attention_speedup,

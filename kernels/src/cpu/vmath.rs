@@ -102,11 +102,39 @@ pub(crate) fn silu(x: f32) -> f32 {
     x / (1.0 + exp(-x))
 }
 
+/// −2·√(2/π): GELU's tanh approximation `0.5·x·(1 + tanh(z))` is `x / (1 + e^(−2z))` with
+/// `z = √(2/π)·(x + 0.044715·x³)`.
+const GELU_TANH_SCALE: f32 = -1.595_769;
+const GELU_TANH_CUBIC: f32 = 0.044_715;
+
+/// GELU by its tanh approximation (torch's `gelu(x, approximate="tanh")`), as
+/// `x / (1 + e^(−2z))`; `exp` saturates at both ends, so it is finite everywhere.
+#[inline]
+pub(crate) fn gelu_tanh(x: f32) -> f32 {
+    let inner = (x * x * x).mul_add(GELU_TANH_CUBIC, x);
+    x / (1.0 + exp(inner * GELU_TANH_SCALE))
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{ERFC_POLY, EXP_MAX, EXP_MIN, EXP_POLY, LN2_HI, LN2_LO, LOG2E};
+    use super::{GELU_TANH_CUBIC, GELU_TANH_SCALE};
+
+    /// [`super::gelu_tanh`] per lane.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub(crate) unsafe fn gelu_tanh(x: __m256) -> __m256 {
+        let cube = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+        let inner = _mm256_fmadd_ps(cube, _mm256_set1_ps(GELU_TANH_CUBIC), x);
+        // SAFETY: AVX2 and FMA are enabled for this function.
+        let e = unsafe { exp(_mm256_mul_ps(inner, _mm256_set1_ps(GELU_TANH_SCALE))) };
+        _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0), e))
+    }
 
     /// e^x per lane.
     ///
@@ -226,6 +254,21 @@ pub(crate) mod avx512 {
     use std::arch::x86_64::*;
 
     use super::{ERFC_POLY, EXP_MAX, EXP_MIN, EXP_POLY, LN2_HI, LN2_LO, LOG2E};
+    use super::{GELU_TANH_CUBIC, GELU_TANH_SCALE};
+
+    /// [`super::gelu_tanh`] per lane.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(crate) unsafe fn gelu_tanh(x: __m512) -> __m512 {
+        let cube = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+        let inner = _mm512_fmadd_ps(cube, _mm512_set1_ps(GELU_TANH_CUBIC), x);
+        // SAFETY: AVX-512 F is enabled for this function.
+        let e = unsafe { exp(_mm512_mul_ps(inner, _mm512_set1_ps(GELU_TANH_SCALE))) };
+        _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e))
+    }
 
     /// e^x per lane, as [`super::avx2::exp`] computes it.
     ///

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{Architecture, Sizes, architecture};
+use super::{Architecture, Defaults, Sizes, architecture};
 use crate::LoadError;
 use crate::encoder::config::max_seq_len::given_max_seq_len;
 use crate::encoder::spec::EncoderConfig;
@@ -22,14 +22,19 @@ struct SizesJson {
     hidden_size: usize,
     num_hidden_layers: usize,
     num_attention_heads: usize,
-    /// Absent: one key/value head a query head (no grouping).
+    /// Absent (as the rest): the architecture's `Defaults`, as transformers reads them.
     num_key_value_heads: Option<usize>,
-    /// Absent: `hidden_size / num_attention_heads`.
     head_dim: Option<usize>,
     intermediate_size: usize,
-    max_position_embeddings: usize,
-    rms_norm_eps: f64,
+    max_position_embeddings: Option<usize>,
+    rms_norm_eps: Option<f64>,
 }
+
+/// What a refusal of scaled rotary embeddings says is served.
+const UNSCALED: &str = "rotary embeddings are served unscaled (rope_type \"default\")";
+
+/// transformers' RMSNorm epsilon for all three families.
+const RMS_NORM_EPS: f64 = 1e-6;
 
 /// The decoder architecture `config.json` names, if it names one (`None`: read it as an
 /// encoder's).
@@ -64,12 +69,14 @@ pub(crate) fn read(
             });
         }
     }
-    let sizes = check_sizes(path, &json)?;
+    let sizes = check_sizes(path, &json, &arch.defaults)?;
     let params = (arch.params)(path, &raw, sizes)?;
+    require_pooling(dir)?;
     let modules = crate::encoder::modules::read_head_modules(dir, json.hidden_size)?;
-    let max_seq_len = given_max_seq_len(dir)?
-        .unwrap_or(json.max_position_embeddings)
-        .min(json.max_position_embeddings);
+    let positions = json
+        .max_position_embeddings
+        .unwrap_or(arch.defaults.max_positions);
+    let max_seq_len = given_max_seq_len(dir)?.unwrap_or(positions).min(positions);
     Ok(EncoderConfig {
         family: arch.family,
         pad_token_id: 0,
@@ -78,9 +85,9 @@ pub(crate) fn read(
         layers: json.num_hidden_layers,
         heads: json.num_attention_heads,
         intermediate: json.intermediate_size,
-        max_position_embeddings: json.max_position_embeddings,
+        max_position_embeddings: positions,
         type_vocab_size: 0,
-        layer_norm_eps: json.rms_norm_eps as f32,
+        layer_norm_eps: json.rms_norm_eps.unwrap_or(RMS_NORM_EPS) as f32,
         max_seq_len,
         pooling: modules.pooling,
         dense: modules.dense,
@@ -95,17 +102,18 @@ pub(crate) fn read(
 
 /// Sizes that are not zero and that fit together: query heads in whole groups over the
 /// key/value heads, an even head size (rotary pairs), a finite positive epsilon.
-fn check_sizes(path: &Path, json: &SizesJson) -> Result<Sizes, LoadError> {
+fn check_sizes(path: &Path, json: &SizesJson, defaults: &Defaults) -> Result<Sizes, LoadError> {
     let invalid = |reason: String| LoadError::Config {
         path: path.to_path_buf(),
         reason,
     };
     let heads = json.num_attention_heads;
-    let kv_heads = json.num_key_value_heads.unwrap_or(heads);
-    let head_dim = match json.head_dim {
+    let kv_heads = json.num_key_value_heads.unwrap_or(defaults.kv_heads);
+    let head_dim = match json.head_dim.or(defaults.head_dim) {
         Some(d) => d,
         None => json.hidden_size.checked_div(heads).unwrap_or(0),
     };
+    let eps = json.rms_norm_eps.unwrap_or(RMS_NORM_EPS);
     let sizes = [
         ("vocab_size", json.vocab_size),
         ("hidden_size", json.hidden_size),
@@ -114,7 +122,11 @@ fn check_sizes(path: &Path, json: &SizesJson) -> Result<Sizes, LoadError> {
         ("num_key_value_heads", kv_heads),
         ("head_dim", head_dim),
         ("intermediate_size", json.intermediate_size),
-        ("max_position_embeddings", json.max_position_embeddings),
+        (
+            "max_position_embeddings",
+            json.max_position_embeddings
+                .unwrap_or(defaults.max_positions),
+        ),
     ];
     if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
         return Err(invalid(format!("{name} is 0, expected at least 1")));
@@ -129,10 +141,9 @@ fn check_sizes(path: &Path, json: &SizesJson) -> Result<Sizes, LoadError> {
             "head_dim {head_dim} is odd: rotary embeddings turn pairs of values"
         )));
     }
-    if !(json.rms_norm_eps.is_finite() && json.rms_norm_eps > 0.0) {
+    if !(eps.is_finite() && eps > 0.0) {
         return Err(invalid(format!(
-            "rms_norm_eps is {}, expected a positive number",
-            json.rms_norm_eps
+            "rms_norm_eps is {eps}, expected a positive number"
         )));
     }
     Ok(Sizes {
@@ -140,6 +151,21 @@ fn check_sizes(path: &Path, json: &SizesJson) -> Result<Sizes, LoadError> {
         head_dim,
         layers: json.num_hidden_layers,
     })
+}
+
+/// A decoder is an encoder of embeddings only by its sentence-transformers modules: a causal
+/// LM's folder without them (a reranker's, a chat model's) would otherwise be read with mean
+/// pooling, as for a plain transformers encoder.
+fn require_pooling(dir: &Path) -> Result<(), LoadError> {
+    match dir.join("modules.json").is_file() {
+        true => Ok(()),
+        false => Err(LoadError::Unsupported {
+            path: dir.join("modules.json"),
+            what: "a decoder without sentence-transformers modules".into(),
+            supported: "a decoder is served as an embedder from a sentence-transformers folder: \
+                        modules.json with its Pooling module",
+        }),
+    }
 }
 
 /// A key of `config.json` an architecture reads, refused with its value when it is not
@@ -181,7 +207,7 @@ pub(crate) fn rope_base(
     let unsupported = |what: String| LoadError::Unsupported {
         path: path.to_path_buf(),
         what,
-        supported: "rotary embeddings are served unscaled (rope_type \"default\")",
+        supported: UNSCALED,
     };
     let Some(fields) = rope.as_object() else {
         return Err(unsupported(format!("rope_parameters {rope}")));
@@ -204,7 +230,7 @@ pub(crate) fn refuse_rope_scaling(path: &Path, json: &serde_json::Value) -> Resu
         Some(scaling) => Err(LoadError::Unsupported {
             path: path.to_path_buf(),
             what: format!("rope_scaling {scaling}"),
-            supported: "rotary embeddings are served unscaled (rope_type \"default\")",
+            supported: UNSCALED,
         }),
     }
 }

@@ -4,11 +4,12 @@
 //! weights are kept with Gemma's offset added, so every RMSNorm here scales by its weight.
 
 use kernels::Activation;
-use kernels::cpu::{AlignedVec, MatmulPrecision, PackedLinear, silu_in_place};
+use kernels::cpu::{AlignedVec, MatmulPrecision, PackedLinear, gelu_tanh_in_place, silu_in_place};
 
 use super::attention::{Heads, attend};
 use super::{DecoderParams, DecoderWeights, Gate};
 use crate::encoder::cpu::pool;
+use crate::encoder::modern_cpu::add_in_place;
 use crate::encoder::spec::EncoderConfig;
 use crate::encoder::weights::packed_for;
 use crate::text::packed::PackedTokens;
@@ -221,7 +222,7 @@ fn feed_forward(
     }
     match p.gate {
         Gate::Silu => silu_in_place(&mut s.gated, threads),
-        Gate::GeluTanh => s.gated.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
+        Gate::GeluTanh => gelu_tanh_in_place(&mut s.gated, threads),
     }
     for (gated, up) in s.gated.chunks_exact_mut(i).zip(s.up.chunks_exact(2 * i)) {
         gated.iter_mut().zip(&up[i..]).for_each(|(a, u)| *a *= u);
@@ -244,14 +245,4 @@ pub(crate) fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
             .zip(w)
             .for_each(|(v, g)| *v = g * (*v * scale));
     }
-}
-
-/// GELU by its tanh approximation, as torch's `gelu(x, approximate="tanh")`.
-fn gelu_tanh(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
-}
-
-fn add_in_place(x: &mut [f32], add: &[f32]) {
-    x.iter_mut().zip(add).for_each(|(x, a)| *x += a);
 }

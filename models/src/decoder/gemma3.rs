@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use super::config::{check_theta, key, refuse_rope_scaling, rope_base};
-use super::{Architecture, DecoderParams, Gate, LocalAttention, Norms, Sizes};
+use super::{Architecture, DecoderParams, Defaults, Gate, LocalAttention, Norms, Sizes};
 use crate::LoadError;
 use crate::encoder::family::Family;
 
@@ -18,6 +18,11 @@ pub(super) const GEMMA3: Architecture = Architecture {
     family: Family::Gemma3,
     architectures: &["Gemma3TextModel", "Gemma3ForCausalLM"],
     params: gemma_params,
+    defaults: Defaults {
+        kv_heads: 4,
+        head_dim: Some(256),
+        max_positions: 131_072,
+    },
 };
 
 /// transformers' defaults for Gemma3's text model.
@@ -64,6 +69,12 @@ fn gemma_params(
         });
     }
     let (global_theta, local_theta) = rope_bases(path, json)?;
+    if json.get("sliding_window").is_some_and(|w| w.is_null()) {
+        return Err(unsupported(
+            "sliding_window null".into(),
+            "Gemma3's sliding layers are served with a window",
+        ));
+    }
     let window: usize = key(path, json, "sliding_window")?.unwrap_or(SLIDING_WINDOW);
     let sliding = sliding_layers(path, json, sizes.layers)?;
     let causal = !key(path, json, "use_bidirectional_attention")?.unwrap_or(false);

@@ -5,9 +5,9 @@
 //!
 //! - `qwen2`, `qwen3` and `gemma3`: what each `model_type` is and its own keys of
 //!   `config.json` (one file an architecture, chosen by `model_type`);
-//! - `config`: `config.json` read into an [`EncoderConfig`] with [`DecoderParams`], refusing
-//!   what would run differently from transformers (rope scaling, sliding windows, another
-//!   activation);
+//! - `config`: `config.json` read into an [`EncoderConfig`](crate::encoder::EncoderConfig)
+//!   with [`DecoderParams`], refusing what would run differently from transformers (rope
+//!   scaling, Qwen's sliding windows, another activation);
 //! - `weights`: `model.safetensors` by those names, validated against the config;
 //! - `cpu`: the forward pass, layers of RMSNorm, rotary grouped-query attention (causal or
 //!   not, global or windowed) and a gated feed-forward, every dense layer once over all the
@@ -28,7 +28,6 @@ use std::path::Path;
 
 use crate::LoadError;
 use crate::encoder::family::Family;
-use crate::encoder::spec::EncoderConfig;
 
 pub use weights::{DecoderLayer, DecoderWeights};
 
@@ -128,6 +127,16 @@ pub(crate) struct Architecture {
     /// as sentence-transformers leaves it).
     pub(crate) architectures: &'static [&'static str],
     pub(crate) params: fn(&Path, &serde_json::Value, Sizes) -> Result<DecoderParams, LoadError>,
+    /// What transformers' configuration class takes where `config.json` says nothing.
+    pub(crate) defaults: Defaults,
+}
+
+/// An architecture's defaults for keys a `config.json` may leave out.
+pub(crate) struct Defaults {
+    pub(crate) kv_heads: usize,
+    /// `None`: `hidden_size / num_attention_heads`.
+    pub(crate) head_dim: Option<usize>,
+    pub(crate) max_positions: usize,
 }
 
 const ARCHITECTURES: [&Architecture; 3] = [&qwen2::QWEN2, &qwen3::QWEN3, &gemma3::GEMMA3];
@@ -138,16 +147,4 @@ pub(crate) fn architecture(model_type: &str) -> Option<&'static Architecture> {
         .iter()
         .copied()
         .find(|a| a.model_type == model_type)
-}
-
-/// FLOPs of one layer's dense products for one token: queries and the attention's output
-/// (`2 · h · H·d` each), keys and values (`2 · h · K·d` each), and the gated feed-forward's
-/// three matrices (`2 · h · i` each).
-pub(crate) fn dense_flops_per_token(c: &EncoderConfig, p: &DecoderParams) -> u64 {
-    let (h, i) = (c.hidden as u64, c.intermediate as u64);
-    let (q, kv) = (
-        p.query_width(c.heads) as u64,
-        (p.kv_heads * p.head_dim) as u64,
-    );
-    2 * (2 * h * q + 2 * h * kv + 3 * h * i)
 }

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use super::config::{check_theta, key, refuse_rope_scaling, rope_base};
-use super::{Architecture, DecoderParams, Gate, Norms, Sizes};
+use super::{Architecture, DecoderParams, Defaults, Gate, Norms, Sizes};
 use crate::LoadError;
 use crate::encoder::family::Family;
 
@@ -15,21 +15,35 @@ pub(super) const QWEN3: Architecture = Architecture {
     model_type: "qwen3",
     family: Family::Qwen3,
     architectures: &["Qwen3Model", "Qwen3ForCausalLM"],
-    params: |path, json, sizes| qwen_params(path, json, sizes, QwenForm { qkv_bias: false }),
+    params: |path, json, sizes| qwen_params(path, json, sizes, QWEN3_FORM),
+    defaults: Defaults {
+        kv_heads: 8,
+        head_dim: Some(128),
+        max_positions: 32_768,
+    },
+};
+
+const QWEN3_FORM: QwenForm = QwenForm {
+    qkv_bias: false,
+    both_ways_key: "use_bidirectional_attention",
 };
 
 /// What tells Qwen2 and Qwen3 apart: Qwen2's query, key and value biases, or Qwen3's
-/// norms of queries and keys.
+/// norms of queries and keys; and the key that says a model attends both ways, as TEI reads
+/// them (transformers' own classes are always causal).
 pub(super) struct QwenForm {
     pub(super) qkv_bias: bool,
+    /// Qwen2's `is_causal` (false: both ways), Qwen3's `use_bidirectional_attention`.
+    pub(super) both_ways_key: &'static str,
 }
 
 /// transformers' default rotary base for Qwen2 and Qwen3.
 const DEFAULT_ROPE_THETA: f64 = 10_000.0;
 
 /// A Qwen decoder's own keys: SiLU, full attention in every layer, its rotary base
-/// (transformers 4's `rope_theta` or 5's `rope_parameters`), and `is_causal` (gte-Qwen2's
-/// remote code attends both ways; transformers' own classes are causal).
+/// (transformers 4's `rope_theta` or 5's `rope_parameters`), and whether it attends both
+/// ways (gte-Qwen2 was trained so, but its config does not say it: TEI asks for
+/// `is_causal: false` there).
 pub(super) fn qwen_params(
     path: &Path,
     json: &serde_json::Value,
@@ -71,7 +85,7 @@ pub(super) fn qwen_params(
         head_dim: sizes.head_dim,
         qkv_bias: form.qkv_bias,
         qk_norm: !form.qkv_bias,
-        causal: key(path, json, "is_causal")?.unwrap_or(true),
+        causal: causal(path, json, &form)?,
         gate: Gate::Silu,
         norms: Norms::Pre,
         norm_offset: 0.0,
@@ -79,5 +93,14 @@ pub(super) fn qwen_params(
         attention_scale: 1.0 / (sizes.head_dim as f64).sqrt(),
         rope_theta: theta,
         local: None,
+    })
+}
+
+/// Whether the model attends causally, from its family's key.
+fn causal(path: &Path, json: &serde_json::Value, form: &QwenForm) -> Result<bool, LoadError> {
+    let said: Option<bool> = key(path, json, form.both_ways_key)?;
+    Ok(match form.both_ways_key {
+        "is_causal" => said.unwrap_or(true),
+        _ => !said.unwrap_or(false),
     })
 }

@@ -24,7 +24,7 @@ pub struct DecoderLayer {
     /// `[(H + 2K) · d, hidden]`: the query heads, then the key heads, then the value heads;
     /// biases zero where the architecture has none.
     pub qkv: Dense,
-    /// Qwen3's RMSNorm over each head's `d` queries and keys.
+    /// Qwen3's and Gemma3's RMSNorm over each head's `d` queries and keys.
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
     /// `[hidden, H · d]`.

@@ -1,5 +1,6 @@
 //! The transformer families served (BERT, DistilBERT, MPNet, RoBERTa, XLM-RoBERTa, ModernBERT,
-//! NomicBERT, GTE, and the Qwen2, Qwen3 and Gemma3 decoders): what tells them apart, and MPNet's buckets of relative positions.
+//! NomicBERT, GTE, and the Qwen2, Qwen3 and Gemma3 decoders): what tells them apart, and
+//! MPNet's buckets of relative positions.
 
 /// The transformer families served. BERT's four share its layers and differ in how tensors
 /// are named and how positions are numbered; ModernBERT's layers are their own, and NomicBERT

@@ -34,7 +34,7 @@ mod gte;
 mod head;
 mod load;
 pub mod modern;
-mod modern_cpu;
+pub(crate) mod modern_cpu;
 mod modern_cuda;
 pub(crate) mod modules;
 mod nomic;
@@ -130,7 +130,7 @@ impl Backend {
         cpu_precision: MatmulPrecision,
     ) -> Result<Backend, LoadError> {
         if let (Some(decoder), Some(params)) = (weights.decoder.take(), &config.decoder) {
-            // `refuse_cpu_only_on_gpu` has refused a decoder on a GPU.
+            refuse_cpu_only_on_gpu(config, device)?;
             return Ok(Backend::DecoderCpu(Box::new(
                 crate::decoder::cpu::DecoderCpu::new(config, params, decoder, cpu_precision)?,
             )));

@@ -305,6 +305,6 @@ fn feed_forward(
     Ok(())
 }
 
-fn add_in_place(x: &mut [f32], add: &[f32]) {
+pub(crate) fn add_in_place(x: &mut [f32], add: &[f32]) {
     x.iter_mut().zip(add).for_each(|(x, a)| *x += a);
 }

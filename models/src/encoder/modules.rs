@@ -31,6 +31,8 @@ struct PoolingJson {
     pooling_mode_mean_sqrt_len_tokens: bool,
     pooling_mode_weightedmean_tokens: bool,
     pooling_mode_lasttoken: bool,
+    /// sentence-transformers 6's: false leaves a prompt's tokens out of the pooling.
+    include_prompt: Option<bool>,
 }
 
 /// Where the pooling module's configuration is when `modules.json` does not say.
@@ -86,7 +88,15 @@ pub(crate) fn read_head_modules(dir: &Path, hidden: usize) -> Result<HeadModules
         .iter()
         .find(|m| m.kind == "Pooling")
         .map_or(DEFAULT_POOLING_DIR, |m| m.path.as_str());
-    let pooling = read_pooling(&dir.join(pooling_dir).join("config.json"))?;
+    let pooling_path = dir.join(pooling_dir).join("config.json");
+    let (pooling, include_prompt) = read_pooling(&pooling_path)?;
+    if !include_prompt && has_prompts(dir)? {
+        return Err(LoadError::Unsupported {
+            path: pooling_path,
+            what: "include_prompt false with prompts".into(),
+            supported: "pooling is served over every token, a prompt's included",
+        });
+    }
     let mut dense = Vec::new();
     let mut width = hidden;
     for m in modules.iter().filter(|m| m.kind == "Dense") {
@@ -222,12 +232,14 @@ fn inside(path: &str) -> bool {
         .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
 
-/// The pooling mode; mean when the folder has no pooling configuration.
-fn read_pooling(path: &Path) -> Result<Pooling, LoadError> {
+/// The pooling mode, and whether a prompt's tokens are pooled; mean, with them, when the
+/// folder has no pooling configuration.
+fn read_pooling(path: &Path) -> Result<(Pooling, bool), LoadError> {
     if !path.is_file() {
-        return Ok(Pooling::Mean);
+        return Ok((Pooling::Mean, true));
     }
     let p: PoolingJson = read_json(path)?;
+    let include_prompt = p.include_prompt.unwrap_or(true);
     let mut modes: Vec<&str> = [
         (p.pooling_mode_cls_token, "cls"),
         (p.pooling_mode_mean_tokens, "mean"),
@@ -245,15 +257,27 @@ fn read_pooling(path: &Path) -> Result<Pooling, LoadError> {
         modes.push(mode);
     }
     match modes.as_slice() {
-        ["mean"] => Ok(Pooling::Mean),
-        ["cls"] => Ok(Pooling::Cls),
-        ["lasttoken"] => Ok(Pooling::LastToken),
+        ["mean"] => Ok((Pooling::Mean, include_prompt)),
+        ["cls"] => Ok((Pooling::Cls, include_prompt)),
+        ["lasttoken"] => Ok((Pooling::LastToken, include_prompt)),
         _ => Err(LoadError::Unsupported {
             path: path.to_path_buf(),
             what: format!("pooling {}", describe_modes(&modes)),
             supported: "exactly one of mean, cls and lasttoken pooling is served",
         }),
     }
+}
+
+/// Whether the folder has a prompt that is not empty.
+fn has_prompts(dir: &Path) -> Result<bool, LoadError> {
+    let prompts = crate::text::prompts::Prompts::read(dir)?;
+    Ok(prompts.names().any(|name| {
+        prompts
+            .text(Some(name))
+            .ok()
+            .flatten()
+            .is_some_and(|t| !t.is_empty())
+    }))
 }
 
 fn describe_modes(modes: &[&str]) -> String {

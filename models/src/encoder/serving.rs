@@ -48,7 +48,11 @@ impl Encoder {
         let pair = c.attention_flops_per_pair() as f64 * if causal { 0.5 } else { 1.0 };
         let per_token = c.dense_flops_per_token() as f64;
         // Faster dense layers make a pair of tokens in attention weigh more against a token.
-        let pair_weight = super::pair_weight(self.cpu_precision(), c.head_dim());
+        // A decoder's attention is its own f32 kernel: only its dense layers speed up.
+        let pair_weight = match c.decoder {
+            Some(_) => self.cpu_precision().dense_speedup(),
+            None => super::pair_weight(self.cpu_precision(), c.head_dim()),
+        };
         TextInput {
             max_seq_len: c.max_seq_len,
             vocab_size: c.vocab_size,

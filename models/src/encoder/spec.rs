@@ -49,8 +49,8 @@ pub struct EncoderConfig {
     /// weight a vocabulary entry, from the masked-language head; `pooling`, `dense` and
     /// `normalize` do not apply.
     pub sparse: Option<SparsePooling>,
-    /// A decoder's grouped-query attention, rotary base and layer form (Qwen2, Qwen3); its
-    /// `type_vocab_size` is 0 and `layer_norm_eps` its RMSNorms' epsilon.
+    /// A decoder's grouped-query attention, rotary bases and layer form (Qwen2, Qwen3,
+    /// Gemma3); its `type_vocab_size` is 0 and `layer_norm_eps` its RMSNorms' epsilon.
     pub decoder: Option<DecoderParams>,
 }
 
@@ -82,14 +82,23 @@ impl EncoderConfig {
 
     /// FLOPs of one layer's dense products for one token: `2 × (4h² + 2hi)` for BERT's
     /// families, and `2 × (4h² + 3hi)` for ModernBERT, whose gated feed-forward has a third
-    /// matrix of `h · i`; a decoder's as `crate::decoder` counts them.
+    /// matrix of `h · i`; a decoder's as `decoder_dense_flops_per_token` counts them.
     pub fn dense_flops_per_token(&self) -> u64 {
         if let Some(p) = &self.decoder {
-            return crate::decoder::dense_flops_per_token(self, p);
+            return self.decoder_dense_flops_per_token(p);
         }
         let (h, i) = (self.hidden as u64, self.intermediate as u64);
         let ffn_matrices = if self.modern.is_some() { 3 } else { 2 };
         2 * (4 * h * h + ffn_matrices * h * i)
+    }
+
+    /// A decoder's: queries and the attention's output (`2 · h · H·d` each), keys and values
+    /// (`2 · h · K·d` each), and the gated feed-forward's three matrices (`2 · h · i` each).
+    fn decoder_dense_flops_per_token(&self, p: &DecoderParams) -> u64 {
+        let (h, i) = (self.hidden as u64, self.intermediate as u64);
+        let q = p.query_width(self.heads) as u64;
+        let kv = (p.kv_heads * p.head_dim) as u64;
+        2 * (2 * h * q + 2 * h * kv + 3 * h * i)
     }
 
     /// ModernBERT's (or a decoder's) local layers: its window and their share of the

@@ -130,26 +130,43 @@ fn a_decoder_folder_says_what_it_is() {
     assert!((gd.attention_scale - 12f64.powf(-0.5)).abs() < 1e-12);
 }
 
-/// A copy of a fixture with its config.json edited, and the reason it fails to load.
+/// A copy of a fixture with its config.json edited, removed when dropped.
+struct Edited(PathBuf);
+
+impl Edited {
+    fn new(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> Edited {
+        let dir = std::env::temp_dir().join(format!(
+            "tandem-decoder-{name}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        copy_dir(&fixture(name), &dir);
+        let path = dir.join("config.json");
+        let mut config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        edit(&mut config);
+        std::fs::write(&path, config.to_string()).unwrap();
+        Edited(dir)
+    }
+
+    fn load(&self) -> Result<Encoder, String> {
+        Encoder::load(&self.0, &Device::Cpu).map_err(|e| e.to_string())
+    }
+}
+
+impl Drop for Edited {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The reason a fixture with its config.json edited fails to load.
 fn load_error_with(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> String {
-    let dir = std::env::temp_dir().join(format!(
-        "tandem-decoder-{name}-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    copy_dir(&fixture(name), &dir);
-    let path = dir.join("config.json");
-    let mut config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    edit(&mut config);
-    std::fs::write(&path, config.to_string()).unwrap();
-    let error = match Encoder::load(&dir, &Device::Cpu) {
+    match Edited::new(name, edit).load() {
         Ok(_) => "loaded".to_string(),
-        Err(e) => e.to_string(),
-    };
-    std::fs::remove_dir_all(&dir).unwrap();
-    error
+        Err(e) => e,
+    }
 }
 
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
@@ -220,6 +237,63 @@ fn what_a_decoder_would_run_differently_is_refused_by_name() {
     assert_contains(&error, &["mlp.gate_proj.weight"]);
 }
 
+/// transformers 4's keys (Qwen3-Embedding's and EmbeddingGemma's published configs: a flat
+/// `rope_theta`, `rope_scaling: null`, Gemma's `rope_local_base_freq`) give what 5's give.
+#[test]
+fn transformers_4_configs_read_as_5_s() {
+    let qwen = Edited::new("qwen3", |c| {
+        let theta = c["rope_parameters"]["rope_theta"].clone();
+        c.as_object_mut().unwrap().remove("rope_parameters");
+        c["rope_theta"] = theta;
+        c["rope_scaling"] = serde_json::Value::Null;
+    });
+    let gemma = Edited::new("gemma3", |c| {
+        let rope = c
+            .as_object_mut()
+            .unwrap()
+            .remove("rope_parameters")
+            .unwrap();
+        c["rope_theta"] = rope["full_attention"]["rope_theta"].clone();
+        c["rope_local_base_freq"] = rope["sliding_attention"]["rope_theta"].clone();
+        c["rope_scaling"] = serde_json::Value::Null;
+    });
+    for (name, edited) in [("qwen3", qwen), ("gemma3", gemma)] {
+        let mut encoder = edited.load().unwrap();
+        let cases = cases(name);
+        let encoded = encode(name, &encoder, &cases);
+        let want: Vec<Vec<f64>> = cases.iter().map(|c| c.embedding.clone()).collect();
+        let got = embed(&mut encoder, &encoded);
+        assert_cosines(
+            &got,
+            &want,
+            0.99999,
+            &format!("{name} from transformers 4's keys"),
+        );
+    }
+}
+
+/// A causal LM's folder without sentence-transformers modules is not an embedder; a Qwen3
+/// may say it attends both ways (`use_bidirectional_attention`, as TEI reads it), a Qwen2
+/// with `is_causal`.
+#[test]
+fn a_decoder_is_an_embedder_by_its_modules_and_says_how_it_attends() {
+    let bare = Edited::new("qwen3", |_| {});
+    std::fs::remove_file(bare.0.join("modules.json")).unwrap();
+    assert_contains(
+        &bare.load().err().unwrap(),
+        &["modules.json", "without sentence-transformers modules"],
+    );
+    let causal = |e: Edited| e.load().unwrap().config().decoder.clone().unwrap().causal;
+    assert!(!causal(Edited::new("qwen3", |c| {
+        c["use_bidirectional_attention"] = true.into()
+    })));
+    assert!(!causal(
+        Edited::new("qwen2", |c| c["is_causal"] = false.into())
+    ));
+    let window = load_error_with("gemma3", |c| c["sliding_window"] = serde_json::Value::Null);
+    assert_contains(&window, &["sliding_window null"]);
+}
+
 /// A text past the limit is cut (its end of text kept, as the fixture's long case shows
 /// above) or refused with its count.
 #[test]
@@ -229,9 +303,11 @@ fn a_text_past_the_context_is_refused_when_asked() {
     let long = "word ".repeat(2000);
     let error = tokenizer.encode(&long, Truncation::Refuse).unwrap_err();
     assert!(error.to_string().contains("at most 512 fit"), "{error}");
-    let cut = tokenizer.encode(&long, Truncation::Right).unwrap();
-    assert_eq!(cut.ids.len(), 512);
-    assert_eq!(*cut.ids.last().unwrap(), 0, "the end of text stays last");
+    for truncation in [Truncation::Right, Truncation::Left] {
+        let cut = tokenizer.encode(&long, truncation).unwrap();
+        assert_eq!(cut.ids.len(), 512);
+        assert_eq!(*cut.ids.last().unwrap(), 0, "the end of text stays last");
+    }
 }
 
 /// The fixtures made again by tests/python/make_decoder_models.py with the Python of

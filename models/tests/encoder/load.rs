@@ -220,7 +220,23 @@ fn unsupported_pooling_and_modules_are_refused() {
     });
     assert_contains(
         &f.load_error(),
-        &["1_Pooling", "pooling max", "mean and cls"],
+        &["1_Pooling", "pooling max", "mean, cls and lasttoken"],
+    );
+    // sentence-transformers 6's pooling without a prompt's tokens: the same without prompts,
+    // refused with them.
+    let f = Folder::new("pool-no-prompt", &spec());
+    f.edit_json("1_Pooling/config.json", |c| {
+        c["include_prompt"] = false.into()
+    });
+    assert!(Encoder::load(&f.0, &Device::Cpu).is_ok());
+    std::fs::write(
+        f.path("config_sentence_transformers.json"),
+        r#"{"prompts": {"query": "query: "}}"#,
+    )
+    .unwrap();
+    assert_contains(
+        &f.load_error(),
+        &["1_Pooling", "include_prompt false with prompts"],
     );
     let f = Folder::new("pool-two", &spec());
     f.edit_json("1_Pooling/config.json", |c| {

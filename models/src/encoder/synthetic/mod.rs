@@ -309,11 +309,9 @@ fn with_task_head(config: &mut serde_json::Value, spec: &SyntheticSpec) {
             Family::Mpnet => "MPNetForSequenceClassification",
             Family::ModernBert => "ModernBertForSequenceClassification",
             Family::Gte => "NewForSequenceClassification",
-            // Not served: the load refuses it.
+            // Not served: the load refuses them.
             Family::NomicBert => "NomicBertForSequenceClassification",
-            Family::Qwen2 => "Qwen2ForSequenceClassification",
-            Family::Qwen3 => "Qwen3ForSequenceClassification",
-            Family::Gemma3 => "Gemma3ForSequenceClassification",
+            Family::Qwen2 | Family::Qwen3 | Family::Gemma3 => "Qwen3ForSequenceClassification",
         }]);
         config["id2label"] = json!(id2label);
     }
@@ -451,14 +449,7 @@ fn weights(spec: &SyntheticSpec, vocab: usize) -> Vec<u8> {
             Family::Bert => ("pooler.dense", "classifier"),
             Family::Roberta | Family::Mpnet => ("classifier.dense", "classifier.out_proj"),
             Family::DistilBert => ("pre_classifier", "classifier"),
-            Family::ModernBert
-            | Family::NomicBert
-            | Family::Gte
-            | Family::Qwen2
-            | Family::Qwen3
-            | Family::Gemma3 => {
-                unreachable!("these are drawn above, or not at all (the decoders)")
-            }
+            _ => unreachable!("these are drawn above, or not at all (the decoders)"),
         };
         drawn.dense(pooler, h, h, 1.0 / (h as f32).sqrt());
         drawn.dense(classifier, h, spec.labels, 1.0);
@@ -524,16 +515,7 @@ fn family_name(family: Family, name: String) -> Option<String> {
     let names: &[(&str, &str)] = match family {
         Family::DistilBert => &DISTILBERT_NAMES,
         Family::Mpnet => &MPNET_NAMES,
-        Family::Bert
-        | Family::Roberta
-        | Family::ModernBert
-        | Family::NomicBert
-        | Family::Gte
-        | Family::Qwen2
-        | Family::Qwen3
-        | Family::Gemma3 => {
-            return Some(name);
-        }
+        _ => return Some(name),
     };
     if name.contains("token_type") {
         return None;
