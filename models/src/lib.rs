@@ -10,6 +10,7 @@
 
 pub mod checkpoint;
 pub mod decoder;
+pub(crate) mod dense;
 pub mod device;
 pub mod encoder;
 mod error;

@@ -8,10 +8,10 @@ use kernels::cpu::{AlignedVec, MatmulPrecision, PackedLinear, gelu_tanh_in_place
 
 use super::attention::{Heads, attend};
 use super::{DecoderParams, DecoderWeights, Gate};
+use crate::dense::packed_for;
 use crate::encoder::cpu::pool;
-use crate::encoder::modern_cpu::add_in_place;
+use crate::encoder::modern_cpu::{add_in_place, gate};
 use crate::encoder::spec::EncoderConfig;
-use crate::encoder::weights::packed_for;
 use crate::text::packed::PackedTokens;
 use crate::text::rotary::Rotary;
 use crate::{LoadError, ModelError};
@@ -216,17 +216,10 @@ fn feed_forward(
     s.normed.copy_from_slice(&s.x);
     rms_norm(&mut s.normed, &l.mlp_norm, c.layer_norm_eps);
     l.gate_up.forward(&s.normed, t, &mut s.up, id, threads)?;
-    let i = c.intermediate;
-    for (gated, up) in s.gated.chunks_exact_mut(i).zip(s.up.chunks_exact(2 * i)) {
-        gated.copy_from_slice(&up[..i]);
-    }
-    match p.gate {
-        Gate::Silu => silu_in_place(&mut s.gated, threads),
-        Gate::GeluTanh => gelu_tanh_in_place(&mut s.gated, threads),
-    }
-    for (gated, up) in s.gated.chunks_exact_mut(i).zip(s.up.chunks_exact(2 * i)) {
-        gated.iter_mut().zip(&up[i..]).for_each(|(a, u)| *a *= u);
-    }
+    gate(&s.up, &mut s.gated, c.intermediate, |g| match p.gate {
+        Gate::Silu => silu_in_place(g, threads),
+        Gate::GeluTanh => gelu_tanh_in_place(g, threads),
+    });
     l.down.forward(&s.gated, t, &mut s.out, id, threads)?;
     if let Some(norm) = &l.mlp_out_norm {
         rms_norm(&mut s.out, norm, c.layer_norm_eps);

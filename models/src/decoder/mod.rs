@@ -27,9 +27,47 @@ pub(crate) mod weights;
 use std::path::Path;
 
 use crate::LoadError;
+use crate::dense::Dense;
 use crate::encoder::family::Family;
 
-pub use weights::{DecoderLayer, DecoderWeights};
+/// One layer: `x += Wo · attention(rope(norm_q(Wq·n)), rope(norm_k(Wk·n)), Wv·n)` with
+/// `n = rms(x) · input_norm`, then `x += down · (act(gate · m) ⊙ up · m)` with
+/// `m = rms(x) · mlp_norm`; Gemma3 normalises each block's output too before the sum.
+/// Norm weights are as stored (Gemma's scale by `1 + w`: `DecoderParams::norm_offset`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecoderLayer {
+    pub input_norm: Vec<f32>,
+    /// `[(H + 2K) · d, hidden]`: the query heads, then the key heads, then the value heads;
+    /// biases zero where the architecture has none.
+    pub qkv: Dense,
+    /// Qwen3's and Gemma3's RMSNorm over each head's `d` queries and keys.
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+    /// `[hidden, H · d]`.
+    pub attention_out: Dense,
+    /// Gemma3's norm of the attention's output.
+    pub attention_out_norm: Option<Vec<f32>>,
+    /// Before the feed-forward: Qwen's `post_attention_layernorm`, Gemma3's
+    /// `pre_feedforward_layernorm`.
+    pub mlp_norm: Vec<f32>,
+    /// Gemma3's norm of the feed-forward's output.
+    pub mlp_out_norm: Option<Vec<f32>>,
+    /// `[2 · intermediate, hidden]`: the gate, then the half it multiplies.
+    pub gate_up: Dense,
+    pub down: Dense,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecoderWeights {
+    /// `[vocab, hidden]`.
+    pub embed: Vec<f32>,
+    /// What embeddings are multiplied by: Gemma's `√hidden` in the table's stored
+    /// precision, as transformers rounds it; 1 for the others.
+    pub embed_scale: f32,
+    pub layers: Vec<DecoderLayer>,
+    /// The norm after the last layer.
+    pub norm: Vec<f32>,
+}
 
 /// What a decoder's layers are, beside the sizes every encoder has.
 #[derive(Clone, Debug, PartialEq)]

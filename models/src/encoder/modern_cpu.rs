@@ -286,23 +286,37 @@ fn feed_forward(
         NormPlacement::After => &s.x,
     };
     l.mlp_in.forward(input, t, &mut s.up, id, threads)?;
-    let i = c.intermediate;
-    for (gated, up) in s.gated.chunks_exact_mut(i).zip(s.up.chunks_exact(2 * i)) {
-        gated.copy_from_slice(&up[..i]);
-    }
-    match p.gate {
-        Gate::Gelu => gelu_in_place(&mut s.gated, threads),
-        Gate::Silu => silu_in_place(&mut s.gated, threads),
-    }
-    for (gated, up) in s.gated.chunks_exact_mut(i).zip(s.up.chunks_exact(2 * i)) {
-        gated.iter_mut().zip(&up[i..]).for_each(|(a, g)| *a *= g);
-    }
+    gate(&s.up, &mut s.gated, c.intermediate, |g| match p.gate {
+        Gate::Gelu => gelu_in_place(g, threads),
+        Gate::Silu => silu_in_place(g, threads),
+    });
     l.mlp_out.forward(&s.gated, t, &mut s.out, id, threads)?;
     match p.norms {
         NormPlacement::Before => add_in_place(&mut s.x, &s.out),
         NormPlacement::After => add_layer_norm(&mut s.x, Some(&s.out), norm, threads)?,
     }
     Ok(())
+}
+
+/// `gated = act(a) ⊙ g` for each token's `[a, g]` row of `up` (`[tokens, 2 · width]`), the
+/// activation applied in place over all of `gated` at once.
+pub(crate) fn gate(up: &[f32], gated: &mut [f32], width: usize, act: impl FnOnce(&mut [f32])) {
+    for (gated, up) in gated
+        .chunks_exact_mut(width)
+        .zip(up.chunks_exact(2 * width))
+    {
+        gated.copy_from_slice(&up[..width]);
+    }
+    act(gated);
+    for (gated, up) in gated
+        .chunks_exact_mut(width)
+        .zip(up.chunks_exact(2 * width))
+    {
+        gated
+            .iter_mut()
+            .zip(&up[width..])
+            .for_each(|(a, g)| *a *= g);
+    }
 }
 
 pub(crate) fn add_in_place(x: &mut [f32], add: &[f32]) {

@@ -19,27 +19,18 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use kernels::DType;
-use kernels::cpu::{MatmulPrecision, PackedLinear};
 use safetensors::SafeTensors;
 use safetensors::tensor::TensorView;
 
 use super::family::Family;
 use super::spec::EncoderConfig;
 use crate::checkpoint::{check_finite, decode_weight};
+pub use crate::dense::Dense;
+pub(crate) use crate::dense::{packed, packed_for, stack};
 use crate::{LoadError, WeightData};
 use names::{canonical_name, is_ignored};
 
 mod names;
-
-/// A matrix `[outputs, inputs]` (PyTorch's `nn.Linear` layout) and its biases.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Dense {
-    pub inputs: usize,
-    pub outputs: usize,
-    pub weight: WeightData,
-    pub bias: Vec<f32>,
-}
 
 /// A layer norm's scale and shift.
 #[derive(Clone, Debug, PartialEq)]
@@ -476,53 +467,4 @@ impl<'a> Found<'a> {
             None => Ok(()),
         }
     }
-}
-
-/// Matrices with the same input width, one above the other, in their common precision
-/// when they share one and f32 otherwise.
-pub(crate) fn stack(parts: &[Dense]) -> Dense {
-    let dtypes: Vec<DType> = parts.iter().map(|d| d.weight.dtype()).collect();
-    let weight = match dtypes[0] {
-        DType::F16 if dtypes.iter().all(|d| *d == DType::F16) => WeightData::F16(
-            parts
-                .iter()
-                .flat_map(|d| match &d.weight {
-                    WeightData::F16(w) => w.clone(),
-                    _ => unreachable!("all f16, checked above"),
-                })
-                .collect(),
-        ),
-        DType::BF16 if dtypes.iter().all(|d| *d == DType::BF16) => WeightData::BF16(
-            parts
-                .iter()
-                .flat_map(|d| match &d.weight {
-                    WeightData::BF16(w) => w.clone(),
-                    _ => unreachable!("all bf16, checked above"),
-                })
-                .collect(),
-        ),
-        _ => WeightData::F32(parts.iter().flat_map(|d| d.weight.to_f32()).collect()),
-    };
-    Dense {
-        inputs: parts[0].inputs,
-        outputs: parts.iter().map(|d| d.outputs).sum(),
-        weight,
-        bias: parts.iter().flat_map(|d| d.bias.iter().copied()).collect(),
-    }
-}
-
-/// A dense layer's weights laid out in panels for the CPU's kernels, for f32 products.
-pub(super) fn packed(d: &Dense) -> Result<PackedLinear, LoadError> {
-    packed_for(d, MatmulPrecision::F32)
-}
-
-/// A dense layer's weights laid out in panels for products in `precision`.
-pub(crate) fn packed_for(d: &Dense, precision: MatmulPrecision) -> Result<PackedLinear, LoadError> {
-    Ok(PackedLinear::with_precision(
-        d.weight.host(),
-        &d.bias,
-        d.inputs,
-        d.outputs,
-        precision,
-    )?)
 }
