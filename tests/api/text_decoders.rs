@@ -159,3 +159,38 @@ fn a_text_past_a_decoders_context_is_cut_or_refused_as_asked() {
     let r = server.post_json("/embed", &json!({"model": "qwen3", "inputs": "still here"}));
     assert_eq!(r.status, 200, "{}", r.text());
 }
+
+/// A decoder folder that cannot serve (scaled rotary embeddings, which tandem would run
+/// differently) is not ready, with the key named, and the others in the repository serve.
+#[test]
+fn a_decoder_that_cannot_serve_says_why_and_the_others_serve() {
+    let repo = repository();
+    let broken = repo.path().join("scaled/1");
+    copy_dir(&fixture("qwen3"), &broken);
+    let config = broken.join("config.json");
+    let mut json: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    json["rope_scaling"] = json!({"rope_type": "yarn", "factor": 4.0});
+    std::fs::write(&config, json.to_string()).unwrap();
+    let server = Server::spawn(&["--model-repository", repo.path().to_str().unwrap()]);
+    let reported = poll_until(std::time::Duration::from_secs(30), || {
+        let index = server.post_json("/v2/repository/index", &json!({}));
+        let entries: Vec<Value> = serde_json::from_slice(&index.body).unwrap_or_default();
+        entries.iter().any(|e| {
+            e["name"] == "scaled"
+                && e["state"] == "UNAVAILABLE"
+                && e["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("rope_scaling"))
+        })
+    });
+    assert!(reported, "{}", server.log());
+    assert_ne!(server.get("/v2/models/scaled/ready").status, 200);
+    assert!(poll_until(std::time::Duration::from_secs(30), || {
+        server.get("/v2/models/qwen3/ready").status == 200
+    }));
+    let r = server.post_json(
+        "/v1/embeddings",
+        &json!({"model": "qwen3", "input": "still here"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+}
